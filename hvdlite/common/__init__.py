@@ -1,0 +1,1 @@
+"""Framework-independent Python layer: the binding to the core, errors, bootstrap, process sets."""

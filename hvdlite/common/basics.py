@@ -1,0 +1,194 @@
+"""init/shutdown, the job layout (rank, size, local and cross ranks) and process sets, for every framework."""
+import atexit
+import os
+import threading
+from typing import List, Optional, Sequence
+
+from hvdlite.common import bootstrap
+from hvdlite.common.binding import check, ffi, lib
+from hvdlite.common.errors import NotInitializedError, error_for_status
+
+OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 0, 1, 2, 3, 4
+OP_BARRIER, OP_JOIN, OP_ADD_PROCESS_SET, OP_REMOVE_PROCESS_SET = 5, 6, 7, 8
+
+_lock = threading.Lock()
+_placement: Optional[bootstrap.Placement] = None
+_generation = 0
+_atexit_registered = False
+
+
+class ProcessSet:
+    """A subset of ranks that runs collectives among themselves (Horovod's ProcessSet).
+
+    Create it with the member ranks and register it with ``add_process_set`` (collective over every rank) or
+    pass it to ``init(process_sets=[...])``. ``process_set_id`` is None until registered.
+    """
+
+    def __init__(self, ranks: Sequence[int]):
+        if hasattr(ranks, "Get_size") and hasattr(ranks, "Get_group"):  # an mpi4py communicator
+            ranks = _ranks_of_mpi_comm(ranks)
+        self.ranks: List[int] = sorted(int(r) for r in ranks)
+        self.process_set_id: Optional[int] = None
+
+    def size(self) -> Optional[int]:
+        return len(self.ranks) if self.process_set_id is not None else None
+
+    def rank(self) -> Optional[int]:
+        """This process's index in the set, or None if it is not a member or the set is not registered."""
+        if self.process_set_id is None or rank() not in self.ranks:
+            return None
+        return self.ranks.index(rank())
+
+    def included(self) -> Optional[bool]:
+        return rank() in self.ranks if self.process_set_id is not None else None
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+def _ranks_of_mpi_comm(comm) -> List[int]:
+    from mpi4py import MPI
+
+    group = comm.Get_group()
+    return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group()))
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+def init(process_sets: Optional[Sequence[ProcessSet]] = None, comm=None) -> None:
+    """Joins the job: connects to every other rank (collective). Idempotent while initialised."""
+    global _placement, _generation, _atexit_registered
+    with _lock:
+        if lib.hvdlite_is_initialized():
+            return
+        placement = bootstrap.detect()
+        config = ffi.new("hvdlite_init_config*")
+        config.rank = placement.rank
+        config.size = placement.size
+        keep_alive = []
+        if placement.size > 1:
+            start_timeout = float(os.environ.get("HVDLITE_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT", 60)))
+            address = bootstrap.advertise_address(placement)
+            port = ffi.new("int32_t*")
+            check(lib.hvdlite_listener_open(address.encode(), port))
+            peers = bootstrap.exchange_peers(placement, f"{address}:{port[0]}", _generation, start_timeout)
+            hosts = {}
+            host_ids = [hosts.setdefault(p["host"], len(hosts)) for p in peers]
+            addresses = [ffi.new("char[]", p["address"].encode()) for p in peers]
+            keep_alive += addresses
+            config.peer_addresses = keep_alive_array = ffi.new("char*[]", addresses)
+            keep_alive.append(keep_alive_array)
+            config.host_ids = ids = ffi.new("int32_t[]", host_ids)
+            config.pids = pids = ffi.new("int32_t[]", [int(p["pid"]) for p in peers])
+            keep_alive += [ids, pids]
+        secret = ffi.new("uint8_t[]", placement.secret or b"\0")
+        config.secret = secret
+        config.secret_len = len(placement.secret)
+        job = ffi.new("char[]", f"{placement.job_id}.{_generation}".encode())
+        config.job_id = job
+        check(lib.hvdlite_init(config))
+        _generation += 1
+        _placement = placement
+        global_process_set.ranks = list(range(placement.size))
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+    for process_set in process_sets or ():
+        add_process_set(process_set)
+
+
+def shutdown() -> None:
+    """Leaves the job. Pending operations on every rank fail with AbortedError. init() may be called again."""
+    check(lib.hvdlite_shutdown())
+
+
+def is_initialized() -> bool:
+    return bool(lib.hvdlite_is_initialized())
+
+
+def _require_init() -> bootstrap.Placement:
+    if not lib.hvdlite_is_initialized() or _placement is None:
+        raise NotInitializedError("hvdlite has not been initialized; call hvd.init() first")
+    return _placement
+
+
+def rank() -> int:
+    return _require_init().rank
+
+
+def size() -> int:
+    return _require_init().size
+
+
+def local_rank() -> int:
+    return _require_init().local_rank
+
+
+def local_size() -> int:
+    return _require_init().local_size
+
+
+def cross_rank() -> int:
+    return _require_init().cross_rank
+
+
+def cross_size() -> int:
+    return _require_init().cross_size
+
+
+def is_homogeneous() -> bool:
+    return size() == local_size() * cross_size()
+
+
+def _run_control(op: int, ranks: Sequence[int]) -> List[int]:
+    """Enqueues a process-set change (collective over every rank) and waits for it."""
+    _require_init()
+    request = ffi.new("hvdlite_request*")
+    request.op = op
+    values = ffi.new("int32_t[]", list(ranks))
+    request.splits = values
+    request.nsplits = len(ranks)
+    request.process_set_id = 0
+    request.prescale_factor = 1.0
+    request.postscale_factor = 1.0
+    handle = ffi.new("int64_t*")
+    check(lib.hvdlite_enqueue(request, handle))
+    try:
+        status = lib.hvdlite_wait(handle[0], 0)
+        if status != 0:
+            buf = ffi.new("char[]", 4096)
+            lib.hvdlite_handle_error(handle[0], buf, 4096)
+            raise error_for_status(status, ffi.string(buf).decode(errors="replace"))
+        results = ffi.new("int32_t[]", 8)
+        count = ffi.new("int32_t*")
+        check(lib.hvdlite_handle_int_results(handle[0], results, 8, count))
+        return [results[i] for i in range(count[0])]
+    finally:
+        lib.hvdlite_handle_release(handle[0])
+
+
+def add_process_set(process_set) -> ProcessSet:
+    """Registers a process set on every rank (every rank must call it, in the same order)."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set} is already registered")
+    process_set.process_set_id = _run_control(OP_ADD_PROCESS_SET, process_set.ranks)[0]
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregisters a process set on every rank (collective). Returns False if it was not registered."""
+    if process_set.process_set_id in (None, 0):
+        return False
+    _run_control(OP_REMOVE_PROCESS_SET, [process_set.process_set_id])
+    process_set.process_set_id = None
+    return True
+
+
+def build_info() -> str:
+    buf = ffi.new("char[]", 4096)
+    lib.hvdlite_build_info(buf, 4096)
+    return ffi.string(buf).decode()

@@ -1,0 +1,128 @@
+"""Framework-neutral enqueue/wait over raw buffers. Framework adapters turn tensors into (dtype code, shape,
+pointer) and back; everything about handles and errors lives here once.
+
+Results whose size is only known after negotiation (allgather, alltoall, reducescatter) are owned by the core
+until the adapter allocates a framework tensor of the reported shape and copies them once (see
+docs/architecture.md, "Output buffers").
+"""
+import itertools
+import threading
+from typing import Callable, Dict, List, Optional, Sequence
+
+from hvdlite.common.binding import check, ffi, lib
+from hvdlite.common.errors import error_for_status
+
+# Horovod's reduce-op constants (same values, so code comparing them keeps working) and the core's codes.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+
+DTYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,
+               "float64": 7, "bool": 8}
+
+
+def core_reduce_op(op) -> int:
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not implemented by hvdlite; use Sum or Average")
+    try:
+        return _CORE_REDUCE_OP[op]
+    except KeyError:
+        raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product") from None
+
+
+def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
+            root_rank: int = -1, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
+            process_set_id: int = 0, splits: Optional[Sequence[int]] = None) -> int:
+    request = ffi.new("hvdlite_request*")
+    request.op = op
+    name_buf = ffi.new("char[]", name.encode()) if name else ffi.NULL
+    request.name = name_buf
+    request.dtype = dtype
+    request.ndim = len(shape)
+    shape_buf = ffi.new("int64_t[]", list(shape)) if shape else ffi.NULL
+    request.shape = shape_buf
+    request.input = ffi.cast("void*", input_ptr)
+    request.output = ffi.cast("void*", output_ptr)
+    request.root_rank = root_rank
+    request.reduce_op = reduce_op
+    request.prescale_factor = prescale
+    request.postscale_factor = postscale
+    request.process_set_id = process_set_id
+    if splits is not None:
+        splits_buf = ffi.new("int32_t[]", [int(s) for s in splits])
+        request.splits = splits_buf
+        request.nsplits = len(splits)
+    handle = ffi.new("int64_t*")
+    check(lib.hvdlite_enqueue(request, handle))
+    return handle[0]
+
+
+def wait(handle: int) -> None:
+    """Blocks until the core handle finishes; raises its error (the handle stays valid for results)."""
+    status = lib.hvdlite_wait(handle, 0)
+    if status != 0:
+        buf = ffi.new("char[]", 8192)
+        n = lib.hvdlite_handle_error(handle, buf, 8192)
+        message = ffi.string(buf).decode(errors="replace") if n >= 0 else ""
+        raise error_for_status(status, message or f"operation failed with status {status}")
+
+
+def output_shape(handle: int) -> List[int]:
+    shape = ffi.new("int64_t[]", 32)
+    ndim = ffi.new("int32_t*")
+    check(lib.hvdlite_handle_output_shape(handle, shape, 32, ndim))
+    return [shape[i] for i in range(ndim[0])]
+
+
+def copy_output(handle: int, destination_ptr: int, nbytes: int) -> None:
+    check(lib.hvdlite_handle_output_copy(handle, ffi.cast("void*", destination_ptr), nbytes))
+
+
+def int_results(handle: int) -> List[int]:
+    values = ffi.new("int32_t[]", 4096)
+    count = ffi.new("int32_t*")
+    check(lib.hvdlite_handle_int_results(handle, values, 4096, count))
+    return [values[i] for i in range(min(count[0], 4096))]
+
+
+def release(handle: int) -> None:
+    lib.hvdlite_handle_release(handle)
+
+
+class HandleTable:
+    """Python-level handles: each maps to the core handles it waits for and a function building the result.
+    Keeps the framework tensors alive until the operation completes (the core never owns them)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: Dict[int, tuple] = {}
+
+    def add(self, core_handles: List[int], finish: Callable[[], object], keep_alive=None) -> int:
+        handle = next(self._ids)
+        with self._lock:
+            self._pending[handle] = (core_handles, finish, keep_alive)
+        return handle
+
+    def poll(self, handle: int) -> bool:
+        with self._lock:
+            core_handles = self._pending[handle][0]
+        return all(lib.hvdlite_poll(h) != 0 for h in core_handles)
+
+    def synchronize(self, handle: int):
+        with self._lock:
+            if handle not in self._pending:
+                raise ValueError(f"unknown or already synchronized handle {handle}")
+            core_handles, finish, _ = self._pending.pop(handle)
+        try:
+            error = None
+            for h in core_handles:  # wait for all, even after a failure, so no buffer is left in use
+                try:
+                    wait(h)
+                except Exception as e:  # noqa: BLE001 - re-raised below
+                    error = error or e
+            if error is not None:
+                raise error
+            return finish()
+        finally:
+            for h in core_handles:
+                release(h)

@@ -1,0 +1,1 @@
+"""Process launching and rendezvous for hvdlite jobs."""

@@ -1,0 +1,557 @@
+"""Minimal starter for an hvdlite job made of N ranks on this machine.
+
+Usage::
+
+    python -m hvdlite.runner.local -np N [--host-ids 0,0,1,1] \\
+        [--timeout SECONDS] [--output-filename DIR] -- command args...
+
+The starter
+
+* creates a per-job secret and job id and runs a :class:`RendezvousServer`
+  on 127.0.0.1 through which the ranks exchange their addresses;
+* starts N copies of ``command``, each in its own session / process group,
+  with the parent environment plus the ``HVDLITE_*`` variables described in
+  :func:`build_rank_env`;
+* forwards every line the ranks print, prefixed with ``[<rank>]<stdout>: ``
+  or ``[<rank>]<stderr>: `` (and, with ``--output-filename DIR``, also keeps
+  ``DIR/rank.<r>/stdout`` and ``DIR/rank.<r>/stderr``);
+* stops every rank as soon as one fails, when ``--timeout`` expires, or when
+  the starter itself gets SIGINT/SIGTERM, and exits with the failing rank's
+  code (128 + signal number for a rank killed by a signal, 124 on timeout).
+
+``--host-ids`` lets a single machine pretend to be several hosts: ranks
+with the same id form one "host" (``HVDLITE_HOSTNAME=host<id>``), which
+sets the local and cross ranks exactly as a multi-host launch would.
+
+The building blocks (:func:`compute_topology`, :func:`build_rank_env`,
+:func:`start_rank`, :func:`stop_ranks`, :func:`launch`) are meant to be
+reused by the full ``hvdlite-run`` launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import (IO, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Union)
+
+from hvdlite.runner.rendezvous import RendezvousServer
+
+__all__ = [
+    "RankInfo",
+    "RankProcess",
+    "compute_topology",
+    "parse_host_ids",
+    "build_rank_env",
+    "start_rank",
+    "stop_ranks",
+    "exit_code_from_returncode",
+    "launch",
+    "main",
+    "TIMEOUT_EXIT_CODE",
+    "TERMINATE_GRACE_SECONDS",
+]
+
+#: Exit code of the starter when ``--timeout`` expires (as timeout(1)).
+TIMEOUT_EXIT_CODE = 124
+#: Time the ranks get between SIGTERM and SIGKILL when they are stopped.
+TERMINATE_GRACE_SECONDS = 5.0
+#: How often the supervisor checks the ranks.
+_POLL_INTERVAL = 0.05
+#: Longest chunk forwarded as one line (longer lines are split).
+_MAX_LINE = 64 * 1024
+
+_PREFIX = "hvdlite: "
+
+
+# ---------------------------------------------------------------------------
+# Topology and environment
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    """Where one rank sits in the job."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    hostname: str
+
+
+def parse_host_ids(text: str) -> List[str]:
+    """Parse ``"0,0,1,1"`` into ``["0", "0", "1", "1"]``."""
+    ids = [part.strip() for part in text.split(",")]
+    if not ids or any(not part for part in ids):
+        raise ValueError("host ids must be a comma-separated list of "
+                         "non-empty ids, got %r" % text)
+    return ids
+
+
+def compute_topology(np: int,
+                     host_ids: Optional[Sequence[Union[str, int]]] = None
+                     ) -> List[RankInfo]:
+    """Rank, local and cross coordinates of every rank.
+
+    Without ``host_ids`` all ranks share the host ``"localhost"``.  With
+    ``host_ids`` (one id per rank), rank ``r`` runs on host ``host<id>``;
+    ``local_rank`` is its index among the ranks of that host,
+    ``local_size`` the number of ranks on it, ``cross_rank`` the index of its
+    host among the distinct hosts in order of first appearance and
+    ``cross_size`` the number of distinct hosts (as in Horovod for evenly
+    populated hosts).
+    """
+    if np < 1:
+        raise ValueError("the number of ranks must be at least 1, got %d" % np)
+    if host_ids is None:
+        hosts = ["localhost"] * np
+    else:
+        if len(host_ids) != np:
+            raise ValueError("got %d host ids for %d ranks"
+                             % (len(host_ids), np))
+        hosts = ["host%s" % str(host_id).strip() for host_id in host_ids]
+
+    host_order: Dict[str, int] = {}
+    for host in hosts:
+        host_order.setdefault(host, len(host_order))
+    ranks_on_host: Dict[str, int] = {}
+    for host in hosts:
+        ranks_on_host[host] = ranks_on_host.get(host, 0) + 1
+
+    infos = []
+    seen_on_host: Dict[str, int] = {}
+    for rank, host in enumerate(hosts):
+        local_rank = seen_on_host.get(host, 0)
+        seen_on_host[host] = local_rank + 1
+        infos.append(RankInfo(
+            rank=rank, size=np,
+            local_rank=local_rank, local_size=ranks_on_host[host],
+            cross_rank=host_order[host], cross_size=len(host_order),
+            hostname=host))
+    return infos
+
+
+def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
+                   rendezvous_port: int, secret: bytes, job_id: str,
+                   base_env: Optional[Mapping[str, str]] = None
+                   ) -> Dict[str, str]:
+    """Environment of one rank: ``base_env`` (default ``os.environ``) plus
+
+    ``HVDLITE_RANK``, ``HVDLITE_SIZE``, ``HVDLITE_LOCAL_RANK``,
+    ``HVDLITE_LOCAL_SIZE``, ``HVDLITE_CROSS_RANK``, ``HVDLITE_CROSS_SIZE``,
+    ``HVDLITE_HOSTNAME``, ``HVDLITE_RENDEZVOUS_ADDR``,
+    ``HVDLITE_RENDEZVOUS_PORT``, ``HVDLITE_SECRET`` (hex), ``HVDLITE_JOB_ID``
+    and ``PYTHONUNBUFFERED=1``.
+    """
+    env = dict(os.environ if base_env is None else base_env)
+    env.update({
+        "HVDLITE_RANK": str(info.rank),
+        "HVDLITE_SIZE": str(info.size),
+        "HVDLITE_LOCAL_RANK": str(info.local_rank),
+        "HVDLITE_LOCAL_SIZE": str(info.local_size),
+        "HVDLITE_CROSS_RANK": str(info.cross_rank),
+        "HVDLITE_CROSS_SIZE": str(info.cross_size),
+        "HVDLITE_HOSTNAME": info.hostname,
+        "HVDLITE_RENDEZVOUS_ADDR": rendezvous_addr,
+        "HVDLITE_RENDEZVOUS_PORT": str(rendezvous_port),
+        "HVDLITE_SECRET": secret.hex(),
+        "HVDLITE_JOB_ID": job_id,
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+# ---------------------------------------------------------------------------
+# Output forwarding
+# ---------------------------------------------------------------------------
+
+_output_lock = threading.Lock()
+
+
+def _emit(stream_name: str, text: str) -> None:
+    """Write one already-prefixed line to our stdout/stderr, atomically."""
+    # Look the stream up each time: callers (e.g. pytest) may swap it.
+    stream = sys.stdout if stream_name == "stdout" else sys.stderr
+    if stream is None:
+        return
+    with _output_lock:
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):
+            # Our own stdout is gone (closed pipe, closed file): keep
+            # draining the rank's pipe anyway so the rank never blocks.
+            pass
+
+
+def _pump(pipe: IO[bytes], rank: int, stream_name: str,
+          log_path: Optional[str]) -> None:
+    """Forward ``pipe`` line by line until EOF (runs on its own thread)."""
+    prefix = "[%d]<%s>: " % (rank, stream_name)
+    log = None
+    try:
+        if log_path is not None:
+            try:
+                log = open(log_path, "wb")
+            except OSError as exc:
+                _emit("stderr", "%scannot write %s: %s\n"
+                      % (_PREFIX, log_path, exc))
+        while True:
+            chunk = pipe.readline(_MAX_LINE)
+            if not chunk:
+                break
+            if log is not None:
+                try:
+                    log.write(chunk)
+                    log.flush()
+                except OSError:
+                    pass
+            text = chunk.decode("utf-8", errors="replace")
+            if text.endswith("\n"):
+                text = text[:-1]
+            _emit(stream_name, prefix + text + "\n")
+    except (OSError, ValueError):
+        pass  # pipe closed underneath us during shutdown
+    finally:
+        if log is not None:
+            log.close()
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Rank processes
+# ---------------------------------------------------------------------------
+
+class RankProcess:
+    """A started rank: its :class:`subprocess.Popen` and output threads.
+
+    The rank is the leader of its own process group (``pgid == pid``).
+    :meth:`exited` checks for exit *without reaping* the process, so its
+    process-group id stays reserved and the group can still be signalled
+    safely (to clean up anything the rank left behind) until :meth:`reap`.
+    """
+
+    def __init__(self, rank: int, popen: subprocess.Popen,
+                 threads: Sequence[threading.Thread]) -> None:
+        self.rank = rank
+        self.popen = popen
+        self.threads = list(threads)
+        self._status: Optional[int] = None   # exit code once known
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def exited(self) -> Optional[int]:
+        """Exit code (128+signum for a signal death) or None if running."""
+        if self._status is not None:
+            return self._status
+        if self.popen.returncode is not None:
+            self._status = exit_code_from_returncode(self.popen.returncode)
+            return self._status
+        if hasattr(os, "waitid"):
+            try:
+                info = os.waitid(os.P_PID, self.popen.pid,
+                                 os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                # Already reaped elsewhere; Popen knows the status.
+                self.popen.poll()
+                if self.popen.returncode is not None:
+                    self._status = exit_code_from_returncode(
+                        self.popen.returncode)
+                return self._status
+            if info is None:
+                return None
+            if info.si_code == os.CLD_EXITED:
+                self._status = info.si_status
+            else:  # CLD_KILLED / CLD_DUMPED
+                self._status = 128 + info.si_status
+            return self._status
+        # No waitid (non-Linux): fall back to reaping.
+        if self.popen.poll() is None:
+            return None
+        self._status = exit_code_from_returncode(self.popen.returncode)
+        return self._status
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the rank's process group, ignoring if gone."""
+        if self.popen.returncode is not None:
+            return  # reaped: the pgid may no longer be ours to signal
+        try:
+            os.killpg(self.popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def reap(self) -> None:
+        """Collect the (exited) leader and close its pipes."""
+        self.popen.wait()
+        if self._status is None:
+            self._status = exit_code_from_returncode(self.popen.returncode)
+
+    def join_output(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s in total for the output threads."""
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def exit_code_from_returncode(returncode: int) -> int:
+    """Shell-style exit code: negative Popen codes become 128 + signum."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
+               output_dir: Optional[str] = None,
+               cwd: Optional[str] = None) -> RankProcess:
+    """Start one rank in its own session and begin forwarding its output.
+
+    With ``output_dir`` the rank's raw output is also written to
+    ``output_dir/rank.<rank>/stdout`` and ``.../stderr``.
+    """
+    log_dir = None
+    if output_dir is not None:
+        log_dir = os.path.join(output_dir, "rank.%d" % rank)
+        os.makedirs(log_dir, exist_ok=True)
+    popen = subprocess.Popen(
+        list(command), env=dict(env), cwd=cwd,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, close_fds=True,
+        # Own session => own process group, and no controlling terminal:
+        # the ranks never see the terminal's ^C; the starter stops them.
+        start_new_session=True)
+    threads = []
+    for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
+        thread = threading.Thread(
+            target=_pump, name="hvdlite-rank%d-%s" % (rank, name),
+            args=(pipe, rank, name,
+                  None if log_dir is None else os.path.join(log_dir, name)),
+            daemon=True)
+        thread.start()
+        threads.append(thread)
+    return RankProcess(rank, popen, threads)
+
+
+def stop_ranks(ranks: Sequence[RankProcess],
+               grace: float = TERMINATE_GRACE_SECONDS,
+               hurry: Optional[Callable[[], bool]] = None) -> None:
+    """Stop every rank and everything in their process groups, then reap.
+
+    Sends SIGTERM to the process group of each still-running rank, waits up
+    to ``grace`` seconds (less if ``hurry()`` becomes true) and then sends
+    SIGKILL to every rank's group, including ranks that already exited, so
+    that no child they left behind survives the job.
+    """
+    running = [r for r in ranks if r.exited() is None]
+    for rank in running:
+        rank.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (any(r.exited() is None for r in running)
+           and time.monotonic() < deadline
+           and not (hurry is not None and hurry())):
+        time.sleep(_POLL_INTERVAL)
+    for rank in ranks:
+        rank.signal_group(signal.SIGKILL)
+    for rank in ranks:
+        rank.reap()
+
+
+# ---------------------------------------------------------------------------
+# The job
+# ---------------------------------------------------------------------------
+
+class _SignalCatcher:
+    """Turn SIGINT/SIGTERM into a flag while the job runs.
+
+    The handler only records the signal; the supervisor loop acts on it.
+    Handlers can only be installed from the main thread; elsewhere this is a
+    no-op and the caller is responsible for stopping the job.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: List[int] = []
+        self._previous: Dict[int, object] = {}
+
+    def __enter__(self) -> "_SignalCatcher":
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self._previous.items():
+            # getsignal() gives None for handlers not set from Python.
+            signal.signal(signum, signal.SIG_DFL if handler is None
+                          else handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        self.received.append(signum)
+
+
+def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
+               signals: _SignalCatcher) -> int:
+    """Wait for the ranks; stop them all on failure, timeout or signal."""
+    started = time.monotonic()
+    pending = list(ranks)
+    while pending:
+        if signals.received:
+            name = signal.Signals(signals.received[0]).name
+            _emit("stderr", "%sreceived %s; stopping all ranks\n"
+                  % (_PREFIX, name))
+            stop_ranks(ranks, hurry=lambda: len(signals.received) > 1)
+            return 128 + signals.received[0]
+
+        still_running = []
+        for rank in pending:
+            code = rank.exited()
+            if code is None:
+                still_running.append(rank)
+            elif code != 0:
+                # Stop the others right away, let the failed rank's last
+                # words come out, then report.
+                for other in ranks:
+                    if other is not rank:
+                        other.signal_group(signal.SIGTERM)
+                rank.join_output(timeout=1.0)
+                _emit("stderr", "%srank %d exited with code %d; stopping the "
+                      "other ranks\n" % (_PREFIX, rank.rank, code))
+                stop_ranks(ranks, hurry=lambda: bool(signals.received))
+                return code
+        pending = still_running
+
+        if timeout is not None and time.monotonic() - started > timeout:
+            _emit("stderr", "%sjob exceeded the timeout of %g s; stopping "
+                  "all ranks\n" % (_PREFIX, timeout))
+            stop_ranks(ranks, hurry=lambda: bool(signals.received))
+            return TIMEOUT_EXIT_CODE
+
+        if pending:
+            time.sleep(_POLL_INTERVAL)
+    return 0
+
+
+def launch(command: List[str], np: int,
+           host_ids: Optional[Sequence[Union[str, int]]] = None,
+           env: Optional[Mapping[str, str]] = None,
+           timeout: Optional[float] = None,
+           output_filename: Optional[str] = None) -> int:
+    """Run ``command`` as ``np`` local ranks; return the job's exit code.
+
+    ``env`` is the base environment of the ranks (default: ``os.environ``);
+    the ``HVDLITE_*`` variables are added to it.  Returns 0 if every rank
+    exited 0, the code of the first failing rank otherwise (128 + signum
+    for a signal death), 124 if ``timeout`` seconds elapsed, or
+    128 + signum if the starter got SIGINT/SIGTERM.  Every rank (and every
+    process in its process group) is gone when this returns, also when it
+    raises (e.g. :class:`OSError` if ``command`` cannot be executed).
+    """
+    command = list(command)
+    if not command:
+        raise ValueError("no command given")
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive, got %r" % timeout)
+    topology = compute_topology(np, host_ids)
+
+    secret = secrets.token_bytes(32)
+    job_id = secrets.token_hex(6)
+    server = RendezvousServer(secret, host="127.0.0.1", port=0).start()
+    ranks: List[RankProcess] = []
+    completed = False
+    try:
+        with _SignalCatcher() as signals:
+            addr, port = server.address
+            for info in topology:
+                if signals.received:
+                    break  # _supervise() reports it and stops what started
+                rank_env = build_rank_env(
+                    info, rendezvous_addr=addr, rendezvous_port=port,
+                    secret=secret, job_id=job_id, base_env=env)
+                ranks.append(start_rank(info.rank, command, rank_env,
+                                        output_dir=output_filename))
+            code = _supervise(ranks, timeout, signals)
+            completed = True
+    finally:
+        # After a failure, timeout or signal everything is already stopped
+        # and reaped.  After success this kills whatever the ranks left in
+        # their process groups and reaps them.  After an exception (a rank
+        # that could not be started, a bug) it stops the job without grace.
+        stop_ranks(ranks, grace=TERMINATE_GRACE_SECONDS if completed else 0.0)
+        for rank in ranks:
+            rank.join_output(timeout=2.0)
+        server.stop()
+    return code
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hvdlite.runner.local",
+        description="Run an hvdlite job as N processes on this machine.",
+        usage="%(prog)s -np N [--host-ids IDS] [--timeout SECONDS] "
+              "[--output-filename DIR] -- command [args ...]")
+    parser.add_argument("-np", "--num-proc", dest="np", type=int,
+                        required=True, help="number of ranks to start")
+    parser.add_argument("--host-ids", type=parse_host_ids, default=None,
+                        help="comma-separated host id per rank, e.g. 0,0,1,1, "
+                             "to emulate several hosts (default: one host)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="stop the job and exit 124 after this many "
+                             "seconds (default: no limit)")
+    parser.add_argument("--output-filename", default=None, metavar="DIR",
+                        help="also write each rank's output to "
+                             "DIR/rank.<r>/stdout and DIR/rank.<r>/stderr")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the command each rank runs (after --)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command-line entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is the command, verbatim.
+    if "--" in argv:
+        split = argv.index("--")
+        options, command = argv[:split], argv[split + 1:]
+    else:
+        options, command = argv, []
+    parser = _build_parser()
+    args = parser.parse_args(options)
+    command = command or args.command
+    if not command:
+        parser.error("no command given (put it after --)")
+    if args.np < 1:
+        parser.error("-np must be at least 1")
+    if args.host_ids is not None and len(args.host_ids) != args.np:
+        parser.error("--host-ids has %d entries for -np %d"
+                     % (len(args.host_ids), args.np))
+    if args.timeout is not None and args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    try:
+        return launch(command, args.np, host_ids=args.host_ids,
+                      timeout=args.timeout,
+                      output_filename=args.output_filename)
+    except OSError as exc:
+        _emit("stderr", "%sfailed to start %r: %s\n"
+              % (_PREFIX, command[0], exc))
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""PyTorch collectives with horovod.torch's names and semantics.
+
+Every collective exists as `op` (returns a new tensor), `op_async` (returns a handle for `synchronize`/`poll`)
+and, where Horovod has them, in-place `op_` / `op_async_`. Tensors are passed to the core by pointer (CPU,
+contiguous); no extension is compiled against PyTorch.
+"""
+from typing import List, Optional, Sequence
+
+import torch
+
+from hvdlite.common import ops
+from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
+                                   OP_REDUCESCATTER, global_process_set)
+from hvdlite.common.errors import HvdliteError
+from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
+
+_DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
+           torch.float32: 6, torch.float64: 7, torch.bool: 8}
+
+_handles = ops.HandleTable()
+
+
+def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
+    if tensor.device.type != "cpu":
+        raise HvdliteError(
+            f"tensor {name or ''!s} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
+            "collectives take CPU tensors only: move it with .cpu() first")
+    try:
+        return _DTYPES[tensor.dtype]
+    except KeyError:
+        raise HvdliteError(f"tensor {name or ''!s} has dtype {tensor.dtype}, which hvdlite does not support; "
+                           f"supported: {', '.join(str(d) for d in _DTYPES)}") from None
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _resolve_op(op, average) -> int:
+    if average is not None:
+        if op is not None:
+            raise ValueError("pass either op or the deprecated average argument, not both")
+        op = Average if average else Sum
+    return Average if op is None else op
+
+
+def _process_set_id(process_set) -> int:
+    if process_set.process_set_id is None:
+        raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
+    return process_set.process_set_id
+
+
+def poll(handle: int) -> bool:
+    """True when the asynchronous operation behind handle has finished."""
+    return _handles.poll(handle)
+
+
+def synchronize(handle: int):
+    """Waits for an asynchronous operation and returns its result (raises its error)."""
+    return _handles.synchronize(handle)
+
+
+# --------------------------------------------------------------------------- allreduce
+
+def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    code = _dtype_code(tensor, name)
+    return ops.enqueue(OP_ALLREDUCE, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
+                       reduce_op=ops.core_reduce_op(op), prescale=prescale_factor, postscale=postscale_factor,
+                       process_set_id=_process_set_id(process_set))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    source = _contiguous(tensor)
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    h = _allreduce_enqueue(source, output, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: output, keep_alive=source)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduces tensor over every rank of process_set and returns the result (default op: Average)."""
+    if compression is not None:
+        tensor, ctx = compression.compress(tensor)
+        result = synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                             process_set))
+        return compression.decompress(result, ctx)
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    if tensor.is_contiguous():
+        h = _allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+        return _handles.add([h], lambda: tensor, keep_alive=tensor)
+    work = tensor.contiguous()
+    h = _allreduce_enqueue(work, work, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def _group_names(name, count):
+    return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    sources = [_contiguous(t) for t in tensors]
+    outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
+    handles = [_allreduce_enqueue(s, o, n, op, prescale_factor, postscale_factor, process_set)
+               for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))]
+    return _handles.add(handles, lambda: outputs, keep_alive=sources)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set) -> List[torch.Tensor]:
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                                               process_set))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    handles = [_allreduce_enqueue(w, w, n, op, prescale_factor, postscale_factor, process_set)
+               for w, n in zip(works, _group_names(name, len(works)))]
+
+    def finish():
+        for t, w in zip(tensors, works):
+            if w is not t:
+                t.copy_(w)
+        return list(tensors)
+
+    return _handles.add(handles, finish, keep_alive=works)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# --------------------------------------------------------------------------- core-owned results
+
+def _owned_result(handle: int, dtype: torch.dtype) -> torch.Tensor:
+    shape = ops.output_shape(handle)
+    out = torch.empty(shape, dtype=dtype)
+    ops.copy_output(handle, out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+def _allgather_enqueue(tensor, name, process_set):
+    source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
+    code = _dtype_code(source, name)
+    h = ops.enqueue(OP_ALLGATHER, name, code, tuple(source.shape), source.data_ptr(), 0,
+                    process_set_id=_process_set_id(process_set))
+    return h, source
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
+    h, source = _allgather_enqueue(tensor, name, process_set)
+    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+
+
+def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
+    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ)."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
+    pairs = [_allgather_enqueue(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    handles = [h for h, _ in pairs]
+    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+                        keep_alive=[s for _, s in pairs])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[torch.Tensor]:
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    source = _contiguous(tensor)
+    code = _dtype_code(source, name)
+    h = ops.enqueue(OP_REDUCESCATTER, name, code, tuple(source.shape), source.data_ptr(), 0,
+                    reduce_op=ops.core_reduce_op(op), prescale=prescale_factor, postscale=postscale_factor,
+                    process_set_id=_process_set_id(process_set))
+    return h, source
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0) -> int:
+    h, source = _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
+    """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the
+    extra rows when it does not divide evenly)."""
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0) -> int:
+    pairs = [_reducescatter_enqueue(t, n, op, prescale_factor, postscale_factor, process_set)
+             for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    return _handles.add([h for h, _ in pairs], lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+                        keep_alive=[s for _, s in pairs])
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0) -> List[torch.Tensor]:
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                                   postscale_factor))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
+    code = _dtype_code(source, name)
+    if splits is not None:
+        splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
+                    process_set_id=_process_set_id(process_set), splits=splits)
+
+    def finish():
+        return _owned_result(h, source.dtype), torch.tensor(ops.int_results(h), dtype=torch.int32)
+
+    return _handles.add([h], finish, keep_alive=source)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of tensor to rank i of the set; returns (received rows concatenated in rank order,
+    received splits). Without splits, dimension 0 is divided evenly."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+# --------------------------------------------------------------------------- broadcast
+
+def _broadcast_enqueue(tensor, output, root_rank, name, process_set):
+    code = _dtype_code(tensor, name)
+    return ops.enqueue(OP_BROADCAST, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
+                       root_rank=int(root_rank), process_set_id=_process_set_id(process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    source = _contiguous(tensor)
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    h = _broadcast_enqueue(source, output, root_rank, name, process_set)
+    return _handles.add([h], lambda: output, keep_alive=source)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    """Returns root_rank's tensor on every rank of the set (root_rank is a global rank)."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    h = _broadcast_enqueue(work, work, root_rank, name, process_set)
+
+    def finish():
+        if work is not tensor:
+            tensor.copy_(work)
+        return tensor
+
+    return _handles.add([h], finish, keep_alive=work)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# --------------------------------------------------------------------------- synchronisation
+
+def barrier(process_set=global_process_set) -> None:
+    """Returns once every rank of the set has called barrier."""
+    h = ops.enqueue(OP_BARRIER, None, 0, (), 0, 0, process_set_id=_process_set_id(process_set))
+    synchronize(_handles.add([h], lambda: None))
+
+
+def join(device=-1) -> int:
+    """Declares that this rank has no more data. Until every rank has joined, this rank takes part in other
+    ranks' allreduces with zeros (allgathers with no rows). Returns the last rank to join."""
+    h = ops.enqueue(OP_JOIN, None, 0, (), 0, 0)
+    return synchronize(_handles.add([h], lambda: ops.int_results(h)[0]))

@@ -1,0 +1,107 @@
+/* hvdlite C ABI.
+ *
+ * The only interface between the C++ core and the language bindings (Python reaches it through cffi in ABI
+ * mode, so this header must stay plain C that cffi's cdef parser accepts: no macros in declarations, no
+ * includes the parser needs). Every function returns an hvdlite_status; on failure the message is available
+ * from hvdlite_last_error() on the calling thread, or from hvdlite_handle_error() for a handle.
+ */
+#ifndef HVDLITE_H
+#define HVDLITE_H
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  HVDLITE_OK = 0,
+  HVDLITE_IN_PROGRESS = 1,
+  HVDLITE_INVALID_ARGUMENT = 2, /* bad usage on this rank: wrong root, duplicate name, bad splits */
+  HVDLITE_PRECONDITION = 3,     /* not initialised, already shut down */
+  HVDLITE_MISMATCH = 4,         /* ranks submitted incompatible requests for one tensor name */
+  HVDLITE_REMOTE_ERROR = 5,     /* a peer died or a connection broke */
+  HVDLITE_TIMEOUT = 6,          /* a deadline passed */
+  HVDLITE_INTERNAL = 7,
+  HVDLITE_ABORTED = 8           /* the runtime shut down while the operation was pending */
+} hvdlite_status;
+
+typedef enum {
+  HVDLITE_UINT8 = 0, HVDLITE_INT8 = 1, HVDLITE_INT32 = 2, HVDLITE_INT64 = 3, HVDLITE_FLOAT16 = 4,
+  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8
+} hvdlite_dtype;
+
+typedef enum {
+  HVDLITE_OP_ALLREDUCE = 0, HVDLITE_OP_ALLGATHER = 1, HVDLITE_OP_BROADCAST = 2, HVDLITE_OP_ALLTOALL = 3,
+  HVDLITE_OP_REDUCESCATTER = 4, HVDLITE_OP_BARRIER = 5, HVDLITE_OP_JOIN = 6,
+  HVDLITE_OP_ADD_PROCESS_SET = 7, HVDLITE_OP_REMOVE_PROCESS_SET = 8
+} hvdlite_op;
+
+typedef enum {
+  HVDLITE_SUM = 0, HVDLITE_AVERAGE = 1, HVDLITE_MIN = 2, HVDLITE_MAX = 3, HVDLITE_PRODUCT = 4
+} hvdlite_reduce_op;
+
+/* Where this process sits in the job; filled by the bootstrap (launcher variables, MPI, Slurm, ...). */
+typedef struct {
+  int32_t rank;
+  int32_t size;
+  const char* const* peer_addresses; /* size entries, "host:port" of each rank's listener */
+  const int32_t* host_ids;           /* size entries; equal ids share a host (shared memory is used) */
+  const int32_t* pids;               /* size entries; process ids, for cross-memory attach on one host */
+  const uint8_t* secret;             /* per-job secret authenticating every connection */
+  int32_t secret_len;
+  const char* job_id;                /* names this job's shared-memory segments */
+} hvdlite_init_config;
+
+typedef struct {
+  int32_t op;                 /* hvdlite_op */
+  const char* name;           /* unique among this rank's in-flight operations of the process set */
+  int32_t dtype;              /* hvdlite_dtype */
+  int32_t ndim;
+  const int64_t* shape;
+  const void* input;          /* not read after completion; may equal output for in-place allreduce */
+  void* output;               /* allreduce, broadcast: same shape as input. NULL for allgather, alltoall,
+                                 reducescatter: the core owns their result (hvdlite_handle_output_*) */
+  int32_t root_rank;          /* broadcast: global rank of the root */
+  int32_t reduce_op;          /* hvdlite_reduce_op */
+  double prescale_factor;
+  double postscale_factor;
+  int32_t process_set_id;     /* 0: every rank */
+  const int32_t* splits;      /* alltoall: rows sent to each member of the set; NULL for an even split.
+                                 add_process_set: the member ranks */
+  int32_t nsplits;
+} hvdlite_request;
+
+const char* hvdlite_version(void);
+const char* hvdlite_last_error(void);
+
+/* Bootstrap: open this rank's listening socket first, publish its address, then init with everyone's. */
+int hvdlite_listener_open(const char* bind_host, int32_t* port_out);
+int hvdlite_init(const hvdlite_init_config* config);
+int hvdlite_shutdown(void);
+int hvdlite_is_initialized(void);
+int hvdlite_rank(void);
+int hvdlite_size(void);
+
+int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out);
+/* 1 when the operation finished (successfully or not), 0 while pending, negative for an unknown handle. */
+int hvdlite_poll(int64_t handle);
+/* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */
+int hvdlite_wait(int64_t handle, double timeout_seconds);
+int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity);
+/* Results the core owns (allgather, alltoall, reducescatter): shape first, then a copy into caller memory. */
+int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity, int32_t* ndim_out);
+int hvdlite_handle_output_copy(int64_t handle, void* destination, int64_t nbytes);
+/* alltoall: rows received from each member; join: the last rank to join; add_process_set: the new id. */
+int hvdlite_handle_int_results(int64_t handle, int32_t* values_out, int32_t capacity, int32_t* count_out);
+int hvdlite_handle_release(int64_t handle);
+
+/* Process sets: ids and members (global ranks, ascending). */
+int hvdlite_process_set_ranks(int32_t process_set_id, int32_t* ranks_out, int32_t capacity, int32_t* count_out);
+int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_out);
+
+/* Which backends and transports this build and this job use, as "key=value;..." text. */
+int hvdlite_build_info(char* buffer, int32_t capacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

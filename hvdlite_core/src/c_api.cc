@@ -1,0 +1,245 @@
+// The C ABI (include/hvdlite.h). Every entry point catches everything: a C++ exception never crosses into
+// the caller. Failures return a status and leave their message for hvdlite_last_error() on this thread.
+// Only these functions are exported (the library is built with -fvisibility=hidden).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/log.h"
+#include "hvdlite.h"
+#include "runtime/runtime.h"
+#include "transport/socket_util.h"
+
+#define HVDLITE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace hvdlite {
+namespace {
+
+std::mutex g_mutex;  // guards g_runtime's lifetime (init/shutdown) and g_listen_fd
+std::unique_ptr<Runtime> g_runtime;
+int g_listen_fd = -1;
+thread_local std::string g_last_error;
+
+int fail(StatusCode code, const std::string& message) {
+  g_last_error = message;
+  return static_cast<int>(code);
+}
+
+int report(const Status& status) {
+  if (status.ok()) return HVDLITE_OK;
+  return fail(status.code(), status.message());
+}
+
+template <typename F>
+int guarded(F&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    return fail(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return fail(StatusCode::kInternal, e.what());
+  } catch (...) {
+    return fail(StatusCode::kInternal, "unknown error");
+  }
+}
+
+Runtime* runtime_or_null() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_runtime.get();
+}
+
+int not_initialized() {
+  return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvdlite init() first");
+}
+
+std::shared_ptr<HandleState> find_handle(int64_t id) {
+  Runtime* rt = runtime_or_null();
+  return rt ? rt->handle(id) : nullptr;
+}
+
+int unknown_handle(int64_t id) {
+  return fail(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(id));
+}
+
+int copy_text(const std::string& text, char* buffer, int32_t capacity) {
+  if (!buffer || capacity <= 0) return static_cast<int>(text.size());
+  size_t n = std::min(text.size(), static_cast<size_t>(capacity - 1));
+  std::memcpy(buffer, text.data(), n);
+  buffer[n] = '\0';
+  return static_cast<int>(text.size());
+}
+
+}  // namespace
+}  // namespace hvdlite
+
+using namespace hvdlite;
+
+HVDLITE_EXPORT const char* hvdlite_version(void) { return "0.1.0"; }
+
+HVDLITE_EXPORT const char* hvdlite_last_error(void) { return g_last_error.c_str(); }
+
+HVDLITE_EXPORT int hvdlite_listener_open(const char* bind_host, int32_t* port_out) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_listen_fd >= 0) ::close(g_listen_fd);
+    int port = 0;
+    g_listen_fd = socket_listen(bind_host ? bind_host : "", &port);
+    *port_out = port;
+    return HVDLITE_OK;
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_runtime) return static_cast<int>(HVDLITE_OK);
+    if (!init || init->size < 1 || init->rank < 0 || init->rank >= init->size) {
+      return fail(StatusCode::kInvalidArgument, "invalid rank/size in init");
+    }
+    if (init->size > 1 && (g_listen_fd < 0 || !init->peer_addresses)) {
+      return fail(StatusCode::kInvalidArgument, "multi-rank init needs hvdlite_listener_open and peer addresses");
+    }
+    Config config = Config::FromEnvironment();
+    log_configure(config.log_level, init->rank);
+    int fd = g_listen_fd;
+    g_listen_fd = -1;  // the mesh owns (and closes) it from here
+    g_runtime.reset(new Runtime(config, *init, fd));
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_shutdown(void) {
+  return guarded([&] {
+    std::unique_ptr<Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      rt.swap(g_runtime);
+    }
+    rt.reset();  // collective shutdown, joins the background thread (outside the lock: waiters may call in)
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_is_initialized(void) { return runtime_or_null() ? 1 : 0; }
+
+HVDLITE_EXPORT int hvdlite_rank(void) {
+  Runtime* rt = runtime_or_null();
+  return rt ? rt->rank() : -1;
+}
+
+HVDLITE_EXPORT int hvdlite_size(void) {
+  Runtime* rt = runtime_or_null();
+  return rt ? rt->size() : -1;
+}
+
+HVDLITE_EXPORT int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out) {
+  return guarded([&] {
+    Runtime* rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
+    return report(rt->enqueue(*request, handle_out));
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {
+  auto state = find_handle(handle);
+  if (!state) return -1;
+  return state->finished() ? 1 : 0;
+}
+
+HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
+  return guarded([&] {
+    auto state = find_handle(handle);
+    if (!state) return unknown_handle(handle);
+    auto start = Clock::now();
+    // Spin briefly: a small collective usually completes within microseconds of being enqueued.
+    while (!state->finished() && micros_since(start) < 20) cpu_relax();
+    while (!state->finished()) {
+      int64_t slice_us = 100000;
+      if (timeout_seconds > 0) {
+        int64_t left = static_cast<int64_t>(timeout_seconds * 1e6) - micros_since(start);
+        if (left <= 0) return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
+        slice_us = std::min(slice_us, left);
+      }
+      futex_wait(&state->done, 0, slice_us);
+    }
+    return report(state->status);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity) {
+  auto state = find_handle(handle);
+  if (!state) return unknown_handle(handle);
+  return copy_text(state->finished() ? state->status.message() : "", buffer, capacity);
+}
+
+HVDLITE_EXPORT int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity, int32_t* ndim_out) {
+  auto state = find_handle(handle);
+  if (!state) return unknown_handle(handle);
+  if (!state->finished()) return fail(StatusCode::kInProgress, "operation still in progress");
+  *ndim_out = static_cast<int32_t>(state->output_shape.size());
+  for (int32_t i = 0; i < std::min(*ndim_out, capacity); ++i) shape_out[i] = state->output_shape[i];
+  return HVDLITE_OK;
+}
+
+HVDLITE_EXPORT int hvdlite_handle_output_copy(int64_t handle, void* destination, int64_t nbytes) {
+  auto state = find_handle(handle);
+  if (!state) return unknown_handle(handle);
+  if (!state->finished()) return fail(StatusCode::kInProgress, "operation still in progress");
+  if (nbytes < 0 || static_cast<size_t>(nbytes) != state->output_bytes) {
+    return fail(StatusCode::kInvalidArgument, "output is " + std::to_string(state->output_bytes) +
+                                                  " bytes, the destination " + std::to_string(nbytes));
+  }
+  if (nbytes > 0) std::memcpy(destination, state->output.get(), static_cast<size_t>(nbytes));
+  return HVDLITE_OK;
+}
+
+HVDLITE_EXPORT int hvdlite_handle_int_results(int64_t handle, int32_t* values_out, int32_t capacity, int32_t* count_out) {
+  auto state = find_handle(handle);
+  if (!state) return unknown_handle(handle);
+  *count_out = static_cast<int32_t>(state->int_results.size());
+  for (int32_t i = 0; i < std::min(*count_out, capacity); ++i) values_out[i] = state->int_results[i];
+  return HVDLITE_OK;
+}
+
+HVDLITE_EXPORT int hvdlite_handle_release(int64_t handle) {
+  Runtime* rt = runtime_or_null();
+  if (rt) rt->release(handle);
+  return HVDLITE_OK;
+}
+
+HVDLITE_EXPORT int hvdlite_process_set_ranks(int32_t id, int32_t* ranks_out, int32_t capacity, int32_t* count_out) {
+  return guarded([&] {
+    Runtime* rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    std::vector<int> members;
+    if (!rt->process_sets().members(id, &members)) {
+      return fail(StatusCode::kInvalidArgument, "process set " + std::to_string(id) + " does not exist");
+    }
+    *count_out = static_cast<int32_t>(members.size());
+    for (int32_t i = 0; i < std::min(*count_out, capacity); ++i) ranks_out[i] = members[i];
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_out) {
+  return guarded([&] {
+    Runtime* rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    std::vector<int> ids = rt->process_sets().ids();
+    *count_out = static_cast<int32_t>(ids.size());
+    for (int32_t i = 0; i < std::min(*count_out, capacity); ++i) ids_out[i] = ids[i];
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
+  std::string info = "version=0.1.0;backends=tcp,shm;mpi=0;nccl=0;";
+  Runtime* rt = runtime_or_null();
+  if (rt) info += rt->describe();
+  return copy_text(info, buffer, capacity);
+}

@@ -1,0 +1,45 @@
+// The collective algorithms. Each takes a Communicator and raw buffers; each file opens with its protocol and
+// cost. The dispatchers in dispatch.cc choose among them by message size and topology.
+//
+// Conventions: counts are elements, offsets bytes; every member calls with matching arguments (negotiation
+// guarantees it); buffers may be empty (count 0), in which case no bytes move but the call stays collective
+// where ordering requires it.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/reduce_kernels.h"
+
+namespace hvdlite {
+
+// --- dispatchers (dispatch.cc) ---
+// output = reduce(input over members). input may equal output.
+void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind);
+// output = concatenation of every member's block; block_bytes[i] is member i's size.
+void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
+void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
+
+// --- algorithms ---
+void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
+                           ReduceKind kind);
+// In place on a full-size buffer: afterwards member i's segment (segment_counts[i] elements, in order) holds the
+// reduction of that segment over all members. Other segments hold partial sums.
+void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<size_t>& segment_counts, DType dtype,
+                         ReduceKind kind);
+void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes);
+void allgather_single_copy(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
+void broadcast_tree(Communicator& comm, void* buffer, size_t bytes, int root_index);
+void broadcast_chain(Communicator& comm, void* buffer, size_t bytes, int root_index);
+void broadcast_single_copy(Communicator& comm, void* buffer, size_t bytes, int root_index);
+// send_bytes[i]: bytes of input for member i (blocks in member order); recv_bytes[i]: bytes from member i.
+void alltoall_pairwise(Communicator& comm, const void* input, const std::vector<size_t>& send_bytes, void* output,
+                       const std::vector<size_t>& recv_bytes);
+void barrier_dissemination(Communicator& comm);
+
+// Even split of count elements over n members, the first (count % n) getting one more (Horovod's rule).
+std::vector<size_t> even_split(size_t count, int n);
+
+}  // namespace hvdlite

@@ -1,0 +1,37 @@
+// A process set's view of the mesh: its members (global ranks, ascending), my index among them, channels by
+// member index, and scratch memory reused across operations. Algorithms see only this.
+#pragma once
+#include <sys/types.h>
+
+#include <vector>
+
+#include "common/config.h"
+#include "transport/mesh.h"
+
+namespace hvdlite {
+
+class Communicator {
+ public:
+  Communicator(Mesh* mesh, const Config* config, std::vector<int> members);
+  int size() const { return static_cast<int>(members_.size()); }
+  int rank() const { return my_index_; }
+  int global_rank(int index) const { return members_[index]; }
+  const std::vector<int>& members() const { return members_; }
+  Channel* channel(int index) const { return mesh_->channel(members_[index]); }
+  pid_t pid(int index) const { return mesh_->pid(members_[index]); }
+  Progress& progress() const { return mesh_->progress(); }
+  const Config& config() const { return *config_; }
+  // Every member on this host and able to read the others' memory directly (process_vm_readv).
+  bool single_copy_local() const { return single_copy_local_; }
+  char* scratch(size_t bytes);
+
+ private:
+  Mesh* mesh_;
+  const Config* config_;
+  std::vector<int> members_;
+  int my_index_ = -1;
+  bool single_copy_local_ = false;
+  std::vector<char> scratch_;
+};
+
+}  // namespace hvdlite

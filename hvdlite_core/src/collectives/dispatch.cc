@@ -1,0 +1,55 @@
+// Algorithm choice. Small messages are latency-bound: recursive doubling needs log2(n) exchanges. Large ones
+// are bandwidth-bound: on one host with cross-memory attach, single-copy reads move each byte once; otherwise
+// the ring moves 2(n-1)/n of the data per rank, the optimum for a bandwidth-bound allreduce.
+#include <cstring>
+
+#include "collectives/algorithms.h"
+
+namespace hvdlite {
+
+std::vector<size_t> even_split(size_t count, int n) {
+  std::vector<size_t> parts(n, count / n);
+  for (size_t i = 0; i < count % n; ++i) parts[i] += 1;
+  return parts;
+}
+
+void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind) {
+  size_t bytes = count * dtype_size(dtype);
+  if (comm.size() > 1 && comm.single_copy_local() && bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
+    allreduce_single_copy(comm, input, output, count, dtype, kind);
+    return;
+  }
+  if (input != output) std::memcpy(output, input, bytes);
+  if (comm.size() == 1 || count == 0) return;
+  if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
+    allreduce_recursive_doubling(comm, output, count, dtype, kind);
+  } else {
+    allreduce_ring(comm, output, count, dtype, kind);
+  }
+}
+
+void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {
+  size_t total = 0;
+  for (size_t b : block_bytes) total += b;
+  if (comm.size() > 1 && comm.single_copy_local() && total >= static_cast<size_t>(comm.config().small_message_bytes)) {
+    allgather_single_copy(comm, input, output, block_bytes);
+    return;
+  }
+  size_t offset = 0;
+  for (int i = 0; i < comm.rank(); ++i) offset += block_bytes[i];
+  if (block_bytes[comm.rank()] > 0) std::memcpy(static_cast<char*>(output) + offset, input, block_bytes[comm.rank()]);
+  if (comm.size() > 1) allgather_ring(comm, output, block_bytes);
+}
+
+void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index) {
+  if (comm.size() == 1 || bytes == 0) return;
+  if (comm.single_copy_local() && bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
+    broadcast_single_copy(comm, buffer, bytes, root_index);
+  } else if (bytes < static_cast<size_t>(comm.config().small_message_bytes)) {
+    broadcast_tree(comm, buffer, bytes, root_index);
+  } else {
+    broadcast_chain(comm, buffer, bytes, root_index);
+  }
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,21 @@
+// Element-wise reductions and scaling for every dtype. Half types are widened to float per element; the
+// loops are simple enough for the compiler to vectorise the native types.
+#pragma once
+#include <cstddef>
+
+#include "common/dtype.h"
+
+namespace hvdlite {
+
+// Reductions the algorithms perform. Average is Sum followed by a postscale of 1/size (done by the executor).
+// kBitwiseAnd serves the negotiation's bit vectors (integer types only).
+enum class ReduceKind { kSum, kMin, kMax, kProduct, kBitwiseAnd };
+
+// dst[i] = dst[i] (op) src[i]
+void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count);
+// data[i] *= factor (integers: rounded to nearest; bool: unchanged)
+void scale_in_place(DType dtype, void* data, size_t count, double factor);
+// dst[i] = src[i] * factor, in one pass (used when copying into and out of the fusion buffer)
+void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double factor);
+
+}  // namespace hvdlite

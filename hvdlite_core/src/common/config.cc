@@ -1,0 +1,93 @@
+#include "common/config.h"
+
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hvdlite {
+namespace {
+
+const char* lookup(const std::string& name) {
+  for (const char* prefix : {"HVDLITE_", "HOROVOD_"}) {
+    if (const char* value = std::getenv((prefix + name).c_str())) {
+      if (*value) return value;
+    }
+  }
+  return nullptr;
+}
+
+double parse_number(const std::string& name, const char* text) {
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  if (end == text || *end != '\0') {
+    throw Error(StatusCode::kInvalidArgument,
+                "environment variable HVDLITE_" + name + " (or HOROVOD_" + name + ") is not a number: '" + text + "'");
+  }
+  return value;
+}
+
+bool parse_bool(const char* text) {
+  std::string v(text);
+  return !(v == "0" || v == "false" || v == "False" || v == "no" || v == "off");
+}
+
+struct Knob {
+  const char* name;
+  std::function<void(Config&, const char*)> apply;
+  std::function<std::string(const Config&)> show;
+};
+
+template <typename T>
+Knob number_knob(const char* name, T Config::*field, double scale = 1.0) {
+  return {name,
+          [=](Config& c, const char* text) { c.*field = static_cast<T>(parse_number(name, text) * scale); },
+          [=](const Config& c) { std::ostringstream s; s << c.*field; return s.str(); }};
+}
+
+Knob bool_knob(const char* name, bool Config::*field) {
+  return {name, [=](Config& c, const char* text) { c.*field = parse_bool(text); },
+          [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+}
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> table = {
+      number_knob("FUSION_THRESHOLD", &Config::fusion_threshold_bytes),
+      number_knob("CYCLE_TIME", &Config::cycle_time_ms),
+      number_knob("CACHE_CAPACITY", &Config::cache_capacity),
+      number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
+      number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds),
+      number_knob("PEER_TIMEOUT_SECONDS", &Config::peer_timeout_seconds),
+      number_knob("START_TIMEOUT", &Config::start_timeout_seconds),
+      number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes),
+      number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes),
+      bool_knob("SHM_DISABLE", &Config::shm_disable),
+      bool_knob("CMA_DISABLE", &Config::cma_disable),
+      number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
+      {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
+       [](const Config& c) { return c.log_level; }},
+  };
+  return table;
+}
+
+}  // namespace
+
+Config Config::FromEnvironment() {
+  Config config;
+  for (const Knob& knob : knobs()) {
+    if (const char* text = lookup(knob.name)) knob.apply(config, text);
+  }
+  if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
+  if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
+  return config;
+}
+
+std::string Config::Describe() const {
+  std::ostringstream out;
+  for (const Knob& knob : knobs()) out << knob.name << "=" << knob.show(*this) << ";";
+  return out.str();
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,28 @@
+// Every tunable of the core, declared once in config.cc's table and read once at init. Each knob is read from
+// HVDLITE_<NAME>, falling back to HOROVOD_<NAME> so existing Horovod job scripts keep their tuning.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace hvdlite {
+
+struct Config {
+  int64_t fusion_threshold_bytes = 64 << 20;  // FUSION_THRESHOLD: fuse small allreduces up to this size
+  double cycle_time_ms = 1.0;                 // CYCLE_TIME: longest sleep of an idle background loop
+  int64_t cache_capacity = 1024;              // CACHE_CAPACITY: response cache entries; 0 disables the cache
+  double stall_warning_seconds = 60.0;        // STALL_CHECK_TIME_SECONDS: report tensors some ranks lack
+  double stall_shutdown_seconds = 0.0;        // STALL_SHUTDOWN_TIME_SECONDS: fail them after this (0: never)
+  double peer_timeout_seconds = 60.0;         // PEER_TIMEOUT_SECONDS: a peer silent this long mid-operation is lost
+  double start_timeout_seconds = 60.0;        // START_TIMEOUT: connecting the mesh at init
+  int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
+  int64_t shm_ring_bytes = 4 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size
+  bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
+  bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
+  int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
+  std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
+
+  static Config FromEnvironment();
+  std::string Describe() const;  // "key=value;..." for --check-build style reports and debug logs
+};
+
+}  // namespace hvdlite

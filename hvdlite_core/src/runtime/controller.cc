@@ -1,0 +1,310 @@
+#include "runtime/controller.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "collectives/algorithms.h"
+#include "common/log.h"
+#include "runtime/validation.h"
+
+namespace hvdlite {
+namespace {
+constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
+}
+
+Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets)
+    : config_(config),
+      rank_(rank),
+      size_(size),
+      sets_(sets),
+      cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
+      cache_enabled_(config.cache_capacity > 0) {}
+
+int Controller::member_index(int process_set) const {
+  Communicator* comm = sets_.get(process_set);
+  return comm ? comm->rank() : -1;
+}
+
+void Controller::exchange_bits(std::vector<uint64_t>& words) {
+  Communicator* world = sets_.get(0);
+  if (world->size() == 1) return;
+  allreduce_recursive_doubling(*world, words.data(), words.size(), DType::kInt64, ReduceKind::kBitwiseAnd);
+}
+
+Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown) {
+  std::vector<Request> requests;
+  requests.swap(resend_);
+  std::vector<int> conflicts;
+  for (TensorEntry& entry : fresh) {
+    Request& q = entry.request;
+    std::string key = entry_key(q.process_set, q.name);
+    if (q.op == OpType::kJoin) joined_ = true;
+    int position = -1;
+    ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
+    if (cache_enabled_ && q.cacheable) found = cache_.lookup(q, member_index(q.process_set), &position);
+    if (found == ResponseCache::Lookup::kHit) {
+      hits_[position] = key;
+    } else {
+      if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
+      requests.push_back(q);
+    }
+    pending_.emplace(key, std::move(entry));
+  }
+  fresh.clear();
+
+  // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
+  size_t positions = 0;
+  for (size_t p = cache_.capacity(); p > 0; --p) {
+    if (cache_.occupied(static_cast<int>(p - 1))) {
+      positions = p;
+      break;
+    }
+  }
+  const size_t words = (positions + 63) / 64;
+  std::vector<uint64_t> bits(1 + 2 * words, ~0ull);
+  uint64_t flags = (requests.empty() ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
+                   (joined_ ? kFlagJoined : 0);
+  bits[0] = ~flags;
+  for (int p : conflicts) bits[1 + p / 64] &= ~(1ull << (p % 64));
+  for (size_t p = 0; p < positions; ++p) {
+    bool vote = false;
+    if (cache_.occupied(static_cast<int>(p))) {
+      vote = hits_.count(static_cast<int>(p)) > 0 || member_index(cache_.at(static_cast<int>(p)).process_set) < 0;
+    }
+    if (!vote) bits[1 + words + p / 64] &= ~(1ull << (p % 64));
+  }
+  exchange_bits(bits);
+
+  const uint64_t any = ~bits[0];
+  bool any_conflict = false;
+  for (size_t p = 0; p < positions; ++p) {
+    if (bits[1 + p / 64] & (1ull << (p % 64))) continue;
+    any_conflict = true;
+    auto hit = hits_.find(static_cast<int>(p));
+    if (hit != hits_.end()) {
+      requests.push_back(pending_.at(hit->second).request);
+      hits_.erase(hit);
+    }
+    cache_.erase(static_cast<int>(p));
+  }
+
+  Outcome outcome;
+  outcome.shutdown = (any & kFlagShutdown) != 0;
+  const bool any_joined = (any & kFlagJoined) != 0;
+  if (any_joined) {
+    // Joined ranks contribute without submitting; only the coordinator can account for them.
+    for (auto& hit : hits_) requests.push_back(pending_.at(hit.second).request);
+    hits_.clear();
+  } else {
+    for (size_t p = 0; p < positions; ++p) {
+      if (!(bits[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
+      outcome.responses.push_back(cache_.at(static_cast<int>(p)));
+      cache_.touch(static_cast<int>(p));
+      hits_.erase(static_cast<int>(p));
+    }
+  }
+  if ((any & kFlagRequests) || any_conflict || any_joined) {
+    std::vector<Response> decided = coordinate(requests);
+    remember(decided);
+    outcome.responses.insert(outcome.responses.end(), decided.begin(), decided.end());
+  }
+  return outcome;
+}
+
+void Controller::remember(const std::vector<Response>& responses) {
+  if (!cache_enabled_) return;
+  for (const Response& r : responses) {
+    if (!r.cacheable || r.is_error) continue;
+    int displaced = -1;
+    cache_.put(r, &displaced);
+    if (displaced < 0) continue;
+    auto hit = hits_.find(displaced);
+    if (hit != hits_.end()) {
+      resend_.push_back(pending_.at(hit->second).request);
+      hits_.erase(hit);
+    }
+  }
+}
+
+std::vector<Response> Controller::coordinate(const std::vector<Request>& mine) {
+  Communicator* world = sets_.get(0);
+  Progress& progress = world->progress();
+  WireWriter writer;
+  writer.put<uint32_t>(static_cast<uint32_t>(mine.size()));
+  for (const Request& q : mine) q.write(writer);
+  std::vector<char>& payload = writer.bytes();
+
+  std::vector<char> answer;
+  if (rank_ == 0) {
+    std::vector<uint64_t> lengths(size_, 0);
+    std::vector<Transfer> transfers;
+    for (int r = 1; r < size_; ++r) transfers.push_back(Transfer::Recv(world->channel(r), &lengths[r], 8));
+    progress.run(transfers);
+    std::vector<std::vector<char>> blobs(size_);
+    transfers.clear();
+    for (int r = 1; r < size_; ++r) {
+      blobs[r].resize(lengths[r]);
+      transfers.push_back(Transfer::Recv(world->channel(r), blobs[r].data(), lengths[r]));
+    }
+    progress.run(transfers);
+    blobs[0] = payload;
+    for (int r = 0; r < size_; ++r) {
+      WireReader reader(blobs[r].data(), blobs[r].size());
+      uint32_t count = reader.get<uint32_t>();
+      for (uint32_t i = 0; i < count; ++i) ingest(Request::Read(reader));
+    }
+    std::vector<Response> decided = decide();
+    WireWriter out;
+    out.put<uint32_t>(static_cast<uint32_t>(decided.size()));
+    for (const Response& r : decided) r.write(out);
+    answer = std::move(out.bytes());
+    uint64_t length = answer.size();
+    transfers.clear();
+    for (int r = 1; r < size_; ++r) {
+      transfers.push_back(Transfer::Send(world->channel(r), &length, 8));
+      transfers.push_back(Transfer::Send(world->channel(r), answer.data(), answer.size()));
+    }
+    progress.run(transfers);
+    return decided;
+  }
+  uint64_t length = payload.size();
+  Transfer send[2] = {Transfer::Send(world->channel(0), &length, 8),
+                      Transfer::Send(world->channel(0), payload.data(), payload.size())};
+  progress.run(send, 2);
+  uint64_t answer_length = 0;
+  Transfer recv_length = Transfer::Recv(world->channel(0), &answer_length, 8);
+  progress.run(&recv_length, 1);
+  answer.resize(answer_length);
+  Transfer recv = Transfer::Recv(world->channel(0), answer.data(), answer.size());
+  progress.run(&recv, 1);
+  WireReader reader(answer.data(), answer.size());
+  uint32_t count = reader.get<uint32_t>();
+  std::vector<Response> decided;
+  decided.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) decided.push_back(Response::Read(reader));
+  return decided;
+}
+
+void Controller::ingest(const Request& request) {
+  if (request.op == OpType::kJoin) {
+    joined_ranks_.insert(request.rank);
+    last_joined_ = request.rank;
+    return;
+  }
+  std::string key = entry_key(request.process_set, request.name);
+  auto it = table_.find(key);
+  if (it == table_.end()) {
+    Submissions fresh;
+    fresh.first_seen = std::chrono::steady_clock::now();
+    it = table_.emplace(key, std::move(fresh)).first;
+    arrival_order_.push_back(key);
+  }
+  it->second.requests.push_back(request);
+}
+
+std::vector<Response> Controller::decide() {
+  std::vector<Response> out;
+  std::vector<std::string> still_waiting;
+  for (const std::string& key : arrival_order_) {
+    Submissions& s = table_.at(key);
+    const Request& first = s.requests.front();
+    std::vector<int> members;
+    if (!sets_.members(first.process_set, &members)) {
+      Response gone;
+      gone.is_error = true;
+      gone.error_code = static_cast<int32_t>(StatusCode::kInvalidArgument);
+      gone.error = "process set " + std::to_string(first.process_set) + " of tensor '" + first.name +
+                   "' was removed";
+      gone.op = first.op;
+      gone.name = first.name;
+      gone.process_set = first.process_set;
+      gone.cacheable = false;
+      out.push_back(gone);
+      table_.erase(key);
+      continue;
+    }
+    std::set<int> submitted;
+    for (const Request& q : s.requests) submitted.insert(q.rank);
+    std::vector<int> joined;
+    for (int m : members) {
+      if (!submitted.count(m) && joined_ranks_.count(m)) joined.push_back(m);
+    }
+    if (submitted.size() + joined.size() == members.size()) {
+      out.push_back(build_response(s.requests, joined, members));
+      table_.erase(key);
+    } else {
+      still_waiting.push_back(key);
+    }
+  }
+  arrival_order_.swap(still_waiting);
+  if (!joined_ranks_.empty() && static_cast<int>(joined_ranks_.size()) == size_) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.name = "hvdlite.join";
+    join.ranks = {last_joined_};
+    join.cacheable = false;
+    out.push_back(join);
+    joined_ranks_.clear();
+  }
+  report_stalls(out);
+  return out;
+}
+
+void Controller::report_stalls(std::vector<Response>& out) {
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> keep;
+  for (const std::string& key : arrival_order_) {
+    Submissions& s = table_.at(key);
+    double age = std::chrono::duration<double>(now - s.first_seen).count();
+    std::vector<int> members;
+    sets_.members(s.requests.front().process_set, &members);
+    std::ostringstream missing;
+    int count = 0;
+    for (int m : members) {
+      bool has = std::any_of(s.requests.begin(), s.requests.end(), [m](const Request& q) { return q.rank == m; });
+      if (!has) missing << (count++ ? ", " : "") << m;
+    }
+    const Request& first = s.requests.front();
+    if (!s.warned && config_.stall_warning_seconds > 0 && age > config_.stall_warning_seconds) {
+      s.warned = true;
+      HVD_LOG(kWarning, "stall: " << op_name(first.op) << " of tensor '" << first.name << "' has waited " << age
+                                  << " s; submitted by " << s.requests.size() << " rank(s), missing rank(s) "
+                                  << missing.str());
+    }
+    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
+      Response stalled;
+      stalled.is_error = true;
+      stalled.error_code = static_cast<int32_t>(StatusCode::kTimeout);
+      stalled.error = std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
+                      std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing.str() +
+                      " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)";
+      stalled.op = first.op;
+      stalled.name = first.name;
+      stalled.process_set = first.process_set;
+      stalled.cacheable = false;
+      out.push_back(stalled);
+      table_.erase(key);
+    } else {
+      keep.push_back(key);
+    }
+  }
+  arrival_order_.swap(keep);
+}
+
+bool Controller::take_pending(const Response& response, TensorEntry* out) {
+  auto it = pending_.find(entry_key(response.process_set, response.name));
+  if (it == pending_.end()) return false;
+  *out = std::move(it->second);
+  pending_.erase(it);
+  return true;
+}
+
+std::vector<TensorEntry> Controller::take_all_pending() {
+  std::vector<TensorEntry> out;
+  for (auto& kv : pending_) out.push_back(std::move(kv.second));
+  pending_.clear();
+  hits_.clear();
+  return out;
+}
+
+}  // namespace hvdlite

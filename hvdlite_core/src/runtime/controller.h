@@ -1,0 +1,81 @@
+// Negotiation: each cycle, decide which submitted tensors every member of their process set has submitted,
+// and in which order all ranks execute them.
+//
+// One cycle, on every rank (global rank 0 is the coordinator):
+//   1. New entries are looked up in the response cache: a hit becomes a bit at the cache position; a miss (or
+//      a hit with different parameters: a conflict) becomes a Request for the coordinator.
+//   2. One bitwise-AND allreduce of [~flags | ~conflict bits | hit bits] gives everyone: whether anyone has
+//      requests for the coordinator, wants to shut down or has joined (OR, via inverted bits); which cache
+//      positions conflict somewhere (erased on every rank); which cached tensors are ready everywhere (AND;
+//      ranks outside a tensor's process set vote yes).
+//   3. Only if some rank has requests (or conflicts, or joins) do the ranks send them to the coordinator,
+//      which matches them by (process set, name), validates complete sets (validation.h) and broadcasts the
+//      ordered response list. Steady-state training never reaches this step.
+// The responses are: ready cached ones in position order, then the coordinator's, identical on every rank.
+#pragma once
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "runtime/entry.h"
+#include "runtime/process_sets.h"
+#include "runtime/response_cache.h"
+
+namespace hvdlite {
+
+class Controller {
+ public:
+  Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets);
+
+  struct Outcome {
+    std::vector<Response> responses;
+    bool shutdown = false;
+  };
+  // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks.
+  Outcome negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown);
+  // The pending entry for a response, removed from the table; false if this rank has none (it joined, or
+  // never submitted a tensor that failed validation).
+  bool take_pending(const Response& response, TensorEntry* out);
+  // Every pending entry, removed (for failing them all at shutdown or on a fatal error).
+  std::vector<TensorEntry> take_all_pending();
+  bool joined() const { return joined_; }
+  void clear_joined() { joined_ = false; }
+
+ private:
+  int member_index(int process_set) const;
+  void exchange_bits(std::vector<uint64_t>& words);
+  std::vector<Response> coordinate(const std::vector<Request>& mine);
+  void ingest(const Request& request);
+  std::vector<Response> decide();
+  void report_stalls(std::vector<Response>& out);
+  void remember(const std::vector<Response>& responses);
+
+  const Config& config_;
+  int rank_;
+  int size_;
+  ProcessSetRegistry& sets_;
+  ResponseCache cache_;
+  bool cache_enabled_;
+
+  std::unordered_map<std::string, TensorEntry> pending_;  // by entry_key
+  std::map<int, std::string> hits_;                       // cache position -> pending key, awaiting readiness
+  std::vector<Request> resend_;                           // hits whose cache entry was displaced
+  bool joined_ = false;
+
+  // Coordinator state (rank 0 only).
+  struct Submissions {
+    std::vector<Request> requests;
+    std::chrono::steady_clock::time_point first_seen;
+    bool warned = false;
+  };
+  std::map<std::string, Submissions> table_;
+  std::vector<std::string> arrival_order_;
+  std::set<int> joined_ranks_;
+  int last_joined_ = -1;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,48 @@
+// A submitted operation as the core sees it: the request that is negotiated, the caller's buffers, and the
+// handle through which the caller learns the outcome.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "common/wait.h"
+#include "runtime/message.h"
+
+namespace hvdlite {
+
+struct HandleState {
+  std::atomic<uint32_t> done{0};  // futex word: 0 pending, 1 finished
+  Status status;                   // written before done is set
+  std::unique_ptr<char[]> output;  // results the core owns (allgather, alltoall, reducescatter); not zeroed
+  size_t output_bytes = 0;
+  std::vector<int64_t> output_shape;
+  std::vector<int32_t> int_results;  // alltoall received splits, join's last rank, a new process set id
+
+  void finish(Status s) {
+    status = std::move(s);
+    done.store(1, std::memory_order_release);
+    futex_wake_all(&done);
+  }
+  bool finished() const { return done.load(std::memory_order_acquire) != 0; }
+  char* allocate_output(size_t bytes) {
+    output.reset(new char[bytes > 0 ? bytes : 1]);
+    output_bytes = bytes;
+    return output.get();
+  }
+};
+
+struct TensorEntry {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<int32_t> splits;  // alltoall rows per member
+  std::shared_ptr<HandleState> handle;
+};
+
+inline std::string entry_key(int32_t process_set, const std::string& name) {
+  return std::to_string(process_set) + "/" + name;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,249 @@
+#include "runtime/executor.h"
+
+#include <cstring>
+
+#include "collectives/algorithms.h"
+#include "common/log.h"
+#include "runtime/fusion.h"
+
+namespace hvdlite {
+namespace {
+
+ReduceKind kind_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return ReduceKind::kMin;
+    case ReduceOp::kMax: return ReduceKind::kMax;
+    case ReduceOp::kProduct: return ReduceKind::kProduct;
+    default: return ReduceKind::kSum;
+  }
+}
+
+double effective_postscale(const Response& r, int n) {
+  return r.reduce_op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
+}
+
+int64_t row_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+bool is_transport_failure(const Error& e) {
+  return e.code() == StatusCode::kRemoteError || e.code() == StatusCode::kTimeout || e.code() == StatusCode::kInternal;
+}
+
+}  // namespace
+
+Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue)
+    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue) {}
+
+char* Executor::fusion_buffer(size_t bytes) {
+  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  return fusion_.data();
+}
+
+void Executor::execute(const std::vector<Response>& responses) {
+  for (const std::vector<size_t>& group : plan_fusion(responses, config_.fusion_threshold_bytes)) {
+    if (group.size() == 1) {
+      run_single(responses[group[0]]);
+    } else {
+      std::vector<const Response*> members;
+      for (size_t i : group) members.push_back(&responses[i]);
+      run_fused(members);
+    }
+  }
+}
+
+void Executor::run_single(const Response& r) {
+  TensorEntry entry;
+  bool have = controller_.take_pending(r, &entry);
+  TensorEntry* e = have ? &entry : nullptr;
+  if (r.is_error) {
+    if (e) queue_.finish(entry, Status(static_cast<StatusCode>(r.error_code), r.error));
+    return;
+  }
+  try {
+    switch (r.op) {
+      case OpType::kAddProcessSet:
+      case OpType::kRemoveProcessSet:
+        run_process_set_change(r, e);
+        return;
+      case OpType::kJoin:
+        if (e) e->handle->int_results = r.ranks;
+        controller_.clear_joined();
+        break;
+      case OpType::kBarrier:
+        break;  // negotiation completed only once every member had arrived
+      default: {
+        Communicator* comm = sets_.get(r.process_set);
+        if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
+        if (r.op == OpType::kAllreduce) run_allreduce(*comm, r, e);
+        else if (r.op == OpType::kAllgather) run_allgather(*comm, r, e);
+        else if (r.op == OpType::kBroadcast) run_broadcast(*comm, r, e);
+        else if (r.op == OpType::kAlltoall && e) run_alltoall(*comm, r, e);
+        else if (r.op == OpType::kReducescatter && e) run_reducescatter(*comm, r, e);
+      }
+    }
+  } catch (const Error& error) {
+    if (is_transport_failure(error)) {
+      if (e) queue_.finish(entry, error.status());
+      throw;
+    }
+    if (e) queue_.finish(entry, error.status());
+    return;
+  }
+  if (e) queue_.finish(entry, Status::Ok());
+}
+
+void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
+  const size_t count = static_cast<size_t>(element_count(r.shape));
+  const size_t bytes = count * dtype_size(r.dtype);
+  const void* input;
+  void* output;
+  if (e) {
+    input = e->input;
+    output = e->output;
+  } else {  // joined: contribute zeros, discard the result
+    if (zeros_.size() < bytes) zeros_.assign(bytes, 0);
+    input = zeros_.data();
+    output = fusion_buffer(bytes);
+  }
+  if (r.prescale != 1.0) {
+    copy_scaled(r.dtype, output, input, count, r.prescale);
+    input = output;
+  }
+  allreduce(comm, input, output, count, r.dtype, kind_of(r.reduce_op));
+  double post = effective_postscale(r, comm.size());
+  if (post != 1.0) scale_in_place(r.dtype, output, count, post);
+}
+
+void Executor::run_fused(const std::vector<const Response*>& group) {
+  const Response& head = *group.front();
+  Communicator* comm = sets_.get(head.process_set);
+  std::vector<TensorEntry> entries(group.size());
+  std::vector<bool> have(group.size());
+  for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
+  if (!comm || comm->rank() < 0) return;
+  const size_t esize = dtype_size(head.dtype);
+  std::vector<size_t> counts(group.size()), offsets(group.size());
+  size_t total = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    counts[i] = static_cast<size_t>(element_count(group[i]->shape));
+    offsets[i] = total;
+    total += counts[i];
+  }
+  char* buffer = fusion_buffer(total * esize);
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (have[i]) copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i].input, counts[i], head.prescale);
+    else std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
+  }
+  try {
+    allreduce(*comm, buffer, buffer, total, head.dtype, kind_of(head.reduce_op));
+  } catch (const Error& error) {
+    for (size_t i = 0; i < group.size(); ++i) if (have[i]) queue_.finish(entries[i], error.status());
+    throw;
+  }
+  double post = effective_postscale(head, comm->size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (!have[i]) continue;
+    copy_scaled(head.dtype, entries[i].output, buffer + offsets[i] * esize, counts[i], post);
+    queue_.finish(entries[i], Status::Ok());
+  }
+}
+
+void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry* e) {
+  const size_t row_bytes = static_cast<size_t>(row_elements(r.shape)) * dtype_size(r.dtype);
+  std::vector<size_t> block_bytes(comm.size());
+  int64_t rows = 0;
+  size_t total = 0;
+  for (int i = 0; i < comm.size(); ++i) {
+    block_bytes[i] = static_cast<size_t>(r.first_dims[i]) * row_bytes;
+    rows += r.first_dims[i];
+    total += block_bytes[i];
+  }
+  char* output;
+  if (e) {
+    output = e->handle->allocate_output(total);
+    e->handle->output_shape = r.shape;
+    e->handle->output_shape[0] = rows;
+  } else {
+    output = fusion_buffer(total);
+  }
+  allgather(comm, e ? e->input : nullptr, output, block_bytes);
+}
+
+void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry* e) {
+  const size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
+  int root_index = -1;
+  for (int i = 0; i < comm.size(); ++i) if (comm.global_rank(i) == r.root_rank) root_index = i;
+  void* buffer = e ? e->output : fusion_buffer(bytes);
+  if (rank_ == r.root_rank && e && e->input != e->output && bytes > 0) std::memcpy(e->output, e->input, bytes);
+  broadcast(comm, buffer, bytes, root_index);
+}
+
+void Executor::run_alltoall(Communicator& comm, const Response& r, TensorEntry* e) {
+  const int n = comm.size();
+  const size_t row_bytes = static_cast<size_t>(row_elements(r.shape)) * dtype_size(r.dtype);
+  std::vector<int32_t> send_rows(e->splits);
+  std::vector<int32_t> recv_rows(n, 0);
+  // First the row counts (each member learns what it will receive), then the rows themselves.
+  std::vector<size_t> four(n, sizeof(int32_t));
+  alltoall_pairwise(comm, send_rows.data(), four, recv_rows.data(), four);
+  std::vector<size_t> send_bytes(n), recv_bytes(n);
+  size_t total = 0;
+  int64_t rows = 0;
+  for (int i = 0; i < n; ++i) {
+    send_bytes[i] = static_cast<size_t>(send_rows[i]) * row_bytes;
+    recv_bytes[i] = static_cast<size_t>(recv_rows[i]) * row_bytes;
+    total += recv_bytes[i];
+    rows += recv_rows[i];
+  }
+  char* output = e->handle->allocate_output(total);
+  e->handle->output_shape = e->request.shape;
+  e->handle->output_shape[0] = rows;
+  e->handle->int_results = recv_rows;
+  alltoall_pairwise(comm, e->input, send_bytes, output, recv_bytes);
+}
+
+void Executor::run_reducescatter(Communicator& comm, const Response& r, TensorEntry* e) {
+  const int n = comm.size();
+  const size_t esize = dtype_size(r.dtype);
+  const int64_t row_elems = row_elements(r.shape);
+  std::vector<size_t> rows = even_split(static_cast<size_t>(r.shape[0]), n);
+  std::vector<size_t> counts(n);
+  size_t offset = 0;
+  for (int i = 0; i < n; ++i) {
+    counts[i] = rows[i] * static_cast<size_t>(row_elems);
+    if (i < comm.rank()) offset += counts[i];
+  }
+  const size_t total = static_cast<size_t>(element_count(r.shape));
+  char* work = fusion_buffer(total * esize);
+  copy_scaled(r.dtype, work, e->input, total, r.prescale);
+  reduce_scatter_ring(comm, work, counts, r.dtype, kind_of(r.reduce_op));
+  const size_t mine = counts[comm.rank()];
+  char* output = e->handle->allocate_output(mine * esize);
+  e->handle->output_shape = r.shape;
+  e->handle->output_shape[0] = static_cast<int64_t>(rows[comm.rank()]);
+  copy_scaled(r.dtype, output, work + offset * esize, mine, effective_postscale(r, n));
+}
+
+void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
+  Status status;
+  if (r.op == OpType::kAddProcessSet) {
+    std::vector<int> ranks(r.ranks.begin(), r.ranks.end());
+    int existing = sets_.find(ranks);
+    if (existing >= 0) {
+      status = Status(StatusCode::kInvalidArgument,
+                      "a process set with these ranks already exists (id " + std::to_string(existing) + ")");
+    } else {
+      int id = sets_.add(ranks);
+      if (e) e->handle->int_results = {id};
+    }
+  } else {
+    int id = r.ranks.empty() ? -1 : r.ranks[0];
+    if (!sets_.remove(id)) status = Status(StatusCode::kInvalidArgument, "no process set with id " + std::to_string(id) + " to remove");
+  }
+  if (e) queue_.finish(*e, status);
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,38 @@
+// Runs the negotiated responses on this rank, in order: fused allreduces through the fusion buffer, every other
+// collective on its own, errors delivered to their handles. Transport failures propagate (they are fatal for
+// the runtime); everything else completes the affected handle and execution goes on.
+#pragma once
+#include <vector>
+
+#include "runtime/controller.h"
+#include "runtime/process_sets.h"
+#include "runtime/tensor_queue.h"
+
+namespace hvdlite {
+
+class Executor {
+ public:
+  Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue);
+  void execute(const std::vector<Response>& responses);
+
+ private:
+  void run_single(const Response& response);
+  void run_fused(const std::vector<const Response*>& group);
+  void run_allreduce(Communicator& comm, const Response& r, TensorEntry* entry);
+  void run_allgather(Communicator& comm, const Response& r, TensorEntry* entry);
+  void run_broadcast(Communicator& comm, const Response& r, TensorEntry* entry);
+  void run_alltoall(Communicator& comm, const Response& r, TensorEntry* entry);
+  void run_reducescatter(Communicator& comm, const Response& r, TensorEntry* entry);
+  void run_process_set_change(const Response& r, TensorEntry* entry);
+  char* fusion_buffer(size_t bytes);
+
+  const Config& config_;
+  int rank_;
+  ProcessSetRegistry& sets_;
+  Controller& controller_;
+  TensorQueue& queue_;
+  std::vector<char> fusion_;
+  std::vector<char> zeros_;  // stand-in input of a joined rank
+};
+
+}  // namespace hvdlite

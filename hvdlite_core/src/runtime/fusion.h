@@ -1,0 +1,16 @@
+// Tensor fusion: allreduces that agree on process set, dtype, reduce op and scale factors are packed into one
+// buffer (up to the fusion threshold) and reduced by one collective: one latency instead of many, and the
+// bandwidth-optimal algorithms get large messages. Grouping depends only on the response list, so it is
+// identical on every rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "runtime/message.h"
+
+namespace hvdlite {
+
+// Groups of response indices, in execution order (a group runs when its first member comes up).
+std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes);
+
+}  // namespace hvdlite

@@ -1,0 +1,127 @@
+#include "runtime/message.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace hvdlite {
+
+const char* op_name(OpType op) {
+  static const char* const names[kNumOpTypes] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
+                                                 "barrier", "join", "add_process_set", "remove_process_set"};
+  int i = static_cast<int>(op);
+  return (i >= 0 && i < kNumOpTypes) ? names[i] : "unknown";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  static const char* const names[] = {"Sum", "Average", "Min", "Max", "Product"};
+  int i = static_cast<int>(op);
+  return (i >= 0 && i < 5) ? names[i] : "unknown";
+}
+
+void Request::write(WireWriter& w) const {
+  w.put<int32_t>(rank);
+  w.put<int32_t>(static_cast<int32_t>(op));
+  w.put<int32_t>(static_cast<int32_t>(dtype));
+  w.put<int32_t>(static_cast<int32_t>(reduce_op));
+  w.put<int32_t>(root_rank);
+  w.put<int32_t>(process_set);
+  w.put<double>(prescale);
+  w.put<double>(postscale);
+  w.put_vector(shape);
+  w.put_vector(ranks);
+  w.put_string(name);
+  w.put<uint8_t>(cacheable ? 1 : 0);
+}
+
+Request Request::Read(WireReader& r) {
+  Request q;
+  q.rank = r.get<int32_t>();
+  q.op = static_cast<OpType>(r.get<int32_t>());
+  q.dtype = static_cast<DType>(r.get<int32_t>());
+  q.reduce_op = static_cast<ReduceOp>(r.get<int32_t>());
+  q.root_rank = r.get<int32_t>();
+  q.process_set = r.get<int32_t>();
+  q.prescale = r.get<double>();
+  q.postscale = r.get<double>();
+  q.shape = r.get_vector<int64_t>();
+  q.ranks = r.get_vector<int32_t>();
+  q.name = r.get_string();
+  q.cacheable = r.get<uint8_t>() != 0;
+  return q;
+}
+
+void Response::write(WireWriter& w) const {
+  w.put<uint8_t>(is_error ? 1 : 0);
+  w.put<int32_t>(error_code);
+  w.put_string(error);
+  w.put<int32_t>(static_cast<int32_t>(op));
+  w.put<int32_t>(static_cast<int32_t>(dtype));
+  w.put<int32_t>(static_cast<int32_t>(reduce_op));
+  w.put<int32_t>(root_rank);
+  w.put<int32_t>(process_set);
+  w.put<double>(prescale);
+  w.put<double>(postscale);
+  w.put_vector(shape);
+  w.put_vector(first_dims);
+  w.put_vector(joined);
+  w.put_vector(ranks);
+  w.put_string(name);
+  w.put<uint8_t>(cacheable ? 1 : 0);
+}
+
+Response Response::Read(WireReader& r) {
+  Response s;
+  s.is_error = r.get<uint8_t>() != 0;
+  s.error_code = r.get<int32_t>();
+  s.error = r.get_string();
+  s.op = static_cast<OpType>(r.get<int32_t>());
+  s.dtype = static_cast<DType>(r.get<int32_t>());
+  s.reduce_op = static_cast<ReduceOp>(r.get<int32_t>());
+  s.root_rank = r.get<int32_t>();
+  s.process_set = r.get<int32_t>();
+  s.prescale = r.get<double>();
+  s.postscale = r.get<double>();
+  s.shape = r.get_vector<int64_t>();
+  s.first_dims = r.get_vector<int64_t>();
+  s.joined = r.get_vector<int32_t>();
+  s.ranks = r.get_vector<int32_t>();
+  s.name = r.get_string();
+  s.cacheable = r.get<uint8_t>() != 0;
+  return s;
+}
+
+bool Response::matches(const Request& q, int member_index) const {
+  if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.name != name) return false;
+  switch (op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      return q.shape == shape && q.reduce_op == reduce_op && q.prescale == prescale && q.postscale == postscale;
+    case OpType::kBroadcast:
+      return q.shape == shape && q.root_rank == root_rank;
+    case OpType::kAllgather:
+      return member_index >= 0 && member_index < static_cast<int>(first_dims.size()) && !q.shape.empty() &&
+             q.shape.size() == shape.size() && q.shape[0] == first_dims[member_index] &&
+             std::equal(q.shape.begin() + 1, q.shape.end(), shape.begin() + 1);
+    case OpType::kAlltoall:
+      return q.shape.size() == shape.size() && !q.shape.empty() &&
+             std::equal(q.shape.begin() + 1, q.shape.end(), shape.begin() + 1);
+    default:
+      return false;
+  }
+}
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,70 @@
+// What ranks tell the coordinator (Request: "I have submitted this tensor, with these parameters") and what
+// the coordinator answers (Response: "every member has it: execute", or "they disagree: fail with this
+// message"). Responses are identical on every rank, which is what keeps execution order consistent.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "runtime/wire.h"
+
+namespace hvdlite {
+
+enum class OpType : int32_t {
+  kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4, kBarrier = 5, kJoin = 6,
+  kAddProcessSet = 7, kRemoveProcessSet = 8,
+};
+constexpr int kNumOpTypes = 9;
+const char* op_name(OpType op);
+
+// Values are the C ABI's hvdlite_reduce_op.
+enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
+const char* reduce_op_name(ReduceOp op);
+
+struct Request {
+  int32_t rank = 0;  // global rank of the submitter
+  OpType op = OpType::kAllreduce;
+  DType dtype = DType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root_rank = -1;
+  int32_t process_set = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
+  std::string name;
+  bool cacheable = true;       // false for auto-named tensors: their names never repeat
+
+  void write(WireWriter& w) const;
+  static Request Read(WireReader& r);
+};
+
+struct Response {
+  bool is_error = false;
+  int32_t error_code = 0;   // a StatusCode when is_error
+  std::string error;
+  OpType op = OpType::kAllreduce;
+  DType dtype = DType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root_rank = -1;
+  int32_t process_set = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;       // the tensor shape (allgather/alltoall: of the first member; rows may differ)
+  std::vector<int64_t> first_dims;  // allgather: rows of each member
+  std::vector<int32_t> joined;      // global ranks that have joined and contribute zeros / nothing
+  std::vector<int32_t> ranks;       // add/remove_process_set payload; join: {last rank to join}
+  std::string name;
+  bool cacheable = true;
+
+  void write(WireWriter& w) const;
+  static Response Read(WireReader& r);
+  // Whether a request from `rank` matches this (cached) response, i.e. can reuse it.
+  bool matches(const Request& request, int member_index) const;
+};
+
+int64_t element_count(const std::vector<int64_t>& shape);
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace hvdlite

@@ -1,0 +1,33 @@
+// Process sets: id -> members and their Communicator. Set 0 is every rank. Additions and removals happen
+// only on the background thread, in negotiated order, so ids agree on every rank; readers on other threads
+// (rank lists for the Python side) take the lock.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "collectives/communicator.h"
+
+namespace hvdlite {
+
+class ProcessSetRegistry {
+ public:
+  ProcessSetRegistry(Mesh* mesh, const Config* config);
+  // nullptr when the id is unknown. The pointer stays valid while the set exists (background thread only).
+  Communicator* get(int id);
+  bool members(int id, std::vector<int>* out);
+  int find(const std::vector<int>& ranks);  // id of an existing set with exactly these members, or -1
+  int add(const std::vector<int>& ranks);
+  bool remove(int id);
+  std::vector<int> ids();
+
+ private:
+  Mesh* mesh_;
+  const Config* config_;
+  std::mutex mutex_;
+  std::map<int, std::unique_ptr<Communicator>> sets_;
+  int next_id_ = 1;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,60 @@
+#include "runtime/response_cache.h"
+
+namespace hvdlite {
+
+ResponseCache::ResponseCache(size_t capacity) : slots_(capacity), recency_pos_(capacity) {}
+
+std::string ResponseCache::key(int32_t process_set, const std::string& name) {
+  return std::to_string(process_set) + "/" + name;
+}
+
+ResponseCache::Lookup ResponseCache::lookup(const Request& request, int member_index, int* position) const {
+  auto it = by_key_.find(key(request.process_set, request.name));
+  if (it == by_key_.end()) return Lookup::kMiss;
+  *position = it->second;
+  return slots_[it->second]->matches(request, member_index) ? Lookup::kHit : Lookup::kConflict;
+}
+
+int ResponseCache::put(const Response& response, int* displaced) {
+  *displaced = -1;
+  std::string k = key(response.process_set, response.name);
+  auto it = by_key_.find(k);
+  int position;
+  if (it != by_key_.end()) {
+    position = it->second;
+    *displaced = position;
+  } else {
+    position = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {  // lowest free position: deterministic on every rank
+      if (!slots_[i]) {
+        position = static_cast<int>(i);
+        break;
+      }
+    }
+    if (position < 0) {
+      position = recency_.back();
+      *displaced = position;
+      erase(position);
+    }
+    by_key_[k] = position;
+    recency_.push_front(position);
+    recency_pos_[position] = recency_.begin();
+  }
+  slots_[position].reset(new Response(response));
+  touch(position);
+  return position;
+}
+
+void ResponseCache::erase(int position) {
+  if (!slots_[position]) return;
+  by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
+  recency_.erase(recency_pos_[position]);
+  slots_[position].reset();
+}
+
+void ResponseCache::touch(int position) {
+  if (!slots_[position]) return;
+  recency_.splice(recency_.begin(), recency_, recency_pos_[position]);
+}
+
+}  // namespace hvdlite

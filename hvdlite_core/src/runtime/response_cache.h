@@ -1,0 +1,45 @@
+// The response cache: responses of tensors negotiated before, kept at fixed positions so that in steady state
+// a rank announces "I have submitted the tensor at position p" with one bit, and one bitwise-AND allreduce of
+// those bits tells every rank which tensors are ready everywhere, with no coordinator round-trip.
+//
+// Invariant: every rank's cache holds the same responses at the same positions. It holds because the cache only
+// changes in response to the coordinator's response list (identical on all ranks) and in a fixed order: erase
+// invalidated positions, then put/touch while executing; eviction is least-recently-used with ties impossible.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/message.h"
+
+namespace hvdlite {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(size_t capacity);
+  size_t capacity() const { return slots_.size(); }
+
+  enum class Lookup { kMiss, kHit, kConflict };
+  // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
+  // parameters (the entry must be invalidated everywhere). member_index: the submitter's index in the set.
+  Lookup lookup(const Request& request, int member_index, int* position) const;
+  bool occupied(int position) const { return slots_[position] != nullptr; }
+  const Response& at(int position) const { return *slots_[position]; }
+  // Inserts (or replaces the entry of the same name); returns the position. *displaced is the position whose
+  // previous entry was evicted to make room or replaced, or -1: ranks holding a hit on it must renegotiate.
+  int put(const Response& response, int* displaced);
+  void erase(int position);
+  void touch(int position);
+
+ private:
+  static std::string key(int32_t process_set, const std::string& name);
+  std::vector<std::unique_ptr<Response>> slots_;
+  std::unordered_map<std::string, int> by_key_;
+  std::list<int> recency_;  // front: most recently used
+  std::vector<std::list<int>::iterator> recency_pos_;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,214 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace hvdlite {
+
+Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd)
+    : config_(config), rank_(init.rank), size_(init.size) {
+  std::vector<PeerInfo> peers(size_);
+  for (int r = 0; r < size_; ++r) {
+    peers[r].address = init.peer_addresses ? init.peer_addresses[r] : "";
+    peers[r].host_id = init.host_ids ? init.host_ids[r] : 0;
+    peers[r].pid = init.pids ? init.pids[r] : 0;
+  }
+  HandshakeKeys keys;
+  keys.secret.assign(init.secret, init.secret + init.secret_len);
+  keys.job_id = init.job_id ? init.job_id : "job";
+  mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
+  sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
+  controller_.reset(new Controller(config_, rank_, size_, *sets_));
+  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_));
+  thread_ = std::thread([this] { background_loop(); });
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+void Runtime::shutdown() {
+  shutdown_requested_ = true;
+  queue_.wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Runtime::background_loop() {
+  const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  while (true) {
+    std::vector<TensorEntry> fresh = queue_.drain(cycle);
+    try {
+      Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
+      executor_->execute(outcome.responses);
+      if (outcome.shutdown) {
+        fail_everything(Status(StatusCode::kAborted,
+                               shutdown_requested_ ? "hvdlite was shut down before this operation completed"
+                                                   : "another rank shut hvdlite down before this operation completed"));
+        return;
+      }
+    } catch (const Error& e) {
+      HVD_LOG(kError, "background loop stopped: " << e.what());
+      fail_everything(Status(e.code(), std::string("hvdlite cannot continue: ") + e.what()));
+      return;
+    } catch (const std::exception& e) {
+      fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
+      return;
+    }
+  }
+}
+
+void Runtime::fail_everything(const Status& status) {
+  queue_.close(status);
+  for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(entry, status);
+}
+
+Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vector<int32_t>* splits) {
+  auto invalid = [](const std::string& message) { return Status(StatusCode::kInvalidArgument, message); };
+  if (q.op < 0 || q.op >= kNumOpTypes) return invalid("unknown operation " + std::to_string(q.op));
+  out->op = static_cast<OpType>(q.op);
+  out->rank = rank_;
+  out->process_set = q.process_set_id;
+  out->prescale = q.prescale_factor;
+  out->postscale = q.postscale_factor;
+  out->root_rank = q.root_rank;
+  if (q.name && *q.name) {
+    out->name = q.name;
+  } else if (out->op == OpType::kJoin) {
+    out->name = "hvdlite.join";
+    out->cacheable = false;
+  } else if (out->op == OpType::kBarrier) {
+    out->name = "hvdlite.barrier";
+    out->cacheable = false;
+  } else {
+    // Auto names count per process; ranks issuing unnamed collectives in the same order agree on them.
+    out->name = std::string(op_name(out->op)) + ".noname." + std::to_string(unnamed_counter_++);
+    out->cacheable = false;
+  }
+  const std::string subject = std::string(op_name(out->op)) + " of tensor '" + out->name + "'";
+  std::vector<int> members;
+  if (!sets_->members(q.process_set_id, &members)) {
+    return invalid(subject + ": process set " + std::to_string(q.process_set_id) + " does not exist");
+  }
+  if (std::find(members.begin(), members.end(), rank_) == members.end()) {
+    return invalid(subject + ": this rank (" + std::to_string(rank_) + ") is not a member of process set " +
+                   std::to_string(q.process_set_id));
+  }
+  if (out->op == OpType::kAddProcessSet || out->op == OpType::kRemoveProcessSet) {
+    if (q.process_set_id != 0) return invalid("process sets are added and removed by every rank (process set 0)");
+    out->ranks.assign(q.splits, q.splits + std::max(q.nsplits, 0));
+    out->cacheable = false;
+    if (out->op == OpType::kAddProcessSet) {
+      std::vector<int32_t> sorted(out->ranks);
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted.front() < 0 ||
+          sorted.back() >= size_) {
+        return invalid("add_process_set needs distinct ranks in [0, " + std::to_string(size_) + ")");
+      }
+      out->ranks = sorted;
+    }
+    return Status::Ok();
+  }
+  if (out->op == OpType::kBarrier || out->op == OpType::kJoin) {
+    if (out->op == OpType::kJoin && q.process_set_id != 0) return invalid("join is only supported on process set 0");
+    return Status::Ok();
+  }
+  if (!dtype_valid(q.dtype)) return invalid(subject + ": unsupported dtype " + std::to_string(q.dtype));
+  out->dtype = static_cast<DType>(q.dtype);
+  if (q.ndim < 0 || (q.ndim > 0 && !q.shape)) return invalid(subject + ": bad shape");
+  out->shape.assign(q.shape, q.shape + q.ndim);
+  for (int64_t d : out->shape) if (d < 0) return invalid(subject + ": negative dimension in " + shape_string(out->shape));
+  if (q.reduce_op < 0 || q.reduce_op > 4) return invalid(subject + ": unknown reduce op " + std::to_string(q.reduce_op));
+  out->reduce_op = static_cast<ReduceOp>(q.reduce_op);
+  const size_t bytes = static_cast<size_t>(element_count(out->shape)) * dtype_size(out->dtype);
+  if (bytes > 0 && !q.input) return invalid(subject + ": input buffer is null");
+  switch (out->op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      if (out->dtype == DType::kBool && out->reduce_op == ReduceOp::kAverage) {
+        return invalid(subject + ": Average is not defined for bool tensors");
+      }
+      if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
+      if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      break;
+    case OpType::kBroadcast:
+      if (std::find(members.begin(), members.end(), q.root_rank) == members.end()) {
+        std::ostringstream list;
+        for (size_t i = 0; i < members.size(); ++i) list << (i ? ", " : "") << members[i];
+        return invalid(subject + ": root rank " + std::to_string(q.root_rank) + " is not a member of process set " +
+                       std::to_string(q.process_set_id) + " (ranks " + list.str() + ")");
+      }
+      if (bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
+      break;
+    case OpType::kAllgather:
+      if (out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      break;
+    case OpType::kAlltoall: {
+      if (out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      const int n = static_cast<int>(members.size());
+      if (q.splits) {
+        if (q.nsplits != n) {
+          return invalid(subject + ": splits has " + std::to_string(q.nsplits) + " entries, the process set has " +
+                         std::to_string(n) + " ranks");
+        }
+        int64_t sum = 0;
+        for (int i = 0; i < n; ++i) {
+          if (q.splits[i] < 0) return invalid(subject + ": negative split " + std::to_string(q.splits[i]));
+          sum += q.splits[i];
+        }
+        if (sum != out->shape[0]) {
+          return invalid(subject + ": splits sum to " + std::to_string(sum) + " but the first dimension is " +
+                         std::to_string(out->shape[0]));
+        }
+        splits->assign(q.splits, q.splits + n);
+      } else {
+        if (out->shape[0] % n != 0) {
+          return invalid(subject + ": first dimension " + std::to_string(out->shape[0]) +
+                         " does not divide evenly over " + std::to_string(n) + " ranks; pass splits");
+        }
+        splits->assign(n, static_cast<int32_t>(out->shape[0] / n));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return Status::Ok();
+}
+
+Status Runtime::enqueue(const hvdlite_request& request, int64_t* handle_out) {
+  if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
+  TensorEntry entry;
+  Status status = check_request(request, &entry.request, &entry.splits);
+  if (!status.ok()) return status;
+  entry.input = request.input;
+  entry.output = request.output;
+  entry.handle = std::make_shared<HandleState>();
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(handles_mutex_);
+    id = next_handle_++;
+    handles_[id] = entry.handle;
+  }
+  status = queue_.push(std::move(entry));
+  if (!status.ok()) {
+    release(id);
+    return status;
+  }
+  *handle_out = id;
+  return Status::Ok();
+}
+
+std::shared_ptr<HandleState> Runtime::handle(int64_t id) {
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  auto it = handles_.find(id);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+void Runtime::release(int64_t id) {
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  handles_.erase(id);
+}
+
+std::string Runtime::describe() const { return mesh_->describe() + ";" + config_.Describe(); }
+
+}  // namespace hvdlite

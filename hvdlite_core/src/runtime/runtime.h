@@ -1,0 +1,58 @@
+// The one owned object of a process's hvdlite state: configuration, mesh, process sets, queue, negotiation,
+// execution and the background thread that drives them. The C ABI holds at most one Runtime.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "hvdlite.h"
+#include "runtime/controller.h"
+#include "runtime/executor.h"
+#include "runtime/process_sets.h"
+#include "runtime/tensor_queue.h"
+#include "transport/mesh.h"
+
+namespace hvdlite {
+
+class Runtime {
+ public:
+  // Connects the mesh (collective over all ranks) and starts the background thread.
+  Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd);
+  ~Runtime();  // requests shutdown (collective) and joins the background thread
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Status enqueue(const hvdlite_request& request, int64_t* handle);
+  std::shared_ptr<HandleState> handle(int64_t id);
+  void release(int64_t id);
+  ProcessSetRegistry& process_sets() { return *sets_; }
+  std::string describe() const;
+  void shutdown();
+
+ private:
+  void background_loop();
+  void fail_everything(const Status& status);
+  Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
+
+  Config config_;
+  int rank_;
+  int size_;
+  std::unique_ptr<Mesh> mesh_;
+  std::unique_ptr<ProcessSetRegistry> sets_;
+  TensorQueue queue_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Executor> executor_;
+
+  std::mutex handles_mutex_;
+  std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
+  int64_t next_handle_ = 1;
+  std::atomic<int64_t> unnamed_counter_{0};
+  std::atomic<int64_t> join_counter_{0};
+
+  std::atomic<bool> shutdown_requested_{false};
+  std::thread thread_;
+};
+
+}  // namespace hvdlite

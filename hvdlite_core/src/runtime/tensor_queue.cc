@@ -1,0 +1,60 @@
+#include "runtime/tensor_queue.h"
+
+namespace hvdlite {
+
+Status TensorQueue::push(TensorEntry entry) {
+  std::string key = entry_key(entry.request.process_set, entry.request.name);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return closed_status_;
+    if (!in_flight_.insert(key).second) {
+      return Status(StatusCode::kInvalidArgument,
+                    "a collective named '" + entry.request.name + "' is already in flight on this rank" +
+                        (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set) : "") +
+                        "; wait for it (synchronize) before reusing the name, or give the new one another name");
+    }
+    queue_.push_back(std::move(entry));
+  }
+  ready_.notify_one();
+  return Status::Ok();
+}
+
+std::vector<TensorEntry> TensorQueue::drain(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (queue_.empty() && !woken_) ready_.wait_for(lock, timeout, [this] { return !queue_.empty() || woken_; });
+  woken_ = false;
+  std::vector<TensorEntry> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+void TensorQueue::finish(TensorEntry& entry, Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.erase(entry_key(entry.request.process_set, entry.request.name));
+  }
+  if (entry.handle) entry.handle->finish(std::move(status));
+}
+
+void TensorQueue::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  ready_.notify_one();
+}
+
+void TensorQueue::close(const Status& status) {
+  std::deque<TensorEntry> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!closed_) {
+      closed_ = true;
+      closed_status_ = status;
+    }
+    left.swap(queue_);
+  }
+  for (TensorEntry& entry : left) finish(entry, closed_status_);
+}
+
+}  // namespace hvdlite

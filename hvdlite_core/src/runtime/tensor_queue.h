@@ -1,0 +1,36 @@
+// Hand-off from framework threads to the background thread: enqueue never blocks on communication; the
+// background thread sleeps until work arrives or a cycle passes. It also owns the set of names in flight,
+// so a duplicate is refused at enqueue time on the rank that made the mistake.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/entry.h"
+
+namespace hvdlite {
+
+class TensorQueue {
+ public:
+  Status push(TensorEntry entry);
+  // Returns everything queued, waiting up to timeout if nothing is.
+  std::vector<TensorEntry> drain(std::chrono::microseconds timeout);
+  // Marks the entry's operation finished: frees its name and wakes its waiters.
+  void finish(TensorEntry& entry, Status status);
+  void wake();
+  // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
+  void close(const Status& status);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<TensorEntry> queue_;
+  std::unordered_set<std::string> in_flight_;
+  bool closed_ = false;
+  Status closed_status_;
+  bool woken_ = false;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,153 @@
+#include "runtime/validation.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common/status.h"
+
+namespace hvdlite {
+namespace {
+
+// "rank 0: float32; ranks 1, 2: int32" for a field that differs.
+std::string describe_groups(const std::vector<Request>& requests, const std::function<std::string(const Request&)>& show) {
+  std::map<std::string, std::vector<int>> groups;
+  std::vector<std::string> order;
+  for (const Request& q : requests) {
+    std::string value = show(q);
+    if (!groups.count(value)) order.push_back(value);
+    groups[value].push_back(q.rank);
+  }
+  std::ostringstream out;
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::vector<int>& ranks = groups[order[i]];
+    std::sort(ranks.begin(), ranks.end());
+    out << (i ? "; " : "") << (ranks.size() == 1 ? "rank " : "ranks ");
+    for (size_t j = 0; j < ranks.size(); ++j) out << (j ? ", " : "") << ranks[j];
+    out << ": " << order[i];
+  }
+  return out.str();
+}
+
+bool all_equal(const std::vector<Request>& requests, const std::function<std::string(const Request&)>& show) {
+  std::string first = show(requests.front());
+  return std::all_of(requests.begin(), requests.end(), [&](const Request& q) { return show(q) == first; });
+}
+
+Response error_response(const Request& first, StatusCode code, const std::string& message) {
+  Response r;
+  r.is_error = true;
+  r.error_code = static_cast<int32_t>(code);
+  r.error = message;
+  r.op = first.op;
+  r.name = first.name;
+  r.process_set = first.process_set;
+  r.cacheable = false;
+  return r;
+}
+
+std::string number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string trailing_shape(const Request& q) {
+  std::vector<int64_t> rest(q.shape.begin() + (q.shape.empty() ? 0 : 1), q.shape.end());
+  return std::to_string(q.shape.size()) + "-d, rows of " + shape_string(rest);
+}
+
+}  // namespace
+
+Response build_response(const std::vector<Request>& requests, const std::vector<int>& joined,
+                        const std::vector<int>& members) {
+  const Request& first = requests.front();
+  std::string subject = "tensor '" + first.name + "'" +
+                        (first.process_set != 0 ? " (process set " + std::to_string(first.process_set) + ")" : "");
+
+  struct Check {
+    const char* what;
+    std::function<std::string(const Request&)> show;
+  };
+  std::vector<Check> checks = {{"collective operations", [](const Request& q) { return std::string(op_name(q.op)); }}};
+  bool ops_agree = all_equal(requests, checks[0].show);
+  if (ops_agree) {
+    checks.push_back({"data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); }});
+    switch (first.op) {
+      case OpType::kAllreduce:
+      case OpType::kReducescatter:
+        checks.push_back({"shapes", [](const Request& q) { return shape_string(q.shape); }});
+        checks.push_back({"reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }});
+        checks.push_back({"prescale factors", [](const Request& q) { return number(q.prescale); }});
+        checks.push_back({"postscale factors", [](const Request& q) { return number(q.postscale); }});
+        break;
+      case OpType::kBroadcast:
+        checks.push_back({"shapes", [](const Request& q) { return shape_string(q.shape); }});
+        checks.push_back({"root ranks", [](const Request& q) { return std::to_string(q.root_rank); }});
+        break;
+      case OpType::kAllgather:
+      case OpType::kAlltoall:
+        checks.push_back({"shapes beyond the first dimension", trailing_shape});
+        break;
+      case OpType::kAddProcessSet:
+      case OpType::kRemoveProcessSet:
+        checks.push_back({"process set arguments", [](const Request& q) {
+                            std::ostringstream s;
+                            for (int32_t r : q.ranks) s << r << " ";
+                            return s.str();
+                          }});
+        break;
+      default:
+        break;
+    }
+  }
+  for (const Check& check : checks) {
+    if (!all_equal(requests, check.show)) {
+      return error_response(first, StatusCode::kMismatch,
+                            std::string("Mismatched ") + check.what + " for " + subject + ": " +
+                                describe_groups(requests, check.show) + ".");
+    }
+  }
+
+  if (!joined.empty()) {
+    bool supported = first.op == OpType::kAllreduce || first.op == OpType::kAllgather ||
+                     (first.op == OpType::kBroadcast &&
+                      std::find(joined.begin(), joined.end(), first.root_rank) == joined.end());
+    if (!supported) {
+      std::ostringstream ranks;
+      for (size_t i = 0; i < joined.size(); ++i) ranks << (i ? ", " : "") << joined[i];
+      return error_response(first, StatusCode::kInvalidArgument,
+                            std::string(op_name(first.op)) + " of " + subject + " cannot run while rank(s) " +
+                                ranks.str() + " have joined (only allreduce, allgather and broadcast from a "
+                                "non-joined root are supported)");
+    }
+  }
+
+  Response r;
+  r.op = first.op;
+  r.dtype = first.dtype;
+  r.reduce_op = first.reduce_op;
+  r.root_rank = first.root_rank;
+  r.process_set = first.process_set;
+  r.prescale = first.prescale;
+  r.postscale = first.postscale;
+  r.shape = first.shape;
+  r.ranks = first.ranks;
+  r.name = first.name;
+  r.cacheable = first.cacheable && joined.empty() &&
+                (first.op == OpType::kAllreduce || first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
+                 first.op == OpType::kAlltoall || first.op == OpType::kReducescatter);
+  r.joined.assign(joined.begin(), joined.end());
+  std::sort(r.joined.begin(), r.joined.end());
+  if (first.op == OpType::kAllgather) {
+    r.first_dims.assign(members.size(), 0);
+    for (const Request& q : requests) {
+      size_t index = std::lower_bound(members.begin(), members.end(), q.rank) - members.begin();
+      r.first_dims[index] = q.shape.empty() ? 0 : q.shape[0];
+    }
+  }
+  return r;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,32 @@
+// A Channel is a reliable, ordered byte stream to one peer rank. Collectives run in the same order on every
+// rank, so streams need no tags: each algorithm consumes exactly what its peer sends, in order.
+//
+// Channels never block: try_send/try_recv move what they can and return the byte count (0 = would block).
+// Waiting is done by the progress engine (progress.h), which knows how to sleep on every kind of channel at
+// once. I/O failure throws hvdlite::Error(kRemoteError) naming the peer.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace hvdlite {
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  virtual size_t try_send(const void* data, size_t length) = 0;
+  virtual size_t try_recv(void* data, size_t length) = 0;
+  // Socket to poll for readiness; -1 when the channel is not socket-based.
+  virtual int poll_fd() const = 0;
+  // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).
+  virtual void check_alive() = 0;
+  virtual const char* kind() const = 0;
+  int peer() const { return peer_; }
+  const std::string& peer_host() const { return peer_host_; }
+
+ protected:
+  Channel(int peer, std::string peer_host) : peer_(peer), peer_host_(std::move(peer_host)) {}
+  int peer_;
+  std::string peer_host_;
+};
+
+}  // namespace hvdlite

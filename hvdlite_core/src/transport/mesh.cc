@@ -1,0 +1,175 @@
+#include "transport/mesh.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "transport/shm_channel.h"
+#include "transport/socket_util.h"
+#include "transport/tcp_channel.h"
+
+namespace hvdlite {
+namespace {
+
+// A word whose address peers read with process_vm_readv to prove cross-memory attach works.
+volatile uint64_t g_cma_probe = 0x636d612d70726f62ull;
+
+bool cma_read_works(pid_t pid, uint64_t address) {
+  uint64_t value = 0;
+  struct iovec local = {&value, sizeof(value)};
+  struct iovec remote = {reinterpret_cast<void*>(address), sizeof(value)};
+  // Refused (ptrace policy, containers) or a wrong value both mean "not usable": we keep to the rings.
+  ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  return n == static_cast<ssize_t>(sizeof(value)) && value == g_cma_probe;
+}
+
+}  // namespace
+
+Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, HandshakeKeys keys, int listen_fd)
+    : config_(config), rank_(rank), peers_(std::move(peers)), keys_(std::move(keys)), listen_fd_(listen_fd) {
+  int n = size();
+  control_fds_.assign(n, -1);
+  channels_.resize(n);
+  peer_inboxes_.resize(n);
+  cma_ok_.assign(n, false);
+  for (int r = 0; r < n; ++r) {
+    if (same_host(r)) local_ranks_.push_back(r);
+  }
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(config_.start_timeout_seconds));
+  bool use_shm = !config_.shm_disable && local_ranks_.size() > 1;
+  if (use_shm) {
+    my_inbox_ = ShmInbox::Create(ShmInbox::Name(keys_.job_id, rank_), rank_, static_cast<int>(local_ranks_.size()),
+                                 static_cast<size_t>(config_.shm_ring_bytes));
+    my_inbox_.header()->cma_probe_address = reinterpret_cast<uint64_t>(&g_cma_probe);
+  }
+  try {
+    connect_all(deadline);
+    if (use_shm) {
+      for (int r : local_ranks_) {
+        if (r != rank_) peer_inboxes_[r] = ShmInbox::Open(ShmInbox::Name(keys_.job_id, r), r);
+      }
+    }
+    build_channels();
+    exchange_status_bytes(deadline);
+  } catch (...) {
+    for (int fd : control_fds_) if (fd >= 0) ::close(fd);  // fds moved into channels are already -1
+    ::close(listen_fd_);
+    throw;
+  }
+  my_inbox_.unlink();  // everyone has mapped it; the name is no longer needed (and cannot leak)
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  if (use_shm) {
+    progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
+                                 config_.spin_microseconds, config_.peer_timeout_seconds));
+  } else {
+    progress_.reset(new Progress(nullptr, nullptr, config_.spin_microseconds, config_.peer_timeout_seconds));
+  }
+}
+
+Mesh::~Mesh() {
+  channels_.clear();  // TCP channels close their sockets
+  for (int fd : control_fds_) if (fd >= 0) ::close(fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+int Mesh::local_index(int rank) const {
+  return static_cast<int>(std::lower_bound(local_ranks_.begin(), local_ranks_.end(), rank) - local_ranks_.begin());
+}
+
+void Mesh::connect_all(Clock::time_point deadline) {
+  for (int peer = 0; peer < rank_; ++peer) {
+    int fd = socket_connect(peers_[peer].address, deadline);
+    try {
+      handshake_connect(fd, rank_, peer, keys_, deadline);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    control_fds_[peer] = fd;
+  }
+  int expected = size() - 1 - rank_;
+  while (expected > 0) {
+    struct pollfd p = {listen_fd_, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
+      std::string missing;
+      for (int r = rank_ + 1; r < size(); ++r) if (control_fds_[r] < 0) missing += " " + std::to_string(r);
+      throw Error(StatusCode::kTimeout, "timed out at start waiting for ranks" + missing + " to connect");
+    }
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    // A stranger gets a few seconds to authenticate; failing that it is dropped and we keep listening.
+    auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    try {
+      int peer = handshake_accept(fd, rank_, keys_, handshake_deadline);
+      if (peer <= rank_ || peer >= size() || control_fds_[peer] >= 0) {
+        throw Error(StatusCode::kRemoteError, "unexpected rank " + std::to_string(peer) + " connected");
+      }
+      control_fds_[peer] = fd;
+      --expected;
+    } catch (const Error& e) {
+      HVD_LOG(kWarning, "rejected a connection to the data-plane listener: " << e.what());
+      ::close(fd);
+    }
+  }
+}
+
+void Mesh::build_channels() {
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    std::string host = peers_[peer].address;
+    if (same_host(peer) && my_inbox_.header() != nullptr) {
+      channels_[peer].reset(new ShmChannel(peer, host, &my_inbox_, local_index(peer), &peer_inboxes_[peer],
+                                           local_index(rank_), control_fds_[peer]));
+    } else {
+      channels_[peer].reset(new TcpChannel(control_fds_[peer], peer, host));
+      control_fds_[peer] = -1;  // owned by the channel now
+    }
+  }
+}
+
+void Mesh::exchange_status_bytes(Clock::time_point deadline) {
+  // Byte: bit 0 = "I mapped every co-located inbox", bit 1 = "I can read every co-located peer's memory".
+  bool cma_all = !config_.cma_disable && local_ranks_.size() > 1;
+  for (int r : local_ranks_) {
+    if (r != rank_ && cma_all && peer_inboxes_[r].header()) {
+      cma_all = cma_read_works(peers_[r].pid, peer_inboxes_[r].header()->cma_probe_address);
+    } else if (r != rank_) {
+      cma_all = false;
+    }
+  }
+  uint8_t mine = 1 | (cma_all ? 2 : 0);
+  std::vector<uint8_t> theirs(size(), 0);
+  std::vector<Transfer> transfers;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    transfers.push_back(Transfer::Send(channels_[peer].get(), &mine, 1));
+    transfers.push_back(Transfer::Recv(channels_[peer].get(), &theirs[peer], 1));
+  }
+  (void)deadline;
+  Progress startup(my_inbox_.header() ? &my_inbox_.header()->doorbell : nullptr,
+                   my_inbox_.header() ? &my_inbox_.header()->sleepers : nullptr, 0, config_.start_timeout_seconds);
+  startup.run(transfers);
+  for (int r : local_ranks_) cma_ok_[r] = r != rank_ && cma_all && (theirs[r] & 2);
+}
+
+std::string Mesh::describe() const {
+  int shm = 0, tcp = 0;
+  for (const auto& c : channels_) {
+    if (!c) continue;
+    if (std::strcmp(c->kind(), "shm") == 0) ++shm; else ++tcp;
+  }
+  bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
+  return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0");
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,103 @@
+#include "transport/progress.h"
+
+#include <poll.h>
+
+#include <sstream>
+
+#include "common/status.h"
+#include "common/wait.h"
+
+namespace hvdlite {
+
+bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
+  bool moved = false;
+  bool done = true;
+  for (size_t i = 0; i < count; ++i) {
+    Transfer& t = transfers[i];
+    // Keep pushing on one transfer while it moves: fewer passes, bigger copies.
+    while (t.done < t.length) {
+      size_t n = t.is_send ? t.channel->try_send(t.data + t.done, t.length - t.done)
+                           : t.channel->try_recv(t.data + t.done, t.length - t.done);
+      if (n == 0) break;
+      t.done += n;
+      moved = true;
+    }
+    if (t.done < t.length) done = false;
+  }
+  *all_done = done;
+  return moved;
+}
+
+void Progress::block(Transfer* transfers, size_t count) {
+  std::vector<struct pollfd> fds;
+  bool shm_pending = false;
+  for (size_t i = 0; i < count; ++i) {
+    const Transfer& t = transfers[i];
+    if (t.done == t.length) continue;
+    int fd = t.channel->poll_fd();
+    if (fd >= 0) {
+      fds.push_back({fd, static_cast<short>(t.is_send ? POLLOUT : POLLIN), 0});
+    } else {
+      shm_pending = true;
+    }
+  }
+  if (shm_pending && doorbell_) {
+    // Register as a sleeper, then re-check: a peer that wrote before seeing us registered also bumped the
+    // doorbell, so futex_wait returns at once instead of missing the wake-up.
+    uint32_t seen = doorbell_->load(std::memory_order_seq_cst);
+    sleepers_->fetch_add(1, std::memory_order_seq_cst);
+    bool done = false;
+    if (!advance(transfers, count, &done) && !done) {
+      futex_wait(doorbell_, seen, fds.empty() ? 20000 : 200);
+    }
+    sleepers_->fetch_sub(1, std::memory_order_seq_cst);
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 0);
+  } else if (!fds.empty()) {
+    ::poll(fds.data(), fds.size(), 20);
+  }
+}
+
+void Progress::run(Transfer* transfers, size_t count) {
+  bool done = false;
+  advance(transfers, count, &done);
+  if (done) return;
+  auto start = Clock::now();
+  auto last_move = start;
+  auto last_alive_check = start;
+  const auto timeout = std::chrono::duration<double>(timeout_s_);
+  while (true) {
+    if (advance(transfers, count, &done)) last_move = Clock::now();
+    if (done) return;
+    auto now = Clock::now();
+    if (micros_since(last_move) < spin_us_) {
+      cpu_relax();
+      continue;
+    }
+    if (now - last_alive_check > std::chrono::milliseconds(50)) {
+      last_alive_check = now;
+      for (size_t i = 0; i < count; ++i) {
+        if (transfers[i].done < transfers[i].length) transfers[i].channel->check_alive();
+      }
+    }
+    if (now - last_move > timeout) {
+      std::ostringstream message;
+      message << "no progress for " << timeout_s_ << " s (HVDLITE_PEER_TIMEOUT_SECONDS) waiting on";
+      for (size_t i = 0; i < count; ++i) {
+        const Transfer& t = transfers[i];
+        if (t.done == t.length) continue;
+        message << " rank " << t.channel->peer() << " (" << t.channel->peer_host() << ", "
+                << (t.is_send ? "send " : "receive ") << t.done << "/" << t.length << " bytes)";
+      }
+      throw Error(StatusCode::kTimeout, message.str());
+    }
+    block(transfers, count);
+  }
+}
+
+void Progress::sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv,
+                        size_t recv_bytes) {
+  Transfer t[2] = {Transfer::Send(to, send, send_bytes), Transfer::Recv(from, recv, recv_bytes)};
+  run(t, 2);
+}
+
+}  // namespace hvdlite

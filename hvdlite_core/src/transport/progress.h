@@ -1,0 +1,47 @@
+// The progress engine: drives a set of sends and receives on channels until all complete, waiting in the way
+// each channel allows (poll for sockets, the shared-memory doorbell futex for shm rings), with a deadline.
+// Algorithms describe a step as a list of transfers and call run(); they never block on a channel themselves.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "transport/channel.h"
+
+namespace hvdlite {
+
+struct Transfer {
+  Channel* channel;
+  char* data;
+  size_t length;
+  bool is_send;
+  size_t done = 0;
+
+  static Transfer Send(Channel* c, const void* data, size_t length) {
+    return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};
+  }
+  static Transfer Recv(Channel* c, void* data, size_t length) {
+    return Transfer{c, static_cast<char*>(data), length, false};
+  }
+};
+
+class Progress {
+ public:
+  // doorbell/sleepers: this rank's shm inbox words (nullptr when it has no shm channels).
+  Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, int64_t spin_us, double timeout_s)
+      : doorbell_(doorbell), sleepers_(sleepers), spin_us_(spin_us), timeout_s_(timeout_s) {}
+  void run(Transfer* transfers, size_t count);
+  void run(std::vector<Transfer>& transfers) { run(transfers.data(), transfers.size()); }
+  void sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv, size_t recv_bytes);
+
+ private:
+  bool advance(Transfer* transfers, size_t count, bool* all_done);
+  void block(Transfer* transfers, size_t count);
+  std::atomic<uint32_t>* doorbell_;
+  std::atomic<uint32_t>* sleepers_;
+  int64_t spin_us_;
+  double timeout_s_;
+};
+
+}  // namespace hvdlite

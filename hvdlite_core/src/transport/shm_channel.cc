@@ -1,0 +1,66 @@
+#include "transport/shm_channel.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/status.h"
+#include "common/wait.h"
+
+namespace hvdlite {
+
+ShmChannel::ShmChannel(int peer, std::string peer_host, const ShmInbox* mine, int peer_slot_in_mine,
+                       const ShmInbox* theirs, int my_slot_in_theirs, int control_fd)
+    : Channel(peer, std::move(peer_host)),
+      send_ring_(theirs->ring(my_slot_in_theirs)),
+      send_data_(theirs->ring_data(my_slot_in_theirs)),
+      recv_ring_(mine->ring(peer_slot_in_mine)),
+      recv_data_(mine->ring_data(peer_slot_in_mine)),
+      capacity_(mine->ring_bytes()),
+      peer_header_(theirs->header()),
+      control_fd_(control_fd) {}
+
+void ShmChannel::ring_peer_doorbell() {
+  peer_header_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (peer_header_->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&peer_header_->doorbell);
+}
+
+size_t ShmChannel::try_send(const void* data, size_t length) {
+  uint64_t head = send_ring_->head.load(std::memory_order_relaxed);
+  uint64_t tail = send_ring_->tail.load(std::memory_order_acquire);
+  size_t room = capacity_ - static_cast<size_t>(head - tail);
+  size_t n = std::min(length, room);
+  if (n == 0) return 0;
+  size_t offset = static_cast<size_t>(head % capacity_);
+  size_t first = std::min(n, capacity_ - offset);
+  std::memcpy(send_data_ + offset, data, first);
+  if (n > first) std::memcpy(send_data_, static_cast<const char*>(data) + first, n - first);
+  send_ring_->head.store(head + n, std::memory_order_release);
+  ring_peer_doorbell();
+  return n;
+}
+
+size_t ShmChannel::try_recv(void* data, size_t length) {
+  uint64_t tail = recv_ring_->tail.load(std::memory_order_relaxed);
+  uint64_t head = recv_ring_->head.load(std::memory_order_acquire);
+  size_t n = std::min(length, static_cast<size_t>(head - tail));
+  if (n == 0) return 0;
+  size_t offset = static_cast<size_t>(tail % capacity_);
+  size_t first = std::min(n, capacity_ - offset);
+  std::memcpy(data, recv_data_ + offset, first);
+  if (n > first) std::memcpy(static_cast<char*>(data) + first, recv_data_, n - first);
+  recv_ring_->tail.store(tail + n, std::memory_order_release);
+  ring_peer_doorbell();  // the peer may be waiting for room
+  return n;
+}
+
+void ShmChannel::check_alive() {
+  struct pollfd p = {control_fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+    throw Error(StatusCode::kRemoteError,
+                "rank " + std::to_string(peer_) + " (" + peer_host_ + ") exited or closed its connection");
+  }
+}
+
+}  // namespace hvdlite

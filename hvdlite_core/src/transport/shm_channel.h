@@ -1,0 +1,31 @@
+// Channel between two ranks on one host through shared-memory rings (see shm_segment.h). Liveness: a dead
+// process cannot signal through memory, so the pair's TCP control socket (kept open, otherwise idle) is polled
+// while waiting; the kernel closes it when the peer exits.
+#pragma once
+#include "transport/channel.h"
+#include "transport/shm_segment.h"
+
+namespace hvdlite {
+
+class ShmChannel : public Channel {
+ public:
+  ShmChannel(int peer, std::string peer_host, const ShmInbox* mine, int peer_slot_in_mine, const ShmInbox* theirs,
+             int my_slot_in_theirs, int control_fd);
+  size_t try_send(const void* data, size_t length) override;
+  size_t try_recv(void* data, size_t length) override;
+  int poll_fd() const override { return -1; }
+  void check_alive() override;
+  const char* kind() const override { return "shm"; }
+
+ private:
+  void ring_peer_doorbell();
+  RingHeader* send_ring_;
+  char* send_data_;
+  RingHeader* recv_ring_;
+  char* recv_data_;
+  size_t capacity_;
+  InboxHeader* peer_header_;
+  int control_fd_;
+};
+
+}  // namespace hvdlite

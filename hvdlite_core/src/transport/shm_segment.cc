@@ -1,0 +1,114 @@
+#include "transport/shm_segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "common/status.h"
+
+namespace hvdlite {
+namespace {
+constexpr uint64_t kMagic = 0x6876646c69746531ull;  // "hvdlite1"
+
+size_t slot_stride(size_t ring_bytes) { return sizeof(RingHeader) + ((ring_bytes + 63) / 64) * 64; }
+size_t total_bytes(int slots, size_t ring_bytes) { return sizeof(InboxHeader) + slots * slot_stride(ring_bytes); }
+}  // namespace
+
+std::string ShmInbox::Name(const std::string& job_id, int rank) {
+  return "/hvdlite-" + job_id + "-" + std::to_string(rank);
+}
+
+ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, size_t ring_bytes) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {  // a stale segment of a crashed job with the same id
+    shm_unlink(name.c_str());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
+  if (fd < 0) throw Error(StatusCode::kInternal, "shm_open(" + name + ") failed: " + strerror(errno));
+  size_t bytes = total_bytes(slots, ring_bytes);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    ::close(fd);
+    shm_unlink(name.c_str());
+    throw Error(StatusCode::kInternal, "cannot size shared memory " + name + " to " + std::to_string(bytes) +
+                                           " bytes (is /dev/shm large enough?): " + strerror(err));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw Error(StatusCode::kInternal, "mmap of " + name + " failed: " + strerror(errno));
+  ShmInbox inbox;
+  inbox.base_ = base;
+  inbox.mapped_bytes_ = bytes;
+  inbox.name_ = name;
+  inbox.owner_ = true;
+  InboxHeader* header = new (base) InboxHeader();
+  header->owner_rank = owner_rank;
+  header->slots = slots;
+  header->ring_bytes = ring_bytes;
+  header->doorbell.store(0);
+  header->sleepers.store(0);
+  for (int i = 0; i < slots; ++i) {
+    RingHeader* ring = new (inbox.ring(i)) RingHeader();
+    ring->head.store(0);
+    ring->tail.store(0);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  header->magic = kMagic;  // written last: a mapped inbox with the magic is fully initialised
+  return inbox;
+}
+
+ShmInbox ShmInbox::Open(const std::string& name, int expected_owner) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) throw Error(StatusCode::kInternal, "cannot open peer shared memory " + name + ": " + strerror(errno));
+  struct stat st;
+  fstat(fd, &st);
+  size_t bytes = static_cast<size_t>(st.st_size);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw Error(StatusCode::kInternal, "mmap of " + name + " failed: " + strerror(errno));
+  ShmInbox inbox;
+  inbox.base_ = base;
+  inbox.mapped_bytes_ = bytes;
+  inbox.name_ = name;
+  InboxHeader* header = inbox.header();
+  if (bytes < sizeof(InboxHeader) || header->magic != kMagic || header->owner_rank != expected_owner ||
+      total_bytes(header->slots, header->ring_bytes) != bytes) {
+    throw Error(StatusCode::kInternal, "shared memory " + name + " is not rank " + std::to_string(expected_owner) +
+                                           "'s inbox of this job");
+  }
+  return inbox;
+}
+
+ShmInbox::ShmInbox(ShmInbox&& other) noexcept { *this = std::move(other); }
+
+ShmInbox& ShmInbox::operator=(ShmInbox&& other) noexcept {
+  std::swap(base_, other.base_);
+  std::swap(mapped_bytes_, other.mapped_bytes_);
+  std::swap(name_, other.name_);
+  std::swap(owner_, other.owner_);
+  return *this;
+}
+
+ShmInbox::~ShmInbox() {
+  if (owner_) unlink();
+  if (base_) munmap(base_, mapped_bytes_);
+}
+
+RingHeader* ShmInbox::ring(int slot) const {
+  char* first = static_cast<char*>(base_) + sizeof(InboxHeader);
+  return reinterpret_cast<RingHeader*>(first + slot * slot_stride(header()->ring_bytes));
+}
+
+void ShmInbox::unlink() {
+  if (owner_) {
+    shm_unlink(name_.c_str());
+    owner_ = false;
+  }
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,59 @@
+// A rank's shared-memory "inbox": one single-producer/single-consumer byte ring per co-located peer, plus a
+// doorbell word. Every change a peer makes that this rank may be waiting for (bytes written into one of my
+// rings, or space freed in a ring I write into) increments my doorbell, so one futex covers all my channels.
+//
+// Layout: [InboxHeader][RingHeader slot 0][data 0][RingHeader slot 1][data 1]... where slot i carries bytes
+// from the host's i-th rank (ranks of a host in ascending order) to the owner.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hvdlite {
+
+struct alignas(64) RingHeader {
+  std::atomic<uint64_t> head;  // bytes ever written (producer)
+  char pad_head[56];
+  std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
+  char pad_tail[56];
+};
+
+struct alignas(64) InboxHeader {
+  uint64_t magic;
+  int32_t owner_rank;
+  int32_t slots;
+  uint64_t ring_bytes;
+  uint64_t cma_probe_address;  // where the owner keeps a known word, for testing process_vm_readv
+  char pad[32];
+  std::atomic<uint32_t> doorbell;
+  std::atomic<uint32_t> sleepers;
+  char pad2[56];
+};
+
+class ShmInbox {
+ public:
+  // Creates (and owns until unlink) this rank's inbox.
+  static ShmInbox Create(const std::string& name, int owner_rank, int slots, size_t ring_bytes);
+  // Maps a peer's inbox created by Create.
+  static ShmInbox Open(const std::string& name, int expected_owner);
+  ShmInbox() = default;
+  ShmInbox(ShmInbox&& other) noexcept;
+  ShmInbox& operator=(ShmInbox&& other) noexcept;
+  ~ShmInbox();
+
+  InboxHeader* header() const { return static_cast<InboxHeader*>(base_); }
+  RingHeader* ring(int slot) const;
+  char* ring_data(int slot) const { return reinterpret_cast<char*>(ring(slot) + 1); }
+  size_t ring_bytes() const { return header()->ring_bytes; }
+  void unlink();
+  static std::string Name(const std::string& job_id, int rank);
+
+ private:
+  void* base_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  std::string name_;
+  bool owner_ = false;
+};
+
+}  // namespace hvdlite

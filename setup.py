@@ -1,0 +1,75 @@
+"""Build and packaging for hvdlite.
+
+The C++ core (hvdlite_core/) is compiled into one shared library placed inside the `hvdlite` package. It is
+loaded at run time through cffi's ABI mode, so nothing is compiled against Python, PyTorch or TensorFlow: one
+build works with any framework version. Only a C++17 compiler is needed.
+
+Optional dependencies are pinned here, in one place; README and .ci/run install through these extras.
+"""
+import glob
+import os
+import shutil
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORE = os.path.join("hvdlite_core")
+SOURCES = sorted(glob.glob(os.path.join(CORE, "src", "**", "*.cc"), recursive=True))
+HEADER = os.path.join(CORE, "include", "hvdlite.h")
+
+
+class BuildCore(build_ext):
+    """Compiles the core as a plain shared library (no Python module init) and ships the C header with it."""
+
+    def build_extensions(self):
+        compiler = self.compiler
+        if ".cc" not in compiler.src_extensions:
+            compiler.src_extensions.append(".cc")
+        # distutils passes C flags meant for the interpreter's own build; -Wstrict-prototypes is C-only.
+        compiler.compiler_so = [f for f in compiler.compiler_so if f != "-Wstrict-prototypes"]
+        self.parallel = self.parallel or min(2, os.cpu_count() or 1)
+        super().build_extensions()
+        for ext in self.extensions:
+            target_dir = os.path.dirname(self.get_ext_fullpath(ext.name))
+            os.makedirs(target_dir, exist_ok=True)
+            shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(target_dir, "hvdlite.h"))
+
+    def get_export_symbols(self, ext):
+        return []  # not a Python extension module: no PyInit_ symbol to export
+
+
+core = Extension(
+    "hvdlite._hvdlite_core",
+    sources=SOURCES,
+    include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],
+    language="c++",
+    extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-parameter"],
+    extra_link_args=["-pthread", "-lrt"],
+    depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
+)
+
+TORCH = ["torch==2.13.0"]
+TENSORFLOW = ["tensorflow-cpu==2.21.0", "keras>=3.0"]
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "numpy>=1.26"]
+BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
+
+setup(
+    name="hvdlite",
+    version="0.1.0",
+    description="Horovod-compatible distributed deep-learning training with a fast built-in transport",
+    packages=find_packages(include=["hvdlite", "hvdlite.*"]),
+    ext_modules=[core],
+    cmdclass={"build_ext": BuildCore},
+    python_requires=">=3.9",
+    install_requires=["cffi>=1.15", "cloudpickle>=2.0", "numpy>=1.26"],
+    extras_require={
+        "torch": TORCH,
+        "tensorflow": TENSORFLOW,
+        "test": TEST,
+        "bench": BENCH,
+        "dev": TORCH + TEST + BENCH,
+    },
+    entry_points={"console_scripts": []},
+    zip_safe=False,
+)

@@ -1,0 +1,105 @@
+"""Helper for tests that run a script as a multi-rank hvdlite job.
+
+Usage (plain function)::
+
+    from multiproc import run_job      # tests/ is on sys.path under pytest
+    result = run_job('''
+        import os
+        print(os.environ["HVDLITE_RANK"])
+    ''', np=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+or through the ``run_job`` pytest fixture defined in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from typing import Mapping, Optional, Sequence, Union
+
+#: Repository root (the directory that contains the ``hvdlite`` package).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: Extra seconds the test waits on top of the job's own ``--timeout``; the
+#: starter normally stops a hung job itself (exit 124) well before this.
+TIMEOUT_SLACK = 15.0
+
+
+def job_env(env: Optional[Mapping[str, str]] = None) -> dict:
+    """``os.environ`` + ``env`` with the repository root first on PYTHONPATH."""
+    result = dict(os.environ)
+    if env:
+        result.update(env)
+    paths = [REPO_ROOT] + [p for p in result.get("PYTHONPATH", "").split(
+        os.pathsep) if p and p != REPO_ROOT]
+    result["PYTHONPATH"] = os.pathsep.join(paths)
+    return result
+
+
+def run_job(script: str, np: int,
+            host_ids: Optional[Sequence[Union[int, str]]] = None,
+            timeout: float = 120, env: Optional[Mapping[str, str]] = None,
+            args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """Run ``script`` (Python source, dedented) as an ``np``-rank job.
+
+    Starts ``python -m hvdlite.runner.local -np NP [--host-ids ...]
+    --timeout TIMEOUT -- python SCRIPT *args`` from the repository root and
+    returns a :class:`subprocess.CompletedProcess` with ``returncode`` and
+    the starter's ``stdout`` and ``stderr`` (text, captured separately; rank
+    output lines carry ``[<rank>]<stdout>: `` / ``[<rank>]<stderr>: ``
+    prefixes).  ``env`` adds variables to the environment of the starter
+    and hence of every rank.
+
+    If the starter itself does not finish within ``timeout`` +
+    ``TIMEOUT_SLACK`` seconds it is stopped (SIGTERM, which makes it stop its
+    ranks, then SIGKILL) and :class:`subprocess.TimeoutExpired` is raised,
+    so a hang fails the test instead of blocking the run.
+    """
+    with tempfile.TemporaryDirectory(prefix="hvdlite-job-") as tmp:
+        script_path = os.path.join(tmp, "job_script.py")
+        with open(script_path, "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(script))
+        cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np)]
+        if host_ids is not None:
+            cmd += ["--host-ids", ",".join(str(h) for h in host_ids)]
+        cmd += ["--timeout", str(timeout), "--",
+                sys.executable, script_path, *[str(a) for a in args]]
+        return _run_starter(cmd, job_env(env), timeout + TIMEOUT_SLACK)
+
+
+def _run_starter(cmd: Sequence[str], env: Mapping[str, str],
+                 limit: float) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            errors="replace")
+    try:
+        stdout, stderr = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stop_starter(proc)
+        raise subprocess.TimeoutExpired(cmd, limit, output=stdout,
+                                        stderr=stderr) from None
+    except BaseException:  # e.g. ^C in pytest: do not leave the job behind
+        _stop_starter(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _stop_starter(proc: subprocess.Popen):
+    """Stop the starter and collect its remaining output.
+
+    Not a plain SIGKILL (as subprocess.run() does on timeout): that would
+    orphan the ranks, which run in their own sessions.  SIGTERM makes the
+    starter stop its ranks first; SIGKILL only if it does not react.
+    """
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
