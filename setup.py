@@ -35,6 +35,17 @@ class BuildCore(build_ext):
             os.makedirs(target_dir, exist_ok=True)
             shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(target_dir, "hvdlite.h"))
 
+    def copy_extensions_to_source(self):
+        # Replace the in-place library atomically: running ranks keep their mapping of the old file instead
+        # of crashing on a truncated one.
+        for ext in self.extensions:
+            built = os.path.join(self.build_lib, self.get_ext_filename(ext.name))
+            target = os.path.join(HERE, self.get_ext_filename(ext.name))
+            staging = target + ".tmp"
+            shutil.copyfile(built, staging)
+            os.replace(staging, target)
+            shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(os.path.dirname(target), "hvdlite.h"))
+
     def get_export_symbols(self, ext):
         return []  # not a Python extension module: no PyInit_ symbol to export
 
@@ -44,7 +55,7 @@ core = Extension(
     sources=SOURCES,
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],
     language="c++",
-    extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-parameter"],
+    extra_compile_args=["-std=c++17", "-O3", "-g0", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-parameter"],
     extra_link_args=["-pthread", "-lrt"],
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
 )

@@ -153,19 +153,12 @@ HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {
 
 HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
   return guarded([&] {
-    auto state = find_handle(handle);
+    Runtime* rt = runtime_or_null();
+    auto state = rt ? rt->handle(handle) : nullptr;
     if (!state) return unknown_handle(handle);
-    auto start = Clock::now();
-    // Spin briefly: a small collective usually completes within microseconds of being enqueued.
-    while (!state->finished() && micros_since(start) < 20) cpu_relax();
-    while (!state->finished()) {
-      int64_t slice_us = 100000;
-      if (timeout_seconds > 0) {
-        int64_t left = static_cast<int64_t>(timeout_seconds * 1e6) - micros_since(start);
-        if (left <= 0) return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
-        slice_us = std::min(slice_us, left);
-      }
-      futex_wait(&state->done, 0, slice_us);
+    int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
+    if (!rt->wait(*state, timeout_us)) {
+      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
     }
     return report(state->status);
   });

@@ -14,6 +14,7 @@ namespace hvdlite {
 
 struct HandleState {
   std::atomic<uint32_t> done{0};  // futex word: 0 pending, 1 finished
+  std::atomic<uint32_t> waiters{0};  // threads asleep on done: finish() skips the wake syscall when none
   Status status;                   // written before done is set
   std::unique_ptr<char[]> output;  // results the core owns (allgather, alltoall, reducescatter); not zeroed
   size_t output_bytes = 0;
@@ -22,8 +23,8 @@ struct HandleState {
 
   void finish(Status s) {
     status = std::move(s);
-    done.store(1, std::memory_order_release);
-    futex_wake_all(&done);
+    done.store(1, std::memory_order_seq_cst);
+    if (waiters.load(std::memory_order_seq_cst) > 0) futex_wake_all(&done);
   }
   bool finished() const { return done.load(std::memory_order_acquire) != 0; }
   char* allocate_output(size_t bytes) {

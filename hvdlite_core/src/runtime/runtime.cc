@@ -35,29 +35,67 @@ void Runtime::shutdown() {
 
 void Runtime::background_loop() {
   const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
-  while (true) {
-    std::vector<TensorEntry> fresh = queue_.drain(cycle);
-    try {
-      Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
-      executor_->execute(outcome.responses);
-      if (outcome.shutdown) {
-        fail_everything(Status(StatusCode::kAborted,
-                               shutdown_requested_ ? "hvdlite was shut down before this operation completed"
-                                                   : "another rank shut hvdlite down before this operation completed"));
-        return;
-      }
-    } catch (const Error& e) {
-      HVD_LOG(kError, "background loop stopped: " << e.what());
-      fail_everything(Status(e.code(), std::string("hvdlite cannot continue: ") + e.what()));
-      return;
-    } catch (const std::exception& e) {
-      fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
-      return;
+  while (!stopped_) {
+    queue_.wait_for_work(cycle);
+    std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      // A waiting caller is driving progress; look again shortly rather than queue up behind it.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
     }
+    // Idle wake-up, but a caller ran a cycle recently: our peers are being served, skip the extra round.
+    if (queue_.empty() && Clock::now() - last_cycle_ < cycle) continue;
+    if (!run_cycle()) return;
   }
 }
 
+bool Runtime::run_cycle() {
+  if (stopped_) return false;
+  std::vector<TensorEntry> fresh = queue_.drain();
+  last_cycle_ = Clock::now();
+  try {
+    Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
+    executor_->execute(outcome.responses);
+    if (outcome.shutdown) {
+      fail_everything(Status(StatusCode::kAborted,
+                             shutdown_requested_ ? "hvdlite was shut down before this operation completed"
+                                                 : "another rank shut hvdlite down before this operation completed"));
+      return false;
+    }
+    return true;
+  } catch (const Error& e) {
+    HVD_LOG(kError, "background loop stopped: " << e.what());
+    fail_everything(Status(e.code(), std::string("hvdlite cannot continue: ") + e.what()));
+  } catch (const std::exception& e) {
+    fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
+  }
+  return false;
+}
+
+bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
+  auto start = Clock::now();
+  while (!handle.finished()) {
+    if (timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      while (!handle.finished() && !stopped_) {
+        if (timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+        run_cycle();
+      }
+      continue;
+    }
+    // The background thread is mid-cycle: sleep until it finishes our handle (or a slice passes).
+    int64_t slice = 200;
+    if (timeout_us >= 0) slice = std::max<int64_t>(1, std::min(slice, timeout_us - micros_since(start)));
+    handle.waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (!handle.finished()) futex_wait(&handle.done, 0, slice);
+    handle.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return true;
+}
+
 void Runtime::fail_everything(const Status& status) {
+  stopped_ = true;
   queue_.close(status);
   for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(entry, status);
 }

@@ -30,9 +30,15 @@ class Runtime {
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   void shutdown();
+  // Blocks until the handle finishes or timeout_us passes (< 0: no limit); false on timeout. While the
+  // background thread is idle the waiting thread runs negotiation cycles itself, which saves two thread
+  // wake-ups per synchronous collective (MPI-style progress by the caller).
+  bool wait(HandleState& handle, int64_t timeout_us);
 
  private:
   void background_loop();
+  // One drain-negotiate-execute cycle; the caller holds progress_mutex_. False once the runtime stopped.
+  bool run_cycle();
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
 
@@ -52,6 +58,9 @@ class Runtime {
   std::atomic<int64_t> join_counter_{0};
 
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> stopped_{false};
+  std::mutex progress_mutex_;
+  Clock::time_point last_cycle_;  // guarded by progress_mutex_  // held by whichever thread runs a cycle: cycles are collective and sequential
   std::thread thread_;
 };
 

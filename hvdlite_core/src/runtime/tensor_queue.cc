@@ -19,10 +19,14 @@ Status TensorQueue::push(TensorEntry entry) {
   return Status::Ok();
 }
 
-std::vector<TensorEntry> TensorQueue::drain(std::chrono::microseconds timeout) {
+void TensorQueue::wait_for_work(std::chrono::microseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (queue_.empty() && !woken_) ready_.wait_for(lock, timeout, [this] { return !queue_.empty() || woken_; });
   woken_ = false;
+}
+
+std::vector<TensorEntry> TensorQueue::drain() {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TensorEntry> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
   queue_.clear();
   return out;
@@ -34,6 +38,11 @@ void TensorQueue::finish(TensorEntry& entry, Status status) {
     in_flight_.erase(entry_key(entry.request.process_set, entry.request.name));
   }
   if (entry.handle) entry.handle->finish(std::move(status));
+}
+
+bool TensorQueue::empty() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queue_.empty();
 }
 
 void TensorQueue::wake() {

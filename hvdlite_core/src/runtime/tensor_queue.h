@@ -15,11 +15,14 @@ namespace hvdlite {
 class TensorQueue {
  public:
   Status push(TensorEntry entry);
-  // Returns everything queued, waiting up to timeout if nothing is.
-  std::vector<TensorEntry> drain(std::chrono::microseconds timeout);
+  // Waits until something is queued, wake() is called, or timeout passes.
+  void wait_for_work(std::chrono::microseconds timeout);
+  // Returns everything queued, without waiting.
+  std::vector<TensorEntry> drain();
   // Marks the entry's operation finished: frees its name and wakes its waiters.
   void finish(TensorEntry& entry, Status status);
   void wake();
+  bool empty();
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
 
