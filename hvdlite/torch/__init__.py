@@ -4,6 +4,9 @@ from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cros
                                    local_size, rank, remove_process_set, shutdown, size)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
+from hvdlite.torch.compression import Compression  # noqa: F401
+from hvdlite.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: F401
+                                     broadcast_parameters)
 from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async,  # noqa: F401
                                    allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
                                    alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
@@ -11,3 +14,31 @@ from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                    grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
                                    join, poll, reducescatter, reducescatter_async, synchronize)
+from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
+from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+
+
+def mpi_threads_supported() -> bool:
+    """Horovod compatibility: hvdlite's core is thread-safe whatever backend is used."""
+    return True
+
+
+def mpi_enabled() -> bool:
+    return "mpi=1" in build_info()
+
+
+def gloo_enabled() -> bool:
+    """Horovod compatibility: the built-in TCP/shared-memory backend plays Gloo's part."""
+    return True
+
+
+def nccl_built() -> bool:
+    return "nccl=1" in build_info()
+
+
+def mpi_built() -> bool:
+    return mpi_enabled()
+
+
+def gloo_built() -> bool:
+    return True

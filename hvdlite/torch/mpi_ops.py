@@ -44,6 +44,10 @@ def _resolve_op(op, average) -> int:
     return Average if op is None else op
 
 
+def _differentiable(tensor) -> bool:
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
 def _process_set_id(process_set) -> int:
     if process_set.process_set_id is None:
         raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
@@ -80,7 +84,13 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
-    """Reduces tensor over every rank of process_set and returns the result (default op: Average)."""
+    """Reduces tensor over every rank of process_set and returns the result (default op: Average).
+    Differentiable when tensor requires grad."""
+    if _differentiable(tensor):
+        from hvdlite.torch.autograd import AllreduceFunction
+
+        return AllreduceFunction.apply(tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor,
+                                       process_set)
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
         result = synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
@@ -171,6 +181,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
 
 def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
     """Concatenates every rank's tensor along dimension 0 (first dimensions may differ)."""
+    if _differentiable(tensor):
+        from hvdlite.torch.autograd import AllgatherFunction
+
+        return AllgatherFunction.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
@@ -204,6 +218,10 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=g
                   prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
     """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the
     extra rows when it does not divide evenly)."""
+    if _differentiable(tensor):
+        from hvdlite.torch.autograd import ReducescatterFunction
+
+        return ReducescatterFunction.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
 
@@ -238,6 +256,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows of tensor to rank i of the set; returns (received rows concatenated in rank order,
     received splits). Without splits, dimension 0 is divided evenly."""
+    if _differentiable(tensor):
+        from hvdlite.torch.autograd import AlltoallFunction
+
+        return AlltoallFunction.apply(tensor, splits, name, process_set)
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
@@ -258,6 +280,10 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every rank of the set (root_rank is a global rank)."""
+    if _differentiable(tensor):
+        from hvdlite.torch.autograd import BroadcastFunction
+
+        return BroadcastFunction.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 

@@ -1,0 +1,36 @@
+# One entry point for people and CI. Each target sets up what it needs (a virtualenv in .venv with the
+# pinned extras from setup.py, the compiled core) and then runs.
+#   make train   - set up, then train the example on 2 processes
+#   make test    - set up, then run the test suite
+#   make bench   - set up, then run the benchmarks
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h')
+
+.PHONY: setup build test train bench clean
+
+$(VENV)/.installed: setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip setuptools wheel
+	$(PY) -m pip install -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Rebuilds the core in place when a source changed (pip install -e built it once).
+build: setup $(CORE_SOURCES)
+	$(PY) setup.py -q build_ext --inplace
+
+test: build
+	$(PY) -m pytest -q -ra
+
+train: build
+	$(PY) examples/make_mnist_idx.py --out data/mnist --train 6000 --test 1000
+	$(PY) -m hvdlite.runner.local -np 2 -- $(PY) examples/pytorch_mnist.py --data-dir data/mnist --epochs 2
+
+bench: build
+	$(PY) bench/allreduce.py
+
+clean:
+	rm -rf build $(VENV) hvdlite/_hvdlite_core*.so hvdlite/hvdlite.h *.egg-info

@@ -1,0 +1,204 @@
+"""Allreduce latency and bus bandwidth: hvdlite against torch.distributed (gloo) and MPI_Allreduce, in one run.
+
+    python bench/allreduce.py                 # 2 ranks on this host, all available peers, writes bench/results/
+    python bench/allreduce.py --peers hvdlite # only hvdlite
+
+Each peer runs as its own 2-process job, one after the other, with the same sizes and iteration rules; the
+driver then prints ratios against hvdlite. Bus bandwidth follows nccl-tests: busbw = algbw * 2(n-1)/n, with
+algbw = bytes / time. Every peer reduces float32 tensors in place (hvdlite through the hvdlite.torch API with a
+named tensor, as DistributedOptimizer does). Times are medians over iterations on rank 0, after a warm-up.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def iterations_for(nbytes):
+    if nbytes <= 32 << 10:
+        return 3000, 300
+    if nbytes <= 1 << 20:
+        return 300, 30
+    if nbytes <= 16 << 20:
+        return 40, 5
+    return 15, 3
+
+
+def measure(allreduce_inplace, barrier, make_tensor, rank):
+    results = []
+    for nbytes in SIZES:
+        tensor = make_tensor(max(1, nbytes // 4))
+        iters, warmup = iterations_for(nbytes)
+        for _ in range(warmup):
+            allreduce_inplace(tensor)
+        barrier()
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            allreduce_inplace(tensor)
+            times.append(time.perf_counter() - start)
+        results.append({"bytes": nbytes, "median_s": statistics.median(times), "iters": iters})
+    return results
+
+
+def worker_hvdlite():
+    import torch
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    result = measure(lambda t: hvd.allreduce_(t, name="bench", op=hvd.Sum), hvd.barrier,
+                     lambda n: torch.ones(n, dtype=torch.float32), hvd.rank())
+    check = hvd.allreduce(torch.ones(3), name="check", op=hvd.Sum)
+    assert check.tolist() == [2.0] * 3, check
+    return hvd.rank(), hvd.size(), result
+
+
+def worker_torch():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    result = measure(lambda t: dist.all_reduce(t), dist.barrier, lambda n: torch.ones(n, dtype=torch.float32),
+                     dist.get_rank())
+    rank, size = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    return rank, size, result
+
+
+def worker_mpi():
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    result = measure(lambda a: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM), comm.Barrier,
+                     lambda n: np.ones(n, dtype=np.float32), comm.Get_rank())
+    return comm.Get_rank(), comm.Get_size(), result
+
+
+def run_worker(name, out_path):
+    rank, size, result = {"hvdlite": worker_hvdlite, "torch-gloo": worker_torch, "mpi": worker_mpi}[name]()
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"peer": name, "ranks": size, "results": result}, f)
+
+
+def launch(peer, np_, out_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
+    if peer == "hvdlite":
+        cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
+        return subprocess.run(cmd, env=env, timeout=900).returncode
+    if peer == "mpi":
+        extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
+        cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        return subprocess.run(cmd, env=env, timeout=900).returncode
+    # torch-gloo: start the ranks directly with torch.distributed's env:// rendezvous.
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE=str(np_))
+    procs = [subprocess.Popen(me, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(np_)]
+    return max(p.wait(timeout=900) for p in procs)
+
+
+def available(peer):
+    if peer == "mpi":
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            return False
+        return shutil.which("mpirun") is not None
+    return True
+
+
+def report(runs, out_dir, np_):
+    base = {r["bytes"]: r for r in runs["hvdlite"]["results"]}
+    lines = ["| size | hvdlite time (us) | hvdlite busbw (GB/s) | " +
+             " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}" for p in runs if p != "hvdlite") + " |"]
+    lines.append("|" + "---|" * (3 + 2 * (len(runs) - 1)))
+    factor = 2 * (np_ - 1) / np_
+    for nbytes in SIZES:
+        h = base[nbytes]
+        h_bw = nbytes / h["median_s"] * factor / 1e9
+        row = [human(nbytes), f"{h['median_s'] * 1e6:.1f}", f"{h_bw:.3f}"]
+        for peer, run in runs.items():
+            if peer == "hvdlite":
+                continue
+            p = {r["bytes"]: r for r in run["results"]}[nbytes]
+            p_bw = nbytes / p["median_s"] * factor / 1e9
+            row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)", f"{p['median_s'] / h['median_s']:.2f}x"]
+        lines.append("| " + " | ".join(row) + " |")
+    table = "\n".join(lines)
+    print(table)
+    with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
+        json.dump(runs, f, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    fig, (ax_bw, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for peer, run in runs.items():
+        xs = [r["bytes"] for r in run["results"]]
+        ax_bw.plot(xs, [r["bytes"] / r["median_s"] * factor / 1e9 for r in run["results"]], marker="o", label=peer)
+        ax_lat.plot(xs, [r["median_s"] * 1e6 for r in run["results"]], marker="o", label=peer)
+    for ax, label in ((ax_bw, "bus bandwidth (GB/s)"), (ax_lat, "median time per allreduce (us)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    ax_lat.set_yscale("log")
+    fig.suptitle(f"allreduce, {np_} ranks on one host (float32, in place)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "allreduce.png"), dpi=110)
+
+
+def human(n):
+    for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= div:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--peers", default="hvdlite,torch-gloo,mpi")
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args.worker, args.out)
+        return
+    os.makedirs(args.out_dir, exist_ok=True)
+    runs = {}
+    for peer in args.peers.split(","):
+        if not available(peer):
+            print(f"skipping {peer}: not installed")
+            continue
+        out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
+        print(f"running {peer} ...", flush=True)
+        rc = launch(peer, args.np, out_path)
+        if rc != 0:
+            raise SystemExit(f"{peer} run failed with exit code {rc}")
+        with open(out_path) as f:
+            runs[peer] = json.load(f)
+        os.remove(out_path)
+    report(runs, args.out_dir, args.np)
+
+
+if __name__ == "__main__":
+    main()

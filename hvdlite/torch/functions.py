@@ -1,0 +1,82 @@
+"""Model/optimizer state helpers and object collectives (horovod.torch.functions)."""
+import io
+from typing import Any, List
+
+import cloudpickle
+import torch
+
+from hvdlite.common.basics import global_process_set, rank
+from hvdlite.torch import mpi_ops
+
+
+def broadcast_parameters(params, root_rank: int, process_set=global_process_set) -> None:
+    """Overwrites every rank's parameters with root_rank's, in place. params: a state_dict, a
+    named_parameters() iterable, or a list of (name, tensor) pairs."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        if items and not isinstance(items[0], tuple):
+            raise ValueError("broadcast_parameters takes a state_dict or (name, tensor) pairs")
+    handles = []
+    for name, p in items:
+        if not isinstance(p, torch.Tensor):
+            continue
+        target = p.data if isinstance(p, torch.nn.Parameter) else p
+        handles.append(mpi_ops.broadcast_async_(target, root_rank, name=f"broadcast.param.{name}",
+                                                process_set=process_set))
+    for h in handles:
+        mpi_ops.synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              process_set=global_process_set) -> None:
+    """Makes every rank's optimizer state (buffers, step counts and other scalars, hyper-parameters) equal to
+    root_rank's. Parameters are matched by position, as in Optimizer.state_dict()."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast the state of torch.optim.LBFGS")
+    state = optimizer.state_dict() if rank() == root_rank else None
+    state = broadcast_object(state, root_rank, name="broadcast.optimizer_state", process_set=process_set)
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+def _dumps(obj) -> torch.Tensor:
+    buffer = io.BytesIO()
+    cloudpickle.dump(obj, buffer)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def _loads(data: torch.Tensor) -> Any:
+    return cloudpickle.loads(data.numpy().tobytes())
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: str = None, process_set=global_process_set) -> Any:
+    """Returns root_rank's obj on every rank (serialised with cloudpickle, so lambdas and local classes work)."""
+    # The default name must not depend on obj: non-root ranks usually pass None.
+    name = name or "object"
+    if rank() == root_rank:
+        payload = _dumps(obj)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        payload = None
+        length = torch.zeros(1, dtype=torch.int64)
+    mpi_ops.broadcast_(length, root_rank, name=f"broadcast_object.{name}.length", process_set=process_set)
+    if payload is None:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    mpi_ops.broadcast_(payload, root_rank, name=f"broadcast_object.{name}.data", process_set=process_set)
+    return obj if rank() == root_rank else _loads(payload)
+
+
+def allgather_object(obj: Any, name: str = None, process_set=global_process_set) -> List[Any]:
+    """Returns the list of every rank's obj, in rank order of the process set."""
+    name = name or "object"
+    payload = _dumps(obj)
+    lengths = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64),
+                                name=f"allgather_object.{name}.length", process_set=process_set)
+    gathered = mpi_ops.allgather(payload, name=f"allgather_object.{name}.data", process_set=process_set)
+    out, offset = [], 0
+    for n in lengths.tolist():
+        out.append(_loads(gathered[offset:offset + n]))
+        offset += n
+    return out
