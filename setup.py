@@ -64,6 +64,7 @@ TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu==2.21.0", "keras>=3.0"]
 TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "numpy>=1.26"]
 BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
+EXAMPLES = ["tqdm>=4.60"]
 
 setup(
     name="hvdlite",
@@ -79,7 +80,8 @@ setup(
         "tensorflow": TENSORFLOW,
         "test": TEST,
         "bench": BENCH,
-        "dev": TORCH + TEST + BENCH,
+        "examples": EXAMPLES,
+        "dev": TORCH + TEST + BENCH + EXAMPLES,
     },
     entry_points={"console_scripts": []},
     zip_safe=False,

@@ -1,0 +1,215 @@
+// Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
+// conversions, HMAC-SHA256. Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/reduce_kernels.h"
+#include "common/dtype.h"
+#include "common/hmac_sha256.h"
+#include "runtime/fusion.h"
+#include "runtime/response_cache.h"
+#include "runtime/validation.h"
+
+using namespace hvdlite;
+
+static int g_failures = 0;
+static int g_checks = 0;
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    ++g_checks;                                                          \
+    if (!(cond)) {                                                       \
+      ++g_failures;                                                      \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
+    }                                                                    \
+  } while (0)
+
+static bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+static Request req(int rank, OpType op, DType dtype, std::vector<int64_t> shape, std::string name = "grad") {
+  Request q;
+  q.rank = rank;
+  q.op = op;
+  q.dtype = dtype;
+  q.shape = std::move(shape);
+  q.name = std::move(name);
+  return q;
+}
+
+static void test_validation() {
+  std::vector<int> members = {0, 1, 2};
+  // Agreement: an allreduce response with the request's parameters.
+  Response ok = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(2, OpType::kAllreduce, DType::kFloat32, {4}),
+                                req(1, OpType::kAllreduce, DType::kFloat32, {4})}, {}, members);
+  CHECK(!ok.is_error);
+  CHECK(ok.shape == std::vector<int64_t>({4}));
+  CHECK(ok.cacheable);
+
+  // dtype mismatch names the tensor, the ranks and both values.
+  Response bad = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllreduce, DType::kInt32, {4}),
+                                 req(2, OpType::kAllreduce, DType::kFloat32, {4})}, {}, members);
+  CHECK(bad.is_error);
+  CHECK(bad.error_code == static_cast<int>(StatusCode::kMismatch));
+  CHECK(contains(bad.error, "'grad'"));
+  CHECK(contains(bad.error, "ranks 0, 2: float32"));
+  CHECK(contains(bad.error, "rank 1: int32"));
+  CHECK(!bad.cacheable);
+
+  // Operation mismatch is reported before anything else.
+  Response op = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllgather, DType::kInt32, {4})},
+                               {}, {0, 1});
+  CHECK(op.is_error && contains(op.error, "collective operations") && contains(op.error, "allgather"));
+
+  // Shapes, root, reduce op, scale factors.
+  CHECK(contains(build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllreduce, DType::kFloat32, {5})},
+                                {}, {0, 1}).error, "[4]"));
+  Request a = req(0, OpType::kBroadcast, DType::kFloat32, {2}), b = req(1, OpType::kBroadcast, DType::kFloat32, {2});
+  a.root_rank = 0;
+  b.root_rank = 1;
+  CHECK(contains(build_response({a, b}, {}, {0, 1}).error, "root ranks"));
+  Request c = req(0, OpType::kAllreduce, DType::kFloat32, {2}), d = req(1, OpType::kAllreduce, DType::kFloat32, {2});
+  d.reduce_op = ReduceOp::kMax;
+  CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "reduce ops"));
+  d.reduce_op = ReduceOp::kSum;
+  d.prescale = 0.5;
+  CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "prescale"));
+
+  // Allgather: first dimensions may differ, the rest may not; first_dims in member order.
+  Response gather = build_response({req(2, OpType::kAllgather, DType::kInt64, {3, 2}), req(0, OpType::kAllgather, DType::kInt64, {1, 2})},
+                                   {}, {0, 2});
+  CHECK(!gather.is_error);
+  CHECK(gather.first_dims == std::vector<int64_t>({1, 3}));
+  CHECK(build_response({req(0, OpType::kAllgather, DType::kInt64, {3, 2}), req(1, OpType::kAllgather, DType::kInt64, {3, 3})},
+                       {}, {0, 1}).is_error);
+
+  // Joined ranks: allreduce proceeds (with the joined list), alltoall is refused.
+  Response joined = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4})}, {1}, {0, 1});
+  CHECK(!joined.is_error && joined.joined == std::vector<int32_t>({1}) && !joined.cacheable);
+  CHECK(build_response({req(0, OpType::kAlltoall, DType::kFloat32, {4})}, {1}, {0, 1}).is_error);
+}
+
+static Response resp(const std::string& name, int64_t elements, DType dtype = DType::kFloat32, int ps = 0) {
+  Response r;
+  r.name = name;
+  r.shape = {elements};
+  r.dtype = dtype;
+  r.process_set = ps;
+  return r;
+}
+
+static void test_cache() {
+  ResponseCache cache(2);
+  int displaced = -2;
+  int p0 = cache.put(resp("a", 4), &displaced);
+  CHECK(p0 == 0 && displaced == -1);
+  int p1 = cache.put(resp("b", 4), &displaced);
+  CHECK(p1 == 1 && displaced == -1);
+  int position = -1;
+  Request qa = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "a");
+  CHECK(cache.lookup(qa, 0, &position) == ResponseCache::Lookup::kHit && position == 0);
+  Request qa_bad = req(0, OpType::kAllreduce, DType::kFloat32, {5}, "a");
+  CHECK(cache.lookup(qa_bad, 0, &position) == ResponseCache::Lookup::kConflict && position == 0);
+  Request qc = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "c");
+  CHECK(cache.lookup(qc, 0, &position) == ResponseCache::Lookup::kMiss);
+  // "a" was used more recently than "b": inserting "c" evicts "b" at position 1.
+  cache.touch(0);
+  int p2 = cache.put(resp("c", 4), &displaced);
+  CHECK(p2 == 1 && displaced == 1);
+  CHECK(cache.occupied(0) && cache.at(0).name == "a" && cache.at(1).name == "c");
+  cache.erase(0);
+  CHECK(!cache.occupied(0));
+  CHECK(cache.put(resp("d", 4), &displaced) == 0 && displaced == -1);  // lowest free position first
+  // Same name in another process set is another entry.
+  Request other = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "c");
+  other.process_set = 1;
+  CHECK(cache.lookup(other, 0, &position) == ResponseCache::Lookup::kMiss);
+}
+
+static void test_fusion() {
+  std::vector<Response> list = {resp("a", 10), resp("b", 10, DType::kFloat64), resp("c", 10), resp("d", 1000),
+                                resp("e", 10)};
+  Response gather = resp("g", 10);
+  gather.op = OpType::kAllgather;
+  list.push_back(gather);
+  auto groups = plan_fusion(list, 200);  // bytes: a,c,e=40 each; d=4000 (over the threshold alone)
+  CHECK(groups.size() == 4);
+  CHECK(groups[0] == std::vector<size_t>({0, 2, 4}));  // same dtype fused across a float64 in between
+  CHECK(groups[1] == std::vector<size_t>({1}));
+  CHECK(groups[2] == std::vector<size_t>({3}));
+  CHECK(groups[3] == std::vector<size_t>({5}));
+  auto tight = plan_fusion({resp("a", 10), resp("b", 10), resp("c", 10)}, 80);
+  CHECK(tight.size() == 2 && tight[0].size() == 2);
+}
+
+static void test_dtypes() {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f}) {
+    CHECK(half_to_float(float_to_half(v)) == v);
+  }
+  CHECK(std::isinf(half_to_float(float_to_half(70000.0f))));
+  CHECK(half_to_float(float_to_half(1.0f + 1.0f / 4096)) == 1.0f);  // round to nearest even
+  CHECK(bf16_to_float(float_to_bf16(3.0f)) == 3.0f);
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  // Reductions on half types go through float.
+  uint16_t x[3] = {float_to_half(1.5f), float_to_half(-2.0f), float_to_half(4.0f)};
+  uint16_t y[3] = {float_to_half(0.5f), float_to_half(3.0f), float_to_half(-8.0f)};
+  reduce_into(DType::kFloat16, ReduceKind::kSum, x, y, 3);
+  CHECK(half_to_float(x[0]) == 2.0f && half_to_float(x[1]) == 1.0f && half_to_float(x[2]) == -4.0f);
+  uint8_t b1[2] = {1, 0}, b2[2] = {0, 0};
+  reduce_into(DType::kBool, ReduceKind::kSum, b1, b2, 2);
+  CHECK(b1[0] == 1 && b1[1] == 0);
+  reduce_into(DType::kBool, ReduceKind::kProduct, b1, b2, 2);
+  CHECK(b1[0] == 0);
+  int32_t i1[2] = {7, -3};
+  copy_scaled(DType::kInt32, i1, i1, 2, 0.5);
+  CHECK(i1[0] == 4 && i1[1] == -2);  // rounded to nearest, halves away from zero
+  int64_t w1[1] = {0x0f0fll}, w2[1] = {0x00ffll};
+  reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, w1, w2, 1);
+  CHECK(w1[0] == 0x000f);
+}
+
+static std::string hex(const Digest& d) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t byte : d) {
+    s += digits[byte >> 4];
+    s += digits[byte & 15];
+  }
+  return s;
+}
+
+static void test_hmac() {
+  // FIPS 180-4 and RFC 4231 test vectors.
+  CHECK(hex(sha256(reinterpret_cast<const uint8_t*>("abc"), 3)) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(hex(sha256(nullptr, 0)) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  std::string long_input(1000, 'a');
+  CHECK(hex(sha256(reinterpret_cast<const uint8_t*>(long_input.data()), long_input.size())) ==
+        "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+  const std::string key = "Jefe", data = "what do ya want for nothing?";
+  CHECK(hex(hmac_sha256(reinterpret_cast<const uint8_t*>(key.data()), key.size(),
+                        reinterpret_cast<const uint8_t*>(data.data()), data.size())) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  std::vector<uint8_t> long_key(131, 0xaa);
+  const std::string text = "Test Using Larger Than Block-Size Key - Hash Key First";
+  CHECK(hex(hmac_sha256(long_key.data(), long_key.size(), reinterpret_cast<const uint8_t*>(text.data()), text.size())) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  Digest a = sha256(reinterpret_cast<const uint8_t*>("x"), 1), b = a;
+  CHECK(digest_equal(a, b));
+  b[31] ^= 1;
+  CHECK(!digest_equal(a, b));
+}
+
+int main() {
+  test_validation();
+  test_cache();
+  test_fusion();
+  test_dtypes();
+  test_hmac();
+  std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
