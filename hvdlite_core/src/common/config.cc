@@ -68,6 +68,8 @@ const std::vector<Knob>& knobs() {
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
        [](const Config& c) { return c.log_level; }},
+      {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },
+       [](const Config& c) { return c.timeline; }},
   };
   return table;
 }

@@ -20,6 +20,7 @@ struct Config {
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
+  std::string timeline;                       // TIMELINE: Chrome-trace file written by rank 0 ("": off)
 
   static Config FromEnvironment();
   std::string Describe() const;  // "key=value;..." for --check-build style reports and debug logs

@@ -40,6 +40,7 @@ struct TensorEntry {
   void* output = nullptr;
   std::vector<int32_t> splits;  // alltoall rows per member
   std::shared_ptr<HandleState> handle;
+  Clock::time_point enqueued = Clock::now();  // for the timeline
 };
 
 inline std::string entry_key(int32_t process_set, const std::string& name) {

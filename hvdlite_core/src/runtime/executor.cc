@@ -1,6 +1,8 @@
 #include "runtime/executor.h"
 
+#include <cctype>
 #include <cstring>
+#include <memory>
 
 #include "collectives/algorithms.h"
 #include "common/log.h"
@@ -28,14 +30,41 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// Ends the tensor's negotiation span and covers its execution, for the timeline.
+class TimelineSpan {
+ public:
+  TimelineSpan(Timeline& timeline, const std::string& tensor, const std::string& activity)
+      : timeline_(timeline), tensor_(tensor) {
+    if (!timeline_.enabled() || tensor_.empty()) return;
+    timeline_.end(tensor_);
+    timeline_.begin(tensor_, activity);
+  }
+  ~TimelineSpan() {
+    if (timeline_.enabled() && !tensor_.empty()) timeline_.end(tensor_);
+  }
+
+ private:
+  Timeline& timeline_;
+  std::string tensor_;
+};
+
 bool is_transport_failure(const Error& e) {
   return e.code() == StatusCode::kRemoteError || e.code() == StatusCode::kTimeout || e.code() == StatusCode::kInternal;
 }
 
 }  // namespace
 
-Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue)
-    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue) {}
+Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
+                   Timeline& timeline)
+    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline) {}
+
+namespace {
+std::string upper(const char* text) {
+  std::string s(text);
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
 
 char* Executor::fusion_buffer(size_t bytes) {
   if (fusion_.size() < bytes) fusion_.resize(bytes);
@@ -58,6 +87,7 @@ void Executor::run_single(const Response& r) {
   TensorEntry entry;
   bool have = controller_.take_pending(r, &entry);
   TensorEntry* e = have ? &entry : nullptr;
+  TimelineSpan span(timeline_, e ? r.name : std::string(), upper(op_name(r.op)));
   if (r.is_error) {
     if (e) queue_.finish(entry, Status(static_cast<StatusCode>(r.error_code), r.error));
     return;
@@ -124,6 +154,10 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   std::vector<bool> have(group.size());
   for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
   if (!comm || comm->rank() < 0) return;
+  std::vector<std::unique_ptr<TimelineSpan>> spans;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, "ALLREDUCE (fused x" + std::to_string(group.size()) + ")"));
+  }
   const size_t esize = dtype_size(head.dtype);
   std::vector<size_t> counts(group.size()), offsets(group.size());
   size_t total = 0;

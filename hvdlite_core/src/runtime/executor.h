@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "common/timeline.h"
 #include "runtime/controller.h"
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
@@ -12,7 +13,8 @@ namespace hvdlite {
 
 class Executor {
  public:
-  Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue);
+  Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
+           Timeline& timeline);
   void execute(const std::vector<Response>& responses);
 
  private:
@@ -31,6 +33,7 @@ class Executor {
   ProcessSetRegistry& sets_;
   Controller& controller_;
   TensorQueue& queue_;
+  Timeline& timeline_;
   std::vector<char> fusion_;
   std::vector<char> zeros_;  // stand-in input of a joined rank
 };

@@ -19,9 +19,10 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   keys.secret.assign(init.secret, init.secret + init.secret_len);
   keys.job_id = init.job_id ? init.job_id : "job";
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
+  if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
-  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_));
+  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_));
   thread_ = std::thread([this] { background_loop(); });
 }
 
@@ -53,6 +54,11 @@ bool Runtime::run_cycle() {
   if (stopped_) return false;
   std::vector<TensorEntry> fresh = queue_.drain();
   last_cycle_ = Clock::now();
+  if (timeline_.enabled()) {
+    for (const TensorEntry& e : fresh) {
+      timeline_.begin(e.request.name, std::string("NEGOTIATE_") + op_name(e.request.op), e.enqueued);
+    }
+  }
   try {
     Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
     executor_->execute(outcome.responses);

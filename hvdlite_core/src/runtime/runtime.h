@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/timeline.h"
 #include "hvdlite.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
@@ -45,6 +46,7 @@ class Runtime {
   Config config_;
   int rank_;
   int size_;
+  Timeline timeline_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<ProcessSetRegistry> sets_;
   TensorQueue queue_;
