@@ -29,16 +29,43 @@ def core_reduce_op(op) -> int:
         raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product") from None
 
 
+_MAX_DIMS = 64
+_local = threading.local()
+_name_cache: Dict[str, object] = {}  # name -> NUL-terminated cdata; names repeat every training step
+
+
+def _request_buffers():
+    """Per-thread request struct and shape array, reused across calls (allocation dominates a small enqueue)."""
+    buffers = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = (ffi.new("hvdlite_request*"), ffi.new("int64_t[]", _MAX_DIMS),
+                                    ffi.new("int64_t*"))
+    return buffers
+
+
+def _encoded(name: str):
+    cdata = _name_cache.get(name)
+    if cdata is None:
+        cdata = ffi.new("char[]", name.encode())
+        if len(_name_cache) < 100_000:
+            _name_cache[name] = cdata
+    return cdata
+
+
 def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
             root_rank: int = -1, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
             process_set_id: int = 0, splits: Optional[Sequence[int]] = None) -> int:
-    request = ffi.new("hvdlite_request*")
+    """Submits one operation to the core and returns its handle (the core copies everything it keeps)."""
+    request, shape_buf, handle = _request_buffers()
+    ndim = len(shape)
+    if ndim > _MAX_DIMS:
+        raise ValueError(f"tensors of more than {_MAX_DIMS} dimensions are not supported")
+    for i, d in enumerate(shape):
+        shape_buf[i] = d
     request.op = op
-    name_buf = ffi.new("char[]", name.encode()) if name else ffi.NULL
-    request.name = name_buf
+    request.name = _encoded(name) if name else ffi.NULL
     request.dtype = dtype
-    request.ndim = len(shape)
-    shape_buf = ffi.new("int64_t[]", list(shape)) if shape else ffi.NULL
+    request.ndim = ndim
     request.shape = shape_buf
     request.input = ffi.cast("void*", input_ptr)
     request.output = ffi.cast("void*", output_ptr)
@@ -47,11 +74,11 @@ def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], inpu
     request.prescale_factor = prescale
     request.postscale_factor = postscale
     request.process_set_id = process_set_id
+    splits_buf = ffi.NULL
     if splits is not None:
         splits_buf = ffi.new("int32_t[]", [int(s) for s in splits])
-        request.splits = splits_buf
-        request.nsplits = len(splits)
-    handle = ffi.new("int64_t*")
+    request.splits = splits_buf
+    request.nsplits = 0 if splits is None else len(splits)
     check(lib.hvdlite_enqueue(request, handle))
     return handle[0]
 
