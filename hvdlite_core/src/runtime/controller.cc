@@ -210,16 +210,9 @@ std::vector<Response> Controller::decide() {
     const Request& first = s.requests.front();
     std::vector<int> members;
     if (!sets_.members(first.process_set, &members)) {
-      Response gone;
-      gone.is_error = true;
-      gone.error_code = static_cast<int32_t>(StatusCode::kInvalidArgument);
-      gone.error = "process set " + std::to_string(first.process_set) + " of tensor '" + first.name +
-                   "' was removed";
-      gone.op = first.op;
-      gone.name = first.name;
-      gone.process_set = first.process_set;
-      gone.cacheable = false;
-      out.push_back(gone);
+      out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kInvalidArgument),
+                                      "process set " + std::to_string(first.process_set) + " of tensor '" +
+                                          first.name + "' was removed"));
       table_.erase(key);
       continue;
     }
@@ -272,17 +265,10 @@ void Controller::report_stalls(std::vector<Response>& out) {
                                   << missing.str());
     }
     if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
-      Response stalled;
-      stalled.is_error = true;
-      stalled.error_code = static_cast<int32_t>(StatusCode::kTimeout);
-      stalled.error = std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
-                      std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing.str() +
-                      " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)";
-      stalled.op = first.op;
-      stalled.name = first.name;
-      stalled.process_set = first.process_set;
-      stalled.cacheable = false;
-      out.push_back(stalled);
+      out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kTimeout),
+                                      std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
+                                          std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing.str() +
+                                          " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)"));
       table_.erase(key);
     } else {
       keep.push_back(key);

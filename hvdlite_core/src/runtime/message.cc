@@ -90,6 +90,18 @@ Response Response::Read(WireReader& r) {
   return s;
 }
 
+Response Response::Failure(const Request& about, int32_t code, std::string message) {
+  Response r;
+  r.is_error = true;
+  r.error_code = code;
+  r.error = std::move(message);
+  r.op = about.op;
+  r.name = about.name;
+  r.process_set = about.process_set;
+  r.cacheable = false;
+  return r;
+}
+
 bool Response::matches(const Request& q, int member_index) const {
   if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.name != name) return false;
   switch (op) {

@@ -60,6 +60,8 @@ struct Response {
 
   void write(WireWriter& w) const;
   static Response Read(WireReader& r);
+  // An error for every member that submitted the tensor `about`; never cached.
+  static Response Failure(const Request& about, int32_t code, std::string message);
   // Whether a request from `rank` matches this (cached) response, i.e. can reuse it.
   bool matches(const Request& request, int member_index) const;
 };

@@ -36,15 +36,7 @@ bool all_equal(const std::vector<Request>& requests, const std::function<std::st
 }
 
 Response error_response(const Request& first, StatusCode code, const std::string& message) {
-  Response r;
-  r.is_error = true;
-  r.error_code = static_cast<int32_t>(code);
-  r.error = message;
-  r.op = first.op;
-  r.name = first.name;
-  r.process_set = first.process_set;
-  r.cacheable = false;
-  return r;
+  return Response::Failure(first, static_cast<int32_t>(code), message);
 }
 
 std::string number(double v) {

@@ -17,6 +17,13 @@ constexpr uint64_t kMagic = 0x6876646c69746531ull;  // "hvdlite1"
 
 size_t slot_stride(size_t ring_bytes) { return sizeof(RingHeader) + ((ring_bytes + 63) / 64) * 64; }
 size_t total_bytes(int slots, size_t ring_bytes) { return sizeof(InboxHeader) + slots * slot_stride(ring_bytes); }
+
+void* map_shared(int fd, size_t bytes, const std::string& name) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw Error(StatusCode::kInternal, "mmap of " + name + " failed: " + strerror(errno));
+  return base;
+}
 }  // namespace
 
 std::string ShmInbox::Name(const std::string& job_id, int rank) {
@@ -38,14 +45,12 @@ ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, si
     throw Error(StatusCode::kInternal, "cannot size shared memory " + name + " to " + std::to_string(bytes) +
                                            " bytes (is /dev/shm large enough?): " + strerror(err));
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) throw Error(StatusCode::kInternal, "mmap of " + name + " failed: " + strerror(errno));
   ShmInbox inbox;
-  inbox.base_ = base;
+  inbox.base_ = map_shared(fd, bytes, name);
   inbox.mapped_bytes_ = bytes;
   inbox.name_ = name;
   inbox.owner_ = true;
+  void* base = inbox.base_;
   InboxHeader* header = new (base) InboxHeader();
   header->owner_rank = owner_rank;
   header->slots = slots;
@@ -68,11 +73,8 @@ ShmInbox ShmInbox::Open(const std::string& name, int expected_owner) {
   struct stat st;
   fstat(fd, &st);
   size_t bytes = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) throw Error(StatusCode::kInternal, "mmap of " + name + " failed: " + strerror(errno));
   ShmInbox inbox;
-  inbox.base_ = base;
+  inbox.base_ = map_shared(fd, bytes, name);
   inbox.mapped_bytes_ = bytes;
   inbox.name_ = name;
   InboxHeader* header = inbox.header();
