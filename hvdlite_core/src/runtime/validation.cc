@@ -19,10 +19,13 @@ std::string describe_groups(const std::vector<Request>& requests, const std::fun
     if (!groups.count(value)) order.push_back(value);
     groups[value].push_back(q.rank);
   }
+  for (auto& group : groups) std::sort(group.second.begin(), group.second.end());
+  // List the values in the order of their lowest rank, whatever order the requests arrived in.
+  std::sort(order.begin(), order.end(),
+            [&](const std::string& a, const std::string& b) { return groups[a].front() < groups[b].front(); });
   std::ostringstream out;
   for (size_t i = 0; i < order.size(); ++i) {
     std::vector<int>& ranks = groups[order[i]];
-    std::sort(ranks.begin(), ranks.end());
     out << (i ? "; " : "") << (ranks.size() == 1 ? "rank " : "ranks ");
     for (size_t j = 0; j < ranks.size(); ++j) out << (j ? ", " : "") << ranks[j];
     out << ": " << order[i];
