@@ -65,6 +65,7 @@ TENSORFLOW = ["tensorflow-cpu==2.21.0", "keras>=3.0"]
 TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "numpy>=1.26"]
 BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
 EXAMPLES = ["tqdm>=4.60"]
+MPI = ["mpi4py>=3.1"]  # hvd.init() under mpirun, hvd.init(comm=...); needs an MPI library (Open MPI, MPICH)
 
 setup(
     name="hvdlite",
@@ -81,8 +82,9 @@ setup(
         "test": TEST,
         "bench": BENCH,
         "examples": EXAMPLES,
-        "dev": TORCH + TEST + BENCH + EXAMPLES,
+        "mpi": MPI,
+        "dev": TORCH + TEST + BENCH + EXAMPLES + MPI,
     },
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": ["hvdlite-run = hvdlite.runner.launch:main"]},
     zip_safe=False,
 )

@@ -47,23 +47,28 @@ class ProcessSet:
 
 
 def _ranks_of_mpi_comm(comm) -> List[int]:
-    from mpi4py import MPI
+    """Members of an mpi4py communicator as hvdlite ranks (relative to the communicator init() used)."""
+    from hvdlite.common.mpi_bootstrap import world_ranks
 
-    group = comm.Get_group()
-    return list(MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group()))
+    return world_ranks(_placement if _placement is not None else bootstrap.Placement(), comm)
 
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
-def init(process_sets: Optional[Sequence[ProcessSet]] = None, comm=None) -> None:
-    """Joins the job: connects to every other rank (collective). Idempotent while initialised."""
+def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None:
+    """Joins the job: connects to every other rank (collective). Idempotent while initialised.
+
+    ``comm`` (first, as in Horovod): an mpi4py communicator, or a list of COMM_WORLD ranks, whose members form
+    the job with their ranks in it; without it the job is found from the environment
+    (hvdlite/common/bootstrap.py). ``process_sets`` are registered right after.
+    """
     global _placement, _generation, _atexit_registered
     with _lock:
         if lib.hvdlite_is_initialized():
             return
-        placement = bootstrap.detect()
+        placement = bootstrap.detect(comm=comm)
         config = ffi.new("hvdlite_init_config*")
         config.rank = placement.rank
         config.size = placement.size
@@ -73,7 +78,9 @@ def init(process_sets: Optional[Sequence[ProcessSet]] = None, comm=None) -> None
             address = bootstrap.advertise_address(placement)
             port = ffi.new("int32_t*")
             check(lib.hvdlite_listener_open(address.encode(), port))
+            bootstrap.log("info", f"data-plane listener at {address}:{port[0]}", placement.rank)
             peers = bootstrap.exchange_peers(placement, f"{address}:{port[0]}", _generation, start_timeout)
+            placement = bootstrap.complete_layout(placement, peers)
             hosts = {}
             host_ids = [hosts.setdefault(p["host"], len(hosts)) for p in peers]
             addresses = [ffi.new("char[]", p["address"].encode()) for p in peers]

@@ -23,15 +23,16 @@ The starter
 with the same id form one "host" (``HVDLITE_HOSTNAME=host<id>``), which
 sets the local and cross ranks exactly as a multi-host launch would.
 
-The building blocks (:func:`compute_topology`, :func:`build_rank_env`,
-:func:`start_rank`, :func:`stop_ranks`, :func:`launch`) are meant to be
-reused by the full ``hvdlite-run`` launcher.
+The building blocks (:func:`topology_for_hosts`, :func:`build_rank_env`,
+:func:`start_rank`, :func:`stop_ranks`, :func:`run_ranks`) are reused by
+``hvdlite-run`` (:mod:`hvdlite.runner.launch`), which adds hosts and ssh.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import secrets
 import signal
@@ -47,12 +48,16 @@ from hvdlite.runner.rendezvous import RendezvousServer
 __all__ = [
     "RankInfo",
     "RankProcess",
+    "JobOutcome",
     "compute_topology",
+    "topology_for_hosts",
     "parse_host_ids",
     "build_rank_env",
     "start_rank",
     "stop_ranks",
     "exit_code_from_returncode",
+    "run_ranks",
+    "report",
     "launch",
     "main",
     "TIMEOUT_EXIT_CODE",
@@ -103,12 +108,8 @@ def compute_topology(np: int,
     """Rank, local and cross coordinates of every rank.
 
     Without ``host_ids`` all ranks share the host ``"localhost"``.  With
-    ``host_ids`` (one id per rank), rank ``r`` runs on host ``host<id>``;
-    ``local_rank`` is its index among the ranks of that host,
-    ``local_size`` the number of ranks on it, ``cross_rank`` the index of its
-    host among the distinct hosts in order of first appearance and
-    ``cross_size`` the number of distinct hosts (as in Horovod for evenly
-    populated hosts).
+    ``host_ids`` (one id per rank), rank ``r`` runs on host ``host<id>``.
+    See :func:`topology_for_hosts` for how the coordinates are derived.
     """
     if np < 1:
         raise ValueError("the number of ranks must be at least 1, got %d" % np)
@@ -119,12 +120,24 @@ def compute_topology(np: int,
             raise ValueError("got %d host ids for %d ranks"
                              % (len(host_ids), np))
         hosts = ["host%s" % str(host_id).strip() for host_id in host_ids]
+    return topology_for_hosts(hosts)
 
+
+def topology_for_hosts(hosts: Sequence[str]) -> List[RankInfo]:
+    """Coordinates of rank ``r`` running on host ``hosts[r]``.
+
+    ``local_rank`` is the rank's index among the ranks of its host,
+    ``local_size`` the number of ranks on it, ``cross_rank`` the index of its
+    host among the distinct hosts in order of first appearance and
+    ``cross_size`` the number of distinct hosts (as in Horovod for evenly
+    populated hosts).
+    """
+    if not hosts:
+        raise ValueError("the number of ranks must be at least 1, got 0")
     host_order: Dict[str, int] = {}
-    for host in hosts:
-        host_order.setdefault(host, len(host_order))
     ranks_on_host: Dict[str, int] = {}
     for host in hosts:
+        host_order.setdefault(host, len(host_order))
         ranks_on_host[host] = ranks_on_host.get(host, 0) + 1
 
     infos = []
@@ -133,7 +146,7 @@ def compute_topology(np: int,
         local_rank = seen_on_host.get(host, 0)
         seen_on_host[host] = local_rank + 1
         infos.append(RankInfo(
-            rank=rank, size=np,
+            rank=rank, size=len(hosts),
             local_rank=local_rank, local_size=ranks_on_host[host],
             cross_rank=host_order[host], cross_size=len(host_order),
             hostname=host))
@@ -193,6 +206,11 @@ def _emit(stream_name: str, text: str) -> None:
             pass
 
 
+def report(message: str) -> None:
+    """A message of the starter itself, on its stderr."""
+    _emit("stderr", "%s%s\n" % (_PREFIX, message))
+
+
 def _pump(pipe: IO[bytes], rank: int, stream_name: str,
           log_path: Optional[str]) -> None:
     """Forward ``pipe`` line by line until EOF (runs on its own thread)."""
@@ -250,6 +268,14 @@ class RankProcess:
         self.threads = list(threads)
         self._status: Optional[int] = None   # exit code once known
 
+    def describe(self) -> str:
+        """How the supervisor names this rank in its messages."""
+        return "rank %d" % self.rank
+
+    def explain_exit(self, code: int) -> str:
+        """Extra words for a non-zero exit code ("" if none apply)."""
+        return ""
+
     @property
     def pid(self) -> int:
         return self.popen.pid
@@ -297,6 +323,11 @@ class RankProcess:
     def reap(self) -> None:
         """Collect the (exited) leader and close its pipes."""
         self.popen.wait()
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
         if self._status is None:
             self._status = exit_code_from_returncode(self.popen.returncode)
 
@@ -314,11 +345,17 @@ def exit_code_from_returncode(returncode: int) -> int:
 
 def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
                output_dir: Optional[str] = None,
-               cwd: Optional[str] = None) -> RankProcess:
+               cwd: Optional[str] = None,
+               stdin_data: Optional[bytes] = None,
+               process_class: type = RankProcess) -> RankProcess:
     """Start one rank in its own session and begin forwarding its output.
 
     With ``output_dir`` the rank's raw output is also written to
-    ``output_dir/rank.<rank>/stdout`` and ``.../stderr``.
+    ``output_dir/rank.<rank>/stdout`` and ``.../stderr``.  With
+    ``stdin_data`` the rank's stdin is a pipe that gets these bytes and then
+    stays open (the remote starter uses it as a lifeline); otherwise stdin is
+    ``/dev/null``.  ``process_class`` (a :class:`RankProcess` subclass) wraps
+    the started process.
     """
     log_dir = None
     if output_dir is not None:
@@ -326,11 +363,17 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
         os.makedirs(log_dir, exist_ok=True)
     popen = subprocess.Popen(
         list(command), env=dict(env), cwd=cwd,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, close_fds=True,
+        stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
         # Own session => own process group, and no controlling terminal:
         # the ranks never see the terminal's ^C; the starter stops them.
         start_new_session=True)
+    if stdin_data is not None:
+        try:
+            popen.stdin.write(stdin_data)
+            popen.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited already; the supervisor sees its exit code
     threads = []
     for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
         thread = threading.Thread(
@@ -340,7 +383,7 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
             daemon=True)
         thread.start()
         threads.append(thread)
-    return RankProcess(rank, popen, threads)
+    return process_class(rank, popen, threads)
 
 
 def stop_ranks(ranks: Sequence[RankProcess],
@@ -402,18 +445,29 @@ class _SignalCatcher:
         self.received.append(signum)
 
 
+@dataclasses.dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: the exit code and, after a failure, the first rank
+    that exited non-zero."""
+
+    code: int
+    failed_rank: Optional[int] = None
+
+
 def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
-               signals: _SignalCatcher) -> int:
+               signals: _SignalCatcher) -> JobOutcome:
     """Wait for the ranks; stop them all on failure, timeout or signal."""
     started = time.monotonic()
     pending = list(ranks)
-    while pending:
+    while True:
         if signals.received:
             name = signal.Signals(signals.received[0]).name
             _emit("stderr", "%sreceived %s; stopping all ranks\n"
                   % (_PREFIX, name))
             stop_ranks(ranks, hurry=lambda: len(signals.received) > 1)
-            return 128 + signals.received[0]
+            return JobOutcome(128 + signals.received[0])
+        if not pending:
+            return JobOutcome(0)
 
         still_running = []
         for rank in pending:
@@ -427,21 +481,55 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
                     if other is not rank:
                         other.signal_group(signal.SIGTERM)
                 rank.join_output(timeout=1.0)
-                _emit("stderr", "%srank %d exited with code %d; stopping the "
-                      "other ranks\n" % (_PREFIX, rank.rank, code))
+                _emit("stderr", "%s%s exited with code %d%s; stopping the "
+                      "other ranks\n" % (_PREFIX, rank.describe(), code,
+                                         rank.explain_exit(code)))
                 stop_ranks(ranks, hurry=lambda: bool(signals.received))
-                return code
+                return JobOutcome(code, rank.rank)
         pending = still_running
 
         if timeout is not None and time.monotonic() - started > timeout:
             _emit("stderr", "%sjob exceeded the timeout of %g s; stopping "
                   "all ranks\n" % (_PREFIX, timeout))
             stop_ranks(ranks, hurry=lambda: bool(signals.received))
-            return TIMEOUT_EXIT_CODE
+            return JobOutcome(TIMEOUT_EXIT_CODE)
 
         if pending:
             time.sleep(_POLL_INTERVAL)
-    return 0
+
+
+def run_ranks(starters: Sequence[Callable[[], RankProcess]],
+              timeout: Optional[float] = None) -> JobOutcome:
+    """Start one rank per starter (in order), supervise them, clean up.
+
+    Returns exit code 0 if every rank exited 0, the code of the first
+    failing rank otherwise (128 + signum for a signal death), 124 if
+    ``timeout`` seconds elapsed, or 128 + signum if this process got
+    SIGINT/SIGTERM.  Every rank (and every process in its process group) is
+    gone when this returns, also when it raises (e.g. :class:`OSError` if a
+    command cannot be executed).
+    """
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive, got %r" % timeout)
+    ranks: List[RankProcess] = []
+    completed = False
+    try:
+        with _SignalCatcher() as signals:
+            for start in starters:
+                if signals.received:
+                    break  # _supervise() reports it and stops what started
+                ranks.append(start())
+            outcome = _supervise(ranks, timeout, signals)
+            completed = True
+    finally:
+        # After a failure, timeout or signal everything is already stopped
+        # and reaped.  After success this kills whatever the ranks left in
+        # their process groups and reaps them.  After an exception (a rank
+        # that could not be started, a bug) it stops the job without grace.
+        stop_ranks(ranks, grace=TERMINATE_GRACE_SECONDS if completed else 0.0)
+        for rank in ranks:
+            rank.join_output(timeout=2.0)
+    return outcome
 
 
 def launch(command: List[str], np: int,
@@ -452,12 +540,8 @@ def launch(command: List[str], np: int,
     """Run ``command`` as ``np`` local ranks; return the job's exit code.
 
     ``env`` is the base environment of the ranks (default: ``os.environ``);
-    the ``HVDLITE_*`` variables are added to it.  Returns 0 if every rank
-    exited 0, the code of the first failing rank otherwise (128 + signum
-    for a signal death), 124 if ``timeout`` seconds elapsed, or
-    128 + signum if the starter got SIGINT/SIGTERM.  Every rank (and every
-    process in its process group) is gone when this returns, also when it
-    raises (e.g. :class:`OSError` if ``command`` cannot be executed).
+    the ``HVDLITE_*`` variables are added to it.  Exit codes and cleanup are
+    those of :func:`run_ranks`.
     """
     command = list(command)
     if not command:
@@ -469,31 +553,19 @@ def launch(command: List[str], np: int,
     secret = secrets.token_bytes(32)
     job_id = secrets.token_hex(6)
     server = RendezvousServer(secret, host="127.0.0.1", port=0).start()
-    ranks: List[RankProcess] = []
-    completed = False
     try:
-        with _SignalCatcher() as signals:
-            addr, port = server.address
-            for info in topology:
-                if signals.received:
-                    break  # _supervise() reports it and stops what started
-                rank_env = build_rank_env(
-                    info, rendezvous_addr=addr, rendezvous_port=port,
-                    secret=secret, job_id=job_id, base_env=env)
-                ranks.append(start_rank(info.rank, command, rank_env,
-                                        output_dir=output_filename))
-            code = _supervise(ranks, timeout, signals)
-            completed = True
+        addr, port = server.address
+        starters = [
+            functools.partial(
+                start_rank, info.rank, command,
+                build_rank_env(info, rendezvous_addr=addr,
+                               rendezvous_port=port, secret=secret,
+                               job_id=job_id, base_env=env),
+                output_dir=output_filename)
+            for info in topology]
+        return run_ranks(starters, timeout).code
     finally:
-        # After a failure, timeout or signal everything is already stopped
-        # and reaped.  After success this kills whatever the ranks left in
-        # their process groups and reaps them.  After an exception (a rank
-        # that could not be started, a bug) it stops the job without grace.
-        stop_ranks(ranks, grace=TERMINATE_GRACE_SECONDS if completed else 0.0)
-        for rank in ranks:
-            rank.join_output(timeout=2.0)
         server.stop()
-    return code
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""``hvdlite-run --check-build``: which frameworks, bootstrap mechanisms and backends this installation has.
+
+Backends come from the core itself (``hvdlite_build_info``); frameworks and mpi4py are looked up without being
+imported, so the report is quick.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from typing import Dict, List, Tuple
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _core_info() -> Dict[str, str]:
+    from hvdlite.common.basics import build_info
+
+    fields = {}
+    for item in build_info().split(";"):
+        key, sep, value = item.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def report() -> str:
+    import hvdlite
+
+    info = _core_info()
+    backends = set(filter(None, info.get("backends", "").split(",")))
+
+    def section(title: str, rows: List[Tuple[str, bool]]) -> List[str]:
+        return [title] + ["    [%s] %s" % ("X" if present else " ", name) for name, present in rows] + [""]
+
+    lines = ["hvdlite v%s:" % hvdlite.__version__, ""]
+    lines += section("Available Frameworks:", [
+        ("PyTorch", _has_module("torch") and _has_module("hvdlite.torch")),
+        ("TensorFlow", _has_module("tensorflow") and _has_module("hvdlite.tensorflow")),
+    ])
+    lines += section("Available Controllers (bootstrap):", [
+        ("built-in (hvdlite-run rendezvous, torchrun, Slurm)", True),
+        ("MPI (mpi4py)", _has_module("mpi4py")),
+        ("mpirun for --mpi", shutil.which("mpirun") is not None),
+    ])
+    lines += section("Available Tensor Operations:", [
+        ("TCP", "tcp" in backends),
+        ("shared memory", "shm" in backends),
+        ("MPI", info.get("mpi") == "1"),
+        ("NCCL", info.get("nccl") == "1"),
+    ])
+    return "\n".join(lines)

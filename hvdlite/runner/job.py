@@ -1,0 +1,132 @@
+"""The built-in launch mode: a rendezvous service plus one process per rank, started directly on this
+machine or over ssh on the others (protocol in docs/launcher.md)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import secrets
+import shlex
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from hvdlite.runner import network
+from hvdlite.runner.hosts import HostSlots, assign_ranks
+from hvdlite.runner.local import JobOutcome, RankProcess, build_rank_env, report, run_ranks, start_rank, \
+    topology_for_hosts
+from hvdlite.runner.rendezvous import RendezvousClient, RendezvousServer
+from hvdlite.runner.settings import Settings, propagated_environment
+from hvdlite.runner.ssh import resolve_hostname, ssh_command, start_remote_rank
+
+
+class LaunchError(RuntimeError):
+    """The job cannot be started as asked (no route to a host, an unknown interface, too few slots...)."""
+
+
+class BuiltinJob:
+    """One job: ``with BuiltinJob(settings, command) as job: outcome = job.run()``.
+
+    The rendezvous service runs from ``__enter__`` to ``__exit__``, so a caller (``hvdlite.run``) can store
+    data for the ranks before :meth:`run` and read what they left after it.
+    """
+
+    def __init__(self, settings: Settings, command: Sequence[str],
+                 extra_env: Optional[Mapping[str, str]] = None, environ: Optional[Mapping[str, str]] = None):
+        settings.validate()
+        if not command:
+            raise LaunchError("no command given")
+        self.settings = settings
+        self.ssh = dataclasses.replace(settings.ssh,
+                                       connect_timeout=settings.ssh.connect_timeout or settings.start_timeout)
+        self.command = list(command)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.base_env = dict(self.environ)
+        self.base_env.update(extra_env or {})
+        self.base_env.update(settings.knob_env())
+        hosts = settings.host_list()
+        try:
+            self.assignment: List[HostSlots] = assign_ranks(hosts, settings.np)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        self.topology = topology_for_hosts([host.hostname for host in self.assignment])
+        self.is_local: Dict[str, bool] = {host.name: network.is_local_host(host.hostname) for host in hosts}
+        self.secret = secrets.token_bytes(32)
+        self.job_id = secrets.token_hex(6)
+        self.server: Optional[RendezvousServer] = None
+        self._address_for: Dict[str, str] = {}
+
+    # -- rendezvous -----------------------------------------------------------------------------------
+
+    def _rendezvous_addresses(self) -> Tuple[str, Dict[str, str]]:
+        """(address to bind, {host: address its ranks use to reach the service})."""
+        names = list(dict.fromkeys(host.name for host in self.assignment))
+        remote = [name for name in names if not self.is_local[name]]
+        if self.settings.network_interfaces:
+            address = network.first_interface_ipv4(self.settings.network_interfaces)
+            if address is None:
+                raise LaunchError("none of the network interfaces %s has an IPv4 address on this machine"
+                                  % ",".join(self.settings.network_interfaces))
+            return address, {name: address for name in names}
+        if not remote:
+            return "127.0.0.1", {name: "127.0.0.1" for name in names}
+        per_host = {}
+        for name in remote:
+            target = resolve_hostname(name, self.ssh)
+            try:
+                per_host[name] = network.source_address_for(target)
+            except OSError as exc:
+                raise LaunchError("cannot find a route from this machine to %s (%s): %s"
+                                  % (name, target, exc)) from None
+        # Local ranks must be reachable from the remote ones too: not loopback.
+        for name in names:
+            per_host.setdefault(name, per_host[remote[0]])
+        distinct = set(per_host.values())
+        return (distinct.pop() if len(distinct) == 1 else "0.0.0.0"), per_host
+
+    def __enter__(self) -> "BuiltinJob":
+        bind, self._address_for = self._rendezvous_addresses()
+        self.server = RendezvousServer(self.secret, host=bind, port=0).start()
+        if self.settings.verbose:
+            report("rendezvous service at %s:%d (job %s)" % (bind, self.server.address[1], self.job_id))
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def client(self) -> RendezvousClient:
+        """A client of this job's rendezvous service (for the launcher's own use)."""
+        host, port = self.server.address
+        return RendezvousClient("127.0.0.1" if host == "0.0.0.0" else host, port, self.secret)
+
+    # -- ranks ----------------------------------------------------------------------------------------
+
+    def _starter(self, rank: int) -> Callable[[], RankProcess]:
+        host = self.assignment[rank]
+        info = self.topology[rank]
+        local = self.is_local[host.name]
+        base = self.base_env if local else propagated_environment(self.base_env)
+        env = build_rank_env(info, rendezvous_addr=self._address_for[host.name],
+                             rendezvous_port=self.server.address[1], secret=self.secret, job_id=self.job_id,
+                             base_env=base)
+        output_dir = self.settings.output_filename
+        if local:
+            if self.settings.verbose:
+                report("rank %d on %s (local): %s" % (rank, host.name, shlex.join(self.command)))
+            return functools.partial(start_rank, rank, self.command, env, output_dir=output_dir)
+        if self.settings.verbose:
+            report("rank %d on %s over ssh: %s <<< [environment and command]"
+                   % (rank, host.name, shlex.join(ssh_command(host.name, self.ssh))))
+        return functools.partial(start_remote_rank, rank, host.name, self.command, env, os.getcwd(),
+                                 self.ssh, self.environ, output_dir=output_dir)
+
+    def run(self) -> JobOutcome:
+        if self.server is None:
+            raise RuntimeError("BuiltinJob.run() outside of its with-block")
+        return run_ranks([self._starter(rank) for rank in range(len(self.assignment))], self.settings.timeout)
+
+
+def run_command(settings: Settings, command: Sequence[str]) -> JobOutcome:
+    """Runs ``command`` on every rank in the built-in mode."""
+    with BuiltinJob(settings, command) as job:
+        return job.run()

@@ -1,0 +1,172 @@
+"""``hvdlite-run``: start an hvdlite job on one or more hosts (Horovod's ``horovodrun`` flags).
+
+    hvdlite-run -np 4 python train.py                          # 4 ranks here
+    hvdlite-run -np 8 -H node1:4,node2:4 python train.py       # 2 hosts over ssh
+    hvdlite-run -np 8 --hostfile hosts.txt python train.py     # "node1 slots=4" per line
+    hvdlite-run --mpi -np 8 -H node1:4,node2:4 python train.py # hand the job to mpirun
+    hvdlite-run --check-build
+
+The built-in mode is described in docs/launcher.md; the modules behind it: hosts (-H, --hostfile), job (the
+rendezvous service and the ranks), ssh (remote ranks), local (processes, output, teardown), mpi_run (--mpi).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from hvdlite.runner.hosts import parse_hostfile, parse_hosts
+from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, LOG_LEVELS, Settings
+from hvdlite.runner.ssh import SshOptions
+
+#: Exit code when the job could not be started as asked (bad hosts, no route, no mpirun...).
+LAUNCH_ERROR_EXIT_CODE = 2
+COMMAND_NOT_FOUND_EXIT_CODE = 127
+
+
+def _default_start_timeout() -> float:
+    for name in ("HVDLITE_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        if os.environ.get(name):
+            try:
+                return float(os.environ[name])
+            except ValueError:
+                pass
+    return DEFAULT_START_TIMEOUT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import hvdlite
+
+    parser = argparse.ArgumentParser(
+        prog="hvdlite-run", allow_abbrev=False,
+        description="Run an hvdlite (Horovod-compatible) training job: one process per rank, on this machine "
+                    "and on other hosts over ssh, or through mpirun with --mpi.",
+        usage="%(prog)s [-np NP] [-H HOSTS | --hostfile FILE] [options] command [args ...]")
+    parser.add_argument("-v", "--version", action="version", version="hvdlite %s" % hvdlite.__version__)
+    parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
+                        help="number of ranks (default: one per slot of the hosts)")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", default=None, metavar="HOSTS",
+                       help="hosts and slots, e.g. node1:4,node2:4 (default: localhost with NP slots); "
+                            "[user@]host, IPv6 addresses in brackets")
+    hosts.add_argument("-hostfile", "--hostfile", default=None, metavar="FILE",
+                       help="file with one host per line: 'host slots=N'")
+    parser.add_argument("--start-timeout", type=float, default=_default_start_timeout(), metavar="SECONDS",
+                        help="how long ranks wait for each other at init, and ssh for a connection "
+                             "(default: $HVDLITE_START_TIMEOUT or %(default)s)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="stop the whole job after this many seconds and exit 124 (default: no limit)")
+    parser.add_argument("--network-interface", "--network-interfaces", dest="nics", default=None,
+                        metavar="NICS",
+                        help="comma-separated interfaces to use between hosts (e.g. eth0); each rank "
+                             "advertises the address of the first one it has")
+    parser.add_argument("--output-filename", default=None, metavar="DIR",
+                        help="also write each rank's output to DIR/rank.<r>/stdout and stderr")
+    parser.add_argument("--verbose", action="store_true",
+                        help="say what the launcher does: rendezvous address, where each rank runs, ssh")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None,
+                        help="log level of the ranks (HVDLITE_LOG_LEVEL); info shows each rank's bootstrap")
+    parser.add_argument("-cb", "--check-build", action="store_true",
+                        help="show which frameworks and backends this installation has, and exit")
+
+    tuning = parser.add_argument_group("tuning (passed to every rank as HVDLITE_* variables)")
+    tuning.add_argument("--fusion-threshold-mb", type=float, default=None, metavar="MB",
+                        help="fuse allreduces up to this many MiB (HVDLITE_FUSION_THRESHOLD; default 64)")
+    tuning.add_argument("--cycle-time-ms", type=float, default=None, metavar="MS",
+                        help="background cycle period in ms (HVDLITE_CYCLE_TIME; default 1)")
+    tuning.add_argument("--cache-capacity", type=int, default=None, metavar="N",
+                        help="response cache entries (HVDLITE_CACHE_CAPACITY; default 1024)")
+    tuning.add_argument("--disable-cache", action="store_true", help="same as --cache-capacity 0")
+    tuning.add_argument("--timeline-filename", default=None, metavar="FILE",
+                        help="write a Chrome-trace timeline to FILE on rank 0 (HVDLITE_TIMELINE)")
+
+    ssh = parser.add_argument_group("ssh (remote hosts)")
+    ssh.add_argument("-p", "--ssh-port", type=int, default=None, help="ssh port on every remote host")
+    ssh.add_argument("-i", "--ssh-identity-file", default=None, metavar="FILE", help="ssh private key")
+    ssh.add_argument("--ssh-config-file", default=None, metavar="FILE", help="ssh client config file (ssh -F)")
+    ssh.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="extra ssh option (ssh -o), repeatable, e.g. StrictHostKeyChecking=accept-new")
+
+    mode = parser.add_argument_group("launch mode")
+    exclusive = mode.add_mutually_exclusive_group()
+    exclusive.add_argument("--mpi", action="store_true", help="hand the job to mpirun (Open MPI or MPICH)")
+    exclusive.add_argument("--gloo", "--builtin", dest="builtin", action="store_true",
+                           help="built-in launcher: rendezvous service, local processes and ssh (default)")
+    mode.add_argument("--mpi-args", default="", metavar="ARGS", help="extra arguments for mpirun (with --mpi)")
+
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Raises ValueError (or OSError for an unreadable hostfile) with a message for the user."""
+    import shlex
+
+    hosts = None
+    if args.hosts is not None:
+        hosts = parse_hosts(args.hosts)
+    elif args.hostfile is not None:
+        hosts = parse_hostfile(args.hostfile)
+    settings = Settings(
+        np=args.np, hosts=hosts, start_timeout=args.start_timeout, timeout=args.timeout,
+        network_interfaces=[nic.strip() for nic in (args.nics or "").split(",") if nic.strip()],
+        output_filename=args.output_filename, verbose=args.verbose, log_level=args.log_level,
+        fusion_threshold_mb=args.fusion_threshold_mb, cycle_time_ms=args.cycle_time_ms,
+        cache_capacity=0 if args.disable_cache else args.cache_capacity,
+        timeline_filename=args.timeline_filename,
+        ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,
+                       config_file=args.ssh_config_file, options=list(args.ssh_option)),
+        mpi_args=shlex.split(args.mpi_args))
+    settings.validate()
+    return settings
+
+
+def _command(args: argparse.Namespace) -> List[str]:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return command
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``hvdlite-run``; returns the exit code (the first failing rank's)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.check_build:
+        from hvdlite.runner.check_build import report as build_report
+
+        print(build_report())
+        return 0
+    command = _command(args)
+    if not command:
+        parser.error("no command given, e.g. hvdlite-run -np 2 python train.py")
+    try:
+        settings = settings_from_args(args)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+
+    from hvdlite.runner.local import report
+
+    if args.mpi:
+        from hvdlite.runner.mpi_run import MpiError, exec_mpirun
+
+        try:
+            exec_mpirun(settings, command)  # returns only on failure
+        except (MpiError, OSError) as exc:
+            report(str(exc))
+            return LAUNCH_ERROR_EXIT_CODE
+    from hvdlite.runner.job import LaunchError, run_command
+
+    try:
+        return run_command(settings, command).code
+    except LaunchError as exc:
+        report(str(exc))
+        return LAUNCH_ERROR_EXIT_CODE
+    except OSError as exc:
+        report("failed to start %r: %s" % (command[0], exc))
+        return COMMAND_NOT_FOUND_EXIT_CODE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

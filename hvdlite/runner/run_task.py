@@ -1,0 +1,52 @@
+"""The rank side of ``hvdlite.run(fn)``: ``python -m hvdlite.runner.run_task``, started by the launcher.
+
+Protocol, over the job's rendezvous service (so it works on hosts that share no filesystem with the caller):
+the caller stores the cloudpickled ``(fn, args, kwargs)`` as blob "fn" in scope "hvdlite.run"; every rank
+fetches it, calls it and stores ``("ok", result)`` or ``("error", traceback text)`` as blob "result.<rank>".
+A blob is stored in chunks below the service's request limit, with its chunk count written last.
+"""
+import json
+import os
+import sys
+import traceback
+
+from hvdlite.runner.rendezvous import MAX_BODY_SIZE, RendezvousClient, client_from_env
+
+SCOPE = "hvdlite.run"
+CHUNK = MAX_BODY_SIZE // 2
+
+
+def put_blob(client: RendezvousClient, key: str, data: bytes) -> None:
+    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+    for index, chunk in enumerate(chunks):
+        client.put(SCOPE, f"{key}.{index}", chunk)
+    client.put(SCOPE, key, json.dumps({"chunks": len(chunks)}).encode())
+
+
+def get_blob(client: RendezvousClient, key: str, wait: float) -> bytes:
+    """Waits up to ``wait`` seconds for the blob (raises TimeoutError)."""
+    count = json.loads(client.get(SCOPE, key, wait=wait))["chunks"]
+    return b"".join(client.get(SCOPE, f"{key}.{index}", wait=0) for index in range(count))
+
+
+def main() -> int:
+    import cloudpickle
+
+    rank = int(os.environ["HVDLITE_RANK"])
+    timeout = float(os.environ.get("HVDLITE_START_TIMEOUT", "60"))
+    client = client_from_env(timeout=timeout)
+    fn, args, kwargs = cloudpickle.loads(get_blob(client, "fn", wait=timeout))
+    try:
+        outcome = ("ok", fn(*args, **kwargs))
+        payload = cloudpickle.dumps(outcome)
+    except BaseException:  # noqa: B902 - SystemExit and KeyboardInterrupt in fn are failures of the rank too
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        put_blob(client, f"result.{rank}", cloudpickle.dumps(("error", text)))
+        return 1
+    put_blob(client, f"result.{rank}", payload)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

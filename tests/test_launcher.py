@@ -1,0 +1,193 @@
+"""End-to-end tests of hvdlite-run on this machine (built-in mode) and of hvdlite.run(fn).
+
+Multi-host jobs over ssh are in test_multihost.py, attacks on a running job in test_launcher_security.py,
+--mpi in test_mpi_bootstrap.py.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import hvdlite
+from hvdlite.runner.api import RunError
+from launcher_helpers import (COLLECTIVE_SCRIPT, LiveJob, processes_with_marker, run_launcher, wait_until,
+                              write_script)
+from multiproc import job_env
+
+PY = sys.executable
+
+
+def ok_lines(stdout: str):
+    """{rank: fields} from the COLLECTIVE_SCRIPT lines, checking each line's rank prefix."""
+    found = {}
+    for line in stdout.splitlines():
+        match = re.fullmatch(r"\[(\d+)\]<stdout>: OK (.*)", line)
+        if match:
+            fields = dict(kv.split("=", 1) for kv in match.group(2).split())
+            assert fields["rank"] == match.group(1), line
+            found[int(fields["rank"])] = fields
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_failing_rank_sets_exit_code_and_stops_everything(tmp_path):
+    marker = "hvdlite-launcher-test-" + uuid.uuid4().hex
+    script = write_script(tmp_path, """
+        import os, subprocess, sys, time
+        rank = int(os.environ["HVDLITE_RANK"])
+        print("hello from", rank, flush=True)
+        print("note from", rank, file=sys.stderr, flush=True)
+        if rank == 1:
+            time.sleep(1.0)
+            sys.exit(3)
+        # A grandchild in the rank's process group must go as well.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])
+        time.sleep(60)
+        """)
+    start = time.monotonic()
+    result = run_launcher(["-np", "3", PY, script, marker], timeout=45)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert elapsed < 20, elapsed
+    for rank in range(3):
+        assert "[%d]<stdout>: hello from %d" % (rank, rank) in result.stdout.splitlines()
+        assert "[%d]<stderr>: note from %d" % (rank, rank) in result.stderr.splitlines()
+    assert "hvdlite: rank 1 exited with code 3; stopping the other ranks" in result.stderr
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=3), processes_with_marker(marker)
+
+
+@pytest.mark.timeout(60)
+def test_success_flags_reach_the_ranks_and_output_files(tmp_path):
+    logs = tmp_path / "logs"
+    script = write_script(tmp_path, """
+        import os, sys
+        names = ["RANK", "SIZE", "LOCAL_RANK", "CROSS_SIZE", "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY",
+                 "TIMELINE", "LOG_LEVEL", "START_TIMEOUT"]
+        print(" ".join("%s=%s" % (n, os.environ["HVDLITE_" + n]) for n in names), os.environ["MY_VARIABLE"])
+        print("err", os.environ["HVDLITE_RANK"], file=sys.stderr)
+        """)
+    timeline = str(tmp_path / "timeline.json")
+    result = run_launcher(["-np", "2", "--fusion-threshold-mb", "2", "--cycle-time-ms", "2.5", "--cache-capacity",
+                           "7", "--timeline-filename", timeline, "--log-level", "debug", "--start-timeout", "33",
+                           "--output-filename", str(logs), PY, script], env={"MY_VARIABLE": "propagated"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in range(2):
+        expected = ("RANK=%d SIZE=2 LOCAL_RANK=%d CROSS_SIZE=1 FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 "
+                    "CACHE_CAPACITY=7 TIMELINE=%s LOG_LEVEL=debug START_TIMEOUT=33 propagated"
+                    % (rank, rank, timeline))
+        assert "[%d]<stdout>: %s" % (rank, expected) in result.stdout.splitlines()
+        assert (logs / ("rank.%d" % rank) / "stdout").read_text() == expected + "\n"
+        assert (logs / ("rank.%d" % rank) / "stderr").read_text() == "err %d\n" % rank
+
+
+@pytest.mark.timeout(60)
+def test_collectives_with_hosts_flag(tmp_path):
+    script = write_script(tmp_path, COLLECTIVE_SCRIPT)
+    result = run_launcher(["-np", "2", "-H", "localhost:2", PY, script])
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = ok_lines(result.stdout)
+    assert sorted(found) == [0, 1], result.stdout + result.stderr
+    for rank, fields in found.items():
+        assert (fields["local"], fields["cross"], fields["shm_peers"]) == ("%d/2" % rank, "0/1", "1")
+
+
+@pytest.mark.timeout(60)
+def test_hostfile(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# test hosts\nlocalhost slots=3   # this machine\n\n")
+    script = write_script(tmp_path, """
+        import os
+        print("rank", os.environ["HVDLITE_RANK"], "of", os.environ["HVDLITE_SIZE"], "on",
+              os.environ["HVDLITE_HOSTNAME"], os.environ["HVDLITE_LOCAL_SIZE"])
+        """)
+    result = run_launcher(["--hostfile", str(hostfile), PY, script])  # no -np: every slot
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in range(3):
+        assert "[%d]<stdout>: rank %d of 3 on localhost 3" % (rank, rank) in result.stdout.splitlines()
+
+    too_many = run_launcher(["-np", "4", "--hostfile", str(hostfile), PY, script])
+    assert too_many.returncode == 2
+    assert "requested 4 processes but the hosts have only 3 slots (localhost:3)" in too_many.stderr
+
+
+def test_check_build():
+    result = run_launcher(["--check-build"], timeout=30)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "hvdlite v%s:" % hvdlite.__version__
+    for expected in ("    [X] PyTorch", "    [X] TCP", "    [X] shared memory", "    [ ] NCCL"):
+        assert expected in lines, result.stdout
+
+
+def test_usage_errors(tmp_path):
+    no_command = run_launcher(["-np", "2"], timeout=30)
+    assert no_command.returncode == 2 and "no command given" in no_command.stderr
+    bad_hosts = run_launcher(["-H", "a:zero", "true"], timeout=30)
+    assert bad_hosts.returncode == 2 and "slots must be a positive integer" in bad_hosts.stderr
+    missing = run_launcher(["-np", "1", "/nonexistent/hvdlite-no-such-command"], timeout=30)
+    assert missing.returncode == 127 and "failed to start" in missing.stderr
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_stops_every_rank(tmp_path):
+    marker = "hvdlite-launcher-test-" + uuid.uuid4().hex
+    script = write_script(tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    job = LiveJob(["-np", "2", PY, script, marker])
+    try:
+        job.wait_for(lambda line: line.endswith("ready\n"), count=2)
+        job.proc.send_signal(signal.SIGINT)
+        code = job.finish(timeout=20)
+    finally:
+        job.close()
+    assert code == 128 + signal.SIGINT, job.output()
+    assert "received SIGINT" in "".join(job.stderr)
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=3)
+
+
+@pytest.mark.timeout(90)
+def test_run_function_returns_results_in_rank_order(capfd):
+    def train(scale, offset=0):
+        import torch
+
+        import hvdlite.torch as hvd
+
+        hvd.init()
+        total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+        print("rank", hvd.rank(), "done")
+        return {"rank": hvd.rank(), "value": total * scale + offset}
+
+    results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, np=2, timeout=60)
+    assert results == [{"rank": 0, "value": 31.0}, {"rank": 1, "value": 31.0}]
+    assert "[1]<stdout>: rank 1 done" in capfd.readouterr().out.splitlines()
+
+
+@pytest.mark.timeout(60)
+def test_run_function_raises_with_the_failing_ranks_traceback():
+    def fail_on_rank_one():
+        import os
+        import time
+
+        if os.environ["HVDLITE_RANK"] == "1":
+            raise ValueError("rank one cannot go on")
+        time.sleep(60)
+
+    with pytest.raises(RunError) as info:
+        hvdlite.run(fail_on_rank_one, np=2, timeout=45)
+    assert info.value.rank == 1 and info.value.exit_code == 1
+    assert "ValueError: rank one cannot go on" in info.value.remote_traceback
+    assert "in fail_on_rank_one" in str(info.value)
+
+
+def test_hvdlite_package_stays_light():
+    # `import hvdlite` (and so every rank's and hvdlite-run's startup) imports no framework and no launcher;
+    # hvdlite.run is loaded on first use.
+    code = ("import sys, hvdlite; before = [m for m in ('torch', 'hvdlite.runner.api') if m in sys.modules]; "
+            "run = hvdlite.run; print(before, run.__module__, 'torch' in sys.modules)")
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30, env=job_env())
+    assert out.stdout.split() == ["[]", "hvdlite.runner.api", "False"], out.stderr

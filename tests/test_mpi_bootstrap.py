@@ -1,0 +1,104 @@
+"""hvd.init() under Open MPI's mpirun (bootstrap through mpi4py), init(comm=...), and hvdlite-run --mpi.
+
+These tests fail, not skip, without mpirun or mpi4py (.ci/run installs Open MPI, the dev extra mpi4py).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from launcher_helpers import run_launcher, write_script
+from multiproc import REPO_ROOT, job_env
+
+PY = sys.executable
+
+SCRIPT = """
+import os, sys
+import torch
+from mpi4py import MPI
+import hvdlite.torch as hvd
+from hvdlite.common import bootstrap
+
+world = MPI.COMM_WORLD.Get_rank()
+assert world == int(os.environ["OMPI_COMM_WORLD_RANK"]) and "HVDLITE_RANK" not in os.environ
+assert bootstrap.detect_method(os.environ) == "mpi"
+
+
+def check(expected_rank, label):
+    r, n = hvd.rank(), hvd.size()
+    assert (r, n) == (expected_rank, 2), (r, n)
+    total = hvd.allreduce(torch.tensor([float(r + 1), 10.0 * r]), op=hvd.Sum)
+    assert total.tolist() == [3.0, 10.0], total
+    gathered = hvd.allgather(torch.tensor([[world, r]]))  # rows in hvdlite rank order
+    assert gathered[:, 1].tolist() == [0, 1] and sorted(gathered[:, 0].tolist()) == [0, 1], gathered
+    assert (hvd.local_rank(), hvd.local_size(), hvd.cross_size()) == (r, 2, 1)
+    info = dict(i.split("=", 1) for i in hvd.build_info().split(";") if "=" in i)
+    # One write per line: with PYTHONUNBUFFERED print() writes the newline separately, and Open MPI's
+    # output forwarding can then put another rank's text in between.
+    sys.stdout.write("%s world=%d rank=%d gathered=%s cycle=%s\\n" % (label, world, r, gathered[:, 0].tolist(),
+                                                                    info["CYCLE_TIME"]))
+    sys.stdout.flush()
+
+
+hvd.init()                                  # from the environment: OMPI_COMM_WORLD_*
+check(world, "ENV")
+hvd.shutdown()
+reversed_comm = MPI.COMM_WORLD.Split(0, key=-world)
+hvd.init(comm=reversed_comm)                # that communicator's ranks: world rank 1 is hvdlite rank 0
+check(1 - world, "COMM")
+hvd.shutdown()
+"""
+
+
+def _require_mpi():
+    missing = [what for what, ok in (("mpirun (apt-get install openmpi-bin)", shutil.which("mpirun")),
+                                     ("mpi4py (pip install -e .[mpi])", _has_mpi4py())) if not ok]
+    if missing:
+        pytest.fail("the MPI bootstrap tests need %s" % " and ".join(missing), pytrace=False)
+
+
+def _has_mpi4py() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _check_output(stdout: str, prefixed: bool):
+    prefix = r"\[1,(\d)\]<stdout>:" if prefixed else r"()"
+    lines = {}
+    for line in stdout.splitlines():
+        match = re.fullmatch(prefix + r"(ENV|COMM) world=(\d) rank=(\d) gathered=(\[.*\]) cycle=(\S+)", line)
+        if match:
+            lines[match.group(2), int(match.group(3))] = (int(match.group(4)), match.group(5), match.group(6))
+    # init() numbers ranks as COMM_WORLD does; init(comm=reversed) as the reversed communicator does.
+    assert {key: value[:2] for key, value in lines.items()} == {
+        ("ENV", 0): (0, "[0, 1]"), ("ENV", 1): (1, "[0, 1]"),
+        ("COMM", 0): (1, "[1, 0]"), ("COMM", 1): (0, "[1, 0]")}, stdout
+    return {value[2] for value in lines.values()}
+
+
+@pytest.mark.timeout(120)
+def test_init_under_mpirun_and_with_a_communicator(tmp_path):
+    _require_mpi()
+    script = write_script(tmp_path, SCRIPT)
+    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    result = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", PY, script], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _check_output(result.stdout, prefixed=False)
+
+
+@pytest.mark.timeout(120)
+def test_hvdlite_run_mpi_hands_the_job_to_mpirun(tmp_path):
+    _require_mpi()
+    script = write_script(tmp_path, SCRIPT)
+    # Launcher variables in hvdlite-run's own environment must not reach the MPI ranks.
+    result = run_launcher(["--mpi", "-np", "2", "--cycle-time-ms", "3", "--verbose", PY, script], timeout=100,
+                          env={"HVDLITE_RANK": "5"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "hvdlite: running " in result.stderr and " --tag-output " in result.stderr
+    assert _check_output(result.stdout, prefixed=True) == {"3"}  # --cycle-time-ms reached every rank's core

@@ -1,0 +1,139 @@
+"""hvdlite-run across hosts, for real: two test hosts (network namespaces on a bridge, each with its own sshd,
+see netns_cluster.py) and ranks started on them with the OpenSSH client.
+
+These tests fail, not skip, when the machine cannot create the hosts: the reason is in the failure.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from launcher_helpers import COLLECTIVE_SCRIPT, LiveJob, processes_with_marker, run_launcher, wait_until, \
+    write_script
+from netns_cluster import ClusterUnavailable, start_cluster
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster = start_cluster(workdir, count=2)
+    except ClusterUnavailable as exc:
+        pytest.fail("cannot create the test hosts for the multi-host tests: %s" % exc, pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def namespace_of(pid: int) -> str:
+    return subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True,
+                          timeout=10).stdout.strip()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["addresses", "aliases-and-interfaces", "local-and-remote"])
+def test_collectives_across_two_hosts_over_ssh(cluster, tmp_path, how):
+    a, b = cluster.hosts
+    script = write_script(tmp_path, COLLECTIVE_SCRIPT + """
+print("WHERE rank=%d host=%s rendezvous=%s token=%s" % (
+    r, os.environ["HVDLITE_HOSTNAME"], os.environ["HVDLITE_RENDEZVOUS_ADDR"], os.environ["MY_TOKEN"]))
+""")
+    if how == "addresses":
+        # Hosts by address, with -p/-i and ssh options on the command line; every address found by routing.
+        names = [a.address, b.address]
+        flags = cluster.ssh_flags()
+    elif how == "aliases-and-interfaces":
+        # Hosts by ssh config alias; addresses from the interfaces (the bridge here, a veth in each host).
+        names = [a.alias, b.alias]
+        flags = ["--ssh-config-file", cluster.ssh_config, "--network-interface", ",".join(cluster.interfaces())]
+    else:
+        # Ranks 0 and 1 here, started directly; they must advertise an address the other host can reach.
+        names = ["localhost", b.alias]
+        flags = ["--ssh-config-file", cluster.ssh_config]
+    result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % tuple(names), *flags, "--start-timeout", "30", PY,
+                           script], timeout=90, env={"MY_TOKEN": "travels"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = {}
+    for line in result.stdout.splitlines():
+        match = re.fullmatch(r"\[(\d)\]<stdout>: OK rank=(\d) size=4 local=(\S+) cross=(\S+) shm_peers=(\d) "
+                             r"tcp_peers=(\d)", line)
+        if match:
+            assert match.group(1) == match.group(2), line
+            found[int(match.group(1))] = match.groups()[2:]
+    # Two ranks per host: one peer through shared memory, two through TCP between the namespaces.
+    assert found == {0: ("0/2", "0/2", "1", "2"), 1: ("1/2", "0/2", "1", "2"),
+                     2: ("0/2", "1/2", "1", "2"), 3: ("1/2", "1/2", "1", "2")}, result.stdout + result.stderr
+    for rank in range(4):
+        assert ("[%d]<stdout>: WHERE rank=%d host=%s rendezvous=%s token=travels"
+                % (rank, rank, names[rank // 2], cluster.gateway)) in result.stdout.splitlines()
+
+
+@pytest.mark.timeout(120)
+def test_remote_failure_tears_down_every_host_and_keeps_the_secret_off_command_lines(cluster, tmp_path):
+    marker = "hvdlite-multihost-test-" + uuid.uuid4().hex
+    go = tmp_path / "go"
+    script = write_script(tmp_path, """
+        import os, subprocess, sys, time
+        rank = int(os.environ["HVDLITE_RANK"])
+        # Something in the rank's process group that would outlive a careless teardown.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[2]])
+        print("ready pid=%d secret=%s" % (os.getpid(), os.environ["HVDLITE_SECRET"]), flush=True)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+        if rank == 3:
+            print("rank 3 gives up", flush=True)
+            sys.exit(7)
+        time.sleep(60)
+        """)
+    # Hosts by alias from the generated ssh config.
+    job = LiveJob(["--ssh-config-file", cluster.ssh_config, "-H", "%s:2,%s:2" % (cluster.hosts[0].alias,
+                   cluster.hosts[1].alias), PY, script, str(go), marker])
+    try:
+        ready = job.wait_for(lambda line: "<stdout>: ready pid=" in line, count=4, timeout=60)
+        fields = [re.search(r"\[(\d)\]<stdout>: ready pid=(\d+) secret=([0-9a-f]+)", line).groups()
+                  for line in ready]
+        pids = {int(rank): int(pid) for rank, pid, _ in fields}
+        (secret,) = {secret for _, _, secret in fields}
+        assert len(secret) == 64
+        # Every rank runs inside its host's namespace...
+        for rank, pid in pids.items():
+            assert namespace_of(pid) == cluster.hosts[rank // 2].namespace, (rank, pid)
+            assert pid in cluster.job_processes(cluster.hosts[rank // 2])
+        # ...and no command line on the machine (ssh clients, sshd sessions, bash, ranks) carries the secret.
+        assert processes_with_marker(secret) == []
+        go.write_text("go")
+        start = time.monotonic()
+        code = job.finish(timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        job.close()
+    output = job.output()
+    assert code == 7, output
+    assert elapsed < 20, (elapsed, output)
+    assert "[3]<stdout>: rank 3 gives up\n" in job.stdout
+    assert "hvdlite: rank 3 (on %s) exited with code 7; stopping the other ranks\n" % cluster.hosts[1].alias \
+        in job.stderr, output
+    # Nothing of the job is left on either host: ranks, their children, bash wrappers, sshd sessions.
+    for host in cluster.hosts:
+        assert wait_until(lambda: not cluster.job_processes(host), timeout=10), \
+            (host.namespace, [open("/proc/%d/cmdline" % p).read() for p in cluster.job_processes(host)
+                              if os.path.exists("/proc/%d" % p)])
+    assert processes_with_marker(marker) == []
+
+
+def test_unreachable_host_fails_with_ssh_hint(cluster, tmp_path):
+    # A host address in the test subnet where nothing listens: ssh fails (exit 255) and says why.
+    nobody = "10.123.%d.99" % cluster.net
+    result = run_launcher(["-np", "1", "-H", nobody + ":1", *cluster.ssh_flags(), "--start-timeout", "3",
+                           "true"], timeout=60)
+    assert result.returncode == 255, result.stdout + result.stderr
+    assert "rank 0 (on %s) exited with code 255 (255 is ssh's own failure code" % nobody in result.stderr
