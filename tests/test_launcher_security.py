@@ -16,6 +16,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 import pytest
 
@@ -125,15 +126,23 @@ def test_strangers_are_rejected_and_the_job_completes(tmp_path):
         threads = [threading.Thread(target=attack, args=(listener, results), daemon=True)
                    for attack in (attack_listener_with_garbage, attack_listener_with_wrong_secret,
                                   attack_listener_by_hanging_up)]
+        # Two strangers connect first and never say a word. Handshakes run concurrently, so they cannot hold up
+        # rank 1 for their 5-second handshake deadlines (serially that would be 10 s or more).
+        silent = [socket.create_connection(listener, timeout=10) for _ in range(2)]
         for thread in threads:
             thread.start()
         # The listener answers once rank 0 has everyone's address: let rank 1 start now.
+        started = time.monotonic()
         go.write_text("go")
         for thread in threads:
             thread.join(timeout=40)
         code = job.finish(timeout=60)
+        elapsed = time.monotonic() - started
     finally:
         job.close()
+        for sock in locals().get("silent", []):
+            sock.close()
+    assert elapsed < 8.0, f"silent connections delayed the job: {elapsed:.1f} s"
     output = job.output()
     assert code == 0, output
     assert results == {"garbage": True, "wrong_secret": True, "hang_up": True}, (results, output)

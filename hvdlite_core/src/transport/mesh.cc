@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -96,31 +99,77 @@ void Mesh::connect_all(Clock::time_point deadline) {
     }
     control_fds_[peer] = fd;
   }
+  accept_all(deadline);
+}
+
+void Mesh::accept_all(Clock::time_point deadline) {
+  // Each accepted connection is authenticated on its own thread, so a stranger that connects and stays
+  // silent (or a slow one) cannot hold up the peers queued behind it.
+  struct Outcome {
+    int fd;
+    int peer;  // -1: failed
+    std::string error;
+  };
+  std::mutex mutex;
+  std::vector<Outcome> outcomes;
+  std::set<int> in_progress;
+  std::vector<std::thread> workers;
   int expected = size() - 1 - rank_;
+  auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (int fd : in_progress) ::shutdown(fd, SHUT_RDWR);  // unblocks their handshakes at once
+    }
+    for (std::thread& t : workers) t.join();
+    for (const Outcome& o : outcomes) if (o.peer >= 0) ::close(o.fd);  // authenticated but not taken
+  };
   while (expected > 0) {
-    struct pollfd p = {listen_fd_, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
+    std::vector<Outcome> ready;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ready.swap(outcomes);
+    }
+    for (const Outcome& o : ready) {
+      if (o.peer < 0) {
+        HVD_LOG(kWarning, "rejected a connection to the data-plane listener: " << o.error);
+      } else if (o.peer <= rank_ || o.peer >= size() || control_fds_[o.peer] >= 0) {
+        HVD_LOG(kWarning, "rejected a connection to the data-plane listener: unexpected rank " << o.peer);
+        ::close(o.fd);
+      } else {
+        control_fds_[o.peer] = o.fd;
+        --expected;
+      }
+    }
+    if (expected == 0) break;
+    if (Clock::now() >= deadline) {
+      finish();
       std::string missing;
       for (int r = rank_ + 1; r < size(); ++r) if (control_fds_[r] < 0) missing += " " + std::to_string(r);
       throw Error(StatusCode::kTimeout, "timed out at start waiting for ranks" + missing + " to connect");
     }
+    struct pollfd p = {listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    // A stranger gets a few seconds to authenticate; failing that it is dropped and we keep listening.
-    auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-    try {
-      int peer = handshake_accept(fd, rank_, keys_, handshake_deadline);
-      if (peer <= rank_ || peer >= size() || control_fds_[peer] >= 0) {
-        throw Error(StatusCode::kRemoteError, "unexpected rank " + std::to_string(peer) + " connected");
-      }
-      control_fds_[peer] = fd;
-      --expected;
-    } catch (const Error& e) {
-      HVD_LOG(kWarning, "rejected a connection to the data-plane listener: " << e.what());
-      ::close(fd);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      in_progress.insert(fd);
     }
+    auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    workers.emplace_back([&, fd, handshake_deadline] {
+      Outcome outcome{fd, -1, ""};
+      try {
+        outcome.peer = handshake_accept(fd, rank_, keys_, handshake_deadline);
+      } catch (const Error& e) {
+        outcome.error = e.what();
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      in_progress.erase(fd);
+      if (outcome.peer < 0) ::close(fd);
+      outcomes.push_back(outcome);
+    });
   }
+  finish();
 }
 
 void Mesh::build_channels() {

@@ -44,6 +44,7 @@ class Mesh {
 
  private:
   void connect_all(Clock::time_point deadline);
+  void accept_all(Clock::time_point deadline);
   void build_channels();
   void exchange_status_bytes(Clock::time_point deadline);
   int local_index(int rank) const;
