@@ -83,6 +83,38 @@ def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], inpu
     return handle[0]
 
 
+def enqueue_many(calls: Sequence[dict]) -> List[int]:
+    """Submits several operations atomically (each dict holds enqueue()'s arguments): either all are queued or
+    none is, so a grouped collective with one bad member leaves nothing half-submitted."""
+    count = len(calls)
+    if count == 0:
+        return []
+    requests = ffi.new("hvdlite_request[]", count)
+    keep_alive = []
+    for i, call in enumerate(calls):
+        request = requests[i]
+        shape = list(call["shape"])
+        shape_buf = ffi.new("int64_t[]", shape) if shape else ffi.NULL
+        keep_alive.append(shape_buf)
+        request.op = call["op"]
+        request.name = _encoded(call["name"]) if call.get("name") else ffi.NULL
+        request.dtype = call["dtype"]
+        request.ndim = len(shape)
+        request.shape = shape_buf
+        request.input = ffi.cast("void*", call["input_ptr"])
+        request.output = ffi.cast("void*", call["output_ptr"])
+        request.root_rank = call.get("root_rank", -1)
+        request.reduce_op = call.get("reduce_op", 0)
+        request.prescale_factor = call.get("prescale", 1.0)
+        request.postscale_factor = call.get("postscale", 1.0)
+        request.process_set_id = call.get("process_set_id", 0)
+        request.splits = ffi.NULL
+        request.nsplits = 0
+    handles = ffi.new("int64_t[]", count)
+    check(lib.hvdlite_enqueue_many(requests, count, handles))
+    return [handles[i] for i in range(count)]
+
+
 def wait(handle: int) -> None:
     """Blocks until the core handle finishes; raises its error (the handle stays valid for results)."""
     status = lib.hvdlite_wait(handle, 0)

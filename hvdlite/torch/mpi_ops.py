@@ -11,7 +11,7 @@ import torch
 from hvdlite.common import ops
 from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
                                    OP_REDUCESCATTER, global_process_set)
-from hvdlite.common.errors import HvdliteError
+from hvdlite.common.errors import InvalidArgumentError
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 
 _DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
@@ -20,16 +20,20 @@ _DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.
 _handles = ops.HandleTable()
 
 
+def _describe(name: Optional[str]) -> str:
+    return f"tensor '{name}'" if name else "an unnamed tensor"
+
+
 def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
     if tensor.device.type != "cpu":
-        raise HvdliteError(
-            f"tensor {name or ''!s} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
+        raise InvalidArgumentError(
+            f"{_describe(name)} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
             "collectives take CPU tensors only: move it with .cpu() first")
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
-        raise HvdliteError(f"tensor {name or ''!s} has dtype {tensor.dtype}, which hvdlite does not support; "
-                           f"supported: {', '.join(str(d) for d in _DTYPES)}") from None
+        raise InvalidArgumentError(f"{_describe(name)} has dtype {tensor.dtype}, which hvdlite does not support; "
+                                   f"supported: {', '.join(str(d) for d in _DTYPES)}") from None
 
 
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
@@ -66,11 +70,14 @@ def synchronize(handle: int):
 
 # --------------------------------------------------------------------------- allreduce
 
+def _allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> dict:
+    return dict(op=OP_ALLREDUCE, name=name, dtype=_dtype_code(tensor, name), shape=tuple(tensor.shape),
+                input_ptr=tensor.data_ptr(), output_ptr=output.data_ptr(), reduce_op=ops.core_reduce_op(op),
+                prescale=prescale_factor, postscale=postscale_factor, process_set_id=_process_set_id(process_set))
+
+
 def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    code = _dtype_code(tensor, name)
-    return ops.enqueue(OP_ALLREDUCE, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
-                       reduce_op=ops.core_reduce_op(op), prescale=prescale_factor, postscale=postscale_factor,
-                       process_set_id=_process_set_id(process_set))
+    return ops.enqueue(**_allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -124,8 +131,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     op = _resolve_op(op, average)
     sources = [_contiguous(t) for t in tensors]
     outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
-    handles = [_allreduce_enqueue(s, o, n, op, prescale_factor, postscale_factor, process_set)
-               for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))]
+    handles = ops.enqueue_many([_allreduce_call(s, o, n, op, prescale_factor, postscale_factor, process_set)
+                                for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))])
     return _handles.add(handles, lambda: outputs, keep_alive=sources)
 
 
@@ -139,8 +146,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set) -> int:
     op = _resolve_op(op, average)
     works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    handles = [_allreduce_enqueue(w, w, n, op, prescale_factor, postscale_factor, process_set)
-               for w, n in zip(works, _group_names(name, len(works)))]
+    handles = ops.enqueue_many([_allreduce_call(w, w, n, op, prescale_factor, postscale_factor, process_set)
+                                for w, n in zip(works, _group_names(name, len(works)))])
 
     def finish():
         for t, w in zip(tensors, works):
@@ -166,12 +173,15 @@ def _owned_result(handle: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-def _allgather_enqueue(tensor, name, process_set):
+def _allgather_call(tensor, name, process_set):
     source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
-    code = _dtype_code(source, name)
-    h = ops.enqueue(OP_ALLGATHER, name, code, tuple(source.shape), source.data_ptr(), 0,
-                    process_set_id=_process_set_id(process_set))
-    return h, source
+    return dict(op=OP_ALLGATHER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
+                input_ptr=source.data_ptr(), output_ptr=0, process_set_id=_process_set_id(process_set)), source
+
+
+def _allgather_enqueue(tensor, name, process_set):
+    call, source = _allgather_call(tensor, name, process_set)
+    return ops.enqueue(**call), source
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
@@ -189,8 +199,9 @@ def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
-    pairs = [_allgather_enqueue(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
-    handles = [h for h, _ in pairs]
+    calls = [_allgather_call(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    handles = ops.enqueue_many([c for c, _ in calls])
+    pairs = list(zip(handles, [s for _, s in calls]))
     return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
                         keep_alive=[s for _, s in pairs])
 
@@ -199,13 +210,17 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set) -> Lis
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
-def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
+def _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set):
     source = _contiguous(tensor)
-    code = _dtype_code(source, name)
-    h = ops.enqueue(OP_REDUCESCATTER, name, code, tuple(source.shape), source.data_ptr(), 0,
-                    reduce_op=ops.core_reduce_op(op), prescale=prescale_factor, postscale=postscale_factor,
-                    process_set_id=_process_set_id(process_set))
-    return h, source
+    return dict(op=OP_REDUCESCATTER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
+                input_ptr=source.data_ptr(), output_ptr=0, reduce_op=ops.core_reduce_op(op),
+                prescale=prescale_factor, postscale=postscale_factor,
+                process_set_id=_process_set_id(process_set)), source
+
+
+def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    call, source = _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return ops.enqueue(**call), source
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
@@ -227,9 +242,11 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=g
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0) -> int:
-    pairs = [_reducescatter_enqueue(t, n, op, prescale_factor, postscale_factor, process_set)
+    calls = [_reducescatter_call(t, n, op, prescale_factor, postscale_factor, process_set)
              for t, n in zip(tensors, _group_names(name, len(tensors)))]
-    return _handles.add([h for h, _ in pairs], lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+    handles = ops.enqueue_many([c for c, _ in calls])
+    pairs = list(zip(handles, [s for _, s in calls]))
+    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
                         keep_alive=[s for _, s in pairs])
 
 

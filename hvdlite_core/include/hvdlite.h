@@ -82,6 +82,8 @@ int hvdlite_rank(void);
 int hvdlite_size(void);
 
 int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out);
+/* Queues count operations atomically: all are validated first and either all are queued or none. */
+int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out);
 /* 1 when the operation finished (successfully or not), 0 while pending, negative for an unknown handle. */
 int hvdlite_poll(int64_t handle);
 /* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */

@@ -19,8 +19,10 @@
 namespace hvdlite {
 namespace {
 
-std::mutex g_mutex;  // guards g_runtime's lifetime (init/shutdown) and g_listen_fd
-std::unique_ptr<Runtime> g_runtime;
+std::mutex g_mutex;  // guards g_runtime (init/shutdown) and g_listen_fd
+// Shared, so a thread inside a call keeps the Runtime alive while another thread shuts it down.
+std::shared_ptr<Runtime> g_runtime;
+HandleTable g_handles;  // outlives any Runtime: a handle's outcome stays readable after shutdown
 int g_listen_fd = -1;
 thread_local std::string g_last_error;
 
@@ -47,19 +49,16 @@ int guarded(F&& body) {
   }
 }
 
-Runtime* runtime_or_null() {
+std::shared_ptr<Runtime> runtime_or_null() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  return g_runtime.get();
+  return g_runtime;
 }
 
 int not_initialized() {
   return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvdlite init() first");
 }
 
-std::shared_ptr<HandleState> find_handle(int64_t id) {
-  Runtime* rt = runtime_or_null();
-  return rt ? rt->handle(id) : nullptr;
-}
+std::shared_ptr<HandleState> find_handle(int64_t id) { return g_handles.get(id); }
 
 int unknown_handle(int64_t id) {
   return fail(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(id));
@@ -107,19 +106,20 @@ HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
     log_configure(config.log_level, init->rank);
     int fd = g_listen_fd;
     g_listen_fd = -1;  // the mesh owns (and closes) it from here
-    g_runtime.reset(new Runtime(config, *init, fd));
+    g_runtime = std::make_shared<Runtime>(config, *init, fd, g_handles);
     return static_cast<int>(HVDLITE_OK);
   });
 }
 
 HVDLITE_EXPORT int hvdlite_shutdown(void) {
   return guarded([&] {
-    std::unique_ptr<Runtime> rt;
+    std::shared_ptr<Runtime> rt;
     {
       std::lock_guard<std::mutex> lock(g_mutex);
       rt.swap(g_runtime);
     }
-    rt.reset();  // collective shutdown, joins the background thread (outside the lock: waiters may call in)
+    // Collective shutdown; pending operations finish with kAborted. Outside the lock: waiters may call in.
+    if (rt) rt->shutdown();
     return static_cast<int>(HVDLITE_OK);
   });
 }
@@ -127,21 +127,32 @@ HVDLITE_EXPORT int hvdlite_shutdown(void) {
 HVDLITE_EXPORT int hvdlite_is_initialized(void) { return runtime_or_null() ? 1 : 0; }
 
 HVDLITE_EXPORT int hvdlite_rank(void) {
-  Runtime* rt = runtime_or_null();
+  auto rt = runtime_or_null();
   return rt ? rt->rank() : -1;
 }
 
 HVDLITE_EXPORT int hvdlite_size(void) {
-  Runtime* rt = runtime_or_null();
+  auto rt = runtime_or_null();
   return rt ? rt->size() : -1;
 }
 
 HVDLITE_EXPORT int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out) {
   return guarded([&] {
-    Runtime* rt = runtime_or_null();
+    auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
-    return report(rt->enqueue(*request, handle_out));
+    return report(rt->enqueue(request, 1, handle_out));
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (count < 0 || (count > 0 && (!requests || !handles_out))) {
+      return fail(StatusCode::kInvalidArgument, "invalid request array");
+    }
+    return report(rt->enqueue(requests, count, handles_out));
   });
 }
 
@@ -153,13 +164,20 @@ HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {
 
 HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
   return guarded([&] {
-    Runtime* rt = runtime_or_null();
-    auto state = rt ? rt->handle(handle) : nullptr;
+    auto state = g_handles.get(handle);
     if (!state) return unknown_handle(handle);
     int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
-    if (!rt->wait(*state, timeout_us)) {
-      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
+    auto rt = runtime_or_null();
+    bool finished;
+    if (rt) {
+      finished = rt->wait(*state, timeout_us);
+    } else {  // shut down: every operation it had was finished (aborted) before it went away
+      auto start = Clock::now();
+      while (!(finished = state->finished()) && (timeout_us < 0 || micros_since(start) < timeout_us)) {
+        futex_wait(&state->done, 0, 1000);
+      }
     }
+    if (!finished) return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
     return report(state->status);
   });
 }
@@ -200,14 +218,13 @@ HVDLITE_EXPORT int hvdlite_handle_int_results(int64_t handle, int32_t* values_ou
 }
 
 HVDLITE_EXPORT int hvdlite_handle_release(int64_t handle) {
-  Runtime* rt = runtime_or_null();
-  if (rt) rt->release(handle);
+  g_handles.release(handle);
   return HVDLITE_OK;
 }
 
 HVDLITE_EXPORT int hvdlite_process_set_ranks(int32_t id, int32_t* ranks_out, int32_t capacity, int32_t* count_out) {
   return guarded([&] {
-    Runtime* rt = runtime_or_null();
+    auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     std::vector<int> members;
     if (!rt->process_sets().members(id, &members)) {
@@ -221,7 +238,7 @@ HVDLITE_EXPORT int hvdlite_process_set_ranks(int32_t id, int32_t* ranks_out, int
 
 HVDLITE_EXPORT int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_out) {
   return guarded([&] {
-    Runtime* rt = runtime_or_null();
+    auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     std::vector<int> ids = rt->process_sets().ids();
     *count_out = static_cast<int32_t>(ids.size());
@@ -232,7 +249,7 @@ HVDLITE_EXPORT int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, i
 
 HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
   std::string info = "version=0.1.0;backends=tcp,shm;mpi=0;nccl=0;";
-  Runtime* rt = runtime_or_null();
+  auto rt = runtime_or_null();
   if (rt) info += rt->describe();
   return copy_text(info, buffer, capacity);
 }

@@ -62,7 +62,10 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   }
   const size_t words = (positions + 63) / 64;
   std::vector<uint64_t> bits(1 + 2 * words, ~0ull);
-  uint64_t flags = (requests.empty() ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
+  // The coordinator forces a round trip when a stalled tensor is due to fail: in a typical hang nobody submits
+  // anything new, and the error responses still have to reach the members.
+  const bool stall_due = rank_ == 0 && stall_deadline_passed();
+  uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
   bits[0] = ~flags;
   for (int p : conflicts) bits[1 + p / 64] &= ~(1ull << (p % 64));
@@ -243,36 +246,55 @@ std::vector<Response> Controller::decide() {
   return out;
 }
 
+std::string Controller::missing_ranks(const Submissions& s) {
+  std::vector<int> members;
+  sets_.members(s.requests.front().process_set, &members);
+  std::ostringstream missing;
+  int count = 0;
+  for (int m : members) {
+    bool has = std::any_of(s.requests.begin(), s.requests.end(), [m](const Request& q) { return q.rank == m; });
+    if (!has && !joined_ranks_.count(m)) missing << (count++ ? ", " : "") << m;
+  }
+  return missing.str();
+}
+
+bool Controller::stall_deadline_passed() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_stall_check_ < std::chrono::milliseconds(100)) return false;
+  last_stall_check_ = now;
+  bool due = false;
+  for (const std::string& key : arrival_order_) {
+    Submissions& s = table_.at(key);
+    double age = std::chrono::duration<double>(now - s.first_seen).count();
+    const Request& first = s.requests.front();
+    if (!s.warned && config_.stall_warning_seconds > 0 && age > config_.stall_warning_seconds) {
+      s.warned = true;
+      HVD_LOG(kWarning, "stall: " << op_name(first.op) << " of tensor '" << first.name << "' has waited "
+                                  << static_cast<int>(age) << " s; submitted by " << s.requests.size()
+                                  << " rank(s), missing rank(s) " << missing_ranks(s));
+    }
+    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) due = true;
+  }
+  return due;
+}
+
 void Controller::report_stalls(std::vector<Response>& out) {
+  if (config_.stall_shutdown_seconds <= 0) return;
   auto now = std::chrono::steady_clock::now();
   std::vector<std::string> keep;
   for (const std::string& key : arrival_order_) {
     Submissions& s = table_.at(key);
     double age = std::chrono::duration<double>(now - s.first_seen).count();
-    std::vector<int> members;
-    sets_.members(s.requests.front().process_set, &members);
-    std::ostringstream missing;
-    int count = 0;
-    for (int m : members) {
-      bool has = std::any_of(s.requests.begin(), s.requests.end(), [m](const Request& q) { return q.rank == m; });
-      if (!has) missing << (count++ ? ", " : "") << m;
+    if (age <= config_.stall_shutdown_seconds) {
+      keep.push_back(key);
+      continue;
     }
     const Request& first = s.requests.front();
-    if (!s.warned && config_.stall_warning_seconds > 0 && age > config_.stall_warning_seconds) {
-      s.warned = true;
-      HVD_LOG(kWarning, "stall: " << op_name(first.op) << " of tensor '" << first.name << "' has waited " << age
-                                  << " s; submitted by " << s.requests.size() << " rank(s), missing rank(s) "
-                                  << missing.str());
-    }
-    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
-      out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kTimeout),
-                                      std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
-                                          std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing.str() +
-                                          " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)"));
-      table_.erase(key);
-    } else {
-      keep.push_back(key);
-    }
+    out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kTimeout),
+                                    std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
+                                        std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing_ranks(s) +
+                                        " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)"));
+    table_.erase(key);
   }
   arrival_order_.swap(keep);
 }

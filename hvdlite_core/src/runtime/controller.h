@@ -52,6 +52,8 @@ class Controller {
   void ingest(const Request& request);
   std::vector<Response> decide();
   void report_stalls(std::vector<Response>& out);
+  // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled.
+  bool stall_deadline_passed();
   void remember(const std::vector<Response>& responses);
 
   const Config& config_;
@@ -76,6 +78,8 @@ class Controller {
   std::vector<std::string> arrival_order_;
   std::set<int> joined_ranks_;
   int last_joined_ = -1;
+  std::chrono::steady_clock::time_point last_stall_check_;
+  std::string missing_ranks(const Submissions& s);
 };
 
 }  // namespace hvdlite

@@ -7,8 +7,8 @@
 
 namespace hvdlite {
 
-Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd)
-    : config_(config), rank_(init.rank), size_(init.size) {
+Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles)
+    : config_(config), rank_(init.rank), size_(init.size), handles_(handles) {
   std::vector<PeerInfo> peers(size_);
   for (int r = 0; r < size_; ++r) {
     peers[r].address = init.peer_addresses ? init.peer_addresses[r] : "";
@@ -124,11 +124,10 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     out->name = "hvdlite.barrier";
     out->cacheable = false;
   } else {
-    // Auto names count per process; ranks issuing unnamed collectives in the same order agree on them.
-    out->name = std::string(op_name(out->op)) + ".noname." + std::to_string(unnamed_counter_++);
-    out->cacheable = false;
+    out->cacheable = false;  // named when queued (TensorQueue::push), once the whole call is valid
   }
-  const std::string subject = std::string(op_name(out->op)) + " of tensor '" + out->name + "'";
+  const std::string subject = std::string(op_name(out->op)) +
+                              (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
   std::vector<int> members;
   if (!sets_->members(q.process_set_id, &members)) {
     return invalid(subject + ": process set " + std::to_string(q.process_set_id) + " does not exist");
@@ -219,38 +218,28 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   return Status::Ok();
 }
 
-Status Runtime::enqueue(const hvdlite_request& request, int64_t* handle_out) {
+Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
-  TensorEntry entry;
-  Status status = check_request(request, &entry.request, &entry.splits);
+  std::vector<TensorEntry> entries(count);
+  for (int i = 0; i < count; ++i) {
+    TensorEntry& entry = entries[i];
+    Status status = check_request(requests[i], &entry.request, &entry.splits);
+    if (!status.ok()) return status;
+    entry.input = requests[i].input;
+    entry.output = requests[i].output;
+    entry.handle = std::make_shared<HandleState>();
+  }
+  std::vector<std::shared_ptr<HandleState>> states;
+  for (const TensorEntry& entry : entries) states.push_back(entry.handle);
+  // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
+  // in the same order agree on them, even when other sets run unnamed collectives in between.
+  Status status = queue_.push(entries, [this](TensorEntry& entry) {
+    int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
+    entry.request.name = std::string(op_name(entry.request.op)) + ".noname." + std::to_string(n);
+  });
   if (!status.ok()) return status;
-  entry.input = request.input;
-  entry.output = request.output;
-  entry.handle = std::make_shared<HandleState>();
-  int64_t id;
-  {
-    std::lock_guard<std::mutex> lock(handles_mutex_);
-    id = next_handle_++;
-    handles_[id] = entry.handle;
-  }
-  status = queue_.push(std::move(entry));
-  if (!status.ok()) {
-    release(id);
-    return status;
-  }
-  *handle_out = id;
+  for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
   return Status::Ok();
-}
-
-std::shared_ptr<HandleState> Runtime::handle(int64_t id) {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  auto it = handles_.find(id);
-  return it == handles_.end() ? nullptr : it->second;
-}
-
-void Runtime::release(int64_t id) {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  handles_.erase(id);
 }
 
 std::string Runtime::describe() const { return mesh_->describe() + ";" + config_.Describe(); }

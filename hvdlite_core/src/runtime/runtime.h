@@ -5,12 +5,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <map>
 #include <unordered_map>
 
 #include "common/timeline.h"
 #include "hvdlite.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
+#include "runtime/handle_table.h"
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
 #include "transport/mesh.h"
@@ -20,14 +22,13 @@ namespace hvdlite {
 class Runtime {
  public:
   // Connects the mesh (collective over all ranks) and starts the background thread.
-  Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd);
+  Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles);
   ~Runtime();  // requests shutdown (collective) and joins the background thread
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  Status enqueue(const hvdlite_request& request, int64_t* handle);
-  std::shared_ptr<HandleState> handle(int64_t id);
-  void release(int64_t id);
+  // Validates every request, then queues all of them or none (grouped collectives are atomic).
+  Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out);
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   void shutdown();
@@ -53,11 +54,8 @@ class Runtime {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
 
-  std::mutex handles_mutex_;
-  std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
-  int64_t next_handle_ = 1;
-  std::atomic<int64_t> unnamed_counter_{0};
-  std::atomic<int64_t> join_counter_{0};
+  HandleTable& handles_;
+  std::map<std::pair<int, int>, int64_t> unnamed_counters_;  // (process set, op) -> next; under the queue lock
 
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};

@@ -2,18 +2,27 @@
 
 namespace hvdlite {
 
-Status TensorQueue::push(TensorEntry entry) {
-  std::string key = entry_key(entry.request.process_set, entry.request.name);
+Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return closed_status_;
-    if (!in_flight_.insert(key).second) {
-      return Status(StatusCode::kInvalidArgument,
-                    "a collective named '" + entry.request.name + "' is already in flight on this rank" +
-                        (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set) : "") +
-                        "; wait for it (synchronize) before reusing the name, or give the new one another name");
+    std::unordered_set<std::string> batch;
+    for (const TensorEntry& entry : entries) {
+      if (entry.request.name.empty()) continue;
+      std::string key = entry_key(entry.request.process_set, entry.request.name);
+      if (in_flight_.count(key) || !batch.insert(key).second) {
+        return Status(StatusCode::kInvalidArgument,
+                      "a collective named '" + entry.request.name + "' is already in flight on this rank" +
+                          (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set)
+                                                     : "") +
+                          "; wait for it (synchronize) before reusing the name, or give the new one another name");
+      }
     }
-    queue_.push_back(std::move(entry));
+    for (TensorEntry& entry : entries) {
+      if (entry.request.name.empty()) name_unnamed(entry);
+      in_flight_.insert(entry_key(entry.request.process_set, entry.request.name));
+      queue_.push_back(std::move(entry));
+    }
   }
   ready_.notify_one();
   return Status::Ok();

@@ -4,6 +4,7 @@
 #pragma once
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -14,7 +15,10 @@ namespace hvdlite {
 
 class TensorQueue {
  public:
-  Status push(TensorEntry entry);
+  // Queues every entry or none: duplicate names (in flight, or twice in the batch) refuse the whole batch.
+  // Entries without a name get one from name_unnamed, called under the queue lock once the batch is accepted,
+  // so a refused batch never advances the counters that keep auto-names equal across ranks.
+  Status push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
   // Waits until something is queued, wake() is called, or timeout passes.
   void wait_for_work(std::chrono::microseconds timeout);
   // Returns everything queued, without waiting.

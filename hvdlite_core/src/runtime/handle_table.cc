@@ -1,0 +1,23 @@
+#include "runtime/handle_table.h"
+
+namespace hvdlite {
+
+int64_t HandleTable::add(std::shared_ptr<HandleState> state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t id = next_id_++;
+  states_[id] = std::move(state);
+  return id;
+}
+
+std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = states_.find(id);
+  return it == states_.end() ? nullptr : it->second;
+}
+
+void HandleTable::release(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  states_.erase(id);
+}
+
+}  // namespace hvdlite

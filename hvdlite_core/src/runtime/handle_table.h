@@ -1,0 +1,25 @@
+// Handles of submitted operations, by id. Owned by the C ABI layer rather than the Runtime, so that a caller
+// can still learn how an operation ended (AbortedError at shutdown) after the Runtime is gone.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/entry.h"
+
+namespace hvdlite {
+
+class HandleTable {
+ public:
+  int64_t add(std::shared_ptr<HandleState> state);
+  std::shared_ptr<HandleState> get(int64_t id);
+  void release(int64_t id);
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<int64_t, std::shared_ptr<HandleState>> states_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,70 @@
+"""Multi-rank correctness of every collective, dtype and size, on every transport.
+
+Each test starts ONE job (ranks pay ~1.5 s each to import torch); the job script loops over all cases and
+checks every result on every rank against a reference computed locally from every rank's (deterministic)
+input. See tests/jobs/*.py for the cases.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hvdjob import assert_job_ok, prelude
+from multiproc import run_job
+
+JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+
+
+def job_source(name: str) -> str:
+    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
+        return prelude() + f.read()
+
+
+# (id, np, host_ids, env, level). "full": every op x dtype x size; "small": a reduced sweep.
+SWEEPS = [
+    ("default-np1", 1, None, {}, "full"),
+    ("default-np2", 2, None, {"EXPECT_TRANSPORT": "shm"}, "full"),
+    ("default-np3", 3, None, {"EXPECT_TRANSPORT": "shm"}, "full"),
+    ("default-np4", 4, None, {"EXPECT_TRANSPORT": "shm"}, "full"),
+    # two emulated hosts: pairs across hosts use TCP, pairs on one host shared memory
+    ("tcp-2hosts-np4", 4, [0, 0, 1, 1], {"EXPECT_TRANSPORT": "tcp"}, "small"),
+    # TCP only, non-power-of-two
+    ("tcp-only-np3", 3, None, {"HVDLITE_SHM_DISABLE": "1", "EXPECT_TRANSPORT": "tcp"}, "small"),
+    # shared-memory rings without the single-copy (cross-memory attach) path
+    ("shm-nocma-np3", 3, None, {"HVDLITE_CMA_DISABLE": "1", "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
+    # threshold 1 byte: single-copy (or, without CMA, the ring) even for 1-element tensors
+    ("single-copy-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1"}, "small"),
+    ("ring-always-np4", 4, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_CMA_DISABLE": "1",
+                                  "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
+    # huge threshold: recursive doubling / binomial tree even for the large tensors
+    ("latency-algos-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": str(1 << 30)}, "small"),
+]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("case", SWEEPS, ids=[s[0] for s in SWEEPS])
+def test_collective_sweep(case):
+    _, np, host_ids, env, level = case
+    result = run_job(job_source("collectives.py"), np=np, host_ids=host_ids, env=env, args=[level], timeout=170)
+    assert_job_ok(result, np, min_count=250)
+
+
+# (id, np, host_ids, env)
+FUSION_CACHE = [
+    ("default-np3", 3, None, {}),
+    ("default-np4", 4, None, {}),
+    ("no-cache-np3", 3, None, {"HVDLITE_CACHE_CAPACITY": "0"}),
+    ("cache4-eviction-np3", 3, None, {"HVDLITE_CACHE_CAPACITY": "4"}),
+    ("cache4-tcp-2hosts-np4", 4, [0, 1, 0, 1], {"HVDLITE_CACHE_CAPACITY": "4"}),
+    ("tiny-fusion-np3", 3, None, {"HVDLITE_FUSION_THRESHOLD": "256"}),
+    ("no-fusion-np2", 2, None, {"HVDLITE_FUSION_THRESHOLD": "0"}),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", FUSION_CACHE, ids=[c[0] for c in FUSION_CACHE])
+def test_many_in_flight_fusion_and_cache(case):
+    _, np, host_ids, env = case
+    result = run_job(job_source("fusion_cache.py"), np=np, host_ids=host_ids, env=env, args=["6"], timeout=100)
+    assert_job_ok(result, np, min_count=6 * 60)
