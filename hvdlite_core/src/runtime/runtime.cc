@@ -37,17 +37,30 @@ void Runtime::shutdown() {
 void Runtime::background_loop() {
   const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   while (!stopped_) {
-    queue_.wait_for_work(cycle);
+    // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
+    // hand-back or the cycle timer wakes us then. Otherwise new work does.
+    if (active_waiters_.load() > 0) queue_.wait_for_wake(cycle);
+    else queue_.wait_for_work(cycle);
+    // A caller that has just enqueued is usually microseconds away from wait(); let it drive rather than
+    // race it for the lock (each lost race costs two cross-thread wake-ups on a busy machine).
+    auto grace = Clock::now();
+    while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
+    bool recent = Clock::now() - last_cycle_ < cycle;
+    if (active_waiters_.load() > 0 && recent) continue;
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
-      // A waiting caller is driving progress; look again shortly rather than queue up behind it.
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      continue;
-    }
-    // Idle wake-up, but a caller ran a cycle recently: our peers are being served, skip the extra round.
-    if (queue_.empty() && Clock::now() - last_cycle_ < cycle) continue;
-    if (!run_cycle()) return;
+    if (!lock.owns_lock()) continue;  // a caller is driving; it hands back work it leaves behind
+    // Idle wake-up, but a cycle ran recently: our peers are being served, skip the extra round.
+    bool skip = queue_.empty() && Clock::now() - last_cycle_ < cycle;
+    bool running = skip || run_cycle();
+    lock.unlock();
+    announce_progress();
+    if (!running) return;
   }
+}
+
+void Runtime::announce_progress() {
+  progress_epoch_.fetch_add(1, std::memory_order_seq_cst);
+  if (epoch_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&progress_epoch_);
 }
 
 bool Runtime::run_cycle() {
@@ -79,23 +92,39 @@ bool Runtime::run_cycle() {
 }
 
 bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
+  active_waiters_.fetch_add(1);
+  bool finished = wait_driving(handle, timeout_us);
+  active_waiters_.fetch_sub(1);
+  // Work enqueued meanwhile (asynchronous operations) is the background thread's again.
+  if (!queue_.empty()) queue_.wake();
+  return finished;
+}
+
+bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
   auto start = Clock::now();
   while (!handle.finished()) {
     if (timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    uint32_t epoch = progress_epoch_.load(std::memory_order_seq_cst);
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
     if (lock.owns_lock()) {
       while (!handle.finished() && !stopped_) {
-        if (timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+        if (timeout_us >= 0 && micros_since(start) >= timeout_us) break;
         run_cycle();
       }
+      lock.unlock();
+      announce_progress();
       continue;
     }
-    // The background thread is mid-cycle: sleep until it finishes our handle (or a slice passes).
-    int64_t slice = 200;
+    // Another thread is mid-cycle. Sleep until it releases the lock (it then bumps the epoch): either our
+    // handle is finished by then, or we take over. Sleeping on the handle alone would miss a holder that
+    // leaves without finishing it (a cycle that drained the queue before our enqueue).
+    int64_t slice = 100000;
     if (timeout_us >= 0) slice = std::max<int64_t>(1, std::min(slice, timeout_us - micros_since(start)));
-    handle.waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (!handle.finished()) futex_wait(&handle.done, 0, slice);
-    handle.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    epoch_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (!handle.finished() && progress_epoch_.load(std::memory_order_seq_cst) == epoch) {
+      futex_wait(&progress_epoch_, epoch, slice);
+    }
+    epoch_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
   return true;
 }

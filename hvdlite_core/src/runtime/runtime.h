@@ -60,7 +60,13 @@ class Runtime {
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;
-  Clock::time_point last_cycle_;  // guarded by progress_mutex_  // held by whichever thread runs a cycle: cycles are collective and sequential
+  // Bumped each time a thread releases progress_mutex_ (after finishing handles or not); waiters sleep on it.
+  std::atomic<uint32_t> progress_epoch_{0};
+  std::atomic<uint32_t> epoch_sleepers_{0};
+  void announce_progress();
+  std::atomic<int> active_waiters_{0};  // threads inside wait(): they drive progress themselves
+  bool wait_driving(HandleState& handle, int64_t timeout_us);
+  Clock::time_point last_cycle_;  // written under progress_mutex_
   std::thread thread_;
 };
 

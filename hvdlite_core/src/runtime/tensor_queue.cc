@@ -34,6 +34,12 @@ void TensorQueue::wait_for_work(std::chrono::microseconds timeout) {
   woken_ = false;
 }
 
+void TensorQueue::wait_for_wake(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!woken_) ready_.wait_for(lock, timeout, [this] { return woken_; });
+  woken_ = false;
+}
+
 std::vector<TensorEntry> TensorQueue::drain() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TensorEntry> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));

@@ -21,6 +21,8 @@ class TensorQueue {
   Status push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
   // Waits until something is queued, wake() is called, or timeout passes.
   void wait_for_work(std::chrono::microseconds timeout);
+  // Waits until wake() is called or timeout passes, whatever is queued.
+  void wait_for_wake(std::chrono::microseconds timeout);
   // Returns everything queued, without waiting.
   std::vector<TensorEntry> drain();
   // Marks the entry's operation finished: frees its name and wakes its waiters.
