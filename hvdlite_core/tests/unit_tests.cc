@@ -136,13 +136,17 @@ static void test_fusion() {
   Response gather = resp("g", 10);
   gather.op = OpType::kAllgather;
   list.push_back(gather);
-  auto groups = plan_fusion(list, 200);  // bytes: a,c,e=40 each; d=4000 (over the threshold alone)
+  auto groups = plan_fusion(list, 200, 1 << 20);  // bytes: a,c,e=40 each; d=4000 (over the threshold alone)
   CHECK(groups.size() == 4);
   CHECK(groups[0] == std::vector<size_t>({0, 2, 4}));  // same dtype fused across a float64 in between
   CHECK(groups[1] == std::vector<size_t>({1}));
   CHECK(groups[2] == std::vector<size_t>({3}));
   CHECK(groups[3] == std::vector<size_t>({5}));
-  auto tight = plan_fusion({resp("a", 10), resp("b", 10), resp("c", 10)}, 80);
+  auto tight = plan_fusion({resp("a", 10), resp("b", 10), resp("c", 10)}, 80, 1 << 20);
+  CHECK(tight.size() == 2 && tight[0].size() == 2);
+  // Tensors at or above the tensor limit are never fused, whatever the threshold.
+  auto limited = plan_fusion({resp("a", 10), resp("big", 100), resp("c", 10)}, 1 << 20, 400);
+  CHECK(limited.size() == 2 && limited[0] == std::vector<size_t>({0, 2}) && limited[1] == std::vector<size_t>({1}));
   CHECK(tight.size() == 2 && tight[0].size() == 2);
 }
 

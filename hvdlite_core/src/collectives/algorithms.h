@@ -14,8 +14,9 @@
 namespace hvdlite {
 
 // --- dispatchers (dispatch.cc) ---
-// output = reduce(input over members). input may equal output.
-void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind);
+// output = reduce(input over members) * postscale. input may equal output.
+void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
+               double postscale = 1.0);
 // output = concatenation of every member's block; block_bytes[i] is member i's size.
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
 void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
@@ -23,8 +24,9 @@ void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// Scales each reduced segment while it is still in cache (saves a pass over the result).
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
-                           ReduceKind kind);
+                           ReduceKind kind, double postscale);
 // In place on a full-size buffer: afterwards member i's segment (segment_counts[i] elements, in order) holds the
 // reduction of that segment over all members. Other segments hold partial sums.
 void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<size_t>& segment_counts, DType dtype,

@@ -21,7 +21,7 @@ constexpr size_t kChunkBytes = 128 << 10;
 }
 
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
-                           ReduceKind kind) {
+                           ReduceKind kind, double postscale) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t esize = dtype_size(dtype);
@@ -43,6 +43,7 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
       read_peer(comm, peer, peers[peer].input + offset, incoming, elements * esize);
       reduce_into(dtype, kind, out + offset, incoming, elements);
     }
+    if (postscale != 1.0) scale_in_place(dtype, out + offset, elements, postscale);
   }
   barrier_dissemination(comm);
   for (int step = 1; step < n; ++step) {

@@ -13,19 +13,22 @@ std::vector<size_t> even_split(size_t count, int n) {
   return parts;
 }
 
-void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind) {
+void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
+               double postscale) {
   size_t bytes = count * dtype_size(dtype);
   if (comm.size() > 1 && comm.single_copy_local() && bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
-    allreduce_single_copy(comm, input, output, count, dtype, kind);
+    allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);
     return;
   }
   if (input != output) std::memcpy(output, input, bytes);
-  if (comm.size() == 1 || count == 0) return;
-  if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
-    allreduce_recursive_doubling(comm, output, count, dtype, kind);
-  } else {
-    allreduce_ring(comm, output, count, dtype, kind);
+  if (comm.size() > 1 && count > 0) {
+    if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
+      allreduce_recursive_doubling(comm, output, count, dtype, kind);
+    } else {
+      allreduce_ring(comm, output, count, dtype, kind);
+    }
   }
+  if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
 }
 
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {

@@ -55,6 +55,7 @@ Knob bool_knob(const char* name, bool Config::*field) {
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> table = {
       number_knob("FUSION_THRESHOLD", &Config::fusion_threshold_bytes),
+      number_knob("FUSION_TENSOR_LIMIT", &Config::fusion_tensor_limit_bytes),
       number_knob("CYCLE_TIME", &Config::cycle_time_ms),
       number_knob("CACHE_CAPACITY", &Config::cache_capacity),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
@@ -66,6 +67,7 @@ const std::vector<Knob>& knobs() {
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
+      number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
        [](const Config& c) { return c.log_level; }},
       {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },

@@ -8,6 +8,7 @@ namespace hvdlite {
 
 struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;  // FUSION_THRESHOLD: fuse small allreduces up to this size
+  int64_t fusion_tensor_limit_bytes = 256 << 10;  // FUSION_TENSOR_LIMIT: larger tensors are reduced unfused
   double cycle_time_ms = 1.0;                 // CYCLE_TIME: longest sleep of an idle background loop
   int64_t cache_capacity = 1024;              // CACHE_CAPACITY: response cache entries; 0 disables the cache
   double stall_warning_seconds = 60.0;        // STALL_CHECK_TIME_SECONDS: report tensors some ranks lack
@@ -19,6 +20,7 @@ struct Config {
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
+  int64_t background_spin_microseconds = 5;   // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
   std::string timeline;                       // TIMELINE: Chrome-trace file written by rank 0 ("": off)
 

@@ -72,7 +72,7 @@ char* Executor::fusion_buffer(size_t bytes) {
 }
 
 void Executor::execute(const std::vector<Response>& responses) {
-  for (const std::vector<size_t>& group : plan_fusion(responses, config_.fusion_threshold_bytes)) {
+  for (const std::vector<size_t>& group : plan_fusion(responses, config_.fusion_threshold_bytes, config_.fusion_tensor_limit_bytes)) {
     if (group.size() == 1) {
       run_single(responses[group[0]]);
     } else {
@@ -142,9 +142,7 @@ void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry*
     copy_scaled(r.dtype, output, input, count, r.prescale);
     input = output;
   }
-  allreduce(comm, input, output, count, r.dtype, kind_of(r.reduce_op));
-  double post = effective_postscale(r, comm.size());
-  if (post != 1.0) scale_in_place(r.dtype, output, count, post);
+  allreduce(comm, input, output, count, r.dtype, kind_of(r.reduce_op), effective_postscale(r, comm.size()));
 }
 
 void Executor::run_fused(const std::vector<const Response*>& group) {

@@ -1,5 +1,7 @@
 #include "runtime/fusion.h"
 
+#include <algorithm>
+
 namespace hvdlite {
 namespace {
 
@@ -14,7 +16,9 @@ int64_t bytes_of(const Response& r) { return element_count(r.shape) * static_cas
 
 }  // namespace
 
-std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes) {
+std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes,
+                                             int64_t tensor_limit_bytes) {
+  const int64_t limit = std::min(threshold_bytes, tensor_limit_bytes);
   std::vector<std::vector<size_t>> groups;
   std::vector<int64_t> group_bytes;
   std::vector<size_t> open;  // indices into groups that still accept members
@@ -22,7 +26,7 @@ std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& respon
     const Response& r = responses[i];
     int64_t bytes = bytes_of(r);
     bool placed = false;
-    if (fusable(r) && bytes < threshold_bytes) {
+    if (fusable(r) && bytes < limit) {
       for (size_t g : open) {
         const Response& head = responses[groups[g].front()];
         if (compatible(head, r) && group_bytes[g] + bytes <= threshold_bytes) {
@@ -36,7 +40,7 @@ std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& respon
     if (placed) continue;
     groups.push_back({i});
     group_bytes.push_back(bytes);
-    if (fusable(r) && bytes < threshold_bytes) open.push_back(groups.size() - 1);
+    if (fusable(r) && bytes < limit) open.push_back(groups.size() - 1);
   }
   return groups;
 }

@@ -10,7 +10,10 @@
 
 namespace hvdlite {
 
-// Groups of response indices, in execution order (a group runs when its first member comes up).
-std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes);
+// Groups of response indices, in execution order (a group runs when its first member comes up). Tensors of
+// tensor_limit_bytes or more stay alone: they are bandwidth-bound already, and fusing them would only copy
+// them into and out of the fusion buffer (two extra passes over memory).
+std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes,
+                                             int64_t tensor_limit_bytes);
 
 }  // namespace hvdlite

@@ -35,6 +35,7 @@ void Runtime::shutdown() {
 }
 
 void Runtime::background_loop() {
+  Progress::set_thread_spin(config_.background_spin_microseconds);
   const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   while (!stopped_) {
     // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit

@@ -8,6 +8,11 @@
 #include "common/wait.h"
 
 namespace hvdlite {
+namespace {
+thread_local int64_t t_spin_override = -1;
+}
+
+void Progress::set_thread_spin(int64_t spin_us) { t_spin_override = spin_us; }
 
 bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   bool moved = false;
@@ -65,11 +70,12 @@ void Progress::run(Transfer* transfers, size_t count) {
   auto last_move = start;
   auto last_alive_check = start;
   const auto timeout = std::chrono::duration<double>(timeout_s_);
+  const int64_t spin_us = t_spin_override >= 0 ? t_spin_override : spin_us_;
   while (true) {
     if (advance(transfers, count, &done)) last_move = Clock::now();
     if (done) return;
     auto now = Clock::now();
-    if (micros_since(last_move) < spin_us_) {
+    if (micros_since(last_move) < spin_us) {
       cpu_relax();
       continue;
     }

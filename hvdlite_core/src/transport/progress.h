@@ -28,6 +28,9 @@ struct Transfer {
 
 class Progress {
  public:
+  // Spin budget for the calling thread, overriding the configured one (the background thread spins less:
+  // its waits overlap with the training step's computation, which needs the core more).
+  static void set_thread_spin(int64_t spin_us);
   // doorbell/sleepers: this rank's shm inbox words (nullptr when it has no shm channels).
   Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, int64_t spin_us, double timeout_s)
       : doorbell_(doorbell), sleepers_(sleepers), spin_us_(spin_us), timeout_s_(timeout_s) {}
