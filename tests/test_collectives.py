@@ -34,7 +34,8 @@ SWEEPS = [
     # shared-memory rings without the single-copy (cross-memory attach) path
     ("shm-nocma-np3", 3, None, {"HVDLITE_CMA_DISABLE": "1", "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
     # threshold 1 byte: single-copy (or, without CMA, the ring) even for 1-element tensors
-    ("single-copy-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1"}, "small"),
+    ("single-copy-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"},
+     "small"),
     ("ring-always-np4", 4, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_CMA_DISABLE": "1",
                                   "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
     # huge threshold: recursive doubling / binomial tree even for the large tensors

@@ -1,6 +1,9 @@
 // Algorithm choice. Small messages are latency-bound: recursive doubling needs log2(n) exchanges. Large ones
-// are bandwidth-bound: on one host with cross-memory attach, single-copy reads move each byte once; otherwise
-// the ring moves 2(n-1)/n of the data per rank, the optimum for a bandwidth-bound allreduce.
+// are bandwidth-bound: the ring moves 2(n-1)/n of the data per rank, the optimum for a bandwidth-bound
+// allreduce. On one host, single-copy reads (cross-memory attach) move fewer bytes, but process_vm_readv pins
+// every page on every call: measured, the ring through shared-memory rings was faster at every size from
+// 256 KiB to 64 MiB (docs/benchmarks.md), so allreduce uses it unless SINGLE_COPY_ALLREDUCE is set.
+// Allgather and broadcast, which copy and do not reduce, keep the single-copy path.
 #include <cstring>
 
 #include "collectives/algorithms.h"
@@ -16,7 +19,8 @@ std::vector<size_t> even_split(size_t count, int n) {
 void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
                double postscale) {
   size_t bytes = count * dtype_size(dtype);
-  if (comm.size() > 1 && comm.single_copy_local() && bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
+  if (comm.size() > 1 && comm.single_copy_local() && comm.config().single_copy_allreduce &&
+      bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
     allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);
     return;
   }

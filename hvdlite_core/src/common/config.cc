@@ -66,6 +66,7 @@ const std::vector<Knob>& knobs() {
       number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes),
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
+      bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
