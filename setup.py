@@ -83,7 +83,7 @@ setup(
         "bench": BENCH,
         "examples": EXAMPLES,
         "mpi": MPI,
-        "dev": TORCH + TEST + BENCH + EXAMPLES + MPI,
+        "dev": TORCH + TENSORFLOW + TEST + BENCH + EXAMPLES + MPI,
     },
     entry_points={"console_scripts": ["hvdlite-run = hvdlite.runner.launch:main"]},
     zip_safe=False,

@@ -1,0 +1,211 @@
+"""Gradient averaging shared by DistributedGradientTape, the Keras DistributedOptimizer and the tf.compat.v1
+DistributedOptimizer.
+
+`GradientReducer.reduce` turns one list of gradients into one bridge call: dense gradients are cast by the
+compressor, flattened and concatenated per (group, wire dtype) into one buffer each, reduced by the core, then
+split and reshaped back; IndexedSlices are allgathered (values and indices, in the same call) or densified with
+sparse_as_dense. A model with float32 weights costs one allreduce per step whatever its number of variables.
+The buffer names depend only on the prefix, the group and the dtype, so they repeat every step (the core's
+response cache applies) and agree on every rank.
+"""
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+
+from hvdlite.common import ops
+from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, global_process_set
+from hvdlite.common.ops import Average, Sum
+from hvdlite.tensorflow import mpi_ops
+from hvdlite.tensorflow.compression import Compression
+
+
+def _var_key(variable):
+    """Identity of a variable within this process (never sent to the core)."""
+    return id(variable)
+
+
+class GradientReducer:
+    def __init__(self, prefix: str, compression=Compression.none, op=Average, sparse_as_dense: bool = False,
+                 gradient_predivide_factor: float = 1.0, process_set=global_process_set, num_groups: int = 0,
+                 groups=None, scale_local_gradients: bool = True):
+        if op not in (Average, Sum):
+            raise ValueError("hvdlite: gradients can be reduced with op=Average or op=Sum (Adasum is not "
+                             "implemented)")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor needs op=Average")
+        if isinstance(groups, int):
+            num_groups, groups = groups, None
+        if num_groups < 0:
+            raise ValueError("num_groups must be a non-negative number of groups")
+        self.prefix = prefix
+        self.compression = compression or Compression.none
+        self.op = op
+        self.sparse_as_dense = sparse_as_dense
+        self.prescale, self.postscale = 1.0, 1.0
+        if gradient_predivide_factor != 1.0:
+            self.prescale, self.postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+        self.process_set = process_set
+        self.num_groups = num_groups
+        self.group_of_var = {}
+        for index, members in enumerate(groups or ()):
+            for v in members:
+                if _var_key(v) in self.group_of_var:
+                    raise ValueError("a variable appears in more than one group")
+                self.group_of_var[_var_key(v)] = index + 1  # group 0: variables in no group are fused together
+        self.scale_local_gradients = scale_local_gradients
+        self.local_vars = set()
+
+    def register_local_var(self, variable) -> None:
+        """This variable's gradient stays local (not reduced); scaled by 1/size if scale_local_gradients."""
+        self.local_vars.add(_var_key(variable))
+
+    def _group(self, position: int, count: int, variable) -> int:
+        if self.group_of_var and variable is not None:
+            return self.group_of_var.get(_var_key(variable), 0)
+        if self.num_groups:
+            per = -(-count // self.num_groups)
+            return position // per
+        return 0
+
+    def reduce(self, grads: Sequence, variables: Optional[Sequence] = None) -> List:
+        """Returns the averaged (or summed) gradients, None where the gradient is None."""
+        mpi_ops.check_not_xla("the gradient allreduce (DistributedGradientTape / DistributedOptimizer)")
+        grads = list(grads)
+        variables = list(variables) if variables is not None else [None] * len(grads)
+        results = list(grads)
+        size = mpi_ops._process_set_size(self.process_set)
+        buckets = {}  # (group, wire dtype) -> [(position, wire tensor, ctx)], in position order on every rank
+        sparse = []
+        for i, (g, v) in enumerate(zip(grads, variables)):
+            if g is None:
+                continue
+            if v is not None and _var_key(v) in self.local_vars:
+                if self.scale_local_gradients and size > 1:
+                    results[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                                  if isinstance(g, tf.IndexedSlices) else g / size)
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                if not self.sparse_as_dense:
+                    sparse.append(i)
+                    continue
+                g = tf.convert_to_tensor(g)
+            g = tf.convert_to_tensor(g)
+            wire, ctx = self.compression.compress(g)
+            mpi_ops._check_dtype(wire, f"gradient {i}")
+            buckets.setdefault((self._group(i, len(grads), v), wire.dtype), []).append((i, wire, ctx))
+        if not buckets and not sparse:
+            return results
+
+        ps_id = mpi_ops._process_set_id(self.process_set)
+        reduce_op = ops.core_reduce_op(self.op)
+        collectives, inputs, dtypes, shapes = [], [], [], []
+        for (group, dtype), members in buckets.items():
+            if len(members) == 1:
+                buffer = members[0][1]
+            else:
+                buffer = tf.concat([tf.reshape(w, [-1]) for _, w, _ in members], axis=0)
+            hint = (f" (hvdlite fuses the {dtype.name} gradients of {len(members)} variable(s) into this buffer: "
+                    "every rank must compute gradients, not None, for the same variables with the same shapes; "
+                    "tape.gradient(..., unconnected_gradients=tf.UnconnectedGradients.ZERO) makes unused "
+                    "variables contribute zeros)")
+            collectives.append(mpi_ops._Collective(OP_ALLREDUCE, f"{self.prefix}.{group}.{dtype.name}", reduce_op,
+                                                   self.prescale, self.postscale, process_set_id=ps_id, hint=hint,
+                                                   in_place=len(members) > 1))
+            inputs.append(buffer)
+            dtypes.append(dtype)
+            shapes.append(buffer.shape)
+        for i in sparse:
+            g = grads[i]
+            for part, tensor in (("values", g.values), ("indices", g.indices)):
+                collectives.append(mpi_ops._Collective(OP_ALLGATHER, f"{self.prefix}.sparse.{i}.{part}",
+                                                       process_set_id=ps_id))
+                inputs.append(tensor)
+                dtypes.append(tensor.dtype)
+                shapes.append(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
+        outputs = mpi_ops._bridge(collectives, inputs, dtypes, shapes, "the gradient allreduce")
+
+        for reduced, members in zip(outputs, buckets.values()):
+            if len(members) == 1:
+                pieces = [reduced]
+            else:
+                sizes = [w.shape.num_elements() for _, w, _ in members]
+                if any(s is None for s in sizes):
+                    sizes = tf.stack([tf.size(w) for _, w, _ in members])
+                pieces = tf.split(reduced, sizes)
+            for (i, wire, ctx), piece in zip(members, pieces):
+                if len(members) > 1:
+                    piece = tf.reshape(piece, wire.shape if wire.shape.is_fully_defined() else tf.shape(wire))
+                results[i] = self.compression.decompress(piece, ctx)
+        gathered = outputs[len(buckets):]
+        scale = mpi_ops._allreduce_scale(self.op, self.prescale, self.postscale, self.process_set)
+        for n, i in enumerate(sparse):
+            values, indices = gathered[2 * n], gathered[2 * n + 1]
+            if scale != 1.0:
+                values = values * tf.cast(scale, values.dtype)
+            results[i] = tf.IndexedSlices(values, indices, dense_shape=grads[i].dense_shape)
+        return results
+
+
+# --------------------------------------------------------------------------- DistributedGradientTape
+
+class _DistributedGradientTape:
+    """Mixin placed in front of the tape's class (see DistributedGradientTape)."""
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = super().gradient(target, sources, output_gradients=output_gradients,
+                                 unconnected_gradients=unconnected_gradients)
+        flat_grads = tf.nest.flatten(grads)
+        flat_sources = tf.nest.flatten(sources)
+        reduced = self._hvd_reducer.reduce(flat_grads, flat_sources if len(flat_sources) == len(flat_grads) else None)
+        return tf.nest.pack_sequence_as(grads, reduced)
+
+    def register_local_source(self, source) -> None:
+        """source's gradient is not reduced (a rank-local variable); scaled by 1/size if scale_local_gradients."""
+        self._hvd_reducer.register_local_var(source)
+
+
+_tape_classes = {}
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                            sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                            groups=None, process_set=global_process_set, scale_local_gradients=True):
+    """Returns gradtape, whose gradient() now averages the gradients over the ranks of process_set (Horovod's
+    signature). The tape object is kept; its class becomes a subclass of tf.GradientTape's with the
+    distributed gradient(). Use it around or after the `with` block:
+
+        with tf.GradientTape() as tape:
+            loss = ...
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+    """
+    if isinstance(gradtape, _DistributedGradientTape):
+        raise ValueError("gradtape is already a DistributedGradientTape")
+    base = type(gradtape)
+    cls = _tape_classes.get(base)
+    if cls is None:
+        cls = _tape_classes[base] = type(base.__name__, (_DistributedGradientTape, base),
+                                         {"__module__": base.__module__})
+    gradtape.__class__ = cls
+    gradtape._hvd_reducer = GradientReducer(
+        "DistributedGradientTape", compression, op, sparse_as_dense, gradient_predivide_factor, process_set,
+        num_groups, groups, scale_local_gradients)
+    return gradtape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose local_layers' (a layer or a list of layers) trainable weights keep their
+    local gradients."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    if local_layers is not None:
+        layers = local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]
+        for layer in layers:
+            for v in layer.trainable_weights:
+                tape.register_local_source(v)
+    return tape

@@ -1,0 +1,175 @@
+"""DistributedOptimizer for Keras 3 (keras 3.x on the TensorFlow backend).
+
+Keras 3 applies gradients through `Optimizer.apply(grads, trainable_variables)`: `apply_gradients` calls it,
+`model.fit`'s train step calls it (inside a tf.function, inside a tf.while_loop when steps_per_execution > 1),
+and LossScaleOptimizer calls its inner optimizer's. Horovod's Keras 2 hooks (`get_gradients`,
+`_aggregate_gradients`) do not exist any more, which is why Horovod's wrapper silently trains each rank alone on
+Keras 3 (horovod#4290).
+
+The wrapped optimizer keeps its object (variables, hyper-parameters, iteration count): its class becomes a
+subclass of the original one, named and placed like it (same __name__, __qualname__, __module__), whose
+`apply` first averages the gradients over the ranks (one fused buffer per dtype, see
+hvdlite/tensorflow/gradients.py) and then runs the original `apply`: clipping, weight decay, loss-scale
+unscaling and the update all see the global gradient, as in a single process on the global batch. Nothing
+hvdlite-specific is tracked or serialised, so a model saved with it reloads with plain Keras.
+
+Wrapping a LossScaleOptimizer (explicitly, or automatically under the mixed_float16 policy) puts the allreduce
+before its finiteness check: every rank sees the same reduced gradients, so all skip an overflowing step
+together instead of one rank skipping a collective the others wait for.
+"""
+import keras
+import tensorflow as tf
+
+from hvdlite.common.basics import global_process_set
+from hvdlite.common.ops import Average
+from hvdlite.tensorflow.compression import Compression
+from hvdlite.tensorflow.gradients import GradientReducer, _var_key
+
+
+class _HvdState:
+    """Everything hvdlite adds to an optimizer; stored outside Keras/TF tracking (never saved)."""
+
+    def __init__(self, reducer: GradientReducer, backward_passes_per_step: int = 1,
+                 average_aggregated_gradients: bool = False):
+        self.reducer = reducer
+        self.passes = backward_passes_per_step
+        self.average_aggregated = average_aggregated_gradients
+        self.accumulators = None  # var key -> tf.Variable, when backward_passes_per_step > 1
+        self.counter = None
+
+
+class _DistributedOptimizer:
+    """Mixin placed in front of the wrapped Keras optimizer's class (see DistributedOptimizer)."""
+
+    def _hvd(self) -> _HvdState:
+        state = self.__dict__.get("_hvd_state")
+        if state is None:  # an instance made from this class directly (e.g. from_config): default settings
+            state = self.__dict__["_hvd_state"] = _HvdState(GradientReducer(f"Distributed{type(self).__name__}"))
+        return state
+
+    def register_local_var(self, var) -> None:
+        """var's gradient stays local to this rank (not reduced); scaled by 1/size if scale_local_gradients."""
+        self._hvd().reducer.register_local_var(var)
+
+    def build(self, variables):
+        super().build(variables)
+        self._hvd_make_accumulators(variables)
+
+    def _hvd_make_accumulators(self, variables) -> None:
+        state = self._hvd()
+        if state.passes == 1 or state.accumulators is not None:
+            return
+        with tf.init_scope():
+            state.accumulators = {
+                _var_key(v): tf.Variable(tf.zeros(v.shape, dtype=tf.as_dtype(v.dtype)), trainable=False,
+                                         name="hvd_gradient_accumulator")
+                for v in variables}
+            state.counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvd_backward_passes")
+
+    def apply(self, grads, trainable_variables=None):
+        state = self._hvd()
+        grads = list(grads)
+        if not grads:
+            return super().apply(grads, trainable_variables)
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads, trainable_variables)  # raises Keras's own error
+            variables = list(getattr(self, "_trainable_variables", None)
+                             or self.inner_optimizer._trainable_variables)
+        else:
+            trainable_variables = list(trainable_variables)
+            variables = trainable_variables
+            if not self.built:
+                with keras.name_scope(self.name, caller=self):
+                    self.build(variables)
+                self.built = True
+        if state.passes == 1:
+            return super().apply(state.reducer.reduce(grads, variables), trainable_variables)
+        return self._hvd_accumulate(grads, variables, trainable_variables, super().apply)
+
+    def _hvd_accumulate(self, grads, variables, trainable_variables, parent_apply):
+        """backward_passes_per_step > 1: sum gradients locally, reduce and apply every N-th call."""
+        state = self._hvd()
+        self._hvd_make_accumulators(variables)
+        accumulators = [None if g is None else state.accumulators[_var_key(v)] for g, v in zip(grads, variables)]
+        for g, acc in zip(grads, accumulators):
+            if acc is not None:
+                acc.assign_add(tf.cast(tf.convert_to_tensor(g), acc.dtype))
+        count = state.counter.assign_add(1)
+        passes = state.passes
+
+        def reduce_and_apply():
+            summed = [None if acc is None else acc.read_value() for acc in accumulators]
+            if state.average_aggregated:
+                summed = [None if s is None else s / tf.cast(passes, s.dtype) for s in summed]
+            parent_apply(state.reducer.reduce(summed, variables), trainable_variables)
+            for acc in accumulators:
+                if acc is not None:
+                    acc.assign(tf.zeros_like(acc))
+
+        def skip():
+            # Horovod counts every backward pass in optimizer.iterations.
+            getattr(self, "inner_optimizer", self)._iterations.assign_add(1)
+
+        tf.cond(tf.equal(count % passes, 0), reduce_and_apply, skip)
+
+
+_classes = {}
+
+
+def _distributed_class(base):
+    cls = _classes.get(base)
+    if cls is None:
+        cls = _classes[base] = type(base.__name__, (_DistributedOptimizer, base),
+                                    {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    return cls
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
+                         groups=None, process_set=global_process_set, scale_local_gradients=True):
+    """Returns optimizer, now averaging gradients over the ranks of process_set before every update
+    (horovod.tensorflow.keras.DistributedOptimizer's signature, for Keras 3).
+
+    backward_passes_per_step=N sums gradients locally over N calls and reduces/applies on every N-th (divided
+    by N if average_aggregated_gradients). Under the mixed_float16 global policy the optimizer is first wrapped
+    in a LossScaleOptimizer (as model.compile would), so that the allreduce precedes its overflow check.
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"hvdlite.tensorflow.keras.DistributedOptimizer takes a Keras 3 optimizer "
+                         f"(keras.optimizers.*), got {type(optimizer).__name__}; for tf.compat.v1.train "
+                         "optimizers use hvdlite.tensorflow.DistributedOptimizer")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("optimizer is already a DistributedOptimizer")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be at least 1")
+    if (keras.mixed_precision.global_policy().name == "mixed_float16"
+            and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    base = type(optimizer)
+    reducer = GradientReducer(name or f"Distributed{base.__name__}", compression, op, sparse_as_dense,
+                              gradient_predivide_factor, process_set, num_groups, groups, scale_local_gradients)
+    optimizer.__class__ = _distributed_class(base)
+    optimizer.__dict__["_hvd_state"] = _HvdState(reducer, backward_passes_per_step, average_aggregated_gradients)
+    if optimizer.built:
+        optimizer._hvd_make_accumulators(list(getattr(optimizer, "_trainable_variables", None)
+                                              or optimizer.inner_optimizer._trainable_variables))
+    return optimizer
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose local_layers' (a layer or list of layers) trainable weights keep their local
+    gradients."""
+    optimizer = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                     gradient_predivide_factor, op, backward_passes_per_step,
+                                     average_aggregated_gradients, 0, groups, process_set, scale_local_gradients)
+    if local_layers is not None:
+        for layer in local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]:
+            for v in layer.trainable_weights:
+                optimizer.register_local_var(v)
+    return optimizer

@@ -1,0 +1,394 @@
+"""hvdlite.tensorflow.keras (Keras 3) across real processes: model.fit and custom loops with DistributedOptimizer
+against a single process on the global batch, callbacks, LossScaleOptimizer, saving and reloading, XLA and
+mismatch errors, and the examples.
+
+TensorFlow and Keras cost seconds to import per rank, so each test is ONE job running many checks; each job
+computes its reference itself and prints DONE.
+"""
+import os
+import sys
+
+import pytest
+
+from multiproc import run_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+COMMON = """
+import os, sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import keras
+import hvdlite.tensorflow.keras as hvd
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+B = 4  # rows per rank per step
+
+def mlp(seed, width=16):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(width, activation="tanh"), keras.layers.Dense(3)])
+
+def data(steps, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(steps * N * B, 6)).astype("float32"), rng.integers(0, 3, size=steps * N * B)
+
+def shard(a, steps):
+    '''Rank R's rows of every global batch: global batch i is rows [i*N*B, (i+1)*N*B).'''
+    idx = np.concatenate([np.arange(i * N * B + R * B, i * N * B + (R + 1) * B) for i in range(steps)])
+    return a[idx]
+
+def flat(model):
+    return np.concatenate([w.ravel() for w in model.get_weights()])
+
+def assert_same_everywhere(values, what):
+    everyone = hvd.allgather_object(values, name="check." + what)
+    assert all(np.array_equal(e, values) for e in everyone), f"{what}: ranks differ"
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+"""
+
+
+def run(script, np=2, timeout=150):
+    result = run_job(COMMON + script, np=np, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert out.count("DONE") == np, out
+    return out
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("np", [2, 3])
+def test_fit_matches_single_process_with_callbacks(np):
+    run("""
+STEPS, EPOCHS = 6, 2
+x, y = data(STEPS)
+vx, vy = data(2, seed=R + 10)  # each rank validates on different data: MetricAverageCallback averages
+
+class Record(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.logs = []
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs.append(dict(logs))
+
+for steps_per_execution, run_eagerly in ((1, False), (3, False), (1, True)):
+    model = mlp(100 + R)  # different initial weights and learning rates on every rank: the broadcast fixes both
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1 if R == 0 else 0.7, momentum=0.9)),
+                  loss=LOSS, steps_per_execution=steps_per_execution, run_eagerly=run_eagerly)
+    raw, averaged = Record(), Record()
+    model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=EPOCHS, shuffle=False, verbose=0,
+              validation_data=(vx, vy),
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw, hvd.callbacks.MetricAverageCallback(),
+                         averaged])
+    ref = mlp(100)  # rank 0's initial weights, trained by one process on the global batches
+    ref.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    ref.fit(x, y, batch_size=N * B, epochs=EPOCHS, shuffle=False, verbose=0)
+    w = flat(model)
+    assert_same_everywhere(w, f"fit{steps_per_execution}{run_eagerly}")
+    assert np.allclose(w, flat(ref), atol=1e-5), (steps_per_execution, np.abs(w - flat(ref)).max())
+    assert int(model.optimizer.iterations.numpy()) == STEPS * EPOCHS
+    everyone_raw = hvd.allgather_object(raw.logs)
+    for epoch in range(EPOCHS):
+        for key in ("loss", "val_loss"):
+            expected = np.mean([r[epoch][key] for r in everyone_raw])
+            assert abs(averaged.logs[epoch][key] - expected) < 1e-6, (key, averaged.logs[epoch][key], expected)
+    assert len({r[0]["val_loss"] for r in everyone_raw}) == N  # they did differ before averaging
+    assert_same_everywhere(np.array([averaged.logs[-1]["val_loss"]]), f"val{steps_per_execution}{run_eagerly}")
+
+# Embedding: sparse (IndexedSlices) gradients are allgathered inside fit
+ids = np.random.default_rng(1).integers(0, 20, size=(STEPS * N * B, 3))
+target = np.random.default_rng(2).normal(size=(STEPS * N * B, 1)).astype("float32")
+def embedding_model():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(20, 4), keras.layers.Flatten(),
+                             keras.layers.Dense(1)])
+for sparse_as_dense in (False, True):
+    model, ref = embedding_model(), embedding_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2), sparse_as_dense=sparse_as_dense), loss="mse")
+    model.fit(shard(ids, STEPS), shard(target, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0)
+    ref.compile(optimizer=keras.optimizers.SGD(0.2), loss="mse")
+    ref.fit(ids, target, batch_size=N * B, epochs=1, shuffle=False, verbose=0)
+    assert_same_everywhere(flat(model), f"embedding{sparse_as_dense}")
+    assert np.allclose(flat(model), flat(ref), atol=1e-5), np.abs(flat(model) - flat(ref)).max()
+print("DONE")
+""", np=np)
+
+
+@pytest.mark.timeout(240)
+def test_custom_loops_loss_scaling_accumulation_and_sync_batch_norm():
+    run("""
+STEPS = 4
+x, y = data(2 * STEPS)
+xs, ys = shard(x, 2 * STEPS), shard(y, 2 * STEPS)
+
+def custom_loop(model, opt, rows_x, rows_y, graph, passes=1):
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = LOSS(yb, model(xb, training=True))
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    step = tf.function(step) if graph else step
+    rows = len(rows_y) // (STEPS * passes)
+    for i in range(STEPS * passes):
+        step(tf.constant(rows_x[i * rows:(i + 1) * rows]), tf.constant(rows_y[i * rows:(i + 1) * rows]))
+
+def reference(make_opt, passes=1):
+    '''One process on the global batches: STEPS updates, each from `passes` global micro-batches.'''
+    ref = mlp(0)
+    ref_opt = make_opt()
+    if passes == 1:
+        custom_loop(ref, ref_opt, x[:STEPS * N * B], y[:STEPS * N * B], True)
+    else:  # the mean gradient of `passes` global micro-batches per update
+        for i in range(STEPS):
+            with tf.GradientTape() as tape:
+                loss = tf.add_n([LOSS(y[j * N * B:(j + 1) * N * B], ref(x[j * N * B:(j + 1) * N * B]))
+                                 for j in range(i * passes, (i + 1) * passes)]) / passes
+            ref_opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
+    return flat(ref)
+
+sgd = lambda: keras.optimizers.SGD(0.1, momentum=0.9)
+lso = lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=256.0)
+for graph in (True, False):
+    for name, make_opt, kwargs in (("sgd", sgd, {}), ("lso", lso, {}), ("predivide", sgd, {"gradient_predivide_factor": 2.0}),
+                                   ("fp16", sgd, {"compression": hvd.Compression.fp16}), ("groups", sgd, {"num_groups": 2})):
+        model = mlp(0)
+        opt = hvd.DistributedOptimizer(make_opt(), **kwargs)
+        custom_loop(model, opt, xs[:STEPS * B], ys[:STEPS * B], graph)
+        ref = reference(make_opt)
+        w = flat(model)
+        assert_same_everywhere(w, f"{name}{graph}")
+        tolerance = 2e-3 if name == "fp16" else 1e-5
+        assert np.abs(w - ref).max() < tolerance, (name, graph, np.abs(w - ref).max())
+    # backward_passes_per_step: local sums over 2 passes, one allreduce and one update per 2 calls
+    model = mlp(0)
+    opt = hvd.DistributedOptimizer(sgd(), backward_passes_per_step=2, average_aggregated_gradients=True)
+    custom_loop(model, opt, xs, ys, graph, passes=2)
+    w = flat(model)
+    assert_same_everywhere(w, f"accumulate{graph}")
+    ref = reference(sgd, passes=2)
+    assert np.abs(w - ref).max() < 1e-5, (graph, np.abs(w - ref).max())
+    assert int(opt.iterations.numpy()) == 2 * STEPS  # Horovod counts every backward pass
+
+# ... and inside model.fit, where the tf.cond runs in the tf.while_loop of steps_per_execution
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(sgd(), backward_passes_per_step=2, average_aggregated_gradients=True),
+              loss=LOSS, steps_per_execution=4)
+model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+assert_same_everywhere(flat(model), "accumulate fit")
+assert np.abs(flat(model) - reference(sgd, passes=2)).max() < 1e-5
+
+# Sum instead of Average: N times the average step with plain SGD
+model, ref = mlp(0), mlp(0)
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Sum)
+g = [tf.ones_like(v) * (R + 1) for v in model.trainable_variables]
+opt.apply_gradients(zip(g, model.trainable_variables))
+assert np.allclose(flat(model), flat(ref) - 0.1 * sum(r + 1 for r in range(N)), atol=1e-6)
+
+# LossScaleOptimizer: an overflow on ONE rank makes every rank skip the step and halve the scale together
+for graph in (False, True):
+    model = mlp(0)
+    opt = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=64.0))
+    opt.build(model.trainable_variables)
+    def apply(poison):
+        g = [tf.ones_like(v) for v in model.trainable_variables]
+        g[0] = g[0] * poison
+        opt.apply(g, model.trainable_variables)
+    apply = tf.function(apply) if graph else apply
+    before = flat(model)
+    apply(tf.constant(np.inf if R == 1 else 1.0, tf.float32))
+    assert np.array_equal(flat(model), before), "a rank applied an overflowing step"
+    assert float(opt.dynamic_scale.numpy()) == 32.0
+    apply(tf.constant(1.0))
+    assert np.allclose(flat(model), before - 0.1 / 32.0, atol=1e-7)
+    assert_same_everywhere(flat(model), f"lso{graph}")
+
+# mixed_float16: DistributedOptimizer puts the LossScaleOptimizer inside (before compile would put it outside)
+keras.mixed_precision.set_global_policy("mixed_float16")
+model = mlp(0)
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
+model.compile(optimizer=opt, loss=LOSS)
+assert model.optimizer is opt
+model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+assert_same_everywhere(flat(model), "mixed")
+keras.mixed_precision.set_global_policy("float32")
+
+# Partial: a local layer keeps its own gradient (scaled by 1/size)
+model = mlp(0)
+opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[model.layers[1]])
+model.compile(optimizer=opt, loss=LOSS)
+model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+shared = np.concatenate([w.ravel() for w in model.layers[0].get_weights()])
+local = np.concatenate([w.ravel() for w in model.layers[1].get_weights()])
+assert_same_everywhere(shared, "partial shared")
+assert len({e.tobytes() for e in hvd.allgather_object(local)}) == N, "local layer was synchronised"
+
+# SyncBatchNormalization: the statistics and the gradient of the global batch
+keras.utils.set_random_seed(5)
+full = np.random.default_rng(5).normal(size=(N * 3, 4, 4, 2)).astype("float32") * 3 + 1
+weights = np.arange(full.size, dtype="float32").reshape(full.shape) / full.size
+bn, sync = keras.layers.BatchNormalization(), hvd.SyncBatchNormalization()
+bn.build(full.shape); sync.build(full.shape)
+xg, xl = tf.constant(full), tf.constant(full[R * 3:(R + 1) * 3])
+with tf.GradientTape() as tape:
+    tape.watch(xg)
+    out_ref = bn(xg, training=True)
+    loss_ref = tf.reduce_sum(out_ref * weights)
+grad_ref = tape.gradient(loss_ref, xg)
+@tf.function
+def sync_step(xl):
+    with tf.GradientTape() as tape:
+        tape.watch(xl)
+        out = sync(xl, training=True)
+        loss = tf.reduce_sum(out * weights[R * 3:(R + 1) * 3])
+    return out, tape.gradient(loss, xl)
+out, grad = sync_step(xl)
+assert np.allclose(out.numpy(), out_ref.numpy()[R * 3:(R + 1) * 3], atol=1e-4), np.abs(out.numpy() - out_ref.numpy()[R * 3:(R + 1) * 3]).max()
+assert np.allclose(grad.numpy(), grad_ref.numpy()[R * 3:(R + 1) * 3], atol=1e-4)
+assert np.allclose(sync.moving_mean.numpy(), bn.moving_mean.numpy(), atol=1e-5)
+assert np.allclose(sync.moving_variance.numpy(), bn.moving_variance.numpy(), atol=1e-4)
+
+try:
+    hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+except ValueError as e:
+    assert "Keras 3 optimizer" in str(e)
+else:
+    raise SystemExit("a non-Keras optimizer was accepted")
+print("DONE")
+""")
+
+
+@pytest.mark.timeout(240)
+def test_save_reload_learning_rate_callbacks_and_errors(tmp_path):
+    path = str(tmp_path / "model.keras")
+    run(f"""
+import subprocess, zipfile
+PATH = {path!r}
+STEPS = 4
+x, y = data(STEPS)
+model = mlp(100 + R)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), loss=LOSS)
+model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+if R == 0:
+    model.save(PATH)
+    config = zipfile.ZipFile(PATH).read("config.json").decode()
+    assert "hvdlite" not in config and '"SGD"' in config, config
+    # A plain Keras process, where hvdlite cannot even be imported, reloads it.
+    check = (f"import sys; sys.modules['hvdlite'] = None\\n"
+             f"import numpy as np, keras\\n"
+             f"m = keras.models.load_model({{PATH!r}})\\n"
+             f"assert type(m.optimizer) is keras.optimizers.SGD, type(m.optimizer)\\n"
+             f"assert int(m.optimizer.iterations.numpy()) == {{STEPS}}\\n"
+             f"np.save({{PATH + '.npy'!r}}, np.concatenate([w.ravel() for w in m.get_weights()]))\\n")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(np.load(PATH + ".npy"), flat(model))
+hvd.broadcast_object(None, root_rank=0, name="saved")
+
+# hvd.load_model: the optimizer comes back with its state, distributed; training continues in step
+loaded = hvd.load_model(PATH)
+assert isinstance(loaded.optimizer, keras.optimizers.SGD) and type(loaded.optimizer) is not keras.optimizers.SGD
+assert int(loaded.optimizer.iterations.numpy()) == STEPS
+assert np.array_equal(flat(loaded), flat(model))
+x2, y2 = data(STEPS, seed=3)
+loaded.fit(shard(x2, STEPS), shard(y2, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0)
+model.fit(shard(x2, STEPS), shard(y2, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0)
+assert_same_everywhere(flat(loaded), "loaded")
+assert np.allclose(flat(loaded), flat(model), atol=1e-6)
+
+# LearningRateWarmupCallback: lr grows from lr/size to lr over warmup_epochs, adjusted before every batch
+class LrLog(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+    def on_train_batch_begin(self, batch, logs=None):
+        self.seen.append(float(self.model.optimizer.learning_rate.numpy()))
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.123, momentum=0.9)), loss=LOSS)
+log = LrLog()
+history = model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=3, shuffle=False, verbose=0,
+                    callbacks=[hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2), log])
+expected = [0.4 / N * ((e + b / STEPS + 1 / STEPS) * (N - 1) / 2 + 1) for e in range(2) for b in range(STEPS)]
+assert np.allclose(log.seen[:2 * STEPS], expected, atol=1e-6), (log.seen, expected)
+assert np.allclose(log.seen[2 * STEPS:], 0.4, atol=1e-6), log.seen
+assert np.allclose(history.history["lr"][-1], 0.4)
+
+# LearningRateScheduleCallback (staircase) with momentum correction: the velocity is rescaled with the rate
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2, momentum=0.9)), loss=LOSS)
+model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0)
+schedule = hvd.callbacks.LearningRateScheduleCallback(initial_lr=0.2, multiplier=lambda e: 0.5 ** e, start_epoch=1)
+schedule.set_model(model)
+schedule.on_train_begin()
+velocity = [m.numpy().copy() for m in model.optimizer.momentums]
+assert any(np.abs(v).max() > 0 for v in velocity)
+schedule.on_epoch_begin(1)
+schedule.on_train_batch_begin(0)
+assert np.isclose(float(model.optimizer.learning_rate.numpy()), 0.1)
+for before, after in zip(velocity, model.optimizer.momentums):
+    assert np.allclose(after.numpy(), before * 0.5, atol=1e-7)
+schedule.on_train_batch_begin(1)  # staircase: once per epoch
+assert np.isclose(float(model.optimizer.learning_rate.numpy()), 0.1)
+
+# XLA cannot call the core: fit with jit_compile=True fails clearly on every rank; without it, it trains
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=LOSS, jit_compile=True)
+try:
+    model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=1, verbose=0)
+except hvd.HvdliteError as e:
+    assert isinstance(e, tf.errors.UnimplementedError) and "jit_compile=False" in str(e), str(e)
+else:
+    raise SystemExit("fit with jit_compile=True trained without synchronisation")
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=LOSS, jit_compile=False)
+model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=1, verbose=0)
+assert_same_everywhere(flat(model), "after xla")
+
+# Ranks with different models: fit fails on every rank with a TensorFlow error carrying hvdlite's message
+model = mlp(0, width=16 + R)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=LOSS)
+try:
+    model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=1, verbose=0)
+except tf.errors.OpError as e:
+    assert "Mismatched shapes for tensor 'DistributedSGD.0.float32'" in str(e), str(e)
+    assert "every rank must compute gradients" in str(e), str(e)
+else:
+    raise SystemExit("mismatched models trained")
+assert float(hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="after_mismatch")) == N
+print("DONE")
+""")
+
+
+@pytest.mark.timeout(300)
+def test_examples_keras_mnist_and_synthetic_benchmark(tmp_path):
+    import subprocess
+
+    data = tmp_path / "mnist"
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_mnist_idx.py"), "--out", str(data),
+                    "--train", "1200", "--test", "400"], check=True)
+    checkpoint = tmp_path / "ckpt" / "mnist.keras"
+    script = f"""
+import runpy, sys
+sys.argv = ["keras_mnist.py", "--data-dir", {str(data)!r}, "--epochs", "2", "--checkpoint", {str(checkpoint)!r}]
+runpy.run_path({os.path.join(ROOT, "examples", "keras_mnist.py")!r}, run_name="__main__")
+"""
+    result = run_job(script, np=2, timeout=240, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    accuracy = float(out.split("test accuracy ")[1].split("%")[0])
+    assert accuracy > 50.0, out  # ten classes: chance is 10%
+    assert out.count("checkpoint written") == 1 and checkpoint.exists(), out  # rank 0 only
+
+    script = f"""
+import runpy, sys
+sys.argv = ["b", "--model", "small_cnn", "--batch-size", "4", "--image-size", "32", "--num-iters", "2",
+            "--num-batches-per-iter", "2", "--num-warmup-batches", "1", "--fp16-allreduce"]
+runpy.run_path({os.path.join(ROOT, "examples", "tensorflow2_synthetic_benchmark.py")!r}, run_name="__main__")
+"""
+    result = run_job(script, np=2, timeout=240, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "total img/sec on 2 rank(s)" in out, out
