@@ -9,38 +9,21 @@ metrics over ranks, and lets rank 0 alone print progress and write the checkpoin
 loads without hvdlite, or with hvd.load_model to resume distributed training).
 """
 import argparse
-import gzip
 import math
 import os
-import struct
+import sys
 
 import numpy as np
 import tensorflow as tf
 
-import hvdlite.tensorflow.keras as hvd
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mnist_idx  # noqa: E402
 
-
-def read_idx(path):
-    """Parses an IDX file (MNIST's format): magic (2 zero bytes, dtype code, ndim), big-endian dims, data."""
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        path += ".gz"
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        zero, dtype_code, ndim = struct.unpack(">HBB", f.read(4))
-        if zero != 0 or dtype_code != 0x08:
-            raise ValueError(f"{path} is not an unsigned-byte IDX file")
-        shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
-        data = np.frombuffer(f.read(), dtype=np.uint8)
-    if data.size != math.prod(shape):
-        raise ValueError(f"{path}: expected {math.prod(shape)} values, found {data.size}")
-    return data.reshape(shape)
+import hvdlite.tensorflow.keras as hvd  # noqa: E402
 
 
 def load_split(root, train):
-    prefix = "train" if train else "t10k"
-    images = read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte"))
-    labels = read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte")).astype(np.int64)
-    images = ((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081  # the usual MNIST normalisation
+    images, labels = mnist_idx.load_split(root, train)
     return images[..., None], labels
 
 

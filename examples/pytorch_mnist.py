@@ -7,43 +7,25 @@ Reads the standard IDX files (gzipped or not), shards the training set across ra
 shows a progress bar on rank 0, averages metrics over ranks and lets rank 0 alone write the checkpoint.
 """
 import argparse
-import gzip
 import math
 import os
-import struct
+import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import hvdlite.torch as hvd
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mnist_idx  # noqa: E402
 
-
-def read_idx(path):
-    """Parses an IDX file (MNIST's format): magic (2 zero bytes, dtype code, ndim), big-endian dims, data."""
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        path += ".gz"
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        zero, dtype_code, ndim = struct.unpack(">HBB", f.read(4))
-        if zero != 0 or dtype_code != 0x08:
-            raise ValueError(f"{path} is not an unsigned-byte IDX file")
-        shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
-        data = np.frombuffer(f.read(), dtype=np.uint8)
-    if data.size != math.prod(shape):
-        raise ValueError(f"{path}: expected {math.prod(shape)} values, found {data.size}")
-    return data.reshape(shape)
+import hvdlite.torch as hvd  # noqa: E402
 
 
 class MnistIdx(torch.utils.data.Dataset):
     def __init__(self, root, train=True):
-        prefix = "train" if train else "t10k"
-        images = read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte"))
-        self.labels = torch.from_numpy(read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte")).astype(np.int64))
-        # The usual MNIST normalisation constants.
-        self.images = (torch.from_numpy(images.astype(np.float32) / 255.0) - 0.1307) / 0.3081
+        images, labels = mnist_idx.load_split(root, train)
+        self.images, self.labels = torch.from_numpy(images), torch.from_numpy(labels)
 
     def __len__(self):
         return len(self.labels)
