@@ -27,7 +27,7 @@ test: build
 
 train: build
 	$(PY) examples/make_mnist_idx.py --out data/mnist --train 6000 --test 1000
-	$(PY) -m hvdlite.runner.local -np 2 -- $(PY) examples/pytorch_mnist.py --data-dir data/mnist --epochs 2
+	$(VENV)/bin/hvdlite-run -np 2 $(PY) examples/pytorch_mnist.py --data-dir data/mnist --epochs 2
 
 bench: build
 	$(PY) bench/allreduce.py
