@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+from launcher_helpers import processes_with_marker
+
 from hvdlite.runner.local import build_rank_env, compute_topology
 from multiproc import REPO_ROOT, job_env
 
@@ -36,22 +38,6 @@ def parse_env_lines(stdout):
     return found
 
 
-def processes_with_marker(marker):
-    """PIDs of live (non-zombie) processes whose command line has marker."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                cmdline = f.read()
-            with open("/proc/%s/stat" % entry, "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != b"Z":
-            pids.append(int(entry))
-    return pids
 
 
 def assert_no_leftovers(marker, within=2.0):
