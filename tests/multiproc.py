@@ -103,3 +103,13 @@ def _stop_starter(proc: subprocess.Popen):
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.communicate()
+
+
+def run_checked(script: str, np: int, marker: str = "DONE", timeout: float = 120,
+                env: Optional[Mapping[str, str]] = None) -> str:
+    """Runs script on np ranks; asserts exit code 0 and that every rank printed marker. Returns the output."""
+    result = run_job(script, np=np, timeout=timeout, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert out.count(marker) == np, out
+    return out

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from multiproc import run_job
+from multiproc import run_checked, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,11 +51,7 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def run(script, np=2, timeout=150):
-    result = run_job(COMMON + script, np=np, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    assert out.count("DONE") == np, out
-    return out
+    return run_checked(COMMON + script, np, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 @pytest.mark.timeout(240)

@@ -6,7 +6,7 @@ its expected values itself and prints DONE.
 """
 import pytest
 
-from multiproc import run_job
+from multiproc import run_checked, run_job
 
 COMMON = """
 import os, sys
@@ -35,11 +35,7 @@ def same(what, got, expected, atol=0.0):
 
 
 def run(script, np=2, timeout=150):
-    result = run_job(COMMON + script, np=np, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    assert out.count("DONE") == np, out
-    return out
+    return run_checked(COMMON + script, np, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 @pytest.mark.timeout(240)

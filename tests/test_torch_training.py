@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from multiproc import run_job
+from multiproc import run_checked, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,11 +44,7 @@ def assert_same_everywhere(model, what):
 
 
 def run(script, np=2, env=None, timeout=120):
-    result = run_job(COMMON + script, np=np, env=env, timeout=timeout)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    assert out.count("DONE") == np, out
-    return out
+    return run_checked(COMMON + script, np, timeout=timeout, env=env)
 
 
 @pytest.mark.timeout(200)

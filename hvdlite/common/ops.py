@@ -108,8 +108,15 @@ def enqueue_many(calls: Sequence[dict]) -> List[int]:
         request.prescale_factor = call.get("prescale", 1.0)
         request.postscale_factor = call.get("postscale", 1.0)
         request.process_set_id = call.get("process_set_id", 0)
-        request.splits = ffi.NULL
-        request.nsplits = 0
+        splits = call.get("splits")
+        if splits is None:
+            request.splits = ffi.NULL
+            request.nsplits = 0
+        else:
+            splits_buf = ffi.new("int32_t[]", [int(v) for v in splits])
+            keep_alive.append(splits_buf)
+            request.splits = splits_buf
+            request.nsplits = len(splits)
     handles = ffi.new("int64_t[]", count)
     check(lib.hvdlite_enqueue_many(requests, count, handles))
     return [handles[i] for i in range(count)]

@@ -115,11 +115,12 @@ class _Collective:
 
 
 def _dtype_code(array: np.ndarray, name) -> int:
+    subject = f"tensor '{name}'" if name else "an unnamed tensor"
     try:
         return ops.DTYPE_CODES[array.dtype.name]
     except KeyError:
         raise _TF_ERRORS[hvd_errors.InvalidArgumentError](
-            f"hvdlite: tensor {name or ''} has dtype {array.dtype.name}, which hvdlite does not support; "
+            f"hvdlite: {subject} has dtype {array.dtype.name}, which hvdlite does not support; "
             f"supported: {', '.join(sorted(ops.DTYPE_CODES))}") from None
 
 
@@ -144,36 +145,37 @@ def _owned_result(handle: int, dtype) -> np.ndarray:
 def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
     """Enqueues every collective, then waits for all of them; returns the outputs in order (numpy in, numpy
     out, no TensorFlow here). This is the body of every bridge call and of the object collectives."""
-    pending = []  # (collective, handle, input, output or None)
+    # Everything is checked and described first, then queued in one atomic call: a rejected member must
+    # not leave the others half-submitted (queued here while their peers wait for the rest).
+    prepared = []  # (collective, call, input, output or None)
     position = 0
+    for c in collectives:
+        source = splits = None
+        if c.n_inputs:
+            source = np.asarray(arrays[position], order="C")  # keeps 0-d arrays 0-d
+            if c.with_splits:
+                splits = [int(s) for s in np.asarray(arrays[position + 1]).reshape(-1)]
+            position += c.n_inputs
+        if c.op in (OP_BARRIER, OP_JOIN):
+            call = dict(op=c.op, name=None, dtype=0, shape=(), input_ptr=0, output_ptr=0,
+                        process_set_id=c.process_set_id)
+            prepared.append((c, call, None, None))
+            continue
+        if c.op in (OP_ALLGATHER, OP_ALLTOALL) and source.ndim == 0:
+            source = source.reshape(1)
+        output = None
+        if c.op in (OP_ALLREDUCE, OP_BROADCAST):
+            output = source if c.in_place and source.flags.writeable else _aligned_empty(source.shape, source.dtype)
+        call = dict(op=c.op, name=c.name, dtype=_dtype_code(source, c.name), shape=source.shape,
+                    input_ptr=source.ctypes.data, output_ptr=0 if output is None else output.ctypes.data,
+                    root_rank=c.root_rank, reduce_op=c.reduce_op, prescale=c.prescale, postscale=c.postscale,
+                    process_set_id=c.process_set_id, splits=splits)
+        prepared.append((c, call, source, output))
     try:
-        for c in collectives:
-            source = splits = None
-            if c.n_inputs:
-                source = np.asarray(arrays[position], order="C")  # keeps 0-d arrays 0-d
-                if c.with_splits:
-                    splits = [int(s) for s in np.asarray(arrays[position + 1]).reshape(-1)]
-                position += c.n_inputs
-            if c.op in (OP_BARRIER, OP_JOIN):
-                pending.append((c, ops.enqueue(c.op, None, 0, (), 0, 0, process_set_id=c.process_set_id),
-                                None, None))
-                continue
-            if c.op in (OP_ALLGATHER, OP_ALLTOALL) and source.ndim == 0:
-                source = source.reshape(1)
-            output = None
-            if c.op in (OP_ALLREDUCE, OP_BROADCAST):
-                output = source if c.in_place and source.flags.writeable else _aligned_empty(source.shape, source.dtype)
-            handle = ops.enqueue(c.op, c.name, _dtype_code(source, c.name), source.shape, source.ctypes.data,
-                                 0 if output is None else output.ctypes.data, root_rank=c.root_rank,
-                                 reduce_op=c.reduce_op, prescale=c.prescale, postscale=c.postscale,
-                                 process_set_id=c.process_set_id, splits=splits)
-            pending.append((c, handle, source, output))
+        handles = ops.enqueue_many([call for _, call, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
-        _drain(pending)
         raise _as_tf_error(e) from None
-    except BaseException:
-        _drain(pending)
-        raise
+    pending = [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
     error = None
     for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still read our buffers
         try:
@@ -199,15 +201,6 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
     finally:
         for _, handle, _, _ in pending:
             ops.release(handle)
-
-
-def _drain(pending) -> None:
-    for _, handle, _, _ in pending:
-        try:
-            ops.wait(handle)
-        except hvd_errors.HvdliteError:
-            pass
-        ops.release(handle)
 
 
 def _bridge(collectives: Sequence[_Collective], inputs: Sequence[tf.Tensor], out_dtypes, out_shapes,
