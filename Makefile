@@ -3,12 +3,13 @@
 #   make train   - set up, then train the example on 2 processes
 #   make test    - set up, then run the test suite
 #   make bench   - set up, then run the benchmarks
-PYTHON ?= python3.11
+# python3.11 where it exists (the supported version), else the python3 on PATH.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h')
 
-.PHONY: setup build test train bench clean
+.PHONY: setup system-packages build test train bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,12 @@ setup: $(VENV)/.installed
 build: setup $(CORE_SOURCES)
 	$(PY) setup.py -q build_ext --inplace
 
-test: build
+# System packages first: without root it stops in seconds with the command to run, before the long set-up.
+system-packages:
+	tools/system-packages.sh
+
+test: system-packages
+	$(MAKE) --no-print-directory build
 	$(PY) -m pytest -q -ra
 
 train: build

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Debian packages the test suite needs, installed when this can be done without asking anyone.
+#
+#   tools/system-packages.sh          check; as root with apt-get, install what is missing
+#   tools/system-packages.sh --list   print the package names (for docs and the Dockerfile)
+#
+# Why each one:  Open MPI    - the mpirun bootstrap tests and the benchmark's MPI peer
+#                OpenSSH     - the multi-host tests run an sshd in each network-namespace host
+#                iproute2    - `ip netns` / veth pairs that make those hosts
+# Without root it changes nothing: it names the one command to run and fails at once, so `make test`
+# never starts a suite that would end in a pile of errors.
+set -euo pipefail
+
+PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2)
+# One program per package: present means installed.
+PROGRAMS=(mpirun mpicc sshd ssh ip)
+PATH="$PATH:/usr/sbin:/sbin"  # sshd and ip live there; a non-root PATH often lacks them
+
+if [ "${1:-}" = "--list" ]; then
+  echo "${PACKAGES[*]}"
+  exit 0
+fi
+
+missing=()
+for i in "${!PACKAGES[@]}"; do
+  command -v "${PROGRAMS[$i]}" >/dev/null 2>&1 || missing+=("${PACKAGES[$i]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+install="apt-get update && apt-get install -y ${missing[*]}"
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "Installing the system packages the tests need: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  exit 0
+fi
+
+{
+  echo "The tests need system packages that are not installed: ${missing[*]}"
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "Install them once, then run make test again:"
+    echo "    sudo sh -c '$install'"
+  else
+    echo "This system has no apt-get: install the equivalents of those Debian packages (Open MPI with its"
+    echo "headers, an OpenSSH server and client, iproute2), then run make test again."
+  fi
+} >&2
+exit 1
