@@ -45,44 +45,12 @@ import dataclasses
 import json
 import os
 import socket
-import sys
-from typing import Any, List, Mapping, Optional
+from typing import List, Mapping, Optional
+
+from hvdlite.common import cluster_bootstrap, mpi_bootstrap
+from hvdlite.common.placement import Placement, env_value, log  # noqa: F401 - re-exported for callers
 
 METHODS = ("launcher", "mpi", "torchrun", "slurm", "single")
-_LOG_LEVELS = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "error": 4}
-
-
-@dataclasses.dataclass
-class Placement:
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-    local_size: int = 1
-    cross_rank: int = 0
-    cross_size: int = 1
-    hostname: str = "localhost"
-    job_id: str = "single"
-    secret: bytes = b""
-    rendezvous: Optional[tuple] = None  # (host, port)
-    method: str = "single"
-    serve_rendezvous: bool = False      # this rank runs the rendezvous service (rank 0 under torchrun/Slurm)
-    multi_host: bool = False            # known to span hosts: a loopback address would be unreachable
-    peer_hosts: Optional[List[str]] = None  # every rank's host, when known before the exchange (MPI)
-    comm: Any = dataclasses.field(default=None, repr=False, compare=False)  # mpi4py communicator (MPI)
-
-
-def env_value(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:
-    """HVDLITE_<name>, else Horovod's HOROVOD_<name>, else default."""
-    return env.get("HVDLITE_" + name) or env.get("HOROVOD_" + name) or default
-
-
-def log(level: str, message: str, rank: Optional[int] = None, environ: Optional[Mapping[str, str]] = None) -> None:
-    """Bootstrap messages, shown like the core's logs and filtered by the same HVDLITE_LOG_LEVEL."""
-    env = os.environ if environ is None else environ
-    threshold = _LOG_LEVELS.get((env_value(env, "LOG_LEVEL") or "warning").lower(), _LOG_LEVELS["warning"])
-    if _LOG_LEVELS[level] >= threshold:
-        print("[hvdlite %s rank %s] %s" % (level.upper(), "?" if rank is None else rank, message),
-              file=sys.stderr, flush=True)
 
 
 def _launcher_placement(env: Mapping[str, str]) -> Placement:
@@ -103,8 +71,6 @@ def _launcher_placement(env: Mapping[str, str]) -> Placement:
 
 
 def detect_method(env: Mapping[str, str]) -> str:
-    from hvdlite.common import cluster_bootstrap, mpi_bootstrap
-
     forced = env.get("HVDLITE_BOOTSTRAP")
     if forced:
         if forced not in METHODS:
@@ -123,8 +89,6 @@ def detect_method(env: Mapping[str, str]) -> str:
 
 def detect(environ: Optional[Mapping[str, str]] = None, comm=None) -> Placement:
     """This process's placement. Collective over the communicator for MPI (every rank must call it)."""
-    from hvdlite.common import cluster_bootstrap, mpi_bootstrap
-
     env = os.environ if environ is None else environ
     method = "mpi" if comm is not None else detect_method(env)
     if method == "launcher":
@@ -186,8 +150,6 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
     """Publishes this rank's listener and returns every rank's {"address", "host", "pid"}, in rank order."""
     mine = {"address": address, "host": placement.hostname, "pid": os.getpid()}
     if placement.method == "mpi":
-        from hvdlite.common import mpi_bootstrap
-
         return mpi_bootstrap.allgather(placement, mine)
 
     from hvdlite.runner.rendezvous import RendezvousClient, exchange_all
@@ -198,8 +160,6 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
             "hvdlite-run (or python -m hvdlite.runner.local)")
     host, port = placement.rendezvous
     if placement.serve_rendezvous:
-        from hvdlite.common import cluster_bootstrap
-
         cluster_bootstrap.serve_rendezvous(placement)
         host = "127.0.0.1"  # the service listens on every interface; MASTER_ADDR may not route to us
     client = RendezvousClient(host, port, placement.secret, timeout=timeout)

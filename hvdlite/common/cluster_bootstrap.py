@@ -7,7 +7,7 @@ import threading
 import zlib
 from typing import Mapping, Optional, Tuple
 
-from hvdlite.common.bootstrap import Placement, log
+from hvdlite.common.placement import Placement, log
 
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 12000
 

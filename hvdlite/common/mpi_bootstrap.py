@@ -5,7 +5,7 @@ import secrets
 import socket
 from typing import List, Mapping, Optional
 
-from hvdlite.common.bootstrap import Placement
+from hvdlite.common.placement import Placement
 
 # World-size variables set by MPI launchers for each process: Open MPI, MPICH/Intel MPI (Hydra), MVAPICH.
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
