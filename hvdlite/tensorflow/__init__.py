@@ -10,6 +10,7 @@ from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cros
                                    local_size, rank, remove_process_set, shutdown, size)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
+from hvdlite.tensorflow import errors as _errors
 from hvdlite.tensorflow.compression import Compression  # noqa: F401
 from hvdlite.tensorflow.functions import (BroadcastGlobalVariablesHook, allgather_object,  # noqa: F401
                                           broadcast_global_variables, broadcast_object, broadcast_object_fn,
@@ -19,6 +20,8 @@ from hvdlite.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                         allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather,
                                         grouped_allreduce, grouped_reducescatter, join, reducescatter)
 from hvdlite.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
+
+_errors.install_status_hook()  # errors inside tf.function keep their hvdlite class
 
 
 def size_op(process_set_id: int = 0, name=None):

@@ -10,10 +10,8 @@ Inside a tf.function, stateful ops without resource inputs are chained in progra
 automatic control dependencies, so every rank runs its bridge calls in the order the code wrote them.
 
 Gradients are registered for allreduce, grouped_allreduce, allgather, broadcast, alltoall and reducescatter with
-tf.custom_gradient. Errors reach the caller as TensorFlow errors carrying the core's message: in eager mode as
-classes deriving from both the tf.errors class and the hvdlite one (`except tf.errors.OpError` and
-`except hvd.HorovodInternalError` both work); inside a tf.function TensorFlow re-raises them as
-tf.errors.UnknownError with the same message.
+tf.custom_gradient. Errors reach the caller as classes that are both the tf.errors class and the hvdlite one,
+eagerly and inside tf.function (hvdlite/tensorflow/errors.py).
 """
 import functools
 import re
@@ -27,46 +25,12 @@ from hvdlite.common import ops
 from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
                                    OP_REDUCESCATTER, global_process_set, rank)
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
+from hvdlite.tensorflow.errors import TF_ERRORS, XlaCompilationError, as_tf_error  # noqa: F401 - public class
 
 _SUPPORTED = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.bool)
 
 
-# --------------------------------------------------------------------------- errors
-
-def _tf_flavoured(hvd_class, tf_class):
-    """An exception that is both the TensorFlow error and the hvdlite one."""
-
-    # TensorFlow's signature, so that autograph can re-raise it with its own context added.
-    def __init__(self, node_def=None, op=None, message=None, *args):
-        if message is None and op is None and isinstance(node_def, str):  # Cls(message)
-            node_def, message = None, node_def
-        tf_class.__init__(self, node_def, op, message, *args)
-
-    return type(hvd_class.__name__, (tf_class, hvd_class), {"__init__": __init__, "__module__": __name__})
-
-
-_TF_ERRORS = {
-    hvd_errors.InvalidArgumentError: _tf_flavoured(hvd_errors.InvalidArgumentError, tf.errors.InvalidArgumentError),
-    hvd_errors.NotInitializedError: _tf_flavoured(hvd_errors.NotInitializedError,
-                                                  tf.errors.FailedPreconditionError),
-    hvd_errors.MismatchError: _tf_flavoured(hvd_errors.MismatchError, tf.errors.FailedPreconditionError),
-    hvd_errors.PeerError: _tf_flavoured(hvd_errors.PeerError, tf.errors.UnavailableError),
-    hvd_errors.HvdliteTimeoutError: _tf_flavoured(hvd_errors.HvdliteTimeoutError, tf.errors.DeadlineExceededError),
-    hvd_errors.InternalError: _tf_flavoured(hvd_errors.InternalError, tf.errors.InternalError),
-    hvd_errors.AbortedError: _tf_flavoured(hvd_errors.AbortedError, tf.errors.AbortedError),
-    hvd_errors.HvdliteError: _tf_flavoured(hvd_errors.HvdliteError, tf.errors.UnknownError),
-}
-
-XlaCompilationError = _tf_flavoured(hvd_errors.HvdliteError, tf.errors.UnimplementedError)
-XlaCompilationError.__name__ = XlaCompilationError.__qualname__ = "XlaCompilationError"
-
-
-def _as_tf_error(error: hvd_errors.HvdliteError, hint: str = "") -> Exception:
-    for hvd_class in type(error).__mro__:
-        if hvd_class in _TF_ERRORS:
-            return _TF_ERRORS[hvd_class](f"{error}{hint}")
-    return error
-
+# --------------------------------------------------------------------------- XLA
 
 def _in_xla_context() -> bool:
     if tf.executing_eagerly():
@@ -119,7 +83,7 @@ def _dtype_code(array: np.ndarray, name) -> int:
     try:
         return ops.DTYPE_CODES[array.dtype.name]
     except KeyError:
-        raise _TF_ERRORS[hvd_errors.InvalidArgumentError](
+        raise TF_ERRORS[hvd_errors.InvalidArgumentError](
             f"hvdlite: {subject} has dtype {array.dtype.name}, which hvdlite does not support; "
             f"supported: {', '.join(sorted(ops.DTYPE_CODES))}") from None
 
@@ -174,14 +138,14 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
     try:
         handles = ops.enqueue_many([call for _, call, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
-        raise _as_tf_error(e) from None
+        raise as_tf_error(e) from None
     pending = [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
     error = None
     for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still read our buffers
         try:
             ops.wait(handle)
         except hvd_errors.HvdliteError as e:
-            error = error or _as_tf_error(e, c.hint)
+            error = error or as_tf_error(e, c.hint)
     try:
         if error is not None:
             raise error
@@ -261,7 +225,7 @@ def _process_set_rank(process_set) -> int:
 
 def _check_dtype(tensor: tf.Tensor, name) -> None:
     if tensor.dtype not in _SUPPORTED:
-        raise _TF_ERRORS[hvd_errors.InvalidArgumentError](
+        raise TF_ERRORS[hvd_errors.InvalidArgumentError](
             f"hvdlite: tensor {name or ''} has dtype {tensor.dtype.name}, which hvdlite does not support; "
             f"supported: {', '.join(d.name for d in _SUPPORTED)}")
 
