@@ -65,6 +65,7 @@ TENSORFLOW = ["tensorflow-cpu==2.21.0", "keras>=3.0"]
 TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "numpy>=1.26"]
 BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
 EXAMPLES = ["tqdm>=4.60"]
+RAY = ["ray==2.58.0"]  # hvdlite.ray.RayExecutor
 MPI = ["mpi4py>=3.1"]  # hvd.init() under mpirun, hvd.init(comm=...); needs an MPI library (Open MPI, MPICH)
 
 setup(
@@ -83,7 +84,8 @@ setup(
         "bench": BENCH,
         "examples": EXAMPLES,
         "mpi": MPI,
-        "dev": TORCH + TENSORFLOW + TEST + BENCH + EXAMPLES + MPI,
+        "ray": RAY,
+        "dev": TORCH + TENSORFLOW + TEST + BENCH + EXAMPLES + MPI + RAY,
     },
     entry_points={"console_scripts": ["hvdlite-run = hvdlite.runner.launch:main"]},
     zip_safe=False,
