@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,44 @@ print("OK rank=%d size=%d local=%d/%d cross=%d/%d shm_peers=%s tcp_peers=%s" % (
     info["tcp_peers"]), flush=True)
 hvd.shutdown()
 """
+
+
+# Prints Horovod's placement variables as a script reads them before hvd.init() (e.g. to pick a GPU), and then
+# what hvd.init() found; see check_horovod_variables.
+HOROVOD_VARIABLES_SCRIPT = """
+import os
+names = ["RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME"]
+before = " ".join("%s=%s" % (name, os.environ["HOROVOD_" + name]) for name in names)
+import hvdlite.torch as hvd
+hvd.init()
+after = (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+print("HOROVOD", before, "| init:", " ".join("%s=%d" % pair for pair in zip(names, after)),
+      "| HVDLITE_HOSTNAME=" + os.environ["HVDLITE_HOSTNAME"], flush=True)
+hvd.shutdown()
+"""
+
+
+def check_horovod_variables(stdout: str, hostnames: Sequence[str]) -> None:
+    """Checks the lines of HOROVOD_VARIABLES_SCRIPT: rank r runs on hostnames[r]; every variable equals what
+    hvd.init() says, and the expected value for that placement."""
+    size = len(hostnames)
+    hosts = list(dict.fromkeys(hostnames))
+    found = {}
+    for line in stdout.splitlines():
+        match = re.fullmatch(r"\[(\d+)\]<stdout>: HOROVOD (.*) \| init: (.*) \| HVDLITE_HOSTNAME=(.*)", line)
+        if match:
+            before = dict(pair.split("=", 1) for pair in match.group(2).split())
+            after = dict(pair.split("=", 1) for pair in match.group(3).split())
+            found[int(match.group(1))] = (before, after, match.group(4))
+    assert sorted(found) == list(range(size)), stdout
+    for rank, (before, after, hvdlite_hostname) in found.items():
+        host = hostnames[rank]
+        expected = {"RANK": str(rank), "SIZE": str(size),
+                    "LOCAL_RANK": str(hostnames[:rank].count(host)), "LOCAL_SIZE": str(hostnames.count(host)),
+                    "CROSS_RANK": str(hosts.index(host)), "CROSS_SIZE": str(len(hosts))}
+        assert after == expected, (rank, after, expected)
+        assert before == dict(expected, HOSTNAME=host), (rank, before, expected)
+        assert hvdlite_hostname == host
 
 
 def hvdlite_run() -> str:

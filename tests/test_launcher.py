@@ -16,8 +16,8 @@ import pytest
 
 import hvdlite
 from hvdlite.runner.api import RunError
-from launcher_helpers import (COLLECTIVE_SCRIPT, LiveJob, processes_with_marker, run_launcher, wait_until,
-                              write_script)
+from launcher_helpers import (COLLECTIVE_SCRIPT, HOROVOD_VARIABLES_SCRIPT, LiveJob, check_horovod_variables,
+                              processes_with_marker, run_launcher, wait_until, write_script)
 from multiproc import job_env
 
 PY = sys.executable
@@ -98,6 +98,14 @@ def test_collectives_with_hosts_flag(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_horovod_variables_are_exported(tmp_path):
+    script = write_script(tmp_path, HOROVOD_VARIABLES_SCRIPT)
+    result = run_launcher(["-np", "3", PY, script])
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_horovod_variables(result.stdout, ["localhost"] * 3)
+
+
+@pytest.mark.timeout(60)
 def test_hostfile(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# test hosts\nlocalhost slots=3   # this machine\n\n")
@@ -155,15 +163,18 @@ def test_run_function_returns_results_in_rank_order(capfd):
     def train(scale, offset=0):
         import torch
 
+        import os
+
         import hvdlite.torch as hvd
 
         hvd.init()
         total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
         print("rank", hvd.rank(), "done")
-        return {"rank": hvd.rank(), "value": total * scale + offset}
+        return {"rank": hvd.rank(), "value": total * scale + offset, "HOROVOD_RANK": os.environ["HOROVOD_RANK"]}
 
     results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, np=2, timeout=60)
-    assert results == [{"rank": 0, "value": 31.0}, {"rank": 1, "value": 31.0}]
+    assert results == [{"rank": 0, "value": 31.0, "HOROVOD_RANK": "0"},
+                       {"rank": 1, "value": 31.0, "HOROVOD_RANK": "1"}]
     assert "[1]<stdout>: rank 1 done" in capfd.readouterr().out.splitlines()
 
 

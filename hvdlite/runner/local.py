@@ -163,17 +163,24 @@ def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
     ``HVDLITE_LOCAL_SIZE``, ``HVDLITE_CROSS_RANK``, ``HVDLITE_CROSS_SIZE``,
     ``HVDLITE_HOSTNAME``, ``HVDLITE_RENDEZVOUS_ADDR``,
     ``HVDLITE_RENDEZVOUS_PORT``, ``HVDLITE_SECRET`` (hex), ``HVDLITE_JOB_ID``
-    and ``PYTHONUNBUFFERED=1``.
+    and ``PYTHONUNBUFFERED=1``; the seven placement variables also under
+    Horovod's names (``HOROVOD_RANK``, ..., ``HOROVOD_HOSTNAME``, as
+    ``horovodrun`` exports them), which scripts read before ``hvd.init()``,
+    e.g. to pick a GPU.
     """
     env = dict(os.environ if base_env is None else base_env)
+    placement = {
+        "RANK": str(info.rank),
+        "SIZE": str(info.size),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_SIZE": str(info.local_size),
+        "CROSS_RANK": str(info.cross_rank),
+        "CROSS_SIZE": str(info.cross_size),
+        "HOSTNAME": info.hostname,
+    }
+    for prefix in ("HVDLITE_", "HOROVOD_"):
+        env.update((prefix + name, value) for name, value in placement.items())
     env.update({
-        "HVDLITE_RANK": str(info.rank),
-        "HVDLITE_SIZE": str(info.size),
-        "HVDLITE_LOCAL_RANK": str(info.local_rank),
-        "HVDLITE_LOCAL_SIZE": str(info.local_size),
-        "HVDLITE_CROSS_RANK": str(info.cross_rank),
-        "HVDLITE_CROSS_SIZE": str(info.cross_size),
-        "HVDLITE_HOSTNAME": info.hostname,
         "HVDLITE_RENDEZVOUS_ADDR": rendezvous_addr,
         "HVDLITE_RENDEZVOUS_PORT": str(rendezvous_port),
         "HVDLITE_SECRET": secret.hex(),
