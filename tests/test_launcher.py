@@ -6,6 +6,7 @@ Multi-host jobs over ssh are in test_multihost.py, attacks on a running job in t
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ import pytest
 
 import hvdlite
 from hvdlite.runner.api import RunError
-from launcher_helpers import (COLLECTIVE_SCRIPT, HOROVOD_VARIABLES_SCRIPT, LiveJob, check_horovod_variables,
-                              processes_with_marker, run_launcher, wait_until, write_script)
+from launcher_helpers import (COLLECTIVE_SCRIPT, HOROVOD_VARIABLES_SCRIPT, LiveJob, TmuxPane,
+                              check_horovod_variables, hvdlite_run, processes_with_marker, run_launcher,
+                              wait_until, write_script)
 from multiproc import job_env
 
 PY = sys.executable
@@ -156,6 +158,33 @@ def test_ctrl_c_stops_every_rank(tmp_path):
     assert code == 128 + signal.SIGINT, job.output()
     assert "received SIGINT" in "".join(job.stderr)
     assert wait_until(lambda: not processes_with_marker(marker), timeout=3)
+
+
+@pytest.mark.timeout(60)
+def test_closing_the_terminal_stops_every_rank(tmp_path):
+    # The ranks have their own sessions: the terminal's SIGHUP reaches only the launcher, which stops them.
+    marker = "hvdlite-launcher-test-" + uuid.uuid4().hex
+    script = write_script(tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    pane = TmuxPane(" ".join(shlex.quote(arg) for arg in [hvdlite_run(), "-np", "2", PY, script, marker]))
+    try:
+        pane.wait_for_screen(lambda lines: sum(line.endswith("<stdout>: ready") for line in lines) == 2)
+        assert len(processes_with_marker(marker)) >= 2  # the ranks (and the launcher, the shell, tmux)
+    finally:
+        pane.close()
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=10), processes_with_marker(marker)
+
+
+def test_sighup_stays_ignored_under_nohup():
+    from hvdlite.runner.local import _SignalCatcher
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _SignalCatcher() as catcher:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == catcher._handle
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 @pytest.mark.timeout(90)

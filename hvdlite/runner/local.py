@@ -18,8 +18,9 @@ The starter
   ``DIR/rank.<r>/stdout`` and ``DIR/rank.<r>/stderr``); the rules are in
   :mod:`hvdlite.runner.output`;
 * stops every rank as soon as one fails, when ``--timeout`` expires, or when
-  the starter itself gets SIGINT/SIGTERM, and exits with the failing rank's
-  code (128 + signal number for a rank killed by a signal, 124 on timeout).
+  the starter itself gets SIGINT/SIGTERM/SIGHUP, and exits with the failing
+  rank's code (128 + signal number for a rank killed by a signal, 124 on
+  timeout).
 
 ``--host-ids`` lets a single machine pretend to be several hosts: ranks
 with the same id form one "host" (``HVDLITE_HOSTNAME=host<id>``), which
@@ -355,14 +356,17 @@ def stop_ranks(ranks: Sequence[RankProcess],
 # ---------------------------------------------------------------------------
 
 class _SignalCatcher:
-    """Turn SIGINT/SIGTERM into a flag while the job runs.
+    """Turn SIGINT/SIGTERM/SIGHUP into a flag while the job runs.
 
     The handler only records the signal; the supervisor loop acts on it.
-    Handlers can only be installed from the main thread; elsewhere this is a
-    no-op and the caller is responsible for stopping the job.
+    SIGHUP (the terminal was closed) matters because the ranks have their
+    own sessions and never get it themselves; under ``nohup`` (SIGHUP
+    ignored) it stays ignored. Handlers can only be installed from the main
+    thread; elsewhere this is a no-op and the caller is responsible for
+    stopping the job.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.received: List[int] = []
@@ -371,6 +375,9 @@ class _SignalCatcher:
     def __enter__(self) -> "_SignalCatcher":
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
+                if (signum == signal.SIGHUP
+                        and signal.getsignal(signum) == signal.SIG_IGN):
+                    continue
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -443,9 +450,9 @@ def run_ranks(starters: Sequence[Callable[[], RankProcess]],
     Returns exit code 0 if every rank exited 0, the code of the first
     failing rank otherwise (128 + signum for a signal death), 124 if
     ``timeout`` seconds elapsed, or 128 + signum if this process got
-    SIGINT/SIGTERM.  Every rank (and every process in its process group) is
-    gone when this returns, also when it raises (e.g. :class:`OSError` if a
-    command cannot be executed).
+    SIGINT/SIGTERM/SIGHUP.  Every rank (and every process in its process
+    group) is gone when this returns, also when it raises (e.g.
+    :class:`OSError` if a command cannot be executed).
     """
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive, got %r" % timeout)
