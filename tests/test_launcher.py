@@ -6,6 +6,7 @@ Multi-host jobs over ssh are in test_multihost.py, attacks on a running job in t
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ import pytest
 
 import hvdlite
 from hvdlite.runner.api import RunError
-from launcher_helpers import (COLLECTIVE_SCRIPT, LiveJob, processes_with_marker, run_launcher, wait_until,
-                              write_script)
+from launcher_helpers import (COLLECTIVE_SCRIPT, HOROVOD_VARIABLES_SCRIPT, LiveJob, TmuxPane,
+                              check_horovod_variables, hvdlite_run, processes_with_marker, run_launcher,
+                              wait_until, write_script)
 from multiproc import job_env
 
 PY = sys.executable
@@ -98,6 +100,14 @@ def test_collectives_with_hosts_flag(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_horovod_variables_are_exported(tmp_path):
+    script = write_script(tmp_path, HOROVOD_VARIABLES_SCRIPT)
+    result = run_launcher(["-np", "3", PY, script])
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_horovod_variables(result.stdout, ["localhost"] * 3)
+
+
+@pytest.mark.timeout(60)
 def test_hostfile(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# test hosts\nlocalhost slots=3   # this machine\n\n")
@@ -150,20 +160,50 @@ def test_ctrl_c_stops_every_rank(tmp_path):
     assert wait_until(lambda: not processes_with_marker(marker), timeout=3)
 
 
+@pytest.mark.timeout(60)
+def test_closing_the_terminal_stops_every_rank(tmp_path):
+    # The ranks have their own sessions: the terminal's SIGHUP reaches only the launcher, which stops them.
+    marker = "hvdlite-launcher-test-" + uuid.uuid4().hex
+    script = write_script(tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    pane = TmuxPane(" ".join(shlex.quote(arg) for arg in [hvdlite_run(), "-np", "2", PY, script, marker]))
+    try:
+        pane.wait_for_screen(lambda lines: sum(line.endswith("<stdout>: ready") for line in lines) == 2)
+        assert len(processes_with_marker(marker)) >= 2  # the ranks (and the launcher, the shell, tmux)
+    finally:
+        pane.close()
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=10), processes_with_marker(marker)
+
+
+def test_sighup_stays_ignored_under_nohup():
+    from hvdlite.runner.local import _SignalCatcher
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _SignalCatcher() as catcher:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == catcher._handle
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.mark.timeout(90)
 def test_run_function_returns_results_in_rank_order(capfd):
     def train(scale, offset=0):
         import torch
+
+        import os
 
         import hvdlite.torch as hvd
 
         hvd.init()
         total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
         print("rank", hvd.rank(), "done")
-        return {"rank": hvd.rank(), "value": total * scale + offset}
+        return {"rank": hvd.rank(), "value": total * scale + offset, "HOROVOD_RANK": os.environ["HOROVOD_RANK"]}
 
     results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, np=2, timeout=60)
-    assert results == [{"rank": 0, "value": 31.0}, {"rank": 1, "value": 31.0}]
+    assert results == [{"rank": 0, "value": 31.0, "HOROVOD_RANK": "0"},
+                       {"rank": 1, "value": 31.0, "HOROVOD_RANK": "1"}]
     assert "[1]<stdout>: rank 1 done" in capfd.readouterr().out.splitlines()
 
 

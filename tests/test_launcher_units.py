@@ -118,16 +118,19 @@ def test_remote_script_stops_the_rank_when_stdin_closes():
 def test_mpirun_command_for_open_mpi_and_mpich():
     settings = Settings(np=4, hosts=parse_hosts("a:2,b:2"), network_interfaces=["eth0"], output_filename="out",
                         ssh=SshOptions(port=2222), mpi_args=["--mca", "x", "y"], cycle_time_ms=3)
+    # Started from inside another job's rank: that job's placement must not reach the MPI ranks.
     env = mpi_run.rank_environment(settings, {"PATH": "/bin", "HVDLITE_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
-                                              "HOME": "/root"})
+                                              "HOME": "/root", "HOROVOD_RANK": "1", "HOROVOD_HOSTNAME": "a",
+                                              "HOROVOD_FUSION_THRESHOLD": "1024"})
     assert env == {"PATH": "/bin", "HOME": "/root", "HVDLITE_START_TIMEOUT": "60", "HVDLITE_CYCLE_TIME": "3",
-                   "HVDLITE_NETWORK_INTERFACE": "eth0"}
+                   "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)
     assert cmd == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2", "--bind-to",
                    "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes", "-mca",
                    "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0", "--output-filename",
-                   "out", "-x", "HVDLITE_CYCLE_TIME", "-x", "HVDLITE_NETWORK_INTERFACE", "-x",
-                   "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y", "python", "t.py"]
+                   "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CYCLE_TIME", "-x",
+                   "HVDLITE_NETWORK_INTERFACE", "-x", "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y",
+                   "python", "t.py"]
     settings.ssh = SshOptions()
     settings.output_filename = None
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpiexec", mpi_run.MPICH)

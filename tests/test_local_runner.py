@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from launcher_helpers import processes_with_marker
+from launcher_helpers import HOROVOD_VARIABLES_SCRIPT, check_horovod_variables, processes_with_marker
 
 from hvdlite.runner.local import build_rank_env, compute_topology
 from multiproc import REPO_ROOT, job_env
@@ -60,7 +60,11 @@ def test_topology_and_env():
         "HVDLITE_CROSS_RANK": "0", "HVDLITE_CROSS_SIZE": "2",
         "HVDLITE_HOSTNAME": "hosta", "HVDLITE_RENDEZVOUS_ADDR": "127.0.0.1",
         "HVDLITE_RENDEZVOUS_PORT": "4242", "HVDLITE_SECRET": "01ff",
-        "HVDLITE_JOB_ID": "abc", "PYTHONUNBUFFERED": "1"}
+        "HVDLITE_JOB_ID": "abc", "PYTHONUNBUFFERED": "1",
+        "HOROVOD_RANK": "2", "HOROVOD_SIZE": "3",
+        "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_HOSTNAME": "hosta"}
     with pytest.raises(ValueError):
         compute_topology(2, [0])
 
@@ -103,6 +107,12 @@ def test_host_ids_give_local_and_cross_ranks(run_job):
     assert {found[r]["LOCAL_SIZE"] for r in range(4)} == {"2"}
     assert [found[r]["HOSTNAME"] for r in range(4)] == [
         "host0", "host0", "host1", "host1"]
+
+
+def test_horovod_variables_with_host_ids(run_job):
+    result = run_job(HOROVOD_VARIABLES_SCRIPT, np=3, host_ids=[0, 0, 1], timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_horovod_variables(result.stdout, ["host0", "host0", "host1"])
 
 
 def test_failing_rank_stops_the_others(run_job):

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated interfaces to use between hosts (e.g. eth0); each rank "
                              "advertises the address of the first one it has")
     parser.add_argument("--output-filename", default=None, metavar="DIR",
-                        help="also write each rank's output to DIR/rank.<r>/stdout and stderr")
+                        help="also keep each rank's raw output (as it wrote it) in DIR/rank.<r>/stdout and stderr")
     parser.add_argument("--verbose", action="store_true",
                         help="say what the launcher does: rendezvous address, where each rank runs, ssh")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default=None,

@@ -13,11 +13,14 @@ The starter
   with the parent environment plus the ``HVDLITE_*`` variables described in
   :func:`build_rank_env`;
 * forwards every line the ranks print, prefixed with ``[<rank>]<stdout>: ``
-  or ``[<rank>]<stderr>: `` (and, with ``--output-filename DIR``, also keeps
-  ``DIR/rank.<r>/stdout`` and ``DIR/rank.<r>/stderr``);
+  or ``[<rank>]<stderr>: ``, progress bars (``\\r`` updates) included (and,
+  with ``--output-filename DIR``, also keeps each rank's raw output in
+  ``DIR/rank.<r>/stdout`` and ``DIR/rank.<r>/stderr``); the rules are in
+  :mod:`hvdlite.runner.output`;
 * stops every rank as soon as one fails, when ``--timeout`` expires, or when
-  the starter itself gets SIGINT/SIGTERM, and exits with the failing rank's
-  code (128 + signal number for a rank killed by a signal, 124 on timeout).
+  the starter itself gets SIGINT/SIGTERM/SIGHUP, and exits with the failing
+  rank's code (128 + signal number for a rank killed by a signal, 124 on
+  timeout).
 
 ``--host-ids`` lets a single machine pretend to be several hosts: ranks
 with the same id form one "host" (``HVDLITE_HOSTNAME=host<id>``), which
@@ -40,9 +43,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import (IO, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Union)
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from hvdlite.runner.output import pump, report
 from hvdlite.runner.rendezvous import RendezvousServer
 
 __all__ = [
@@ -70,10 +73,6 @@ TIMEOUT_EXIT_CODE = 124
 TERMINATE_GRACE_SECONDS = 5.0
 #: How often the supervisor checks the ranks.
 _POLL_INTERVAL = 0.05
-#: Longest chunk forwarded as one line (longer lines are split).
-_MAX_LINE = 64 * 1024
-
-_PREFIX = "hvdlite: "
 
 
 # ---------------------------------------------------------------------------
@@ -163,17 +162,24 @@ def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
     ``HVDLITE_LOCAL_SIZE``, ``HVDLITE_CROSS_RANK``, ``HVDLITE_CROSS_SIZE``,
     ``HVDLITE_HOSTNAME``, ``HVDLITE_RENDEZVOUS_ADDR``,
     ``HVDLITE_RENDEZVOUS_PORT``, ``HVDLITE_SECRET`` (hex), ``HVDLITE_JOB_ID``
-    and ``PYTHONUNBUFFERED=1``.
+    and ``PYTHONUNBUFFERED=1``; the seven placement variables also under
+    Horovod's names (``HOROVOD_RANK``, ..., ``HOROVOD_HOSTNAME``, as
+    ``horovodrun`` exports them), which scripts read before ``hvd.init()``,
+    e.g. to pick a GPU.
     """
     env = dict(os.environ if base_env is None else base_env)
+    placement = {
+        "RANK": str(info.rank),
+        "SIZE": str(info.size),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_SIZE": str(info.local_size),
+        "CROSS_RANK": str(info.cross_rank),
+        "CROSS_SIZE": str(info.cross_size),
+        "HOSTNAME": info.hostname,
+    }
+    for prefix in ("HVDLITE_", "HOROVOD_"):
+        env.update((prefix + name, value) for name, value in placement.items())
     env.update({
-        "HVDLITE_RANK": str(info.rank),
-        "HVDLITE_SIZE": str(info.size),
-        "HVDLITE_LOCAL_RANK": str(info.local_rank),
-        "HVDLITE_LOCAL_SIZE": str(info.local_size),
-        "HVDLITE_CROSS_RANK": str(info.cross_rank),
-        "HVDLITE_CROSS_SIZE": str(info.cross_size),
-        "HVDLITE_HOSTNAME": info.hostname,
         "HVDLITE_RENDEZVOUS_ADDR": rendezvous_addr,
         "HVDLITE_RENDEZVOUS_PORT": str(rendezvous_port),
         "HVDLITE_SECRET": secret.hex(),
@@ -181,71 +187,6 @@ def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
         "PYTHONUNBUFFERED": "1",
     })
     return env
-
-
-# ---------------------------------------------------------------------------
-# Output forwarding
-# ---------------------------------------------------------------------------
-
-_output_lock = threading.Lock()
-
-
-def _emit(stream_name: str, text: str) -> None:
-    """Write one already-prefixed line to our stdout/stderr, atomically."""
-    # Look the stream up each time: callers (e.g. pytest) may swap it.
-    stream = sys.stdout if stream_name == "stdout" else sys.stderr
-    if stream is None:
-        return
-    with _output_lock:
-        try:
-            stream.write(text)
-            stream.flush()
-        except (OSError, ValueError):
-            # Our own stdout is gone (closed pipe, closed file): keep
-            # draining the rank's pipe anyway so the rank never blocks.
-            pass
-
-
-def report(message: str) -> None:
-    """A message of the starter itself, on its stderr."""
-    _emit("stderr", "%s%s\n" % (_PREFIX, message))
-
-
-def _pump(pipe: IO[bytes], rank: int, stream_name: str,
-          log_path: Optional[str]) -> None:
-    """Forward ``pipe`` line by line until EOF (runs on its own thread)."""
-    prefix = "[%d]<%s>: " % (rank, stream_name)
-    log = None
-    try:
-        if log_path is not None:
-            try:
-                log = open(log_path, "wb")
-            except OSError as exc:
-                _emit("stderr", "%scannot write %s: %s\n"
-                      % (_PREFIX, log_path, exc))
-        while True:
-            chunk = pipe.readline(_MAX_LINE)
-            if not chunk:
-                break
-            if log is not None:
-                try:
-                    log.write(chunk)
-                    log.flush()
-                except OSError:
-                    pass
-            text = chunk.decode("utf-8", errors="replace")
-            if text.endswith("\n"):
-                text = text[:-1]
-            _emit(stream_name, prefix + text + "\n")
-    except (OSError, ValueError):
-        pass  # pipe closed underneath us during shutdown
-    finally:
-        if log is not None:
-            log.close()
-        try:
-            pipe.close()
-        except OSError:
-            pass
 
 
 # ---------------------------------------------------------------------------
@@ -377,7 +318,7 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
     threads = []
     for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
         thread = threading.Thread(
-            target=_pump, name="hvdlite-rank%d-%s" % (rank, name),
+            target=pump, name="hvdlite-rank%d-%s" % (rank, name),
             args=(pipe, rank, name,
                   None if log_dir is None else os.path.join(log_dir, name)),
             daemon=True)
@@ -415,14 +356,17 @@ def stop_ranks(ranks: Sequence[RankProcess],
 # ---------------------------------------------------------------------------
 
 class _SignalCatcher:
-    """Turn SIGINT/SIGTERM into a flag while the job runs.
+    """Turn SIGINT/SIGTERM/SIGHUP into a flag while the job runs.
 
     The handler only records the signal; the supervisor loop acts on it.
-    Handlers can only be installed from the main thread; elsewhere this is a
-    no-op and the caller is responsible for stopping the job.
+    SIGHUP (the terminal was closed) matters because the ranks have their
+    own sessions and never get it themselves; under ``nohup`` (SIGHUP
+    ignored) it stays ignored. Handlers can only be installed from the main
+    thread; elsewhere this is a no-op and the caller is responsible for
+    stopping the job.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.received: List[int] = []
@@ -431,6 +375,9 @@ class _SignalCatcher:
     def __enter__(self) -> "_SignalCatcher":
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
+                if (signum == signal.SIGHUP
+                        and signal.getsignal(signum) == signal.SIG_IGN):
+                    continue
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -462,8 +409,7 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
     while True:
         if signals.received:
             name = signal.Signals(signals.received[0]).name
-            _emit("stderr", "%sreceived %s; stopping all ranks\n"
-                  % (_PREFIX, name))
+            report("received %s; stopping all ranks" % name)
             stop_ranks(ranks, hurry=lambda: len(signals.received) > 1)
             return JobOutcome(128 + signals.received[0])
         if not pending:
@@ -481,16 +427,15 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
                     if other is not rank:
                         other.signal_group(signal.SIGTERM)
                 rank.join_output(timeout=1.0)
-                _emit("stderr", "%s%s exited with code %d%s; stopping the "
-                      "other ranks\n" % (_PREFIX, rank.describe(), code,
-                                         rank.explain_exit(code)))
+                report("%s exited with code %d%s; stopping the other ranks"
+                       % (rank.describe(), code, rank.explain_exit(code)))
                 stop_ranks(ranks, hurry=lambda: bool(signals.received))
                 return JobOutcome(code, rank.rank)
         pending = still_running
 
         if timeout is not None and time.monotonic() - started > timeout:
-            _emit("stderr", "%sjob exceeded the timeout of %g s; stopping "
-                  "all ranks\n" % (_PREFIX, timeout))
+            report("job exceeded the timeout of %g s; stopping all ranks"
+                   % timeout)
             stop_ranks(ranks, hurry=lambda: bool(signals.received))
             return JobOutcome(TIMEOUT_EXIT_CODE)
 
@@ -505,9 +450,9 @@ def run_ranks(starters: Sequence[Callable[[], RankProcess]],
     Returns exit code 0 if every rank exited 0, the code of the first
     failing rank otherwise (128 + signum for a signal death), 124 if
     ``timeout`` seconds elapsed, or 128 + signum if this process got
-    SIGINT/SIGTERM.  Every rank (and every process in its process group) is
-    gone when this returns, also when it raises (e.g. :class:`OSError` if a
-    command cannot be executed).
+    SIGINT/SIGTERM/SIGHUP.  Every rank (and every process in its process
+    group) is gone when this returns, also when it raises (e.g.
+    :class:`OSError` if a command cannot be executed).
     """
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive, got %r" % timeout)
@@ -587,7 +532,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="stop the job and exit 124 after this many "
                              "seconds (default: no limit)")
     parser.add_argument("--output-filename", default=None, metavar="DIR",
-                        help="also write each rank's output to "
+                        help="also keep each rank's raw output in "
                              "DIR/rank.<r>/stdout and DIR/rank.<r>/stderr")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the command each rank runs (after --)")
@@ -620,8 +565,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       timeout=args.timeout,
                       output_filename=args.output_filename)
     except OSError as exc:
-        _emit("stderr", "%sfailed to start %r: %s\n"
-              % (_PREFIX, command[0], exc))
+        report("failed to start %r: %s" % (command[0], exc))
         return 127
 
 

@@ -20,10 +20,12 @@ from hvdlite.runner.ssh import ssh_option_args
 OPEN_MPI, MPICH = "openmpi", "mpich"
 
 # Set by a launcher for its own ranks: a rank started by mpirun must not inherit them, or it would look for
-# a rendezvous service that is not there instead of bootstrapping through MPI.
-LAUNCHER_VARIABLES = frozenset("HVDLITE_" + name for name in (
-    "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME", "RENDEZVOUS_ADDR",
-    "RENDEZVOUS_PORT", "SECRET", "JOB_ID"))
+# a rendezvous service that is not there instead of bootstrapping through MPI (and the HOROVOD_ copies of the
+# placement would describe another job).
+_PLACEMENT = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME")
+LAUNCHER_VARIABLES = frozenset(
+    ["HVDLITE_" + name for name in _PLACEMENT + ("RENDEZVOUS_ADDR", "RENDEZVOUS_PORT", "SECRET", "JOB_ID")]
+    + ["HOROVOD_" + name for name in _PLACEMENT])
 # Variables an MPI runtime sets for its own processes; passing the launcher's copies on would confuse it.
 _MPI_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "OPAL_", "PMI_", "HYDRA_", "MPIR_")
 
