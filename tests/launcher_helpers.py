@@ -213,7 +213,7 @@ class TmuxPane:
 
     def __init__(self, command: str, columns: int = 160, lines: int = 40, env: Optional[Mapping[str, str]] = None):
         if shutil.which("tmux") is None:
-            pytest.skip("tmux is not installed")
+            pytest.fail("tmux is not installed; make test installs it (tools/system-packages.sh)")
         self.directory = tempfile.mkdtemp(prefix="hvdlite-tmux-")  # short: a socket path has ~100 bytes
         self._socket = os.path.join(self.directory, "socket")
         self._config = os.path.join(self.directory, "tmux.conf")

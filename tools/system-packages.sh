@@ -7,13 +7,14 @@
 # Why each one:  Open MPI    - the mpirun bootstrap tests and the benchmark's MPI peer
 #                OpenSSH     - the multi-host tests run an sshd in each network-namespace host
 #                iproute2    - `ip netns` / veth pairs that make those hosts
+#                tmux        - the terminal the launcher's progress-bar tests read back
 # Without root it changes nothing: it names the one command to run and fails at once, so `make test`
 # never starts a suite that would end in a pile of errors.
 set -euo pipefail
 
-PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2)
+PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 tmux)
 # One program per package: present means installed.
-PROGRAMS=(mpirun mpicc sshd ssh ip)
+PROGRAMS=(mpirun mpicc sshd ssh ip tmux)
 PATH="$PATH:/usr/sbin:/sbin"  # sshd and ip live there; a non-root PATH often lacks them
 
 if [ "${1:-}" = "--list" ]; then
@@ -42,7 +43,7 @@ fi
     echo "    sudo sh -c '$install'"
   else
     echo "This system has no apt-get: install the equivalents of those Debian packages (Open MPI with its"
-    echo "headers, an OpenSSH server and client, iproute2), then run make test again."
+    echo "headers, an OpenSSH server and client, iproute2, tmux), then run make test again."
   fi
 } >&2
 exit 1
