@@ -72,7 +72,10 @@ setup(
     name="hvdlite",
     version="0.1.0",
     description="Horovod-compatible distributed deep-learning training with a fast built-in transport",
-    packages=find_packages(include=["hvdlite", "hvdlite.*"]),
+    # The launcher's sources live in the top-level launcher/ folder (the product's layout: core, package,
+    # launcher side by side) and install as hvdlite.runner, the name Horovod users import (horovod.runner).
+    packages=find_packages(include=["hvdlite", "hvdlite.*"]) + ["hvdlite.runner"],
+    package_dir={"hvdlite.runner": "launcher"},
     ext_modules=[core],
     cmdclass={"build_ext": BuildCore},
     python_requires=">=3.9",

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from hvdlite.runner.rendezvous import RendezvousClient, RendezvousError
+from hvdlite.common.rendezvous import RendezvousClient, RendezvousError
 from launcher_helpers import LiveJob, write_script
 
 SCRIPT = """

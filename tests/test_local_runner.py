@@ -221,7 +221,7 @@ def test_command_not_found():
 def test_ranks_can_rendezvous(run_job):
     script = """
     import os
-    from hvdlite.runner.rendezvous import client_from_env, exchange_all
+    from hvdlite.common.rendezvous import client_from_env, exchange_all
     rank, size = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
     values = exchange_all(client_from_env(), "addrs", rank, size,
                           b"addr-%d" % rank, timeout=20)

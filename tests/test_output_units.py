@@ -1,4 +1,4 @@
-"""Fast tests of the launcher's output forwarding pieces (hvdlite/runner/output.py, terminal.py): the line
+"""Fast tests of the launcher's output forwarding pieces (launcher/output.py, terminal.py): the line
 splitter, the thinning of progress lines for pipes, and the terminal's live area, whose bytes are played in
 a real terminal emulator (tmux) and read back from its screen."""
 from __future__ import annotations

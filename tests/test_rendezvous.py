@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from hvdlite.runner import rendezvous
-from hvdlite.runner.rendezvous import (RendezvousClient, RendezvousError,
+from hvdlite.common import rendezvous
+from hvdlite.common.rendezvous import (RendezvousClient, RendezvousError,
                                        RendezvousServer, exchange_all,
                                        sign_request)
 

@@ -14,7 +14,7 @@ single) if set, else the first that matches the environment, in this order:
      HVDLITE_JOB_ID; optional HVDLITE_ADVERTISE_ADDR (address peers should connect to).
    exchange: each rank publishes JSON {"address", "host", "pid"} under key "<rank>" in scope
      "init.<job>.<n>" (n counts init() calls, so re-initialisation gets a fresh scope) of the launcher's
-     rendezvous service (hvdlite/runner/rendezvous.py) and reads everyone else's.
+     rendezvous service (hvdlite/common/rendezvous.py) and reads everyone else's.
 2. mpi: mpirun's variables (Open MPI OMPI_COMM_WORLD_SIZE, MPICH/Intel PMI_SIZE, MVAPICH MV2_COMM_WORLD_SIZE)
    with a size above 1, or ``init(comm=...)`` (an mpi4py communicator, or a list of COMM_WORLD ranks).
    Ranks and size are the communicator's (a duplicate of it, so our messages never mix with the
@@ -34,7 +34,7 @@ single) if set, else the first that matches the environment, in this order:
 5. single: none of the above; the process runs alone (size 1).
 
 Secret and trust model. The launcher and MPI generate a fresh 32-byte secret per job and hand it to the ranks
-only through their environment (ssh: over the encrypted channel's stdin, see hvdlite/runner/ssh.py) or MPI.
+only through their environment (ssh: over the encrypted channel's stdin, see launcher/ssh.py) or MPI.
 Under torchrun and Slurm there is no private channel to every rank, so: set HVDLITE_SECRET (hex, the same on
 every rank, e.g. ``export HVDLITE_SECRET=$(openssl rand -hex 32)`` in the batch script) and nobody without it
 can read or write the rendezvous or open a data connection. Without it the key is derived from public job
@@ -111,7 +111,7 @@ def advertise_address(placement: Placement, environ=None) -> str:
     """The address peers should use to reach this rank: HVDLITE_ADVERTISE_ADDR; else the address of the first
     interface of HVDLITE_NETWORK_INTERFACE (comma-separated) this host has; else the one on the route to the
     rendezvous service (MPI: to the first rank on another host); loopback when every rank is on this host."""
-    from hvdlite.runner import network
+    from hvdlite.common import network
 
     env = os.environ if environ is None else environ
     if env.get("HVDLITE_ADVERTISE_ADDR"):
@@ -152,7 +152,7 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
     if placement.method == "mpi":
         return mpi_bootstrap.allgather(placement, mine)
 
-    from hvdlite.runner.rendezvous import RendezvousClient, exchange_all
+    from hvdlite.common.rendezvous import RendezvousClient, exchange_all
 
     if placement.rendezvous is None:
         raise RuntimeError(
@@ -173,7 +173,7 @@ def complete_layout(placement: Placement, peers: List[dict]) -> Placement:
     them (the launcher's variables are kept as they are)."""
     if placement.method in ("launcher", "single"):
         return placement
-    from hvdlite.runner.local import topology_for_hosts
+    from hvdlite.common.topology import topology_for_hosts
 
     info = topology_for_hosts([peer["host"] for peer in peers])[placement.rank]
     return dataclasses.replace(placement, local_rank=info.local_rank, local_size=info.local_size,

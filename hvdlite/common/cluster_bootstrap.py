@@ -117,7 +117,7 @@ def slurm_placement(env: Mapping[str, str]) -> Placement:
 def serve_rendezvous(placement: Placement) -> None:
     """Starts the rendezvous service on every interface at the agreed port, once per process."""
     global _server
-    from hvdlite.runner.rendezvous import RendezvousServer
+    from hvdlite.common.rendezvous import RendezvousServer
 
     port = placement.rendezvous[1]
     with _server_lock:

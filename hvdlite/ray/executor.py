@@ -23,11 +23,12 @@ import secrets
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from hvdlite.common.placement import log
+from hvdlite.common.rendezvous import RendezvousServer
+from hvdlite.common.topology import topology_for_hosts
 from hvdlite.ray import strategy as strategies
 from hvdlite.ray.worker import Worker
 from hvdlite.runner.api import RunError
-from hvdlite.runner.local import build_rank_env, topology_for_hosts
-from hvdlite.runner.rendezvous import RendezvousServer
+from hvdlite.runner.local import build_rank_env
 
 
 class WorkerError(RunError):

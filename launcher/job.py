@@ -9,11 +9,11 @@ import secrets
 import shlex
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hvdlite.runner import network
+from hvdlite.common import network
+from hvdlite.common.rendezvous import RendezvousClient, RendezvousServer
+from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.hosts import HostSlots, assign_ranks
-from hvdlite.runner.local import JobOutcome, RankProcess, build_rank_env, report, run_ranks, start_rank, \
-    topology_for_hosts
-from hvdlite.runner.rendezvous import RendezvousClient, RendezvousServer
+from hvdlite.runner.local import JobOutcome, RankProcess, build_rank_env, report, run_ranks, start_rank
 from hvdlite.runner.settings import Settings, propagated_environment
 from hvdlite.runner.ssh import resolve_hostname, ssh_command, start_remote_rank
 

@@ -46,7 +46,8 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from hvdlite.runner.output import pump, report
-from hvdlite.runner.rendezvous import RendezvousServer
+from hvdlite.common.rendezvous import RendezvousServer
+from hvdlite.common.topology import RankInfo, topology_for_hosts
 
 __all__ = [
     "RankInfo",
@@ -79,19 +80,6 @@ _POLL_INTERVAL = 0.05
 # Topology and environment
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class RankInfo:
-    """Where one rank sits in the job."""
-
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-    hostname: str
-
-
 def parse_host_ids(text: str) -> List[str]:
     """Parse ``"0,0,1,1"`` into ``["0", "0", "1", "1"]``."""
     ids = [part.strip() for part in text.split(",")]
@@ -120,36 +108,6 @@ def compute_topology(np: int,
                              % (len(host_ids), np))
         hosts = ["host%s" % str(host_id).strip() for host_id in host_ids]
     return topology_for_hosts(hosts)
-
-
-def topology_for_hosts(hosts: Sequence[str]) -> List[RankInfo]:
-    """Coordinates of rank ``r`` running on host ``hosts[r]``.
-
-    ``local_rank`` is the rank's index among the ranks of its host,
-    ``local_size`` the number of ranks on it, ``cross_rank`` the index of its
-    host among the distinct hosts in order of first appearance and
-    ``cross_size`` the number of distinct hosts (as in Horovod for evenly
-    populated hosts).
-    """
-    if not hosts:
-        raise ValueError("the number of ranks must be at least 1, got 0")
-    host_order: Dict[str, int] = {}
-    ranks_on_host: Dict[str, int] = {}
-    for host in hosts:
-        host_order.setdefault(host, len(host_order))
-        ranks_on_host[host] = ranks_on_host.get(host, 0) + 1
-
-    infos = []
-    seen_on_host: Dict[str, int] = {}
-    for rank, host in enumerate(hosts):
-        local_rank = seen_on_host.get(host, 0)
-        seen_on_host[host] = local_rank + 1
-        infos.append(RankInfo(
-            rank=rank, size=len(hosts),
-            local_rank=local_rank, local_size=ranks_on_host[host],
-            cross_rank=host_order[host], cross_size=len(host_order),
-            hostname=host))
-    return infos
 
 
 def build_rank_env(info: RankInfo, *, rendezvous_addr: str,

@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 
-from hvdlite.runner.rendezvous import MAX_BODY_SIZE, RendezvousClient, client_from_env
+from hvdlite.common.rendezvous import MAX_BODY_SIZE, RendezvousClient, client_from_env
 
 SCOPE = "hvdlite.run"
 CHUNK = MAX_BODY_SIZE // 2
