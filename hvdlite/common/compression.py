@@ -7,8 +7,9 @@ each adapter supplies the framework's cast and dtype objects through make_compre
 
 class Compressor:
     @staticmethod
-    def compress(tensor):
-        """Returns (tensor to send, context needed to decompress)."""
+    def compress(tensor, ctx=None):
+        """Returns (tensor to send, context needed to decompress). `ctx` is accepted as in Horovod's
+        TensorFlow compressors (an optional state; the built-in ones do not use it)."""
         raise NotImplementedError
 
     @staticmethod
@@ -18,7 +19,7 @@ class Compressor:
 
 class NoneCompressor(Compressor):
     @staticmethod
-    def compress(tensor):
+    def compress(tensor, ctx=None):
         return tensor, None
 
     @staticmethod
@@ -30,7 +31,7 @@ def make_compression(cast, is_floating, float16, bfloat16):
     """Builds a Compression namespace for one framework: cast(tensor, dtype), is_floating(dtype)."""
 
     def cast_compressor(name, wire_dtype):
-        def compress(tensor):
+        def compress(tensor, ctx=None):
             if is_floating(tensor.dtype) and tensor.dtype != wire_dtype:
                 return cast(tensor, wire_dtype), tensor.dtype
             return tensor, None

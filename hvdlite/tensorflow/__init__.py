@@ -101,8 +101,12 @@ def ddl_built() -> bool:
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast of variables from root_rank (Horovod's broadcast_)."""
-    return broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name)
+    """In-place broadcast of variables from root_rank (Horovod's broadcast_): assigns root_rank's values to the
+    variables on every rank of process_set and returns their updated values."""
+    variables = list(variables)
+    assign = broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name)
+    with _tf.control_dependencies([] if assign is None else [assign]):
+        return [v.read_value() for v in variables]
 
 
 def __getattr__(name):

@@ -8,6 +8,7 @@ sparse_as_dense. A model with float32 weights costs one allreduce per step whate
 The buffer names depend only on the prefix, the group and the dtype, so they repeat every step (the core's
 response cache applies) and agree on every rank.
 """
+import warnings
 from typing import List, Optional, Sequence
 
 import tensorflow as tf
@@ -24,34 +25,56 @@ def _var_key(variable):
     return id(variable)
 
 
+def check_gradient_op(op, gradient_predivide_factor: float) -> None:
+    """horovod.tensorflow's checks (DistributedGradientTape, DistributedOptimizer), before any wrapping."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    ops.core_reduce_op(op)  # unknown op -> ValueError, Adasum -> NotImplementedError (not in hvdlite's core)
+
+
+def resolve_groups(num_groups: int, groups):
+    """Horovod's `groups` argument: None, a positive number of groups, or a list of lists of variables.
+    `num_groups` is its deprecated alias (used when groups is None)."""
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups`", DeprecationWarning, stacklevel=3)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+    return groups
+
+
 class GradientReducer:
+    """Reduces lists of gradients over a process set with Horovod's DistributedOptimizer semantics.
+
+    op: Average, Sum, Min, Max or Product for dense gradients; IndexedSlices (unless sparse_as_dense) support
+    Average and Sum only, as in Horovod. gradient_predivide_factor f (op=Average): the gradients are scaled by
+    1/f before the sum and by f/size after it; with any other op it has no effect (Horovod's Keras optimizer
+    accepts it with op=Sum; horovod.tensorflow's entry points reject it, see check_gradient_op).
+    groups (see resolve_groups): which gradients share a fused buffer. None: one buffer per dtype. n: the
+    non-None reduced gradients split, in order, into n nearly equal runs (Horovod's split_list). A list of
+    variable lists: one buffer per inner list, and one per variable that is in no list.
+    """
+
     def __init__(self, prefix: str, compression=Compression.none, op=Average, sparse_as_dense: bool = False,
-                 gradient_predivide_factor: float = 1.0, process_set=global_process_set, num_groups: int = 0,
-                 groups=None, scale_local_gradients: bool = True):
-        if op not in (Average, Sum):
-            raise ValueError("hvdlite: gradients can be reduced with op=Average or op=Sum (Adasum is not "
-                             "implemented)")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor needs op=Average")
-        if isinstance(groups, int):
-            num_groups, groups = groups, None
-        if num_groups < 0:
-            raise ValueError("num_groups must be a non-negative number of groups")
+                 gradient_predivide_factor: float = 1.0, process_set=global_process_set, groups=None,
+                 scale_local_gradients: bool = True):
+        ops.core_reduce_op(op)
         self.prefix = prefix
         self.compression = compression or Compression.none
         self.op = op
         self.sparse_as_dense = sparse_as_dense
         self.prescale, self.postscale = 1.0, 1.0
-        if gradient_predivide_factor != 1.0:
+        if op == Average and gradient_predivide_factor != 1.0:
             self.prescale, self.postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
         self.process_set = process_set
-        self.num_groups = num_groups
+        self.num_groups = groups if isinstance(groups, int) else 0
         self.group_of_var = {}
-        for index, members in enumerate(groups or ()):
+        for index, members in enumerate(groups if isinstance(groups, list) else ()):
             for v in members:
                 if _var_key(v) in self.group_of_var:
                     raise ValueError("a variable appears in more than one group")
-                self.group_of_var[_var_key(v)] = index + 1  # group 0: variables in no group are fused together
+                self.group_of_var[_var_key(v)] = f"g{index}"
         self.scale_local_gradients = scale_local_gradients
         self.local_vars = set()
 
@@ -59,23 +82,26 @@ class GradientReducer:
         """This variable's gradient stays local (not reduced); scaled by 1/size if scale_local_gradients."""
         self.local_vars.add(_var_key(variable))
 
-    def _group(self, position: int, count: int, variable) -> int:
-        if self.group_of_var and variable is not None:
-            return self.group_of_var.get(_var_key(variable), 0)
+    def _groups(self, dense) -> List[str]:
+        """The buffer (group) of each dense gradient to reduce, given as [(position, variable)] in order."""
+        if self.group_of_var:
+            return [self.group_of_var.get(_var_key(v), f"v{i}") if v is not None else f"v{i}" for i, v in dense]
         if self.num_groups:
-            per = -(-count // self.num_groups)
-            return position // per
-        return 0
+            per, extra = divmod(len(dense), self.num_groups)  # the first `extra` runs get one more (split_list)
+            labels = []
+            for k in range(self.num_groups):
+                labels += [str(k)] * (per + (1 if k < extra else 0))
+            return labels
+        return ["0"] * len(dense)
 
     def reduce(self, grads: Sequence, variables: Optional[Sequence] = None) -> List:
-        """Returns the averaged (or summed) gradients, None where the gradient is None."""
+        """Returns the reduced gradients, None where the gradient is None."""
         mpi_ops.check_not_xla("the gradient allreduce (DistributedGradientTape / DistributedOptimizer)")
         grads = list(grads)
         variables = list(variables) if variables is not None else [None] * len(grads)
         results = list(grads)
         size = mpi_ops._process_set_size(self.process_set)
-        buckets = {}  # (group, wire dtype) -> [(position, wire tensor, ctx)], in position order on every rank
-        sparse = []
+        dense, sparse = [], []  # dense: (position, variable, wire tensor, ctx)
         for i, (g, v) in enumerate(zip(grads, variables)):
             if g is None:
                 continue
@@ -84,18 +110,21 @@ class GradientReducer:
                     results[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
                                   if isinstance(g, tf.IndexedSlices) else g / size)
                 continue
-            if isinstance(g, tf.IndexedSlices):
-                if not self.sparse_as_dense:
-                    sparse.append(i)
-                    continue
-                g = tf.convert_to_tensor(g)
-            g = tf.convert_to_tensor(g)
-            wire, ctx = self.compression.compress(g)
+            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
+                if self.op not in (Average, Sum):
+                    raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices "
+                                              "(pass sparse_as_dense=True to reduce them densely)")
+                sparse.append(i)
+                continue
+            wire, ctx = self.compression.compress(tf.convert_to_tensor(g))
             mpi_ops._check_dtype(wire, f"gradient {i}")
-            buckets.setdefault((self._group(i, len(grads), v), wire.dtype), []).append((i, wire, ctx))
-        if not buckets and not sparse:
+            dense.append((i, v, wire, ctx))
+        if not dense and not sparse:
             return results
 
+        buckets = {}  # (group, wire dtype) -> [(position, wire tensor, ctx)], in position order on every rank
+        for group, (i, _, wire, ctx) in zip(self._groups([(i, v) for i, v, _, _ in dense]), dense):
+            buckets.setdefault((group, wire.dtype), []).append((i, wire, ctx))
         ps_id = mpi_ops._process_set_id(self.process_set)
         reduce_op = ops.core_reduce_op(self.op)
         collectives, inputs, dtypes, shapes = [], [], [], []
@@ -151,8 +180,14 @@ class GradientReducer:
 class _DistributedGradientTape:
     """Mixin placed in front of the tape's class (see DistributedGradientTape)."""
 
-    def gradient(self, target, sources, output_gradients=None,
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
+        """tf.GradientTape.gradient, then the reduction over the ranks. Horovod's use_generic_names (naming the
+        collectives independently of the variables' names and name scopes) is what hvdlite always does: buffer
+        names depend only on the group and dtype. tf.GradientTape's unconnected_gradients is accepted too, also
+        in use_generic_names' position."""
+        if isinstance(use_generic_names, tf.UnconnectedGradients):  # tape.gradient(t, s, None, ZERO), TF style
+            unconnected_gradients = use_generic_names
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
         flat_grads = tf.nest.flatten(grads)
@@ -182,6 +217,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     """
     if isinstance(gradtape, _DistributedGradientTape):
         raise ValueError("gradtape is already a DistributedGradientTape")
+    check_gradient_op(op, gradient_predivide_factor)
+    groups = resolve_groups(num_groups, groups)
     base = type(gradtape)
     cls = _tape_classes.get(base)
     if cls is None:
@@ -190,7 +227,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     gradtape.__class__ = cls
     gradtape._hvd_reducer = GradientReducer(
         "DistributedGradientTape", compression, op, sparse_as_dense, gradient_predivide_factor, process_set,
-        num_groups, groups, scale_local_gradients)
+        groups, scale_local_gradients)
     return gradtape
 
 
@@ -200,12 +237,22 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
                                    scale_local_gradients=True):
     """DistributedGradientTape whose local_layers' (a layer or a list of layers) trainable weights keep their
     local gradients."""
+    layers = local_layers_list(local_layers)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients)
-    if local_layers is not None:
-        layers = local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]
-        for layer in layers:
-            for v in layer.trainable_weights:
-                tape.register_local_source(v)
+    for layer in layers:
+        for v in layer.trainable_weights:
+            tape.register_local_source(v)
     return tape
+
+
+def local_layers_list(local_layers) -> list:
+    """Horovod's local_layers: None, a Keras layer, or a list of layers (checked before anything is wrapped)."""
+    if local_layers is None:
+        return []
+    layers = list(local_layers) if isinstance(local_layers, (list, tuple)) else [local_layers]
+    for layer in layers:
+        if not hasattr(layer, "trainable_weights"):
+            raise ValueError(f"All local layers must be of tf.keras.layers.Layer type; got {type(layer).__name__}")
+    return layers

@@ -15,6 +15,7 @@ eagerly and inside tf.function (hvdlite/tensorflow/errors.py).
 """
 import functools
 import re
+import warnings
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ from hvdlite.common import ops
 from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
                                    OP_REDUCESCATTER, global_process_set, rank)
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
+from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.errors import TF_ERRORS, XlaCompilationError, as_tf_error  # noqa: F401 - public class
 
 _SUPPORTED = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.bool)
@@ -231,9 +233,11 @@ def _check_dtype(tensor: tf.Tensor, name) -> None:
 
 
 def _resolve_op(op, average, default=Average):
+    """Horovod's handling of the deprecated `average` argument: op wins, both is an error, average alone warns."""
     if average is not None:
         if op is not None:
-            raise ValueError("pass either op or the deprecated average argument, not both")
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        warnings.warn("Parameter `average` has been replaced with `op`", DeprecationWarning, stacklevel=3)
         op = Average if average else Sum
     op = default if op is None else op
     ops.core_reduce_op(op)  # validates (Adasum -> NotImplementedError)
@@ -293,13 +297,11 @@ def _sparse_allreduce(slices: tf.IndexedSlices, name, op, prescale, postscale, p
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """Reduces tensor over the ranks of process_set (default op: Average). IndexedSlices are allgathered
     (values and indices) and, for Average, scaled by 1/size. Differentiable."""
-    from hvdlite.tensorflow.compression import Compression
-
     op = _resolve_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
@@ -313,12 +315,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(result, ctx)
 
 
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """Allreduces a list of tensors in one call (fused by the core). Differentiable."""
-    from hvdlite.tensorflow.compression import Compression
-
     op = _resolve_op(op, average)
     compression = compression or Compression.none
     tensors = list(tensors)
@@ -430,8 +430,9 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 # --------------------------------------------------------------------------- alltoall / reducescatter
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Sends splits[i] rows of tensor to rank i of the set; returns (received rows concatenated in rank order,
-    received splits as int32). Without splits, dimension 0 is divided evenly. Differentiable."""
+    """Sends splits[i] rows of tensor to rank i of the set. Returns the received rows concatenated in rank order
+    and, as in Horovod, only when splits is given, also the received splits (int32): (output, received_splits).
+    Without splits, dimension 0 is divided evenly. Differentiable."""
     tensor = tf.convert_to_tensor(tensor)
     name = _op_name("HorovodAlltoall", tensor, name, ignore_name_scope)
     _check_dtype(tensor, name)
@@ -455,7 +456,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         return (out, received), grad
 
     out, received = forward(tensor)
-    return out, tf.stop_gradient(received)
+    return out if splits is None else (out, tf.stop_gradient(received))
 
 
 def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_set):
@@ -484,12 +485,10 @@ def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_
     return list(forward(*tensors))
 
 
-def reducescatter(tensor, device_dense="", compression=None, op=Average, name=None, process_set=global_process_set,
-                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the extra
     rows when it does not divide evenly). Differentiable."""
-    from hvdlite.tensorflow.compression import Compression
-
     compression = compression or Compression.none
     op = _resolve_op(op, None)
     tensor = tf.convert_to_tensor(tensor)
@@ -500,10 +499,11 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     return compression.decompress(result, ctx)
 
 
-def grouped_reducescatter(tensors, device_dense="", compression=None, op=Average, process_set=global_process_set,
-                          ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0, name=None):
-    from hvdlite.tensorflow.compression import Compression
-
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0,
+                          ignore_name_scope=False, name=None):
+    """Reducescatters a list of tensors in one call (Horovod's positional order; `ignore_name_scope` and `name`
+    are hvdlite additions, after Horovod's parameters). Differentiable."""
     compression = compression or Compression.none
     op = _resolve_op(op, None)
     tensors = _to_tensors(tensors)

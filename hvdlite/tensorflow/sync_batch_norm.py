@@ -14,7 +14,11 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     pass also accounts for the other ranks' use of the statistics (horovod.tensorflow.SyncBatchNormalization).
     Moving statistics and inference are as in BatchNormalization."""
 
-    def __init__(self, *args, process_set=global_process_set, **kwargs):
+    def __init__(self, *args, fused=False, process_set=global_process_set, **kwargs):
+        # Horovod's layer takes `fused` (Keras 2) and refuses the fused kernel, which cannot be synchronised;
+        # Keras 3 has no such argument, so it is checked here and not passed on.
+        if fused in (True, None):
+            raise ValueError("SyncBatchNormalization does not support fused=True.")
         super().__init__(*args, **kwargs)
         self.process_set = process_set
 

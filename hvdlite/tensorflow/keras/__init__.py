@@ -15,6 +15,8 @@ from hvdlite.common.basics import (ProcessSet, add_process_set, cross_rank, cros
                                    local_size, rank, remove_process_set, shutdown, size)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
+from hvdlite.tensorflow import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+                                mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from hvdlite.tensorflow.mpi_ops import XlaCompilationError, barrier, join  # noqa: F401
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hvdlite.tensorflow import mpi_ops as _ops

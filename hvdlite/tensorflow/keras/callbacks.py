@@ -178,3 +178,36 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f"\nEpoch {epoch + 1}: finished gradient warmup. New learning rate is {self._get_lr():g}.")
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """ModelCheckpoint that keeps only the best model by `monitor` (Horovod's BestModelCheckpoint, made for
+    estimators that choose the file later: `filepath` may be given now or assigned before training starts).
+
+    As with ModelCheckpoint, add it on one rank only (usually rank 0), after MetricAverageCallback so that the
+    monitored value is the average over the ranks.
+    """
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto", save_freq="epoch",
+                 filepath=None):
+        # Keras 3 checks the file extension in __init__; with the path still unknown, check it in on_train_begin.
+        placeholder = "unset.weights.h5" if save_weights_only else "unset.keras"
+        super().__init__(filepath=placeholder, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        self.filepath = None if filepath is None else str(filepath)
+        if self.filepath is not None:
+            self._check_filepath()
+
+    def _check_filepath(self):
+        if self.filepath is None:
+            raise ValueError("BestModelCheckpoint: set its filepath (callback.filepath = 'best.keras') before "
+                             "training")
+        suffixes = (".weights.h5",) if self.save_weights_only else (".keras", ".h5")
+        if not str(self.filepath).endswith(suffixes):
+            raise ValueError(f"BestModelCheckpoint: filepath must end in {' or '.join(suffixes)} with "
+                             f"save_weights_only={self.save_weights_only}; got {self.filepath}")
+
+    def on_train_begin(self, logs=None):
+        self.filepath = None if self.filepath is None else str(self.filepath)
+        self._check_filepath()
+        super().on_train_begin(logs)

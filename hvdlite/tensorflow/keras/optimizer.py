@@ -21,9 +21,9 @@ import keras
 import tensorflow as tf
 
 from hvdlite.common.basics import global_process_set
-from hvdlite.common.ops import Average
+from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow.compression import Compression
-from hvdlite.tensorflow.gradients import GradientReducer, _var_key
+from hvdlite.tensorflow.gradients import GradientReducer, _var_key, local_layers_list, resolve_groups
 
 
 class _HvdState:
@@ -135,7 +135,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     backward_passes_per_step=N sums gradients locally over N calls and reduces/applies on every N-th (divided
     by N if average_aggregated_gradients). Under the mixed_float16 global policy the optimizer is first wrapped
     in a LossScaleOptimizer (as model.compile would), so that the allreduce precedes its overflow check.
+    As in Horovod's Keras optimizer, op is Average or Sum, and gradient_predivide_factor only acts with Average.
     """
+    if op != Average and op != Sum:
+        raise ValueError("op currently only supports Average and Sum")
+    groups = resolve_groups(num_groups, groups)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"hvdlite.tensorflow.keras.DistributedOptimizer takes a Keras 3 optimizer "
                          f"(keras.optimizers.*), got {type(optimizer).__name__}; for tf.compat.v1.train "
@@ -149,7 +153,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     base = type(optimizer)
     reducer = GradientReducer(name or f"Distributed{base.__name__}", compression, op, sparse_as_dense,
-                              gradient_predivide_factor, process_set, num_groups, groups, scale_local_gradients)
+                              gradient_predivide_factor, process_set, groups, scale_local_gradients)
     optimizer.__class__ = _distributed_class(base)
     optimizer.__dict__["_hvd_state"] = _HvdState(reducer, backward_passes_per_step, average_aggregated_gradients)
     if optimizer.built:
@@ -165,11 +169,11 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 scale_local_gradients=True):
     """DistributedOptimizer whose local_layers' (a layer or list of layers) trainable weights keep their local
     gradients."""
+    layers = local_layers_list(local_layers)
     optimizer = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                      gradient_predivide_factor, op, backward_passes_per_step,
                                      average_aggregated_gradients, 0, groups, process_set, scale_local_gradients)
-    if local_layers is not None:
-        for layer in local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]:
-            for v in layer.trainable_weights:
-                optimizer.register_local_var(v)
+    for layer in layers:
+        for v in layer.trainable_weights:
+            optimizer.register_local_var(v)
     return optimizer
