@@ -28,7 +28,8 @@ from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_B
                                    OP_REDUCESCATTER, global_process_set, rank)
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 
-_SUPPORTED = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.bool)
+_SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+              tf.float64, tf.bool)
 
 
 # --------------------------------------------------------------------------- errors

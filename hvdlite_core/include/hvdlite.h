@@ -26,7 +26,8 @@ typedef enum {
 
 typedef enum {
   HVDLITE_UINT8 = 0, HVDLITE_INT8 = 1, HVDLITE_INT32 = 2, HVDLITE_INT64 = 3, HVDLITE_FLOAT16 = 4,
-  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8
+  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8, HVDLITE_UINT16 = 9,
+  HVDLITE_INT16 = 10  /* appended: existing values never change */
 } hvdlite_dtype;
 
 typedef enum {

@@ -200,6 +200,9 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
       if (out->dtype == DType::kBool && out->reduce_op == ReduceOp::kAverage) {
         return invalid(subject + ": Average is not defined for bool tensors");
       }
+      if (out->dtype == DType::kBool && (q.prescale_factor != 1.0 || q.postscale_factor != 1.0)) {
+        return invalid(subject + ": prescale_factor and postscale_factor do not apply to bool tensors");
+      }
       if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
       if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject + ": needs at least one dimension");
       break;
