@@ -195,6 +195,21 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     return True
 
 
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) of every tensor's negotiation and
+    execution to file_path, as Horovod's ``hvd.start_timeline``. Rank 0 writes it; on other ranks this is
+    accepted and records nothing. A running timeline (started here or by HVDLITE_TIMELINE) is closed first.
+    mark_cycles adds a CYCLE_START instant event at each cycle that ran collectives."""
+    _require_init()
+    check(lib.hvdlite_start_timeline(os.fsencode(os.fspath(file_path)), 1 if mark_cycles else 0))
+
+
+def stop_timeline() -> None:
+    """Stops the timeline and closes its file (a complete JSON trace). Without a running timeline: no-op."""
+    _require_init()
+    check(lib.hvdlite_stop_timeline())
+
+
 def build_info() -> str:
     buf = ffi.new("char[]", 4096)
     lib.hvdlite_build_info(buf, 4096)

@@ -101,6 +101,12 @@ int hvdlite_handle_release(int64_t handle);
 int hvdlite_process_set_ranks(int32_t process_set_id, int32_t* ranks_out, int32_t capacity, int32_t* count_out);
 int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_out);
 
+/* Timeline (Chrome trace) of every tensor's negotiation and execution, written by rank 0; the other ranks
+ * accept both calls and record nothing. start replaces a running timeline (closing its file); mark_cycles != 0
+ * adds an instant event at each cycle that ran collectives. stop closes the file (nothing running: no-op). */
+int hvdlite_start_timeline(const char* file_path, int32_t mark_cycles);
+int hvdlite_stop_timeline(void);
+
 /* Which backends and transports this build and this job use, as "key=value;..." text. */
 int hvdlite_build_info(char* buffer, int32_t capacity);
 

@@ -247,6 +247,25 @@ HVDLITE_EXPORT int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, i
   });
 }
 
+HVDLITE_EXPORT int hvdlite_start_timeline(const char* file_path, int32_t mark_cycles) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (!file_path || !*file_path) return fail(StatusCode::kInvalidArgument, "start_timeline needs a file path");
+    rt->start_timeline(file_path, mark_cycles != 0);
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    rt->stop_timeline();
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
 HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
   std::string info = "version=0.1.0;backends=tcp,shm;mpi=0;nccl=0;";
   auto rt = runtime_or_null();
