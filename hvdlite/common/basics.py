@@ -58,7 +58,8 @@ global_process_set.process_set_id = 0
 
 
 def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None:
-    """Joins the job: connects to every other rank (collective). Idempotent while initialised.
+    """Joins the job: connects to every other rank (collective). Idempotent while running; after shutdown(),
+    or once a fatal error or another rank's shutdown ended the runtime, it starts a new one.
 
     ``comm`` (first, as in Horovod): an mpi4py communicator, or a list of COMM_WORLD ranks, whose members form
     the job with their ranks in it; without it the job is found from the environment
@@ -66,7 +67,7 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
     """
     global _placement, _generation, _atexit_registered
     with _lock:
-        if lib.hvdlite_is_initialized():
+        if lib.hvdlite_is_initialized() == 1:  # running; 2: ended by a failure, which a new init replaces
             return
         placement = bootstrap.detect(comm=comm)
         config = ffi.new("hvdlite_init_config*")
