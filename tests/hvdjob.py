@@ -16,10 +16,13 @@ import torch
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
-ALL_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-              torch.float64, torch.bool]
+# uint16 needs torch >= 2.3 (which has few kernels for it: the tests only copy, compare and convert it).
+_UINT16 = [torch.uint16] if hasattr(torch, "uint16") else []
+ALL_DTYPES = [torch.uint8, torch.int8, *_UINT16, torch.int16, torch.int32, torch.int64, torch.float16,
+              torch.bfloat16, torch.float32, torch.float64, torch.bool]
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-INT_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64)
+INT_DTYPES = (torch.uint8, torch.int8, *_UINT16, torch.int16, torch.int32, torch.int64)
+UNSIGNED_DTYPES = (torch.uint8, *_UINT16)
 
 # Shapes for the sizes 0, 1, odd and large (> 64 KiB for every dtype: ring / single-copy paths).
 SHAPES = {"zero": (0, 3), "one": (1,), "odd": (17,), "odd2d": (7, 143), "large": (1001, 300)}
@@ -61,7 +64,7 @@ def make(rank: int, key, shape: Sequence[int], dtype: torch.dtype, lo: int = -3,
         raise ValueError(f"make(): {numel} elements is more than the pool holds")
     if dtype == torch.bool:
         lo, hi = 0, 1
-    elif dtype == torch.uint8:
+    elif dtype in UNSIGNED_DTYPES:
         lo = max(lo, 0)
     assert -128 <= lo <= hi <= 127
     offset = seed_of(rank, key, dtype) % (_POOL_SIZE - numel + 1)
@@ -71,23 +74,31 @@ def make(rank: int, key, shape: Sequence[int], dtype: torch.dtype, lo: int = -3,
 def value_range(op: str, dtype: torch.dtype):
     """Input value range that keeps every reduction over <= 4 ranks exact and in range."""
     if op == "Product":
-        return (0, 3) if dtype == torch.uint8 else (-2, 2)
-    if op in ("Sum", "Average") and dtype == torch.uint8:
+        return (0, 3) if dtype in UNSIGNED_DTYPES else (-2, 2)
+    if op in ("Sum", "Average") and dtype in UNSIGNED_DTYPES:
         return (0, 5)
     return (-4, 4)
 
 
-def round_half_away(x: torch.Tensor) -> torch.Tensor:
-    """C's llround on float64 values."""
-    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+def horovod_scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """x * factor by Horovod's CPU rule (ScaleBuffer), in x's dtype: integers multiply in float64 and truncate
+    toward zero (wrapping to the dtype's width); float16/bfloat16 widen to float32, multiply by the factor
+    rounded to float32 and round back to nearest-even; float32 uses the factor rounded to float32."""
+    if factor == 1.0 or x.dtype == torch.bool:
+        return x.clone()
+    if x.dtype in FLOAT_DTYPES:
+        if x.dtype == torch.float64:
+            return x * factor
+        return (x.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(x.dtype)
+    return torch.trunc(x.to(torch.float64) * factor).to(torch.int64).to(x.dtype)
 
 
 def reduce_reference(inputs: List[torch.Tensor], op: str, dtype: torch.dtype, prescale: float = 1.0,
                      postscale: float = 1.0) -> torch.Tensor:
     """What allreduce/reducescatter should compute, in float64 (floats), int64 (ints) or bool; cast to dtype.
 
-    Integers: prescale and postscale (postscale / n for Average) are applied as llround(value * factor), as the
-    core documents ("integer Average rounds to nearest").
+    Integers: prescale, then postscale (postscale / n for Average) by Horovod's rule (horovod_scale: the product
+    in float64, truncated toward zero), on the values as the dtype holds them.
     """
     n = len(inputs)
     if dtype == torch.bool:
@@ -101,7 +112,7 @@ def reduce_reference(inputs: List[torch.Tensor], op: str, dtype: torch.dtype, pr
     xs = [t.to(torch.float64) for t in inputs] if is_float else [t.to(torch.int64) for t in inputs]
     if prescale != 1.0:
         xs = [x * prescale for x in xs] if is_float else [
-            round_half_away(x.to(torch.float64) * prescale).to(torch.int64) for x in xs]
+            horovod_scale(x.to(dtype), prescale).to(torch.int64) for x in xs]
     stacked = torch.stack(xs)
     if op in ("Sum", "Average"):
         result = stacked.sum(0)
@@ -115,7 +126,7 @@ def reduce_reference(inputs: List[torch.Tensor], op: str, dtype: torch.dtype, pr
         raise ValueError(op)
     post = postscale / n if op == "Average" else postscale
     if post != 1.0:
-        result = result * post if is_float else round_half_away(result.to(torch.float64) * post).to(torch.int64)
+        result = result * post if is_float else horovod_scale(result.to(dtype), post)
     return result.to(dtype)
 
 

@@ -69,3 +69,11 @@ def test_many_in_flight_fusion_and_cache(case):
     _, np, host_ids, env = case
     result = run_job(job_source("fusion_cache.py"), np=np, host_ids=host_ids, env=env, args=["6"], timeout=100)
     assert_job_ok(result, np, min_count=6 * 60)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("np", [2, 3])
+def test_scaling_matches_horovods_rule(np):
+    """prescale/postscale and integer Average, for every dtype, against a torch model of Horovod's rule."""
+    result = run_job(job_source("scaling.py"), np=np, timeout=120)
+    assert_job_ok(result, np, min_count=280)

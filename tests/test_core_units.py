@@ -1,6 +1,6 @@
 """Single-process tests: the pure-Python pieces (error mapping, reduce-op codes, dtype codes, handle table) and a
 size-1 job run in-process (hvd.init() without a launcher), including property tests of the core's scaling
-kernels (integer rounding, float16/bfloat16 conversion) through allreduce's pre/postscale factors."""
+kernels (Horovod's integer truncation, float16/bfloat16 conversion) through allreduce's pre/postscale factors."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hvdlite.torch as hvd
-from hvdjob import ALL_DTYPES, check, make, reduce_reference, round_half_away
+from hvdjob import ALL_DTYPES, check, horovod_scale, make, reduce_reference
 from hvdlite.common import errors, ops
 from hvdlite.common.binding import check as binding_check
 from hvdlite.torch import mpi_ops
@@ -108,7 +108,7 @@ def test_dtype_codes_agree_everywhere():
     with open(HEADER) as f:
         text = f.read()
     header = {name.lower(): int(v) for name, v in re.findall(
-        r"HVDLITE_(UINT8|INT8|INT32|INT64|FLOAT16|BFLOAT16|FLOAT32|FLOAT64|BOOL) = (\d+)", text)}
+        r"HVDLITE_(UINT8|INT8|UINT16|INT16|INT32|INT64|FLOAT16|BFLOAT16|FLOAT32|FLOAT64|BOOL) = (\d+)", text)}
     assert ops.DTYPE_CODES == header
     assert {str(d).replace("torch.", ""): c for d, c in mpi_ops._DTYPES.items()} == header
     assert set(mpi_ops._DTYPES) == set(ALL_DTYPES)
@@ -206,8 +206,10 @@ def test_solo_argument_errors(solo):
         hvd.add_process_set([0])  # the global set has exactly these ranks
     with pytest.raises(hvd.InvalidArgumentError, match="distinct ranks"):
         hvd.add_process_set([1])
-    with pytest.raises(hvd.HvdliteError, match="int16"):
-        hvd.allreduce(torch.ones(2, dtype=torch.int16))
+    with pytest.raises(hvd.HvdliteError, match="complex64"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(hvd.InvalidArgumentError, match="bool"):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, prescale_factor=2.0)
     with pytest.raises(hvd.HvdliteError, match="meta"):
         hvd.allgather(torch.empty(2, device="meta"))
     with pytest.raises(ValueError):
@@ -234,19 +236,32 @@ factors = st.sampled_from([0.5, 0.25, 1.5, 2.0, 3.0, -1.0, 0.1, 1 / 3, 7.0, 1e-3
 @SCALE_SETTINGS
 @given(values=st.lists(st.integers(-100_000, 100_000), min_size=1, max_size=50), pre=factors, post=factors,
        dtype=st.sampled_from([torch.int32, torch.int64]))
-def test_integer_scaling_rounds_half_away_from_zero(solo, values, pre, post, dtype):
+def test_integer_scaling_truncates_toward_zero(solo, values, pre, post, dtype):
     x = torch.tensor(values, dtype=dtype)
     out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
     check(f"int scaling pre={pre} post={post}", out, reduce_reference([x], "Sum", dtype, pre, post))
 
 
 @SCALE_SETTINGS
-@given(values=st.lists(st.integers(-100, 100), min_size=1, max_size=50), pre=st.sampled_from([0.5, 1.5, -0.5, 2.5]))
-def test_int8_scaling(solo, values, pre):
-    x = torch.tensor(values, dtype=torch.int8)
+@given(values=st.lists(st.integers(0, 255), min_size=1, max_size=50), pre=st.sampled_from([0.5, 1.5, -0.5, 2.5, 1 / 3]),
+       dtype=st.sampled_from([torch.uint8, torch.int8, torch.int16] + ([torch.uint16] if hasattr(torch, "uint16")
+                                                                         else [])))
+def test_narrow_integer_scaling(solo, values, pre, dtype):
+    """Products truncate toward zero and wrap to the type's width (uint8 * -0.5, int8 * 2.5), as in Horovod."""
+    x = torch.tensor(values, dtype=torch.int64).to(dtype)
     out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=pre)
-    expected = round_half_away(x.to(torch.float64) * pre).to(torch.int64)
-    check(f"int8 scaling pre={pre}", out, expected.to(torch.int8))
+    expected = torch.trunc(x.to(torch.float64) * pre).to(torch.int64).to(dtype)
+    check(f"{dtype} scaling pre={pre}", out, expected)
+    check(f"{dtype} scaling pre={pre} (helper)", out, horovod_scale(x, pre))
+
+
+def test_integer_average_truncates_like_horovod(solo):
+    """Horovod folds Average into the postscale (postscale / size) and truncates: 7 * (1/3) -> 2, -7 * 0.5 -> -3."""
+    x = torch.tensor([7, -7, 5, -5], dtype=torch.int32)
+    check("postscale 1/3", hvd.allreduce(x, op=hvd.Sum, postscale_factor=1 / 3), torch.tensor([2, -2, 1, -1],
+                                                                                                 dtype=torch.int32))
+    check("prescale 0.5", hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5), torch.tensor([3, -3, 2, -2],
+                                                                                             dtype=torch.int32))
 
 
 def _finite_bits(dtype):

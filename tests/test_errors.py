@@ -315,7 +315,7 @@ good = torch.ones(1000)
 if me == 0:
     # the second member is invalid: the call must fail without leaving the first member in flight
     expect_raises("grouped_allreduce with a bad member", hvd.HvdliteError, hvd.grouped_allreduce,
-                  [good.clone(), torch.ones(3, dtype=torch.int16)], name="ga", op=hvd.Sum)
+                  [good.clone(), torch.ones(3, dtype=torch.complex128)], name="ga", op=hvd.Sum)
     expect_raises("grouped_allgather with a bad member", hvd.HvdliteError, hvd.grouped_allgather,
                   [good.clone(), torch.empty(3, device="meta")], name="gg")
     expect_raises("grouped_reducescatter with a bad member", hvd.HvdliteError, hvd.grouped_reducescatter,
@@ -344,3 +344,13 @@ def test_grouped_call_with_an_invalid_member_leaves_nothing_in_flight():
     """
     result = run_job(inline(GROUPED_PARTIAL), np=2, timeout=30)
     assert_job_ok(result, 2)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("np", [2, 3])
+def test_reinit_after_failures_in_a_loop(np):
+    """shutdown() + init() in one process, 5 cycles, each after another kind of failure (mismatch, stall on
+    every rank, stall of cached tensors on every rank, one rank shutting down under the others): every new
+    runtime works, process sets included. A failure must not poison the later cycles."""
+    result = run_job(job_source("reinit.py"), np=np, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=120)
+    assert_job_ok(result, np, min_count=5)

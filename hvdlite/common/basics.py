@@ -58,7 +58,8 @@ global_process_set.process_set_id = 0
 
 
 def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None:
-    """Joins the job: connects to every other rank (collective). Idempotent while initialised.
+    """Joins the job: connects to every other rank (collective). Idempotent while running; after shutdown(),
+    or once a fatal error or another rank's shutdown ended the runtime, it starts a new one.
 
     ``comm`` (first, as in Horovod): an mpi4py communicator, or a list of COMM_WORLD ranks, whose members form
     the job with their ranks in it; without it the job is found from the environment
@@ -66,7 +67,7 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
     """
     global _placement, _generation, _atexit_registered
     with _lock:
-        if lib.hvdlite_is_initialized():
+        if lib.hvdlite_is_initialized() == 1:  # running; 2: ended by a failure, which a new init replaces
             return
         placement = bootstrap.detect(comm=comm)
         config = ffi.new("hvdlite_init_config*")
@@ -193,6 +194,21 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     _run_control(OP_REMOVE_PROCESS_SET, [process_set.process_set_id])
     process_set.process_set_id = None
     return True
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) of every tensor's negotiation and
+    execution to file_path, as Horovod's ``hvd.start_timeline``. Rank 0 writes it; on other ranks this is
+    accepted and records nothing. A running timeline (started here or by HVDLITE_TIMELINE) is closed first.
+    mark_cycles adds a CYCLE_START instant event at each cycle that ran collectives."""
+    _require_init()
+    check(lib.hvdlite_start_timeline(os.fsencode(os.fspath(file_path)), 1 if mark_cycles else 0))
+
+
+def stop_timeline() -> None:
+    """Stops the timeline and closes its file (a complete JSON trace). Without a running timeline: no-op."""
+    _require_init()
+    check(lib.hvdlite_stop_timeline())
 
 
 def build_info() -> str:

@@ -16,8 +16,9 @@ from hvdlite.common.errors import error_for_status
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
 
+# The core's hvdlite_dtype values (hvdlite.h), by NumPy/TensorFlow dtype name.
 DTYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,
-               "float64": 7, "bool": 8}
+               "float64": 7, "bool": 8, "uint16": 9, "int16": 10}
 
 
 def core_reduce_op(op) -> int:

@@ -29,7 +29,8 @@ from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: 
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.errors import TF_ERRORS, XlaCompilationError, as_tf_error  # noqa: F401 - public class
 
-_SUPPORTED = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.bool)
+_SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+              tf.float64, tf.bool)
 
 
 # --------------------------------------------------------------------------- XLA

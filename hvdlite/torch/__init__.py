@@ -1,7 +1,8 @@
 """hvdlite for PyTorch: `import hvdlite.torch as hvd` in place of `import horovod.torch as hvd`."""
 from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cross_rank, cross_size,  # noqa: F401
                                    global_process_set, init, is_homogeneous, is_initialized, local_rank,
-                                   local_size, rank, remove_process_set, shutdown, size)
+                                   local_size, rank, remove_process_set, shutdown, size, start_timeline,
+                                   stop_timeline)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
 from hvdlite.torch.compression import Compression  # noqa: F401

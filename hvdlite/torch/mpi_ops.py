@@ -15,7 +15,9 @@ from hvdlite.common.errors import InvalidArgumentError
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 
 _DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
-           torch.float32: 6, torch.float64: 7, torch.bool: 8}
+           torch.float32: 6, torch.float64: 7, torch.bool: 8, torch.int16: 10}
+if hasattr(torch, "uint16"):  # torch >= 2.3
+    _DTYPES[torch.uint16] = 9
 
 _handles = ops.HandleTable()
 

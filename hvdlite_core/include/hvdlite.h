@@ -26,7 +26,8 @@ typedef enum {
 
 typedef enum {
   HVDLITE_UINT8 = 0, HVDLITE_INT8 = 1, HVDLITE_INT32 = 2, HVDLITE_INT64 = 3, HVDLITE_FLOAT16 = 4,
-  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8
+  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8, HVDLITE_UINT16 = 9,
+  HVDLITE_INT16 = 10  /* appended: existing values never change */
 } hvdlite_dtype;
 
 typedef enum {
@@ -77,6 +78,8 @@ const char* hvdlite_last_error(void);
 int hvdlite_listener_open(const char* bind_host, int32_t* port_out);
 int hvdlite_init(const hvdlite_init_config* config);
 int hvdlite_shutdown(void);
+/* 0: not initialised (or shut down); 1: running; 2: initialised, but a fatal error or another rank's shutdown
+ * ended it: operations fail, rank and size still answer, and hvdlite_init starts a new runtime. */
 int hvdlite_is_initialized(void);
 int hvdlite_rank(void);
 int hvdlite_size(void);
@@ -99,6 +102,12 @@ int hvdlite_handle_release(int64_t handle);
 /* Process sets: ids and members (global ranks, ascending). */
 int hvdlite_process_set_ranks(int32_t process_set_id, int32_t* ranks_out, int32_t capacity, int32_t* count_out);
 int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_out);
+
+/* Timeline (Chrome trace) of every tensor's negotiation and execution, written by rank 0; the other ranks
+ * accept both calls and record nothing. start replaces a running timeline (closing its file); mark_cycles != 0
+ * adds an instant event at each cycle that ran collectives. stop closes the file (nothing running: no-op). */
+int hvdlite_start_timeline(const char* file_path, int32_t mark_cycles);
+int hvdlite_stop_timeline(void);
 
 /* Which backends and transports this build and this job use, as "key=value;..." text. */
 int hvdlite_build_info(char* buffer, int32_t capacity);

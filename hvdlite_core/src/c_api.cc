@@ -94,8 +94,19 @@ HVDLITE_EXPORT int hvdlite_listener_open(const char* bind_host, int32_t* port_ou
 
 HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
   return guarded([&] {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_runtime) return static_cast<int>(HVDLITE_OK);
+    std::unique_lock<std::mutex> lock(g_mutex);
+    if (g_runtime && !g_runtime->stopped()) return static_cast<int>(HVDLITE_OK);
+    if (g_runtime) {
+      // Ended by a fatal error or another rank's shutdown: retire it (its pending operations were already
+      // failed) and start afresh, as after shutdown(). Joining its thread happens outside the lock.
+      std::shared_ptr<Runtime> old;
+      old.swap(g_runtime);
+      lock.unlock();
+      old->shutdown();
+      old.reset();
+      lock.lock();
+      if (g_runtime) return static_cast<int>(HVDLITE_OK);  // another thread initialised meanwhile
+    }
     if (!init || init->size < 1 || init->rank < 0 || init->rank >= init->size) {
       return fail(StatusCode::kInvalidArgument, "invalid rank/size in init");
     }
@@ -124,7 +135,10 @@ HVDLITE_EXPORT int hvdlite_shutdown(void) {
   });
 }
 
-HVDLITE_EXPORT int hvdlite_is_initialized(void) { return runtime_or_null() ? 1 : 0; }
+HVDLITE_EXPORT int hvdlite_is_initialized(void) {
+  auto rt = runtime_or_null();
+  return !rt ? 0 : (rt->stopped() ? 2 : 1);
+}
 
 HVDLITE_EXPORT int hvdlite_rank(void) {
   auto rt = runtime_or_null();
@@ -243,6 +257,25 @@ HVDLITE_EXPORT int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, i
     std::vector<int> ids = rt->process_sets().ids();
     *count_out = static_cast<int32_t>(ids.size());
     for (int32_t i = 0; i < std::min(*count_out, capacity); ++i) ids_out[i] = ids[i];
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_start_timeline(const char* file_path, int32_t mark_cycles) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (!file_path || !*file_path) return fail(StatusCode::kInvalidArgument, "start_timeline needs a file path");
+    rt->start_timeline(file_path, mark_cycles != 0);
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    rt->stop_timeline();
     return static_cast<int>(HVDLITE_OK);
   });
 }

@@ -168,9 +168,35 @@ static void test_dtypes() {
   CHECK(b1[0] == 1 && b1[1] == 0);
   reduce_into(DType::kBool, ReduceKind::kProduct, b1, b2, 2);
   CHECK(b1[0] == 0);
+  // Horovod's scaling rule: integers multiply in double and truncate toward zero.
   int32_t i1[2] = {7, -3};
   copy_scaled(DType::kInt32, i1, i1, 2, 0.5);
-  CHECK(i1[0] == 4 && i1[1] == -2);  // rounded to nearest, halves away from zero
+  CHECK(i1[0] == 3 && i1[1] == -1);
+  int16_t s1[3] = {32000, -7, 5}, s2[3] = {1000, 2, -5};
+  reduce_into(DType::kInt16, ReduceKind::kSum, s1, s2, 3);  // wraps like int16 arithmetic
+  CHECK(s1[0] == static_cast<int16_t>(33000) && s1[1] == -5 && s1[2] == 0);
+  copy_scaled(DType::kInt16, s1, s1, 3, 1.0 / 3);
+  CHECK(s1[0] == static_cast<int16_t>(33000 - 65536) / 3 && s1[1] == -1 && s1[2] == 0);
+  uint16_t u1[2] = {65535, 7}, u2[2] = {3, 9};
+  reduce_into(DType::kUInt16, ReduceKind::kMax, u1, u2, 2);
+  CHECK(u1[0] == 65535 && u1[1] == 9);
+  copy_scaled(DType::kUInt16, u1, u1, 2, 0.5);
+  CHECK(u1[0] == 32767 && u1[1] == 4);
+  uint8_t small[2] = {5, 255};
+  copy_scaled(DType::kUInt8, small, small, 2, 3.0);  // 765 wraps to 253, as uint8 arithmetic would
+  CHECK(small[0] == 15 && small[1] == 253);
+  int64_t huge[2] = {int64_t(1) << 62, -(int64_t(1) << 62)};
+  copy_scaled(DType::kInt64, huge, huge, 2, 4.0);  // outside int64: INT64_MIN, as x86 converts
+  CHECK(huge[0] == INT64_MIN && huge[1] == INT64_MIN);
+  // Halves: widened to float, times the factor rounded to float, rounded back to nearest even.
+  uint16_t h[1] = {float_to_half(3.0f)};
+  copy_scaled(DType::kFloat16, h, h, 1, 1.0 / 3);
+  CHECK(h[0] == float_to_half(3.0f * static_cast<float>(1.0 / 3)));
+  uint16_t bh[1] = {float_to_bf16(7.0f)};
+  copy_scaled(DType::kBFloat16, bh, bh, 1, 0.1);
+  CHECK(bh[0] == float_to_bf16(7.0f * static_cast<float>(0.1)));
+  CHECK(dtype_size(DType::kInt16) == 2 && dtype_size(DType::kUInt16) == 2 && dtype_valid(10) && !dtype_valid(11));
+  CHECK(std::string(dtype_name(DType::kInt16)) == "int16" && std::string(dtype_name(DType::kUInt16)) == "uint16");
   int64_t w1[1] = {0x0f0fll}, w2[1] = {0x00ffll};
   reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, w1, w2, 1);
   CHECK(w1[0] == 0x000f);

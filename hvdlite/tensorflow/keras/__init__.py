@@ -12,7 +12,8 @@ import tensorflow as _tf
 
 from hvdlite.common.basics import (ProcessSet, add_process_set, cross_rank, cross_size,  # noqa: F401
                                    global_process_set, init, is_homogeneous, is_initialized, local_rank,
-                                   local_size, rank, remove_process_set, shutdown, size)
+                                   local_size, rank, remove_process_set, shutdown, size, start_timeline,
+                                   stop_timeline)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
 from hvdlite.tensorflow import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401

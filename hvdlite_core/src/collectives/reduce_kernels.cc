@@ -1,9 +1,9 @@
 #include "collectives/reduce_kernels.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace hvdlite {
@@ -51,10 +51,16 @@ void reduce_half(ReduceKind kind, uint16_t* __restrict__ dst, const uint16_t* __
   }
 }
 
+// An integer times a factor, as Horovod computes it: the product in double, truncated toward zero. Products
+// outside int64 (or NaN) become INT64_MIN, what x86's conversion gives; narrower types then wrap like integer
+// arithmetic, so no input is undefined behaviour.
 template <typename T>
-T scale_value(T v, double factor) {
-  if (std::is_floating_point<T>::value) return static_cast<T>(v * factor);
-  return static_cast<T>(std::llround(static_cast<double>(v) * factor));
+T scale_integer(T v, double factor) {
+  const double product = factor * static_cast<double>(v);
+  constexpr double kTwo63 = 9223372036854775808.0;
+  const int64_t truncated = (product > -kTwo63 && product < kTwo63) ? static_cast<int64_t>(product)
+                                                                     : std::numeric_limits<int64_t>::min();
+  return static_cast<T>(truncated);
 }
 
 template <typename T>
@@ -63,7 +69,7 @@ void copy_scaled_native(T* __restrict__ dst, const T* __restrict__ src, size_t n
     const T f = static_cast<T>(factor);
     for (size_t i = 0; i < n; ++i) dst[i] = src[i] * f;
   } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = scale_value<T>(src[i], factor);
+    for (size_t i = 0; i < n; ++i) dst[i] = scale_integer<T>(src[i], factor);
   }
 }
 
@@ -79,6 +85,8 @@ void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_
   switch (dtype) {
     case DType::kUInt8: reduce_native(kind, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count); break;
     case DType::kInt8: reduce_native(kind, static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count); break;
+    case DType::kUInt16: reduce_native(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count); break;
+    case DType::kInt16: reduce_native(kind, static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count); break;
     case DType::kInt32: reduce_native(kind, static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count); break;
     case DType::kInt64: reduce_native(kind, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count); break;
     case DType::kFloat32: reduce_native(kind, static_cast<float*>(dst), static_cast<const float*>(src), count); break;
@@ -101,6 +109,8 @@ void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double f
   switch (dtype) {
     case DType::kUInt8: copy_scaled_native(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor); break;
     case DType::kInt8: copy_scaled_native(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor); break;
+    case DType::kUInt16: copy_scaled_native(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor); break;
+    case DType::kInt16: copy_scaled_native(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, factor); break;
     case DType::kInt32: copy_scaled_native(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor); break;
     case DType::kInt64: copy_scaled_native(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor); break;
     case DType::kFloat32: copy_scaled_native(static_cast<float*>(dst), static_cast<const float*>(src), count, factor); break;

@@ -73,6 +73,7 @@ const std::vector<Knob>& knobs() {
        [](const Config& c) { return c.log_level; }},
       {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },
        [](const Config& c) { return c.timeline; }},
+      bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles),
   };
   return table;
 }

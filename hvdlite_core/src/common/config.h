@@ -25,6 +25,7 @@ struct Config {
   int64_t background_spin_microseconds = 5;   // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
   std::string timeline;                       // TIMELINE: Chrome-trace file written by rank 0 ("": off)
+  bool timeline_mark_cycles = false;          // TIMELINE_MARK_CYCLES: mark each cycle that ran collectives
 
   static Config FromEnvironment();
   std::string Describe() const;  // "key=value;..." for --check-build style reports and debug logs

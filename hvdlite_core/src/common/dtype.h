@@ -8,8 +8,9 @@ namespace hvdlite {
 
 enum class DType : int32_t {
   kUInt8 = 0, kInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat16 = 4, kBFloat16 = 5, kFloat32 = 6, kFloat64 = 7, kBool = 8,
+  kUInt16 = 9, kInt16 = 10,  // values are the C ABI's hvdlite_dtype
 };
-constexpr int kNumDTypes = 9;
+constexpr int kNumDTypes = 11;
 
 bool dtype_valid(int32_t value);
 size_t dtype_size(DType dtype);

@@ -1,5 +1,7 @@
 #include "common/timeline.h"
 
+#include <algorithm>
+
 #include "common/status.h"
 
 namespace hvdlite {
@@ -19,40 +21,60 @@ std::string escape(const std::string& text) {
 
 Timeline::~Timeline() { close(); }
 
-void Timeline::open(const std::string& path) {
+void Timeline::open(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
   file_ = std::fopen(path.c_str(), "w");
   if (!file_) throw Error(StatusCode::kInvalidArgument, "cannot write the timeline file " + path);
+  mark_cycles_ = mark_cycles;
   origin_ = std::chrono::steady_clock::now();
+  rows_.clear();
+  first_ = true;
   std::fputs("[\n", file_);
+  enabled_ = true;
 }
 
-int Timeline::row(const std::string& tensor) {
+long long Timeline::micros(std::chrono::steady_clock::time_point t) const {
+  // An entry enqueued before the file was opened starts at 0.
+  return std::max<long long>(0, std::chrono::duration_cast<std::chrono::microseconds>(t - origin_).count());
+}
+
+Timeline::Row& Timeline::row(const std::string& tensor) {
   auto it = rows_.find(tensor);
   if (it != rows_.end()) return it->second;
   int id = static_cast<int>(rows_.size()) + 1;
-  rows_[tensor] = id;
   write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(id) +
         ", \"args\": {\"name\": \"" + escape(tensor) + "\"}}");
   write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + std::to_string(id) +
         ", \"args\": {\"sort_index\": " + std::to_string(id) + "}}");
-  return id;
+  return rows_.emplace(tensor, Row{id, 0}).first->second;
 }
 
 void Timeline::begin(const std::string& tensor, const std::string& activity,
                      std::chrono::steady_clock::time_point start) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!file_) return;
-  int id = row(tensor);
-  long long ts = std::chrono::duration_cast<std::chrono::microseconds>(start - origin_).count();
-  write("{\"name\": \"" + escape(activity) + "\", \"ph\": \"B\", \"ts\": " + std::to_string(ts) +
-        ", \"pid\": " + std::to_string(id) + ", \"tid\": 1}");
+  Row& r = row(tensor);
+  ++r.open_spans;
+  write("{\"name\": \"" + escape(activity) + "\", \"ph\": \"B\", \"ts\": " + std::to_string(micros(start)) +
+        ", \"pid\": " + std::to_string(r.id) + ", \"tid\": 1}");
 }
 
 void Timeline::end(const std::string& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!file_) return;
-  int id = row(tensor);
-  long long ts =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - origin_).count();
-  write("{\"ph\": \"E\", \"ts\": " + std::to_string(ts) + ", \"pid\": " + std::to_string(id) + ", \"tid\": 1}");
+  auto it = rows_.find(tensor);
+  if (it == rows_.end() || it->second.open_spans == 0) return;  // began before this file was opened
+  --it->second.open_spans;
+  write("{\"ph\": \"E\", \"ts\": " + std::to_string(micros(std::chrono::steady_clock::now())) +
+        ", \"pid\": " + std::to_string(it->second.id) + ", \"tid\": 1}");
+}
+
+void Timeline::mark_cycle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!file_ || !mark_cycles_) return;
+  write("{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"ts\": " +
+        std::to_string(micros(std::chrono::steady_clock::now())) + ", \"pid\": 0, \"tid\": 0}");
 }
 
 void Timeline::write(const std::string& event) {
@@ -62,7 +84,19 @@ void Timeline::write(const std::string& event) {
 }
 
 void Timeline::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  close_locked();
+}
+
+void Timeline::close_locked() {
   if (!file_) return;
+  enabled_ = false;
+  const std::string now = std::to_string(micros(std::chrono::steady_clock::now()));
+  for (auto& kv : rows_) {
+    for (; kv.second.open_spans > 0; --kv.second.open_spans) {
+      write("{\"ph\": \"E\", \"ts\": " + now + ", \"pid\": " + std::to_string(kv.second.id) + ", \"tid\": 1}");
+    }
+  }
   std::fputs("\n]\n", file_);
   std::fclose(file_);
   file_ = nullptr;

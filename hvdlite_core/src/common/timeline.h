@@ -1,10 +1,16 @@
 // Timeline: a Chrome-trace (chrome://tracing, Perfetto) record of what happened to each tensor: when it was
-// enqueued and negotiated, and when its collective ran (fused or not). Enabled with HVDLITE_TIMELINE=<file>
-// (or HOROVOD_TIMELINE); written by rank 0, like Horovod's. Only the thread running a cycle writes events, and
-// cycles never overlap, so the writer needs no lock.
+// enqueued and negotiated, and when its collective ran (fused or not). Written by rank 0, like Horovod's;
+// enabled at init by HVDLITE_TIMELINE=<file> (or HOROVOD_TIMELINE), or started and stopped at run time
+// (hvdlite_start_timeline / hvdlite_stop_timeline, Horovod's hvd.start_timeline / hvd.stop_timeline).
+//
+// Events come from the thread running a cycle, start/stop from any thread: a mutex orders them. Each file is
+// well formed on its own: a span that began before the file was opened writes no end into it, and spans still
+// open when it is closed are ended there.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -13,20 +19,33 @@ namespace hvdlite {
 class Timeline {
  public:
   ~Timeline();
-  void open(const std::string& path);
-  bool enabled() const { return file_ != nullptr; }
+  // Starts writing to path, closing the file written so far (if any). Throws kInvalidArgument if it cannot.
+  // mark_cycles: an instant "CYCLE_START" event at each cycle that executed something.
+  void open(const std::string& path, bool mark_cycles = false);
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   // Phase "B" at `start` (when the tensor was enqueued), for a tensor row named `tensor`.
   void begin(const std::string& tensor, const std::string& activity, std::chrono::steady_clock::time_point start);
   void begin(const std::string& tensor, const std::string& activity) { begin(tensor, activity, std::chrono::steady_clock::now()); }
   void end(const std::string& tensor);
+  void mark_cycle();
   void close();
 
  private:
-  int row(const std::string& tensor);
+  struct Row {
+    int id;
+    int open_spans;
+  };
+  Row& row(const std::string& tensor);
+  long long micros(std::chrono::steady_clock::time_point t) const;
   void write(const std::string& event);
+  void close_locked();
+
+  std::mutex mutex_;
+  std::atomic<bool> enabled_{false};
   std::FILE* file_ = nullptr;
+  bool mark_cycles_ = false;
   std::chrono::steady_clock::time_point origin_;
-  std::unordered_map<std::string, int> rows_;
+  std::unordered_map<std::string, Row> rows_;
   bool first_ = true;
 };
 

@@ -52,6 +52,13 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   }
   fresh.clear();
 
+  // A cached tensor that some member never submits would wait on its hit bit forever, out of the coordinator's
+  // sight: past the stall time it is invalidated (a conflict: erased everywhere, its hits resent as requests),
+  // so that the coordinator reports it and fails it like any stalled tensor.
+  for (const auto& hit : hits_) {
+    if (stalled_hit(pending_.at(hit.second))) conflicts.push_back(hit.first);
+  }
+
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
   size_t positions = 0;
   for (size_t p = cache_.capacity(); p > 0; --p) {
@@ -107,11 +114,23 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     }
   }
   if ((any & kFlagRequests) || any_conflict || any_joined) {
+    for (Request& q : requests) {
+      auto it = pending_.find(entry_key(q.process_set, q.name));
+      if (it != pending_.end()) q.waited_seconds = std::chrono::duration<double>(Clock::now() - it->second.enqueued).count();
+    }
     std::vector<Response> decided = coordinate(requests);
     remember(decided);
     outcome.responses.insert(outcome.responses.end(), decided.begin(), decided.end());
   }
   return outcome;
+}
+
+bool Controller::stalled_hit(const TensorEntry& entry) const {
+  double limit = config_.stall_warning_seconds;
+  if (config_.stall_shutdown_seconds > 0 && (limit <= 0 || config_.stall_shutdown_seconds < limit)) {
+    limit = config_.stall_shutdown_seconds;
+  }
+  return limit > 0 && std::chrono::duration<double>(Clock::now() - entry.enqueued).count() > limit;
 }
 
 void Controller::remember(const std::vector<Response>& responses) {
@@ -195,13 +214,18 @@ void Controller::ingest(const Request& request) {
     return;
   }
   std::string key = entry_key(request.process_set, request.name);
+  // Stall ages count from the earliest submission, also when it waited on a cached hit first.
+  auto submitted = std::chrono::steady_clock::now() -
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(std::max(0.0, request.waited_seconds)));
   auto it = table_.find(key);
   if (it == table_.end()) {
     Submissions fresh;
-    fresh.first_seen = std::chrono::steady_clock::now();
+    fresh.first_seen = submitted;
     it = table_.emplace(key, std::move(fresh)).first;
     arrival_order_.push_back(key);
   }
+  it->second.first_seen = std::min(it->second.first_seen, submitted);
   it->second.requests.push_back(request);
 }
 

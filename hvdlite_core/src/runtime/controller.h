@@ -55,6 +55,8 @@ class Controller {
   // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled.
   bool stall_deadline_passed();
   void remember(const std::vector<Response>& responses);
+  // A cache hit waiting longer than the stall time (STALL_CHECK or STALL_SHUTDOWN, the shorter).
+  bool stalled_hit(const TensorEntry& entry) const;
 
   const Config& config_;
   int rank_;

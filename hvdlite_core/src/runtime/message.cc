@@ -31,6 +31,7 @@ void Request::write(WireWriter& w) const {
   w.put_vector(ranks);
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
+  w.put<double>(waited_seconds);
 }
 
 Request Request::Read(WireReader& r) {
@@ -47,6 +48,7 @@ Request Request::Read(WireReader& r) {
   q.ranks = r.get_vector<int32_t>();
   q.name = r.get_string();
   q.cacheable = r.get<uint8_t>() != 0;
+  q.waited_seconds = r.get<double>();
   return q;
 }
 

@@ -35,6 +35,7 @@ struct Request {
   std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
   std::string name;
   bool cacheable = true;       // false for auto-named tensors: their names never repeat
+  double waited_seconds = 0;   // how long the submitter has had it when sent (stall ages count from there)
 
   void write(WireWriter& w) const;
   static Request Read(WireReader& r);

@@ -19,7 +19,7 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   keys.secret.assign(init.secret, init.secret + init.secret_len);
   keys.job_id = init.job_id ? init.job_id : "job";
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
-  if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline);
+  if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
   executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_));
@@ -33,6 +33,12 @@ void Runtime::shutdown() {
   queue_.wake();
   if (thread_.joinable()) thread_.join();
 }
+
+void Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  if (rank_ == 0) timeline_.open(path, mark_cycles);
+}
+
+void Runtime::stop_timeline() { timeline_.close(); }
 
 void Runtime::background_loop() {
   Progress::set_thread_spin(config_.background_spin_microseconds);
@@ -75,6 +81,7 @@ bool Runtime::run_cycle() {
   }
   try {
     Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
+    if (!outcome.responses.empty()) timeline_.mark_cycle();
     executor_->execute(outcome.responses);
     if (outcome.shutdown) {
       fail_everything(Status(StatusCode::kAborted,
@@ -199,6 +206,9 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     case OpType::kReducescatter:
       if (out->dtype == DType::kBool && out->reduce_op == ReduceOp::kAverage) {
         return invalid(subject + ": Average is not defined for bool tensors");
+      }
+      if (out->dtype == DType::kBool && (q.prescale_factor != 1.0 || q.postscale_factor != 1.0)) {
+        return invalid(subject + ": prescale_factor and postscale_factor do not apply to bool tensors");
       }
       if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
       if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject + ": needs at least one dimension");
