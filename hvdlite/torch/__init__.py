@@ -13,7 +13,8 @@ from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    broadcast_async_, grouped_allgather, grouped_allgather_async,
                                    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                    grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
-                                   join, poll, reducescatter, reducescatter_async, synchronize)
+                                   join, poll, reducescatter, reducescatter_async, sparse_allreduce_async,
+                                   synchronize)
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 
