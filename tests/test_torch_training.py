@@ -107,6 +107,7 @@ except AssertionError as e:
     assert "backward_passes_per_step" in str(e)
 else:
     raise SystemExit("a third backward pass was accepted")
+opt.synchronize()  # finish the reductions of the second pass on every rank before any rank shuts down
 print("DONE")
 """)
 
