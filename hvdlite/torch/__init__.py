@@ -43,3 +43,20 @@ def mpi_built() -> bool:
 
 def gloo_built() -> bool:
     return True
+
+
+def cuda_built() -> bool:
+    """False: this build has no CUDA backend, collectives take CPU tensors."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
