@@ -50,7 +50,7 @@ x = torch.arange(5.0) + me
 check("allreduce", hvd.allreduce(x, op=hvd.Sum, process_set=mine, name="solo"), x)
 check("allgather", hvd.allgather(x, process_set=mine, name="solo.g"), x)
 check("broadcast", hvd.broadcast(x, me, process_set=mine, name="solo.b"), x)
-out, splits = hvd.alltoall(x, process_set=mine, name="solo.a")
+out, splits = hvd.alltoall(x, splits=[5], process_set=mine, name="solo.a")
 check("alltoall", out, x)
 check("alltoall splits", splits, torch.tensor([5], dtype=torch.int32))
 hvd.barrier(process_set=mine)

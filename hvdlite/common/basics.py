@@ -24,7 +24,8 @@ class ProcessSet:
     pass it to ``init(process_sets=[...])``. ``process_set_id`` is None until registered.
     """
 
-    def __init__(self, ranks: Sequence[int]):
+    def __init__(self, ranks_or_comm: Sequence[int]):  # Horovod's parameter name
+        ranks = ranks_or_comm
         if hasattr(ranks, "Get_size") and hasattr(ranks, "Get_group"):  # an mpi4py communicator
             ranks = _ranks_of_mpi_comm(ranks)
         self.ranks: List[int] = sorted(int(r) for r in ranks)

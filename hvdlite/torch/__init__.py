@@ -14,7 +14,8 @@ from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    broadcast_async_, grouped_allgather, grouped_allgather_async,
                                    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                    grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
-                                   join, poll, reducescatter, reducescatter_async, synchronize)
+                                   join, poll, reducescatter, reducescatter_async, sparse_allreduce_async,
+                                   synchronize)
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 
@@ -43,3 +44,20 @@ def mpi_built() -> bool:
 
 def gloo_built() -> bool:
     return True
+
+
+def cuda_built() -> bool:
+    """False: this build has no CUDA backend, collectives take CPU tensors."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False

@@ -11,13 +11,17 @@ from hvdlite.torch import mpi_ops
 
 def broadcast_parameters(params, root_rank: int, process_set=global_process_set) -> None:
     """Overwrites every rank's parameters with root_rank's, in place. params: a state_dict, a
-    named_parameters() iterable, or a list of (name, tensor) pairs."""
+    named_parameters() iterable, (name, tensor) pairs, or plain tensors such as model.parameters() (matched
+    across ranks by position)."""
     if isinstance(params, dict):
         items = sorted(params.items())
+    elif isinstance(params, (str, bytes, torch.Tensor)) or not hasattr(params, "__iter__"):
+        raise ValueError(f"invalid params of type: {type(params)}; pass a state_dict, named_parameters() or "
+                         "parameters()")
     else:
-        items = list(params)
-        if items and not isinstance(items[0], tuple):
-            raise ValueError("broadcast_parameters takes a state_dict or (name, tensor) pairs")
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    # Unnamed tensors are matched across ranks by position.
+    items = [(f"position.{i}" if name is None else name, p) for i, (name, p) in enumerate(items)]
     handles = []
     for name, p in items:
         if not isinstance(p, torch.Tensor):
@@ -32,9 +36,15 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               process_set=global_process_set) -> None:
     """Makes every rank's optimizer state (buffers, step counts and other scalars, hyper-parameters) equal to
-    root_rank's. Parameters are matched by position, as in Optimizer.state_dict()."""
+    root_rank's. Parameters are matched by position, as in Optimizer.state_dict().
+
+    Root's whole state_dict travels as one object, so parameters that have no state yet (never received a
+    gradient, or a fresh optimizer) simply have none on every rank afterwards. Horovod instead broadcasts
+    tensor by tensor and, to that end, gives an optimizer without any state one step() on zero gradients;
+    hvdlite needs no such step, so training continues exactly as a single process's would (Adam's step count
+    is not advanced, weight decay is not applied an extra time)."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast the state of torch.optim.LBFGS")
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state = optimizer.state_dict() if rank() == root_rank else None
     state = broadcast_object(state, root_rank, name="broadcast.optimizer_state", process_set=process_set)
     if rank() != root_rank:

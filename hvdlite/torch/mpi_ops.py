@@ -2,8 +2,10 @@
 
 Every collective exists as `op` (returns a new tensor), `op_async` (returns a handle for `synchronize`/`poll`)
 and, where Horovod has them, in-place `op_` / `op_async_`. Tensors are passed to the core by pointer (CPU,
-contiguous); no extension is compiled against PyTorch.
+contiguous); no extension is compiled against PyTorch. The synchronous ops are differentiable (gradients as
+Horovod defines them, which differ from torch.distributed.nn's: see hvdlite/torch/autograd.py).
 """
+import warnings
 from typing import List, Optional, Sequence
 
 import torch
@@ -13,6 +15,7 @@ from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_B
                                    OP_REDUCESCATTER, global_process_set)
 from hvdlite.common.errors import InvalidArgumentError
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
+from hvdlite.torch.compression import Compression
 
 _DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
            torch.float32: 6, torch.float64: 7, torch.bool: 8, torch.int16: 10}
@@ -43,15 +46,24 @@ def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _resolve_op(op, average) -> int:
+    """Horovod's handling of the deprecated average argument (same messages and warning category)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
     if average is not None:
-        if op is not None:
-            raise ValueError("pass either op or the deprecated average argument, not both")
-        op = Average if average else Sum
-    return Average if op is None else op
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
 
 
-def _differentiable(tensor) -> bool:
-    return tensor.requires_grad and torch.is_grad_enabled()
+def _differentiable(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _compressor(compression):
+    return Compression.none if compression is None else compression
 
 
 def _process_set_id(process_set) -> int:
@@ -60,13 +72,17 @@ def _process_set_id(process_set) -> int:
     return process_set.process_set_id
 
 
-def poll(handle: int) -> bool:
+def poll(handle) -> bool:
     """True when the asynchronous operation behind handle has finished."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return handle.poll()
     return _handles.poll(handle)
 
 
-def synchronize(handle: int):
+def synchronize(handle):
     """Waits for an asynchronous operation and returns its result (raises its error)."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return handle()
     return _handles.synchronize(handle)
 
 
@@ -91,21 +107,20 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _handles.add([h], lambda: output, keep_alive=source)
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces tensor over every rank of process_set and returns the result (default op: Average).
-    Differentiable when tensor requires grad."""
-    if _differentiable(tensor):
+    Differentiable when tensor requires grad: the gradient is allreduced with the same op."""
+    op = _resolve_op(op, average)
+    compression = _compressor(compression)
+    wire, ctx = compression.compress(tensor)
+    if _differentiable(wire):
         from hvdlite.torch.autograd import AllreduceFunction
 
-        return AllreduceFunction.apply(tensor, name, _resolve_op(op, average), prescale_factor, postscale_factor,
-                                       process_set)
-    if compression is not None:
-        tensor, ctx = compression.compress(tensor)
-        result = synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                             process_set))
-        return compression.decompress(result, ctx)
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+        reduced = AllreduceFunction.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
+    else:
+        reduced = synchronize(allreduce_async(wire, None, name, op, prescale_factor, postscale_factor, process_set))
+    return compression.decompress(reduced, ctx)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -138,10 +153,21 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     return _handles.add(handles, lambda: outputs, keep_alive=sources)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set) -> List[torch.Tensor]:
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                                               process_set))
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set) -> List[torch.Tensor]:
+    """allreduce of every tensor of the list, negotiated and reduced together. Differentiable (one autograd
+    node for the group) when any of them requires grad."""
+    op = _resolve_op(op, average)
+    compression = _compressor(compression)
+    wires, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    if _differentiable(*wires):
+        from hvdlite.torch.autograd import GroupedAllreduceFunction
+
+        reduced = GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set, *wires)
+    else:
+        reduced = synchronize(grouped_allreduce_async(list(wires), None, name, op, prescale_factor,
+                                                      postscale_factor, process_set))
+    return [compression.decompress(r, ctx) for r, ctx in zip(reduced, ctxs)]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -192,12 +218,59 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
 
 
 def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
-    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ)."""
+    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ). Differentiable: the
+    gradient is averaged over the set, then this rank's rows are taken (Horovod's rule)."""
     if _differentiable(tensor):
         from hvdlite.torch.autograd import AllgatherFunction
 
         return AllgatherFunction.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
+
+
+class SparseAllreduceHandle:
+    """What sparse_allreduce_async returns. Calling it (Horovod's optimizer does `handle()`) or passing it to
+    synchronize() waits and returns the reduced sparse tensor (the same one on later calls); poll() works too.
+    Horovod's own synchronize() returns None for this handle; hvdlite's returns the result."""
+
+    def __init__(self, indices_handle: int, values_handle: int, like: torch.Tensor, op, process_set):
+        self._indices, self._values = indices_handle, values_handle
+        self._like, self._op, self._process_set = like, op, process_set
+        self._result = None
+
+    def poll(self) -> bool:
+        return self._result is not None or (poll(self._indices) and poll(self._values))
+
+    def __call__(self) -> torch.Tensor:
+        if self._result is None:
+            try:
+                values = synchronize(self._values)
+            finally:
+                indices = synchronize(self._indices)
+            if self._op == Average:
+                values = values / self._process_set.size()
+            like = self._like
+            # Rows from different ranks may repeat an index: left uncoalesced, as in Horovod.
+            self._result = torch.sparse_coo_tensor(indices.t(), values, like.shape, dtype=values.dtype,
+                                                   check_invariants=False)
+            self._like = None
+        return self._result
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> SparseAllreduceHandle:
+    """Reduces a sparse COO tensor over the set by allgathering its indices and values (every rank's entries,
+    duplicates summed when the result is coalesced); values are divided by the set size for op=Average.
+    Returns a handle: call it, or pass it to synchronize(), for the result."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise ValueError(f"sparse_allreduce_async takes a sparse COO tensor ({_describe(name)} is "
+                         f"{getattr(tensor, 'layout', type(tensor))}); use allreduce for dense tensors")
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async supports op=Average or op=Sum, not {op!r}")
+    # allgather concatenates along dimension 0: one row per entry, so indices travel transposed.
+    indices = allgather_async(tensor._indices().t().contiguous(), name=None if name is None else f"{name}.indices",
+                              process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name=None if name is None else f"{name}.values",
+                             process_set=process_set)
+    return SparseAllreduceHandle(indices, values, tensor, op, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
@@ -209,6 +282,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set) 
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[torch.Tensor]:
+    """allgather of every tensor of the list, together. Differentiable (one autograd node for the group)."""
+    if _differentiable(*tensors):
+        from hvdlite.torch.autograd import GroupedAllgatherFunction
+
+        return list(GroupedAllgatherFunction.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
@@ -231,15 +309,20 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
     """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the
-    extra rows when it does not divide evenly)."""
-    if _differentiable(tensor):
+    extra rows when it does not divide evenly). Differentiable: the gradient is allgathered (times the set size
+    for op=Sum, times prescale * postscale), Horovod's rule."""
+    compression = _compressor(compression)
+    wire, ctx = compression.compress(tensor)
+    if _differentiable(wire):
         from hvdlite.torch.autograd import ReducescatterFunction
 
-        return ReducescatterFunction.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+        reduced = ReducescatterFunction.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
+    else:
+        reduced = synchronize(reducescatter_async(wire, name, op, process_set, prescale_factor, postscale_factor))
+    return compression.decompress(reduced, ctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -252,34 +335,51 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                         keep_alive=[s for _, s in pairs])
 
 
-def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=global_process_set,
-                          prescale_factor=1.0, postscale_factor=1.0) -> List[torch.Tensor]:
-    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                                   postscale_factor))
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0) -> List[torch.Tensor]:
+    """reducescatter of every tensor of the list, together. Differentiable (one autograd node for the group)."""
+    compression = _compressor(compression)
+    wires, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    if _differentiable(*wires):
+        from hvdlite.torch.autograd import GroupedReducescatterFunction
+
+        reduced = GroupedReducescatterFunction.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                                     *wires)
+    else:
+        reduced = synchronize(grouped_reducescatter_async(list(wires), name, op, process_set, prescale_factor,
+                                                          postscale_factor))
+    return [compression.decompress(r, ctx) for r, ctx in zip(reduced, ctxs)]
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    """synchronize() on the handle returns (output, received_splits) whether or not splits were given, as in
+    Horovod; received_splits has splits' dtype when splits is a tensor, else int32."""
     source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
     code = _dtype_code(source, name)
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
                     process_set_id=_process_set_id(process_set), splits=splits)
 
     def finish():
-        return _owned_result(h, source.dtype), torch.tensor(ops.int_results(h), dtype=torch.int32)
+        return _owned_result(h, source.dtype), torch.tensor(ops.int_results(h), dtype=splits_dtype)
 
     return _handles.add([h], finish, keep_alive=source)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of tensor to rank i of the set; returns (received rows concatenated in rank order,
-    received splits). Without splits, dimension 0 is divided evenly."""
+    """Sends splits[i] rows of tensor to rank i of the set and returns the received rows concatenated in rank
+    order; with splits given, returns (that tensor, received splits), as Horovod does. Without splits,
+    dimension 0 is divided evenly. Differentiable: the gradient goes back along the received splits."""
     if _differentiable(tensor):
         from hvdlite.torch.autograd import AlltoallFunction
 
-        return AlltoallFunction.apply(tensor, splits, name, process_set)
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+        output, received = AlltoallFunction.apply(tensor, splits, name, process_set)
+    else:
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
 
 
 # --------------------------------------------------------------------------- broadcast
@@ -298,7 +398,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
-    """Returns root_rank's tensor on every rank of the set (root_rank is a global rank)."""
+    """Returns root_rank's tensor on every rank of the set (root_rank is a global rank). Differentiable: the
+    gradient is averaged over the set on the root and zero elsewhere (Horovod's rule)."""
     if _differentiable(tensor):
         from hvdlite.torch.autograd import BroadcastFunction
 

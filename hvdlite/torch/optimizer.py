@@ -6,6 +6,11 @@ enqueued asynchronously under the parameter's name; the core negotiates, fuses a
 step() (or synchronize()) waits for all of them. Every rank submits the same names every step: a parameter
 that received no gradient on some rank is reduced with zeros there, so no rank waits for a tensor another rank
 will never send.
+
+Sparse gradients (nn.Embedding(sparse=True)) stay sparse: their indices and values are allgathered
+(sparse_allreduce_async), or with sparse_as_dense=True allreduced as a dense tensor and made sparse again, so
+optimizers that need sparse gradients (torch.optim.SparseAdam) work either way, as in Horovod. Usage errors and
+warnings carry Horovod's messages and categories, since scripts and their tests match on them.
 """
 import contextlib
 import warnings
@@ -13,7 +18,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from hvdlite.common.basics import global_process_set, size
+from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Average, Sum
 from hvdlite.torch import mpi_ops
 from hvdlite.torch.compression import Compression
@@ -26,8 +31,6 @@ class _DistributedOptimizer:
                    groups, sparse_as_dense, process_set):
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer supports op=Average or op=Sum")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor needs op=Average")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         params = [p for group in self.param_groups for p in group["params"]]
@@ -51,7 +54,7 @@ class _DistributedOptimizer:
             # Positions are identical on every rank for the same model, so these names repeat step after step
             # and the response cache applies.
             self._hvd_names = {id(p): f"allreduce.param.{i}" for i, p in enumerate(params)}
-        self._hvd_compression = compression
+        self._hvd_compression = Compression.none if compression is None else compression
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
         self._hvd_predivide = gradient_predivide_factor
@@ -67,20 +70,27 @@ class _DistributedOptimizer:
         self._hvd_group_size: Dict[int, int] = {}
         if groups is not None:
             self._hvd_assign_groups(groups)
-        self._hvd_hooks = [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
+        # Like Horovod, a rank outside process_set reduces nothing: its step() applies its own gradients.
+        if process_set.process_set_id is None:
+            raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
+        self._hvd_member = bool(process_set.included())
+        self._hvd_hooks = ([p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
+                           if self._hvd_member else [])
 
     def _hvd_assign_groups(self, groups):
+        if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+            raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
         if isinstance(groups, int):
-            if groups <= 0:
-                raise ValueError("groups must be a positive number of groups or a list of parameter lists")
             per = -(-len(self._hvd_params) // groups)
             partition = [self._hvd_params[i:i + per] for i in range(0, len(self._hvd_params), per)]
         else:
             partition = [list(g) for g in groups]
         for index, members in enumerate(partition):
             for p in members:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
                 if id(p) in self._hvd_group_of:
-                    raise ValueError("a parameter appears in more than one group")
+                    raise ValueError("A parameter can only appear once in groups.")
                 self._hvd_group_of[id(p)] = index
             self._hvd_group_size[index] = len(members)
             self._hvd_group_ready[index] = []
@@ -90,9 +100,8 @@ class _DistributedOptimizer:
     def _hvd_on_grad(self, p: torch.Tensor) -> None:
         key = id(p)
         if key in self._hvd_handles:
-            raise AssertionError(
-                "gradients were computed more than backward_passes_per_step times before step(); raise "
-                "backward_passes_per_step to accumulate gradients locally over several backward passes")
+            raise AssertionError("Gradients were computed more than backward_passes_per_step times before call to "
+                                 "step(). Increase backward_passes_per_step to accumulate gradients locally.")
         self._hvd_passes_left[key] -= 1
         if self._hvd_passes_left[key] > 0:
             return
@@ -113,10 +122,10 @@ class _DistributedOptimizer:
             p.grad = torch.zeros_like(p)
         grad = p.grad
         if grad.is_sparse:
-            if self._hvd_sparse_as_dense:
-                p.grad = grad = grad.to_dense()
-            else:
-                return self._hvd_sparse_async(p, name)
+            if not self._hvd_sparse_as_dense:
+                return ("sparse", mpi_ops.sparse_allreduce_async(grad, name=name, op=self._hvd_op,
+                                                                 process_set=self._hvd_process_set))
+            grad = grad.to_dense()  # reduced dense; _hvd_finish makes p.grad sparse again
         prescale, postscale = 1.0, 1.0
         if self._hvd_op == Average and self._hvd_predivide != 1.0:
             prescale, postscale = 1.0 / self._hvd_predivide, self._hvd_predivide
@@ -127,31 +136,43 @@ class _DistributedOptimizer:
                                           postscale_factor=postscale, process_set=self._hvd_process_set)
         return ("dense", handle, wire, ctx)
 
-    def _hvd_sparse_async(self, p, name):
-        grad = p.grad.coalesce()
-        values = mpi_ops.allgather_async(grad._values(), name=f"{name}.values", process_set=self._hvd_process_set)
-        indices = mpi_ops.allgather_async(grad._indices().t().contiguous(), name=f"{name}.indices",
-                                          process_set=self._hvd_process_set)
-        return ("sparse", values, indices, grad.shape)
-
     def _hvd_finish(self, p: torch.Tensor, pending: tuple) -> None:
-        if pending[0] == "dense":
-            _, handle, wire, ctx = pending
-            result = mpi_ops.synchronize(handle)
-            if result is not p.grad:
-                p.grad.copy_(self._hvd_compression.decompress(result, ctx))
+        if pending[0] == "sparse":
+            p.grad = mpi_ops.synchronize(pending[1]).coalesce()
             return
-        _, values_handle, indices_handle, shape = pending
-        values = mpi_ops.synchronize(values_handle)
-        indices = mpi_ops.synchronize(indices_handle)
-        if self._hvd_op == Average:
-            values = values / (self._hvd_process_set.size() if self._hvd_process_set.process_set_id else size())
-        p.grad = torch.sparse_coo_tensor(indices.t(), values, shape).coalesce()
+        _, handle, wire, ctx = pending
+        result = mpi_ops.synchronize(handle)
+        if result is p.grad:
+            return
+        reduced = self._hvd_compression.decompress(result, ctx)
+        if p.grad.is_sparse:  # sparse_as_dense: the optimizer still gets a sparse gradient, as in Horovod
+            p.grad = reduced.to_sparse(p.grad.sparse_dim())
+        else:
+            p.grad.copy_(reduced)
 
     # ------------------------------------------------------------------ public API
 
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Changes how many backward passes accumulate locally before gradients are reduced."""
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be at least 1")
+        self._hvd_passes = passes
+        for p in self._hvd_params:
+            self._hvd_passes_left[id(p)] = passes
+
+    @property
+    def backward_passes_per_step(self) -> int:
+        return self._hvd_passes
+
+    @backward_passes_per_step.setter
+    def backward_passes_per_step(self, passes: int) -> None:
+        self.set_backward_passes_per_step(passes)
+
     def synchronize(self) -> None:
         """Waits until every gradient is reduced (reducing, with zeros, those this rank did not produce)."""
+        if not self._hvd_member:
+            self._hvd_synchronized = True
+            return
         for p in self._hvd_params:
             if id(p) not in self._hvd_handles:
                 self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
@@ -182,31 +203,48 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if self._hvd_should_synchronize:
             if self._hvd_synchronized:
-                warnings.warn("optimizer.step() was called after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(); gradients are reduced again, which is wasted work")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                              "your code.", stacklevel=2)
             self.synchronize()
         self._hvd_synchronized = False
         return super().step(closure)
 
+    def _hvd_pending(self) -> bool:
+        """Reductions in flight, or backward passes counted towards the next reduction (as in Horovod, both
+        forbid zero_grad: clearing a partly accumulated gradient would desynchronise the ranks' counts)."""
+        return bool(self._hvd_handles) or any(left != self._hvd_passes for left in self._hvd_passes_left.values())
+
     def zero_grad(self, set_to_none: bool = True):
-        if self._hvd_handles:
-            raise AssertionError(
-                "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
-                "optimizer.synchronize(); the gradients are still being reduced in place, so this is not allowed")
+        if self._hvd_member and self._hvd_pending():
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                                 "a race condition.")
         return super().zero_grad(set_to_none=set_to_none)
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1, op=Average,
-                         gradient_predivide_factor: float = 1.0, groups=None, sparse_as_dense: bool = False,
-                         process_set=global_process_set):
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0, groups=None,
+                         sparse_as_dense: bool = False, process_set=global_process_set):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
     The optimizer object is kept (its state and hyper-parameters stay); its class becomes a subclass of the
-    original with the distributed step(), synchronize(), skip_synchronize() and zero_grad() checks.
+    original with the distributed step(), synchronize(), skip_synchronize(), set_backward_passes_per_step()
+    and zero_grad() checks. gradient_predivide_factor (op=Average only) scales gradients by
+    1/gradient_predivide_factor before the sum and gradient_predivide_factor/size after it. num_groups is
+    Horovod's deprecated spelling of an integer groups.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
     base = optimizer.__class__
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
     optimizer._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,

@@ -269,8 +269,10 @@ for dtype, case in itertools.product(DTYPES, A2A_CASES):
 # even split (no splits argument)
 for dtype in (torch.float32, torch.int8, torch.bool):
     inputs = [make(r, ("a2a-even", dtype), (3 * n, 5), dtype) for r in range(n)]
-    out, rsplits = hvd.alltoall(inputs[me])
-    check(f"alltoall even {dtype}", out, torch.cat([inputs[j][3 * me:3 * me + 3] for j in range(n)]))
+    expected = torch.cat([inputs[j][3 * me:3 * me + 3] for j in range(n)])
+    check(f"alltoall even {dtype}", hvd.alltoall(inputs[me]), expected)  # no splits: just the tensor
+    out, rsplits = hvd.synchronize(hvd.alltoall_async(inputs[me]))  # the async form always has both
+    check(f"alltoall_async even {dtype}", out, expected)
     check(f"alltoall even {dtype} splits", rsplits, torch.full((n,), 3, dtype=torch.int32))
     ok()
 
