@@ -15,7 +15,7 @@ import hvdlite.torch as hvd
 from hvdjob import ALL_DTYPES, check, horovod_scale, make, reduce_reference
 from hvdlite.common import errors, ops
 from hvdlite.common.binding import check as binding_check
-from hvdlite.torch import mpi_ops
+from hvdlite.torch import core_ops
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,8 +110,8 @@ def test_dtype_codes_agree_everywhere():
     header = {name.lower(): int(v) for name, v in re.findall(
         r"HVDLITE_(UINT8|INT8|UINT16|INT16|INT32|INT64|FLOAT16|BFLOAT16|FLOAT32|FLOAT64|BOOL) = (\d+)", text)}
     assert ops.DTYPE_CODES == header
-    assert {str(d).replace("torch.", ""): c for d, c in mpi_ops._DTYPES.items()} == header
-    assert set(mpi_ops._DTYPES) == set(ALL_DTYPES)
+    assert {str(d).replace("torch.", ""): c for d, c in core_ops._DTYPES.items()} == header
+    assert set(core_ops._DTYPES) == set(ALL_DTYPES)
 
 
 def test_handle_table_synchronize_unknown_handle():

@@ -161,15 +161,8 @@ KEYWORD_ONLY_OK = {
 # Owned by work in progress elsewhere in the project. The test asserts these are EXACTLY the entries that fail:
 # when one lands, the test fails until its line is removed here.
 PENDING = {
-    ("hvdlite.tensorflow", "start_timeline"): "timeline control is being added to hvdlite.common.basics",
-    ("hvdlite.tensorflow", "stop_timeline"): "timeline control is being added to hvdlite.common.basics",
     ("hvdlite.tensorflow", "elastic"): "elastic training (horovod.tensorflow.elastic) is not built yet",
-    ("hvdlite.tensorflow", "ProcessSet"): "hvdlite.common.basics.ProcessSet names its parameter `ranks`, not "
-                                          "`ranks_or_comm` (common layer, shared with hvdlite.torch)",
-    ("hvdlite.tensorflow.keras", "start_timeline"): "timeline control is being added to hvdlite.common.basics",
-    ("hvdlite.tensorflow.keras", "stop_timeline"): "timeline control is being added to hvdlite.common.basics",
     ("hvdlite.tensorflow.keras", "elastic"): "elastic training (horovod.tensorflow.keras.elastic) is not built yet",
-    ("hvdlite.tensorflow.keras", "ProcessSet"): "see hvdlite.tensorflow ProcessSet",
 }
 
 # --------------------------------------------------------------------------- parsing and checking

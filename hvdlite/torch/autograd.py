@@ -22,7 +22,7 @@ import torch
 
 from hvdlite.common.basics import rank
 from hvdlite.common.ops import Average, Sum
-from hvdlite.torch import mpi_ops
+from hvdlite.torch import core_ops
 
 
 def _rows(tensor: torch.Tensor) -> int:
@@ -32,7 +32,7 @@ def _rows(tensor: torch.Tensor) -> int:
 def _my_rows(gradients: Sequence[torch.Tensor], my_rows: Sequence[int], scalar: Sequence[bool], process_set):
     """Slices this rank's rows out of gathered gradients: one allgather of every member's row counts
     (one column per tensor) gives the offsets."""
-    counts = mpi_ops.synchronize(mpi_ops.allgather_async(torch.tensor([list(my_rows)], dtype=torch.int64),
+    counts = core_ops.synchronize(core_ops.allgather_async(torch.tensor([list(my_rows)], dtype=torch.int64),
                                                          process_set=process_set))
     me = process_set.rank()
     offsets = counts[:me].sum(dim=0).tolist()
@@ -51,12 +51,12 @@ class AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
-        return mpi_ops.synchronize(mpi_ops.allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
+        return core_ops.synchronize(core_ops.allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
                                                            postscale_factor=postscale, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = mpi_ops.synchronize(mpi_ops.allreduce_async(
+        reduced = core_ops.synchronize(core_ops.allreduce_async(
             grad.contiguous(), op=ctx.op, prescale_factor=ctx.prescale, postscale_factor=ctx.postscale,
             process_set=ctx.process_set))
         return reduced, None, None, None, None, None
@@ -66,13 +66,13 @@ class GroupedAllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
-        return tuple(mpi_ops.synchronize(mpi_ops.grouped_allreduce_async(
+        return tuple(core_ops.synchronize(core_ops.grouped_allreduce_async(
             list(tensors), name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
             process_set=process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
-        reduced = mpi_ops.synchronize(mpi_ops.grouped_allreduce_async(
+        reduced = core_ops.synchronize(core_ops.grouped_allreduce_async(
             [g.contiguous() for g in grads], op=ctx.op, prescale_factor=ctx.prescale,
             postscale_factor=ctx.postscale, process_set=ctx.process_set))
         return (None,) * 5 + tuple(reduced)
@@ -83,11 +83,11 @@ class AllgatherFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, process_set):
         ctx.process_set = process_set
         ctx.rows, ctx.scalar = _rows(tensor), tensor.dim() == 0
-        return mpi_ops.synchronize(mpi_ops.allgather_async(tensor, name=name, process_set=process_set))
+        return core_ops.synchronize(core_ops.allgather_async(tensor, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        averaged = mpi_ops.synchronize(mpi_ops.allreduce_async(grad.contiguous(), op=Average,
+        averaged = core_ops.synchronize(core_ops.allreduce_async(grad.contiguous(), op=Average,
                                                                process_set=ctx.process_set))
         return _my_rows([averaged], [ctx.rows], [ctx.scalar], ctx.process_set)[0], None, None
 
@@ -98,12 +98,12 @@ class GroupedAllgatherFunction(torch.autograd.Function):
         ctx.process_set = process_set
         ctx.rows = [_rows(t) for t in tensors]
         ctx.scalar = [t.dim() == 0 for t in tensors]
-        return tuple(mpi_ops.synchronize(mpi_ops.grouped_allgather_async(list(tensors), name=name,
+        return tuple(core_ops.synchronize(core_ops.grouped_allgather_async(list(tensors), name=name,
                                                                          process_set=process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
-        averaged = mpi_ops.synchronize(mpi_ops.grouped_allreduce_async(
+        averaged = core_ops.synchronize(core_ops.grouped_allreduce_async(
             [g.contiguous() for g in grads], op=Average, process_set=ctx.process_set))
         return (None, None) + tuple(_my_rows(averaged, ctx.rows, ctx.scalar, ctx.process_set))
 
@@ -112,11 +112,11 @@ class BroadcastFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return mpi_ops.synchronize(mpi_ops.broadcast_async(tensor, root_rank, name=name, process_set=process_set))
+        return core_ops.synchronize(core_ops.broadcast_async(tensor, root_rank, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        averaged = mpi_ops.synchronize(mpi_ops.allreduce_async(grad.contiguous(), op=Average,
+        averaged = core_ops.synchronize(core_ops.allreduce_async(grad.contiguous(), op=Average,
                                                                process_set=ctx.process_set))
         if rank() != ctx.root_rank:  # root_rank is a global rank, as in the forward
             averaged = torch.zeros_like(averaged)
@@ -124,12 +124,12 @@ class BroadcastFunction(torch.autograd.Function):
 
 
 class AlltoallFunction(torch.autograd.Function):
-    """Returns (output, received_splits); mpi_ops.alltoall drops received_splits when no splits were given."""
+    """Returns (output, received_splits); core_ops.alltoall drops received_splits when no splits were given."""
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ctx.process_set = process_set
-        output, received = mpi_ops.synchronize(mpi_ops.alltoall_async(tensor, splits, name=name,
+        output, received = core_ops.synchronize(core_ops.alltoall_async(tensor, splits, name=name,
                                                                       process_set=process_set))
         ctx.received = received
         ctx.mark_non_differentiable(received)
@@ -137,7 +137,7 @@ class AlltoallFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, _received_splits_grad):
-        back, _ = mpi_ops.synchronize(mpi_ops.alltoall_async(grad.contiguous(), ctx.received,
+        back, _ = core_ops.synchronize(core_ops.alltoall_async(grad.contiguous(), ctx.received,
                                                              process_set=ctx.process_set))
         return back, None, None, None
 
@@ -147,13 +147,13 @@ class ReducescatterFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.scale = _reducescatter_gradient_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
-        return mpi_ops.synchronize(mpi_ops.reducescatter_async(tensor, name=name, op=op, process_set=process_set,
+        return core_ops.synchronize(core_ops.reducescatter_async(tensor, name=name, op=op, process_set=process_set,
                                                                prescale_factor=prescale,
                                                                postscale_factor=postscale))
 
     @staticmethod
     def backward(ctx, grad):
-        gathered = mpi_ops.synchronize(mpi_ops.allgather_async(grad.contiguous(), process_set=ctx.process_set))
+        gathered = core_ops.synchronize(core_ops.allgather_async(grad.contiguous(), process_set=ctx.process_set))
         return gathered * ctx.scale, None, None, None, None, None
 
 
@@ -162,12 +162,12 @@ class GroupedReducescatterFunction(torch.autograd.Function):
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
         ctx.scale = _reducescatter_gradient_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
-        return tuple(mpi_ops.synchronize(mpi_ops.grouped_reducescatter_async(
+        return tuple(core_ops.synchronize(core_ops.grouped_reducescatter_async(
             list(tensors), name=name, op=op, process_set=process_set, prescale_factor=prescale,
             postscale_factor=postscale)))
 
     @staticmethod
     def backward(ctx, *grads):
-        gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async([g.contiguous() for g in grads],
+        gathered = core_ops.synchronize(core_ops.grouped_allgather_async([g.contiguous() for g in grads],
                                                                        process_set=ctx.process_set))
         return (None,) * 5 + tuple(g * ctx.scale for g in gathered)

@@ -1,0 +1,330 @@
+"""PyTorch collectives as the core runs them: asynchronous (`op_async` returns a handle for `synchronize`/`poll`),
+in-place (`op_`, `op_async_`), never differentiable. Tensors are passed to the core by pointer (CPU,
+contiguous); no extension is compiled against PyTorch.
+
+The layer below the differentiable Functions (autograd.py), which build on these; mpi_ops.py, above both,
+holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
+"""
+import warnings
+from typing import Optional
+
+import torch
+
+from hvdlite.common import ops
+from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
+                                   OP_REDUCESCATTER, global_process_set)
+from hvdlite.common.errors import InvalidArgumentError
+from hvdlite.common.ops import Average, Sum
+from hvdlite.torch.compression import Compression
+
+_DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
+           torch.float32: 6, torch.float64: 7, torch.bool: 8, torch.int16: 10}
+if hasattr(torch, "uint16"):  # torch >= 2.3
+    _DTYPES[torch.uint16] = 9
+
+_handles = ops.HandleTable()
+
+
+def _describe(name: Optional[str]) -> str:
+    return f"tensor '{name}'" if name else "an unnamed tensor"
+
+
+def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
+    if tensor.device.type != "cpu":
+        raise InvalidArgumentError(
+            f"{_describe(name)} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
+            "collectives take CPU tensors only: move it with .cpu() first")
+    try:
+        return _DTYPES[tensor.dtype]
+    except KeyError:
+        raise InvalidArgumentError(f"{_describe(name)} has dtype {tensor.dtype}, which hvdlite does not support; "
+                                   f"supported: {', '.join(str(d) for d in _DTYPES)}") from None
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _resolve_op(op, average) -> int:
+    """Horovod's handling of the deprecated average argument (same messages and warning category)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def _differentiable(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _compressor(compression):
+    return Compression.none if compression is None else compression
+
+
+def _process_set_id(process_set) -> int:
+    if process_set.process_set_id is None:
+        raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
+    return process_set.process_set_id
+
+
+def poll(handle) -> bool:
+    """True when the asynchronous operation behind handle has finished."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return handle.poll()
+    return _handles.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for an asynchronous operation and returns its result (raises its error)."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return handle()
+    return _handles.synchronize(handle)
+
+
+# --------------------------------------------------------------------------- allreduce
+
+def _allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> dict:
+    return dict(op=OP_ALLREDUCE, name=name, dtype=_dtype_code(tensor, name), shape=tuple(tensor.shape),
+                input_ptr=tensor.data_ptr(), output_ptr=output.data_ptr(), reduce_op=ops.core_reduce_op(op),
+                prescale=prescale_factor, postscale=postscale_factor, process_set_id=_process_set_id(process_set))
+
+
+def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    return ops.enqueue(**_allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    source = _contiguous(tensor)
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    h = _allreduce_enqueue(source, output, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: output, keep_alive=source)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    if tensor.is_contiguous():
+        h = _allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+        return _handles.add([h], lambda: tensor, keep_alive=tensor)
+    work = tensor.contiguous()
+    h = _allreduce_enqueue(work, work, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def _group_names(name, count):
+    return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    sources = [_contiguous(t) for t in tensors]
+    outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
+    handles = ops.enqueue_many([_allreduce_call(s, o, n, op, prescale_factor, postscale_factor, process_set)
+                                for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))])
+    return _handles.add(handles, lambda: outputs, keep_alive=sources)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set) -> int:
+    op = _resolve_op(op, average)
+    works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    handles = ops.enqueue_many([_allreduce_call(w, w, n, op, prescale_factor, postscale_factor, process_set)
+                                for w, n in zip(works, _group_names(name, len(works)))])
+
+    def finish():
+        for t, w in zip(tensors, works):
+            if w is not t:
+                t.copy_(w)
+        return list(tensors)
+
+    return _handles.add(handles, finish, keep_alive=works)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# --------------------------------------------------------------------------- core-owned results
+
+def _owned_result(handle: int, dtype: torch.dtype) -> torch.Tensor:
+    shape = ops.output_shape(handle)
+    out = torch.empty(shape, dtype=dtype)
+    ops.copy_output(handle, out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+def _allgather_call(tensor, name, process_set):
+    source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
+    return dict(op=OP_ALLGATHER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
+                input_ptr=source.data_ptr(), output_ptr=0, process_set_id=_process_set_id(process_set)), source
+
+
+def _allgather_enqueue(tensor, name, process_set):
+    call, source = _allgather_call(tensor, name, process_set)
+    return ops.enqueue(**call), source
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
+    h, source = _allgather_enqueue(tensor, name, process_set)
+    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+
+
+class SparseAllreduceHandle:
+    """What sparse_allreduce_async returns. Calling it (Horovod's optimizer does `handle()`) or passing it to
+    synchronize() waits and returns the reduced sparse tensor (the same one on later calls); poll() works too.
+    Horovod's own synchronize() returns None for this handle; hvdlite's returns the result."""
+
+    def __init__(self, indices_handle: int, values_handle: int, like: torch.Tensor, op, process_set):
+        self._indices, self._values = indices_handle, values_handle
+        self._like, self._op, self._process_set = like, op, process_set
+        self._result = None
+
+    def poll(self) -> bool:
+        return self._result is not None or (poll(self._indices) and poll(self._values))
+
+    def __call__(self) -> torch.Tensor:
+        if self._result is None:
+            try:
+                values = synchronize(self._values)
+            finally:
+                indices = synchronize(self._indices)
+            if self._op == Average:
+                values = values / self._process_set.size()
+            like = self._like
+            # Rows from different ranks may repeat an index: left uncoalesced, as in Horovod.
+            self._result = torch.sparse_coo_tensor(indices.t(), values, like.shape, dtype=values.dtype,
+                                                   check_invariants=False)
+            self._like = None
+        return self._result
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> SparseAllreduceHandle:
+    """Reduces a sparse COO tensor over the set by allgathering its indices and values (every rank's entries,
+    duplicates summed when the result is coalesced); values are divided by the set size for op=Average.
+    Returns a handle: call it, or pass it to synchronize(), for the result."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise ValueError(f"sparse_allreduce_async takes a sparse COO tensor ({_describe(name)} is "
+                         f"{getattr(tensor, 'layout', type(tensor))}); use allreduce for dense tensors")
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async supports op=Average or op=Sum, not {op!r}")
+    # allgather concatenates along dimension 0: one row per entry, so indices travel transposed.
+    indices = allgather_async(tensor._indices().t().contiguous(), name=None if name is None else f"{name}.indices",
+                              process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name=None if name is None else f"{name}.values",
+                             process_set=process_set)
+    return SparseAllreduceHandle(indices, values, tensor, op, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
+    calls = [_allgather_call(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    handles = ops.enqueue_many([c for c, _ in calls])
+    pairs = list(zip(handles, [s for _, s in calls]))
+    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+                        keep_alive=[s for _, s in pairs])
+
+
+def _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    source = _contiguous(tensor)
+    return dict(op=OP_REDUCESCATTER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
+                input_ptr=source.data_ptr(), output_ptr=0, reduce_op=ops.core_reduce_op(op),
+                prescale=prescale_factor, postscale=postscale_factor,
+                process_set_id=_process_set_id(process_set)), source
+
+
+def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    call, source = _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return ops.enqueue(**call), source
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0) -> int:
+    h, source = _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0) -> int:
+    calls = [_reducescatter_call(t, n, op, prescale_factor, postscale_factor, process_set)
+             for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    handles = ops.enqueue_many([c for c, _ in calls])
+    pairs = list(zip(handles, [s for _, s in calls]))
+    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+                        keep_alive=[s for _, s in pairs])
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    """synchronize() on the handle returns (output, received_splits) whether or not splits were given, as in
+    Horovod; received_splits has splits' dtype when splits is a tensor, else int32."""
+    source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
+    code = _dtype_code(source, name)
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    if splits is not None:
+        splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
+                    process_set_id=_process_set_id(process_set), splits=splits)
+
+    def finish():
+        return _owned_result(h, source.dtype), torch.tensor(ops.int_results(h), dtype=splits_dtype)
+
+    return _handles.add([h], finish, keep_alive=source)
+
+
+# --------------------------------------------------------------------------- broadcast
+
+def _broadcast_enqueue(tensor, output, root_rank, name, process_set):
+    code = _dtype_code(tensor, name)
+    return ops.enqueue(OP_BROADCAST, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
+                       root_rank=int(root_rank), process_set_id=_process_set_id(process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    source = _contiguous(tensor)
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    h = _broadcast_enqueue(source, output, root_rank, name, process_set)
+    return _handles.add([h], lambda: output, keep_alive=source)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    h = _broadcast_enqueue(work, work, root_rank, name, process_set)
+
+    def finish():
+        if work is not tensor:
+            tensor.copy_(work)
+        return tensor
+
+    return _handles.add([h], finish, keep_alive=work)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# --------------------------------------------------------------------------- synchronisation
+
+def barrier(process_set=global_process_set) -> None:
+    """Returns once every rank of the set has called barrier."""
+    h = ops.enqueue(OP_BARRIER, None, 0, (), 0, 0, process_set_id=_process_set_id(process_set))
+    synchronize(_handles.add([h], lambda: None))
+
+
+def join(device=-1) -> int:
+    """Declares that this rank has no more data. Until every rank has joined, this rank takes part in other
+    ranks' allreduces with zeros (allgathers with no rows). Returns the last rank to join."""
+    h = ops.enqueue(OP_JOIN, None, 0, (), 0, 0)
+    return synchronize(_handles.add([h], lambda: ops.int_results(h)[0]))

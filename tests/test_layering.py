@@ -1,0 +1,98 @@
+"""The package's layers import only downward: no import cycles, and the common layer knows no framework.
+
+Imports inside functions count too: a deferred import that closes a circle still couples the two modules both
+ways, which is what this guards against.
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# source folder -> the package it installs as (setup.py's package_dir)
+SOURCES = {"hvdlite": "hvdlite", "launcher": "hvdlite.runner"}
+
+
+def _modules():
+    """{dotted module name: path} for every module the project installs."""
+    found = {}
+    for folder_name, package in SOURCES.items():
+        top = os.path.join(REPO, folder_name)
+        for folder, _, files in os.walk(top):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    dotted = ".".join([package] + os.path.relpath(path, top)[:-3].split(os.sep))
+                    found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def _import_graph():
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        is_package = path.endswith("__init__.py")
+        targets = set()
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import
+                    parts = module.split(".")
+                    anchor = parts if is_package else parts[:-1]
+                    anchor = anchor[:len(anchor) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from pkg import sub` imports the module pkg.sub when it is one, else a name of pkg.
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                         for alias in node.names]
+            else:
+                continue
+            targets.update(name for name in names if name in modules and name != module)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph):
+    """Every elementary cycle found by a depth-first search (enough to name each offending circle)."""
+    found, state, stack = [], {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                found.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_common_layer_imports_no_layer_above_it():
+    """hvdlite.common is what the ranks need to join a job; the adapters, the launcher and the executors
+    build on it, never the other way round."""
+    above = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.runner", "hvdlite.ray")
+    offenders = {module: sorted(t for t in targets if t.startswith(above))
+                 for module, targets in _import_graph().items() if module.startswith("hvdlite.common")}
+    assert not {m: t for m, t in offenders.items() if t}
+
+
+def test_launcher_sources_install_as_hvdlite_runner():
+    modules = _modules()
+    assert "hvdlite.runner.launch" in modules and modules["hvdlite.runner.launch"].endswith("launcher/launch.py")
+    import hvdlite.runner.launch
+
+    assert os.path.samefile(hvdlite.runner.launch.__file__, modules["hvdlite.runner.launch"])
