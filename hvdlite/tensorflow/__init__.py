@@ -9,6 +9,8 @@ from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cros
                                    global_process_set, init, is_homogeneous, is_initialized, local_rank,
                                    local_size, rank, remove_process_set, shutdown, size, start_timeline,
                                    stop_timeline)
+from hvdlite.common.build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+                                           mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
 from hvdlite.tensorflow import errors as _errors
@@ -56,49 +58,6 @@ def _set_ranks(process_set_id: int):
     count = ffi.new("int32_t*")
     check(lib.hvdlite_process_set_ranks(process_set_id, ranks, 65536, count))
     return [ranks[i] for i in range(count[0])]
-
-
-def mpi_threads_supported() -> bool:
-    """Horovod compatibility: hvdlite's core is thread-safe whatever backend is used."""
-    return True
-
-
-def mpi_enabled() -> bool:
-    return "mpi=1" in build_info()
-
-
-def mpi_built() -> bool:
-    return mpi_enabled()
-
-
-def gloo_enabled() -> bool:
-    """Horovod compatibility: the built-in TCP/shared-memory backend plays Gloo's part."""
-    return True
-
-
-def gloo_built() -> bool:
-    return True
-
-
-def nccl_built() -> bool:
-    return "nccl=1" in build_info()
-
-
-def cuda_built() -> bool:
-    """This build has no GPU backend: collectives take host (CPU) tensors."""
-    return False
-
-
-def rocm_built() -> bool:
-    return False
-
-
-def ccl_built() -> bool:
-    return False
-
-
-def ddl_built() -> bool:
-    return False
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):

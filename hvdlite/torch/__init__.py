@@ -3,6 +3,8 @@ from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cros
                                    global_process_set, init, is_homogeneous, is_initialized, local_rank,
                                    local_size, rank, remove_process_set, shutdown, size, start_timeline,
                                    stop_timeline)
+from hvdlite.common.build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+                                           mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
                                    InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
 from hvdlite.torch.compression import Compression  # noqa: F401
@@ -18,46 +20,3 @@ from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    synchronize)
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
-
-
-def mpi_threads_supported() -> bool:
-    """Horovod compatibility: hvdlite's core is thread-safe whatever backend is used."""
-    return True
-
-
-def mpi_enabled() -> bool:
-    return "mpi=1" in build_info()
-
-
-def gloo_enabled() -> bool:
-    """Horovod compatibility: the built-in TCP/shared-memory backend plays Gloo's part."""
-    return True
-
-
-def nccl_built() -> bool:
-    return "nccl=1" in build_info()
-
-
-def mpi_built() -> bool:
-    return mpi_enabled()
-
-
-def gloo_built() -> bool:
-    return True
-
-
-def cuda_built() -> bool:
-    """False: this build has no CUDA backend, collectives take CPU tensors."""
-    return False
-
-
-def rocm_built() -> bool:
-    return False
-
-
-def ccl_built() -> bool:
-    return False
-
-
-def ddl_built() -> bool:
-    return False
