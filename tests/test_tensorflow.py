@@ -178,10 +178,10 @@ for mode in MODES:
     coef = np.arange(total * 2, dtype=np.float64).reshape(total, 2)
     offset = sum(r + 1 for r in range(R))
     same(f"{mode} d allgather", grads(lambda a: tf.reduce_sum(hvd.allgather(a) * coef), a),
-         coef[offset:offset + R + 1] * N)
+         coef[offset:offset + R + 1])  # Horovod averages the gradient over the set (torch.distributed.nn sums)
     b = tf.ones([3], tf.float64)
     same(f"{mode} d broadcast", grads(lambda b: tf.reduce_sum(hvd.broadcast(b, root_rank=1) * 2), b),
-         np.full(3, 2.0 * N if R == 1 else 0.0))
+         np.full(3, 2.0 if R == 1 else 0.0))  # averaged onto the root
     t = tf.constant(np.arange(2 * N, dtype=np.float64))
     coef2 = np.arange(2 * N, dtype=np.float64) + 1
     # alltoall's gradient sends the output gradient back: rank r's rows 2k, 2k+1 went to rank k, position 2r, 2r+1
@@ -189,9 +189,9 @@ for mode in MODES:
     same(f"{mode} d alltoall", grads(lambda t: tf.reduce_sum(hvd.alltoall(t) * coef2), t), expected)
     s = tf.ones([2 * N, 3], tf.float64)
     same(f"{mode} d reducescatter sum", grads(lambda s: tf.reduce_sum(hvd.reducescatter(s, op=hvd.Sum) * 5), s),
-         np.full((2 * N, 3), 5.0))
+         np.full((2 * N, 3), 5.0 * N))  # Horovod: times the set size for Sum
     same(f"{mode} d reducescatter avg", grads(lambda s: tf.reduce_sum(hvd.reducescatter(s) * 5), s),
-         np.full((2 * N, 3), 5.0 / N), 1e-12)
+         np.full((2 * N, 3), 5.0), 1e-12)
 
 # Errors: a shape mismatch fails on every rank with the core's message, as a TensorFlow error; the next
 # collective works.

@@ -360,21 +360,22 @@ def _grouped_allgather_raw(tensors, names, process_set):
         outs = _bridge(collectives, xs, [x.dtype for x in xs], shapes, "allgather")
 
         def grad(*dys):
-            # d/dx_r of every rank's use of the gathered tensor: the summed gradient, this rank's rows.
+            # Horovod's rule: the gradient averaged over the set, then this rank's rows (torch.distributed.nn
+            # would sum; hvdlite.torch follows Horovod too).
             rows = [tf.reshape(tf.shape(x, out_type=tf.int64)[0] if x.shape.rank else tf.constant(1, tf.int64),
                                [1]) for x in xs]
             dys = [tf.zeros_like(o) if dy is None else tf.convert_to_tensor(dy) for o, dy in zip(outs, dys)]
             back = ([_Collective(OP_ALLGATHER, None if n is None else f"{n}.grad.rows", process_set_id=ps_id)
                      for n in names] +
-                    [_Collective(OP_ALLREDUCE, None if n is None else f"{n}.grad", ops.core_reduce_op(Sum),
+                    [_Collective(OP_ALLREDUCE, None if n is None else f"{n}.grad", ops.core_reduce_op(Average),
                                  process_set_id=ps_id) for n in names])
             results = _bridge(back, rows + dys, [tf.int64] * len(xs) + [d.dtype for d in dys],
                               [tf.TensorShape([None])] * len(xs) + [d.shape for d in dys], "gradient of allgather")
             me = _process_set_rank(process_set)
             grads = []
-            for x, all_rows, summed in zip(xs, results[:len(xs)], results[len(xs):]):
+            for x, all_rows, averaged in zip(xs, results[:len(xs)], results[len(xs):]):
                 offset = tf.reduce_sum(all_rows[:me])
-                mine = summed[offset:offset + all_rows[me]]
+                mine = averaged[offset:offset + all_rows[me]]
                 grads.append(tf.reshape(mine, tf.shape(x)))
             return grads
 
@@ -403,8 +404,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 # --------------------------------------------------------------------------- broadcast
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Returns root_rank's tensor on every rank of process_set (root_rank is a global rank). Differentiable:
-    the gradient is the sum of every rank's gradient on the root, zero elsewhere."""
+    """Returns root_rank's tensor on every rank of process_set (root_rank is a global rank). Differentiable, with
+    Horovod's gradient: every rank's gradient averaged, on the root; zero elsewhere."""
     tensor = tf.convert_to_tensor(tensor)
     name = _op_name("HorovodBroadcast", tensor, name, ignore_name_scope)
     _check_dtype(tensor, name)
@@ -418,10 +419,10 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             dy = tf.convert_to_tensor(dy)
-            summed = _bridge([_Collective(OP_ALLREDUCE, None if name is None else f"{name}.grad",
-                                          ops.core_reduce_op(Sum), process_set_id=ps_id)], [dy], [dy.dtype],
-                             [dy.shape], "gradient of broadcast")[0]
-            return summed if rank() == root_rank else tf.zeros_like(summed)
+            averaged = _bridge([_Collective(OP_ALLREDUCE, None if name is None else f"{name}.grad",
+                                            ops.core_reduce_op(Average), process_set_id=ps_id)], [dy], [dy.dtype],
+                               [dy.shape], "gradient of broadcast")[0]
+            return averaged if rank() == root_rank else tf.zeros_like(averaged)
 
         return out, grad
 
@@ -478,7 +479,8 @@ def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_
             back = [_Collective(OP_ALLGATHER, None if n is None else f"{n}.grad", process_set_id=ps_id)
                     for n in names]
             gathered = _bridge(back, dys, [d.dtype for d in dys], [x.shape for x in xs], "gradient of reducescatter")
-            scale = _allreduce_scale(op, prescale, postscale, process_set)
+            # Horovod's rule: the gathered gradient times the set size for Sum (1 for Average), times the factors.
+            scale = (_process_set_size(process_set) if op == Sum else 1.0) * prescale * postscale
             return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]
 
         return outs, grad
