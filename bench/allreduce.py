@@ -2,6 +2,7 @@
 
     python bench/allreduce.py                 # 2 ranks on this host, all available peers, writes bench/results/
     python bench/allreduce.py --peers hvdlite # only hvdlite
+    python bench/allreduce.py --sizes 8,1048576 --out-dir /tmp/quick   # a quick look at two sizes
 
 Each peer runs as its own 2-process job, one after the other, with the same sizes and iteration rules; the
 driver then prints ratios against hvdlite. Bus bandwidth follows nccl-tests: busbw = algbw * 2(n-1)/n, with
@@ -22,6 +23,11 @@ ROOT = os.path.dirname(HERE)
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
+def sizes_from_env():
+    """The driver hands its --sizes to the worker processes through the environment."""
+    return [int(n) for n in os.environ["HVDLITE_BENCH_SIZES"].split(",")]
+
+
 def iterations_for(nbytes):
     if nbytes <= 32 << 10:
         return 3000, 300
@@ -34,7 +40,7 @@ def iterations_for(nbytes):
 
 def measure(allreduce_inplace, barrier, make_tensor, rank):
     results = []
-    for nbytes in SIZES:
+    for nbytes in sizes_from_env():
         tensor = make_tensor(max(1, nbytes // 4))
         iters, warmup = iterations_for(nbytes)
         for _ in range(warmup):
@@ -90,8 +96,9 @@ def run_worker(name, out_path):
             json.dump({"peer": name, "ranks": size, "results": result}, f)
 
 
-def launch(peer, np_, out_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def launch(peer, np_, out_path, sizes):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes))
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
     if peer == "hvdlite":
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
@@ -117,13 +124,13 @@ def available(peer):
     return True
 
 
-def report(runs, out_dir, np_):
+def report(runs, out_dir, np_, sizes):
     base = {r["bytes"]: r for r in runs["hvdlite"]["results"]}
     lines = ["| size | hvdlite time (us) | hvdlite busbw (GB/s) | " +
              " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}" for p in runs if p != "hvdlite") + " |"]
     lines.append("|" + "---|" * (3 + 2 * (len(runs) - 1)))
     factor = 2 * (np_ - 1) / np_
-    for nbytes in SIZES:
+    for nbytes in sizes:
         h = base[nbytes]
         h_bw = nbytes / h["median_s"] * factor / 1e9
         row = [human(nbytes), f"{h['median_s'] * 1e6:.1f}", f"{h_bw:.3f}"]
@@ -134,7 +141,7 @@ def report(runs, out_dir, np_):
             p_bw = nbytes / p["median_s"] * factor / 1e9
             row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)", f"{p['median_s'] / h['median_s']:.2f}x"]
         lines.append("| " + " | ".join(row) + " |")
-    table = "\n".join(lines)
+    table = f"{machine_line()}, {np_} ranks\n\n" + "\n".join(lines)
     print(table)
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write(table + "\n")
@@ -165,6 +172,18 @@ def report(runs, out_dir, np_):
     fig.savefig(os.path.join(out_dir, "allreduce.png"), dpi=110)
 
 
+def machine_line():
+    """The processor, which decides much of the result (the same code ranks differently against Open MPI on a
+    Xeon and on an EPYC): 'model name' from /proc/cpuinfo and the core count."""
+    model = "unknown processor"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"machine: {model}, {os.cpu_count()} cores"
+
+
 def human(n):
     for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= div:
@@ -176,7 +195,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--peers", default="hvdlite,torch-gloo,mpi")
-    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated")
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"),
+                        help="where allreduce.md, allreduce.json and the plot allreduce.png are written")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,6 +205,7 @@ def main():
         run_worker(args.worker, args.out)
         return
     os.makedirs(args.out_dir, exist_ok=True)
+    sizes = [int(n) for n in args.sizes.split(",")]
     runs = {}
     for peer in args.peers.split(","):
         if not available(peer):
@@ -191,13 +213,13 @@ def main():
             continue
         out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
         print(f"running {peer} ...", flush=True)
-        rc = launch(peer, args.np, out_path)
+        rc = launch(peer, args.np, out_path, sizes)
         if rc != 0:
             raise SystemExit(f"{peer} run failed with exit code {rc}")
         with open(out_path) as f:
             runs[peer] = json.load(f)
         os.remove(out_path)
-    report(runs, args.out_dir, args.np)
+    report(runs, args.out_dir, args.np, sizes)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """HVDLITE_TIMELINE writes a valid Chrome trace on rank 0: negotiation and execution spans for each tensor."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+import hvdlite.timeline
 from multiproc import run_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.timeout(120)
@@ -19,7 +25,8 @@ hvd.allgather(torch.ones(2, 2), name="gathered")
 hvd.shutdown()
 """, np=2, env={"HVDLITE_TIMELINE": str(path)}, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    events = json.loads(path.read_text())
+    events = hvdlite.timeline.load(str(path))
+    assert hvdlite.timeline.check(events) == []
     rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert {"grad.0", "grad.3", "gathered"} <= set(rows.values())
     spans = [e for e in events if e["ph"] in "BE"]
@@ -35,8 +42,9 @@ hvd.shutdown()
 
 
 RUNTIME_TIMELINE = """
-import json, os, sys, time
+import os, sys, time
 import torch
+import hvdlite.timeline
 import hvdlite.torch as hvd
 
 out_dir = sys.argv[1]
@@ -49,17 +57,12 @@ def path(name):
 
 
 def load(name):
+    events = hvdlite.timeline.load(path(name))  # a complete JSON array: the file was closed properly
+    problems = hvdlite.timeline.check(events)  # spans nest and end, timestamps valid: Perfetto will load it
+    assert not problems, (name, problems)
     with open(path(name)) as f:
-        events = json.load(f)  # a complete JSON array: the file was closed properly
-    assert all(e["ph"] in ("B", "E", "M", "i") for e in events), events
-    assert all(e["ts"] >= 0 for e in events if "ts" in e), events
+        assert f.read().rstrip().endswith("]"), name
     rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    depth = {}
-    for e in events:  # every span ends, and never before it began
-        if e["ph"] in "BE":
-            depth[e["pid"]] = depth.get(e["pid"], 0) + (1 if e["ph"] == "B" else -1)
-            assert depth[e["pid"]] >= 0, (name, rows.get(e["pid"]), events)
-    assert all(d == 0 for d in depth.values()), (name, depth, rows)
     spans = {}
     for e in events:
         if e["ph"] == "B":
@@ -136,3 +139,79 @@ def test_timeline_started_and_stopped_at_run_time(tmp_path):
     result = run_job(RUNTIME_TIMELINE, np=2, args=[str(tmp_path)], timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("TIMELINE OK") == 2, result.stdout + result.stderr
+
+
+def span(phase, ts, pid=1, name="ALLREDUCE"):
+    event = {"ph": phase, "ts": ts, "pid": pid, "tid": 1}
+    if phase != "E":
+        event["name"] = name
+    return event
+
+
+@pytest.mark.parametrize("events, problem", [
+    ([span("E", 5)], "no span open"),
+    ([span("B", 5), span("E", 4)], "ends at 4 before it began at 5"),
+    ([span("B", 5)], "never ends"),
+    ([span("B", 1), span("E", 2, pid=2)], "no span open"),  # spans pair within their own row only
+    ([{"ph": "B", "ts": -1, "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
+    ([{"ph": "B", "ts": "7", "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
+    ([{"ph": "i", "ts": 1, "pid": "1", "tid": 1, "name": "x"}], "must be integers"),
+    ([{"ph": "i", "ts": 1, "pid": 1, "tid": 1}], "needs a 'name'"),
+    ([{"ph": "Q", "ts": 1, "pid": 1, "tid": 1}], "unknown phase 'Q'"),
+    ([{"ph": "M", "name": "process_name"}], "metadata without 'args'"),
+    ([["B", 1]], "not a JSON object"),
+])
+def test_trace_checker_names_what_breaks_the_format(events, problem):
+    problems = hvdlite.timeline.check(events)
+    assert any(problem in p for p in problems), problems
+    assert hvdlite.timeline.check([span("B", 1), span("B", 2, name="inner"), span("E", 3), span("E", 3)]) == []
+
+
+def test_trace_reader_takes_cut_files_and_trace_objects(tmp_path):
+    events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad"}},
+              span("B", 10, name="NEGOTIATE_allreduce"), span("E", 30), span("B", 30, name="ALLREDUCE (fused x2)"),
+              span("E", 35), span("B", 40, name="ALLREDUCE"), span("E", 47)]
+    whole = "[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n"
+    path = tmp_path / "t.json"
+    path.write_text(whole)
+    assert hvdlite.timeline.load(str(path)) == events
+    path.write_text(whole[:whole.index(json.dumps(events[3]))] + json.dumps(events[3])[:9])  # killed mid-line
+    assert hvdlite.timeline.load(str(path)) == events[:3]
+    path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    summaries, cycles = hvdlite.timeline.summarize(hvdlite.timeline.load(str(path)))
+    assert cycles == 0 and len(summaries) == 1
+    assert summaries[0].count == {"NEGOTIATE_allreduce": 1, "ALLREDUCE": 2}
+    assert summaries[0].total_us == {"NEGOTIATE_allreduce": 20, "ALLREDUCE": 12}
+    path.write_text(json.dumps({"events": []}))
+    cli = subprocess.run([sys.executable, "-m", "hvdlite.timeline", str(path)], capture_output=True, text=True)
+    assert cli.returncode == 2 and "without 'traceEvents'" in cli.stderr, cli
+
+
+@pytest.mark.timeout(300)
+def test_timeline_example_records_steps_and_the_trace_passes_the_checker(tmp_path):
+    """examples/pytorch_timeline.py as a user runs it, then `python -m hvdlite.timeline` on its trace."""
+    trace = tmp_path / "steps.json"
+    script = f"""
+import runpy, sys
+sys.argv = ["pytorch_timeline.py", "--trace", {str(trace)!r}, "--record-from", "2", "--record-steps", "2"]
+runpy.run_path({os.path.join(ROOT, "examples", "pytorch_timeline.py")!r}, run_name="__main__")
+"""
+    result = run_job(script, np=2, timeout=240)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "recorded steps 2..3" in out and "open " in out, out
+    events = hvdlite.timeline.load(str(trace))
+    assert hvdlite.timeline.check(events) == []
+    summaries, cycles = hvdlite.timeline.summarize(events)
+    gradients = {s.tensor for s in summaries}
+    assert "allreduce.fc.weight" in gradients and "allreduce.conv1.weight" in gradients, gradients
+    assert all(s.count.get("NEGOTIATE_allreduce") == 2 for s in summaries), summaries  # two steps, once each
+    assert all(sum(n for a, n in s.count.items() if a != "NEGOTIATE_allreduce") == 2 for s in summaries)
+    assert cycles >= 2
+    checked = subprocess.run([sys.executable, "-m", "hvdlite.timeline", str(trace), "--check"],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0 and "well-formed" in checked.stdout, checked
+    table = subprocess.run([sys.executable, "-m", "hvdlite.timeline", str(trace), "--top", "3"],
+                           capture_output=True, text=True)
+    assert table.returncode == 0 and f"{len(summaries)} tensors" in table.stdout, table
+    assert len({line.split()[0] for line in table.stdout.splitlines()[2:]}) == 3, table.stdout
