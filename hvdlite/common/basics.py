@@ -4,7 +4,7 @@ import os
 import threading
 from typing import List, Optional, Sequence
 
-from hvdlite.common import bootstrap
+from hvdlite.common import bootstrap, ops
 from hvdlite.common.binding import check, ffi, lib
 from hvdlite.common.errors import NotInitializedError, error_for_status
 
@@ -111,6 +111,7 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
 def shutdown() -> None:
     """Leaves the job. Pending operations on every rank fail with AbortedError. init() may be called again."""
     check(lib.hvdlite_shutdown())
+    ops.release_finished_abandoned()  # shutdown finished (aborted) every operation an interrupted wait gave up
 
 
 def is_initialized() -> bool:
@@ -165,7 +166,7 @@ def _run_control(op: int, ranks: Sequence[int]) -> List[int]:
     handle = ffi.new("int64_t*")
     check(lib.hvdlite_enqueue(request, handle))
     try:
-        status = lib.hvdlite_wait(handle[0], 0)
+        status = ops.wait_status(handle[0])
         if status != 0:
             buf = ffi.new("char[]", 4096)
             lib.hvdlite_handle_error(handle[0], buf, 4096)

@@ -10,7 +10,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 from hvdlite.common.binding import check, ffi, lib
-from hvdlite.common.errors import error_for_status
+from hvdlite.common.errors import HvdliteError, error_for_status
 
 # Horovod's reduce-op constants (same values, so code comparing them keeps working) and the core's codes.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -123,14 +123,57 @@ def enqueue_many(calls: Sequence[dict]) -> List[int]:
     return [handles[i] for i in range(count)]
 
 
+# A blocking wait returns to Python this often, so that signal handlers run while ranks wait on each other:
+# Ctrl-C raises KeyboardInterrupt, a SIGALRM-based timeout (pytest-timeout's) fires. The core keeps working
+# on the operation between slices; a slice that ends early costs one extra call per this many seconds.
+WAIT_SLICE_SECONDS = 0.1
+_TIMEOUT_STATUS = 6  # StatusCode::kTimeout, also what hvdlite_wait returns when the slice ran out
+
+
+def wait_status(handle: int) -> int:
+    """Blocks until the core handle finishes and returns its status. An exception raised by a signal handler
+    meanwhile propagates with the operation still running: the caller must keep its buffers alive and must not
+    release the handle (``abandon`` does both)."""
+    while True:
+        status = lib.hvdlite_wait(handle, WAIT_SLICE_SECONDS)
+        if status != _TIMEOUT_STATUS or lib.hvdlite_poll(handle) != 0:
+            return status
+
+
 def wait(handle: int) -> None:
     """Blocks until the core handle finishes; raises its error (the handle stays valid for results)."""
-    status = lib.hvdlite_wait(handle, 0)
+    status = wait_status(handle)
     if status != 0:
         buf = ffi.new("char[]", 8192)
         n = lib.hvdlite_handle_error(handle, buf, 8192)
         message = ffi.string(buf).decode(errors="replace") if n >= 0 else ""
         raise error_for_status(status, message or f"operation failed with status {status}")
+
+
+# Operations whose waiter was interrupted and gave them up: their buffers stay referenced until they finish
+# (every pending operation finishes: executed, failed, or aborted by shutdown), then their handles are released.
+_abandoned_lock = threading.Lock()
+_abandoned: List[tuple] = []
+
+
+def abandon(core_handles: Sequence[int], keep_alive) -> None:
+    with _abandoned_lock:
+        _abandoned.append((list(core_handles), keep_alive))
+    release_finished_abandoned()
+
+
+def release_finished_abandoned() -> int:
+    """Releases abandoned operations that have finished; returns how many are still running."""
+    with _abandoned_lock:
+        running = []
+        for core_handles, keep_alive in _abandoned:
+            if all(lib.hvdlite_poll(h) != 0 for h in core_handles):
+                for h in core_handles:
+                    release(h)
+            else:
+                running.append((core_handles, keep_alive))
+        _abandoned[:] = running
+        return len(running)
 
 
 def output_shape(handle: int) -> List[int]:
@@ -179,14 +222,22 @@ class HandleTable:
         with self._lock:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
-            core_handles, finish, _ = self._pending.pop(handle)
+            entry = self._pending.pop(handle)
+        core_handles, finish, _ = entry
+        error = None
         try:
-            error = None
             for h in core_handles:  # wait for all, even after a failure, so no buffer is left in use
                 try:
                     wait(h)
-                except Exception as e:  # noqa: BLE001 - re-raised below
+                except HvdliteError as e:  # re-raised below
                     error = error or e
+        except BaseException:
+            # Interrupted (Ctrl-C, a signal handler's exception) while the operation runs: it stays pending under
+            # the same handle, its tensors alive, so it can be synchronized again (or dropped at shutdown).
+            with self._lock:
+                self._pending[handle] = entry
+            raise
+        try:
             if error is not None:
                 raise error
             return finish()

@@ -144,11 +144,15 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
         raise as_tf_error(e) from None
     pending = [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
     error = None
-    for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still read our buffers
-        try:
-            ops.wait(handle)
-        except hvd_errors.HvdliteError as e:
-            error = error or as_tf_error(e, c.hint)
+    try:
+        for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still use our buffers
+            try:
+                ops.wait(handle)
+            except hvd_errors.HvdliteError as e:
+                error = error or as_tf_error(e, c.hint)
+    except BaseException:  # interrupted (Ctrl-C, a signal handler): the buffers stay alive until the core is done
+        ops.abandon([handle for _, handle, _, _ in pending], keep_alive=pending)
+        raise
     try:
         if error is not None:
             raise error
