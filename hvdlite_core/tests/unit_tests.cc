@@ -1,5 +1,5 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions, HMAC-SHA256. Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+// conversions, HMAC-SHA256, out-of-step detection. Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "collectives/reduce_kernels.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
+#include "runtime/desync.h"
 #include "runtime/fusion.h"
 #include "runtime/response_cache.h"
 #include "runtime/validation.h"
@@ -234,12 +235,49 @@ static void test_hmac() {
   CHECK(!digest_equal(a, b));
 }
 
+static IncompleteCollective waiting(std::string what, std::vector<int> submitters, std::vector<int> missing,
+                                    double age = 10) {
+  IncompleteCollective c;
+  c.description = std::move(what);
+  c.submitters = std::move(submitters);
+  c.missing = std::move(missing);
+  c.age_seconds = age;
+  return c;
+}
+
+static void test_out_of_step() {
+  // Two ranks in different collectives: each waits on the other.
+  std::vector<IncompleteCollective> crosswise = {waiting("allgather of tensor 'x'", {0}, {1}),
+                                                  waiting("barrier of tensor 'hvdlite.barrier'", {1}, {0})};
+  CHECK(find_out_of_step(crosswise, 5) == std::vector<size_t>({0, 1}));
+  std::string message = describe_out_of_step(crosswise, {0, 1}, 5);
+  CHECK(contains(message, "allgather of tensor 'x' was submitted by rank(s) 0 but not by rank(s) 1"));
+  CHECK(contains(message, "barrier of tensor 'hvdlite.barrier' was submitted by rank(s) 1 but not by rank(s) 0"));
+  CHECK(contains(message, "HVDLITE_DESYNC_TIMEOUT_SECONDS"));
+  // Not yet old enough, or the check is off.
+  CHECK(find_out_of_step(crosswise, 20).empty());
+  CHECK(find_out_of_step(crosswise, 0).empty());
+  crosswise[1].age_seconds = 1;
+  CHECK(find_out_of_step(crosswise, 5).empty());
+  // A slow rank: 0 and 1 wait on 2, which has submitted nothing they lack (it is computing): not out of step.
+  CHECK(find_out_of_step({waiting("allreduce of tensor 'g'", {0, 1}, {2})}, 5).empty());
+  // A chain is not a cycle: 0 waits on 1, 1 waits on 2, 2 waits on nobody.
+  CHECK(find_out_of_step({waiting("a", {0}, {1}), waiting("b", {1}, {2})}, 5).empty());
+  // A three-rank cycle, beside a collective outside it (3 waits on 4, which is just slow).
+  std::vector<IncompleteCollective> ring = {waiting("a", {0}, {1}), waiting("b", {1}, {2}), waiting("c", {2}, {0}),
+                                            waiting("d", {3}, {4})};
+  CHECK(find_out_of_step(ring, 5) == std::vector<size_t>({0, 1, 2}));
+  // Members of the cycle that submitted part of a collective: rank 0 and 2 in 'a', lacking 1; 1 waits on 0 in 'b'.
+  CHECK(find_out_of_step({waiting("a", {0, 2}, {1}), waiting("b", {1}, {0, 2})}, 5) == std::vector<size_t>({0, 1}));
+}
+
 int main() {
   test_validation();
   test_cache();
   test_fusion();
   test_dtypes();
   test_hmac();
+  test_out_of_step();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -60,6 +60,7 @@ const std::vector<Knob>& knobs() {
       number_knob("CACHE_CAPACITY", &Config::cache_capacity),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
       number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds),
+      number_knob("DESYNC_TIMEOUT_SECONDS", &Config::desync_timeout_seconds),
       number_knob("PEER_TIMEOUT_SECONDS", &Config::peer_timeout_seconds),
       number_knob("START_TIMEOUT", &Config::start_timeout_seconds),
       number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes),

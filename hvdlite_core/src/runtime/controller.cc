@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms.h"
 #include "common/log.h"
+#include "runtime/desync.h"
 #include "runtime/validation.h"
 
 namespace hvdlite {
@@ -126,9 +127,9 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
 }
 
 bool Controller::stalled_hit(const TensorEntry& entry) const {
-  double limit = config_.stall_warning_seconds;
-  if (config_.stall_shutdown_seconds > 0 && (limit <= 0 || config_.stall_shutdown_seconds < limit)) {
-    limit = config_.stall_shutdown_seconds;
+  double limit = 0;  // the shortest of the limits that are on
+  for (double l : {config_.stall_warning_seconds, config_.stall_shutdown_seconds, config_.desync_timeout_seconds}) {
+    if (l > 0 && (limit <= 0 || l < limit)) limit = l;
   }
   return limit > 0 && std::chrono::duration<double>(Clock::now() - entry.enqueued).count() > limit;
 }
@@ -266,20 +267,66 @@ std::vector<Response> Controller::decide() {
     out.push_back(join);
     joined_ranks_.clear();
   }
+  report_out_of_step(out);
   report_stalls(out);
   return out;
 }
 
-std::string Controller::missing_ranks(const Submissions& s) {
-  std::vector<int> members;
+std::vector<int> Controller::missing_ranks(const Submissions& s) {
+  std::vector<int> members, missing;
   sets_.members(s.requests.front().process_set, &members);
-  std::ostringstream missing;
-  int count = 0;
   for (int m : members) {
     bool has = std::any_of(s.requests.begin(), s.requests.end(), [m](const Request& q) { return q.rank == m; });
-    if (!has && !joined_ranks_.count(m)) missing << (count++ ? ", " : "") << m;
+    if (!has && !joined_ranks_.count(m)) missing.push_back(m);
   }
-  return missing.str();
+  return missing;
+}
+
+std::string Controller::missing_ranks_text(const Submissions& s) {
+  std::ostringstream text;
+  std::vector<int> missing = missing_ranks(s);
+  for (size_t i = 0; i < missing.size(); ++i) text << (i ? ", " : "") << missing[i];
+  return text.str();
+}
+
+std::vector<std::string> Controller::out_of_step(std::string* message) {
+  std::vector<IncompleteCollective> incomplete;
+  auto now = std::chrono::steady_clock::now();
+  for (const std::string& key : arrival_order_) {
+    const Submissions& s = table_.at(key);
+    const Request& first = s.requests.front();
+    IncompleteCollective c;
+    c.description = std::string(op_name(first.op)) + " of tensor '" + first.name + "'";
+    if (first.process_set != 0) c.description += " in process set " + std::to_string(first.process_set);
+    for (const Request& q : s.requests) c.submitters.push_back(q.rank);
+    std::sort(c.submitters.begin(), c.submitters.end());
+    c.missing = missing_ranks(s);
+    c.age_seconds = std::chrono::duration<double>(now - s.first_seen).count();
+    incomplete.push_back(std::move(c));
+  }
+  std::vector<size_t> found = find_out_of_step(incomplete, config_.desync_timeout_seconds);
+  std::vector<std::string> keys;
+  for (size_t i : found) keys.push_back(arrival_order_[i]);
+  if (message && !found.empty()) *message = describe_out_of_step(incomplete, found, config_.desync_timeout_seconds);
+  return keys;
+}
+
+void Controller::report_out_of_step(std::vector<Response>& out) {
+  if (config_.desync_timeout_seconds <= 0 || arrival_order_.empty()) return;
+  std::string message;
+  std::vector<std::string> keys = out_of_step(&message);
+  if (keys.empty()) return;
+  HVD_LOG(kError, message);
+  for (const std::string& key : keys) {
+    out.push_back(Response::Failure(table_.at(key).requests.front(), static_cast<int32_t>(StatusCode::kMismatch),
+                                    message));
+    table_.erase(key);
+  }
+  std::vector<std::string> keep;
+  for (const std::string& key : arrival_order_) {
+    if (table_.count(key)) keep.push_back(key);
+  }
+  arrival_order_.swap(keep);
 }
 
 bool Controller::stall_deadline_passed() {
@@ -295,10 +342,11 @@ bool Controller::stall_deadline_passed() {
       s.warned = true;
       HVD_LOG(kWarning, "stall: " << op_name(first.op) << " of tensor '" << first.name << "' has waited "
                                   << static_cast<int>(age) << " s; submitted by " << s.requests.size()
-                                  << " rank(s), missing rank(s) " << missing_ranks(s));
+                                  << " rank(s), missing rank(s) " << missing_ranks_text(s));
     }
     if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) due = true;
   }
+  if (!due && config_.desync_timeout_seconds > 0 && !arrival_order_.empty()) due = !out_of_step(nullptr).empty();
   return due;
 }
 
@@ -316,7 +364,7 @@ void Controller::report_stalls(std::vector<Response>& out) {
     const Request& first = s.requests.front();
     out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kTimeout),
                                     std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
-                                        std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing_ranks(s) +
+                                        std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing_ranks_text(s) +
                                         " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)"));
     table_.erase(key);
   }

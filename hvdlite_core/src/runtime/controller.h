@@ -52,10 +52,14 @@ class Controller {
   void ingest(const Request& request);
   std::vector<Response> decide();
   void report_stalls(std::vector<Response>& out);
-  // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled.
+  // Coordinator: fails the collectives that ranks wait on crosswise (runtime/desync.h), one message for all.
+  void report_out_of_step(std::vector<Response>& out);
+  // Keys of those collectives (and, when message is given, their description); empty when none.
+  std::vector<std::string> out_of_step(std::string* message);
+  // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled or out of step.
   bool stall_deadline_passed();
   void remember(const std::vector<Response>& responses);
-  // A cache hit waiting longer than the stall time (STALL_CHECK or STALL_SHUTDOWN, the shorter).
+  // A cache hit waiting longer than the shortest of STALL_CHECK, STALL_SHUTDOWN and DESYNC_TIMEOUT.
   bool stalled_hit(const TensorEntry& entry) const;
 
   const Config& config_;
@@ -81,7 +85,8 @@ class Controller {
   std::set<int> joined_ranks_;
   int last_joined_ = -1;
   std::chrono::steady_clock::time_point last_stall_check_;
-  std::string missing_ranks(const Submissions& s);
+  std::vector<int> missing_ranks(const Submissions& s);
+  std::string missing_ranks_text(const Submissions& s);
 };
 
 }  // namespace hvdlite
