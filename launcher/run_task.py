@@ -39,7 +39,10 @@ def main() -> int:
     try:
         outcome = ("ok", fn(*args, **kwargs))
         payload = cloudpickle.dumps(outcome)
-    except BaseException:  # noqa: B902 - SystemExit and KeyboardInterrupt in fn are failures of the rank too
+    except BaseException as error:  # noqa: B902 - SystemExit and KeyboardInterrupt in fn are failures too
+        from hvdlite.common import basics
+
+        basics.note_failure(error)  # the other ranks' collectives then fail naming this rank and the error
         text = traceback.format_exc()
         sys.stderr.write(text)
         put_blob(client, f"result.{rank}", cloudpickle.dumps(("error", text)))

@@ -1,7 +1,10 @@
 """init/shutdown, the job layout (rank, size, local and cross ranks) and process sets, for every framework."""
 import atexit
 import os
+import socket
+import sys
 import threading
+import traceback
 from typing import List, Optional, Sequence
 
 from hvdlite.common import bootstrap, ops
@@ -15,6 +18,7 @@ _lock = threading.Lock()
 _placement: Optional[bootstrap.Placement] = None
 _generation = 0
 _atexit_registered = False
+_failure_reason: Optional[str] = None  # why this process is going down, told to the other ranks at shutdown
 
 
 class ProcessSet:
@@ -102,7 +106,8 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
         _placement = placement
         global_process_set.ranks = list(range(placement.size))
         if not _atexit_registered:
-            atexit.register(shutdown)
+            atexit.register(_shutdown_at_exit)
+            _chain_excepthook()
             _atexit_registered = True
     for process_set in process_sets or ():
         add_process_set(process_set)
@@ -112,6 +117,52 @@ def shutdown() -> None:
     """Leaves the job. Pending operations on every rank fail with AbortedError. init() may be called again."""
     check(lib.hvdlite_shutdown())
     ops.release_finished_abandoned()  # shutdown finished (aborted) every operation an interrupted wait gave up
+
+
+def note_failure(error: BaseException) -> None:
+    """Records that this process is going down because of ``error``: when hvdlite shuts down (at exit), the other
+    ranks' pending and later collectives fail with an error that names this rank, its host and the exception,
+    instead of a bare "another rank shut hvdlite down". The first failure noted wins. Called for uncaught
+    exceptions (through sys.excepthook) and by the launcher's function runner."""
+    global _failure_reason
+    if _failure_reason is not None:
+        return
+    where = ""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" at {os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+    message = str(error)
+    if len(message) > 500:
+        message = message[:500] + "..."
+    placement = _placement
+    who = f"rank {placement.rank}" if placement is not None else "a rank"
+    _failure_reason = f"{who} on {socket.gethostname()} raised {type(error).__name__}: {message}{where}"
+
+
+def _shutdown_at_exit() -> None:
+    if lib.hvdlite_is_initialized() == 0:
+        return
+    if _failure_reason is not None:
+        check(lib.hvdlite_abort(_failure_reason.encode(errors="replace")))
+        ops.release_finished_abandoned()
+    else:
+        shutdown()
+
+
+def _chain_excepthook() -> None:
+    """Notes an uncaught exception before the interpreter's exit handlers shut hvdlite down (the hook runs
+    first), then hands it to whatever hook was installed before (the default prints the traceback)."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        try:
+            if exc is not None:
+                note_failure(exc.with_traceback(tb) if tb is not None else exc)
+        finally:
+            previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def is_initialized() -> bool:

@@ -78,6 +78,9 @@ const char* hvdlite_last_error(void);
 int hvdlite_listener_open(const char* bind_host, int32_t* port_out);
 int hvdlite_init(const hvdlite_init_config* config);
 int hvdlite_shutdown(void);
+/* hvdlite_shutdown for a process leaving because of an error: the other ranks' pending and later operations
+ * fail with reason (e.g. "rank 1 on host-a raised ValueError: ...") in their message. */
+int hvdlite_abort(const char* reason);
 /* 0: not initialised (or shut down); 1: running; 2: initialised, but a fatal error or another rank's shutdown
  * ended it: operations fail, rank and size still answer, and hvdlite_init starts a new runtime. */
 int hvdlite_is_initialized(void);

@@ -122,7 +122,7 @@ HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
   });
 }
 
-HVDLITE_EXPORT int hvdlite_shutdown(void) {
+static int shutdown_runtime(const std::string& reason) {
   return guarded([&] {
     std::shared_ptr<Runtime> rt;
     {
@@ -130,10 +130,14 @@ HVDLITE_EXPORT int hvdlite_shutdown(void) {
       rt.swap(g_runtime);
     }
     // Collective shutdown; pending operations finish with kAborted. Outside the lock: waiters may call in.
-    if (rt) rt->shutdown();
+    if (rt) rt->shutdown(reason);
     return static_cast<int>(HVDLITE_OK);
   });
 }
+
+HVDLITE_EXPORT int hvdlite_shutdown(void) { return shutdown_runtime(""); }
+
+HVDLITE_EXPORT int hvdlite_abort(const char* reason) { return shutdown_runtime(reason ? reason : ""); }
 
 HVDLITE_EXPORT int hvdlite_is_initialized(void) {
   auto rt = runtime_or_null();

@@ -32,9 +32,18 @@ void Controller::exchange_bits(std::vector<uint64_t>& words) {
   allreduce_recursive_doubling(*world, words.data(), words.size(), DType::kInt64, ReduceKind::kBitwiseAnd);
 }
 
-Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown) {
+Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown,
+                                          const std::string& abort_reason) {
   std::vector<Request> requests;
   requests.swap(resend_);
+  if (want_shutdown && !abort_reason.empty()) {
+    Request reason;
+    reason.op = OpType::kAbort;
+    reason.rank = rank_;
+    reason.name = abort_reason;
+    reason.cacheable = false;
+    requests.push_back(reason);
+  }
   std::vector<int> conflicts;
   for (TensorEntry& entry : fresh) {
     Request& q = entry.request;
@@ -121,7 +130,10 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     }
     std::vector<Response> decided = coordinate(requests);
     remember(decided);
-    outcome.responses.insert(outcome.responses.end(), decided.begin(), decided.end());
+    for (Response& r : decided) {
+      if (r.op == OpType::kAbort) outcome.peer_failure = r.error;
+      else outcome.responses.push_back(std::move(r));
+    }
   }
   return outcome;
 }
@@ -209,6 +221,10 @@ std::vector<Response> Controller::coordinate(const std::vector<Request>& mine) {
 }
 
 void Controller::ingest(const Request& request) {
+  if (request.op == OpType::kAbort) {
+    aborts_.push_back(request);
+    return;
+  }
   if (request.op == OpType::kJoin) {
     joined_ranks_.insert(request.rank);
     last_joined_ = request.rank;
@@ -269,6 +285,17 @@ std::vector<Response> Controller::decide() {
   }
   report_out_of_step(out);
   report_stalls(out);
+  if (!aborts_.empty()) {  // requests arrive in rank order: the lowest rank's reason first
+    Response failure;
+    failure.op = OpType::kAbort;
+    failure.cacheable = false;
+    failure.error = aborts_.front().name;
+    for (size_t i = 1; i < aborts_.size(); ++i) {
+      failure.error += "; also rank " + std::to_string(aborts_[i].rank) + ": " + aborts_[i].name;
+    }
+    out.push_back(failure);
+    aborts_.clear();
+  }
   return out;
 }
 

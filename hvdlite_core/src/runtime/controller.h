@@ -34,9 +34,11 @@ class Controller {
   struct Outcome {
     std::vector<Response> responses;
     bool shutdown = false;
+    std::string peer_failure;  // with shutdown: why the rank(s) that left did so, when they said ("" if not)
   };
-  // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks.
-  Outcome negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown);
+  // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks. A rank that
+  // wants to shut down because of an error passes the reason, which every rank then finds in peer_failure.
+  Outcome negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason = "");
   // The pending entry for a response, removed from the table; false if this rank has none (it joined, or
   // never submitted a tensor that failed validation).
   bool take_pending(const Response& response, TensorEntry* out);
@@ -83,6 +85,7 @@ class Controller {
   std::map<std::string, Submissions> table_;
   std::vector<std::string> arrival_order_;
   std::set<int> joined_ranks_;
+  std::vector<Request> aborts_;  // kAbort requests of this round, in rank order
   int last_joined_ = -1;
   std::chrono::steady_clock::time_point last_stall_check_;
   std::vector<int> missing_ranks(const Submissions& s);

@@ -14,8 +14,11 @@ namespace hvdlite {
 enum class OpType : int32_t {
   kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4, kBarrier = 5, kJoin = 6,
   kAddProcessSet = 7, kRemoveProcessSet = 8,
+  // Internal, never submitted through the C ABI: a rank leaving because of an error tells the others why
+  // (Request.name carries the reason; the coordinator turns it into Outcome::peer_failure on every rank).
+  kAbort = 9,
 };
-constexpr int kNumOpTypes = 9;
+constexpr int kNumOpTypes = 9;  // operations the C ABI accepts (kAbort is not one)
 const char* op_name(OpType op);
 
 // Values are the C ABI's hvdlite_reduce_op.

@@ -28,8 +28,12 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
 
 Runtime::~Runtime() { shutdown(); }
 
-void Runtime::shutdown() {
-  shutdown_requested_ = true;
+void Runtime::shutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abort_reason_mutex_);  // the first caller's reason wins
+    if (!shutdown_requested_.load() && !reason.empty()) abort_reason_ = reason;
+    shutdown_requested_ = true;
+  }
   queue_.wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -80,13 +84,15 @@ bool Runtime::run_cycle() {
     }
   }
   try {
-    Controller::Outcome outcome = controller_->negotiate(fresh, shutdown_requested_.load());
+    const bool leaving = shutdown_requested_.load();
+    Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
     if (!outcome.responses.empty()) timeline_.mark_cycle();
     executor_->execute(outcome.responses);
     if (outcome.shutdown) {
-      fail_everything(Status(StatusCode::kAborted,
-                             shutdown_requested_ ? "hvdlite was shut down before this operation completed"
-                                                 : "another rank shut hvdlite down before this operation completed"));
+      std::string why = "another rank shut hvdlite down before this operation completed";
+      if (shutdown_requested_) why = "hvdlite was shut down before this operation completed";
+      else if (!outcome.peer_failure.empty()) why = outcome.peer_failure + "; hvdlite stopped on every rank";
+      fail_everything(Status(StatusCode::kAborted, why));
       return false;
     }
     return true;

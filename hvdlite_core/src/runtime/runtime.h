@@ -31,7 +31,9 @@ class Runtime {
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out);
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
-  void shutdown();
+  // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of
+  // an error), the other ranks' errors carry it instead of a bare "another rank shut hvdlite down".
+  void shutdown(const std::string& reason = "");
   // True once the runtime can do no more: a fatal error, or some rank's shutdown, ended it.
   bool stopped() const { return stopped_.load(); }
   // Rank 0 writes the timeline; on other ranks these succeed and record nothing (as in Horovod).
@@ -63,6 +65,8 @@ class Runtime {
   std::map<std::pair<int, int>, int64_t> unnamed_counters_;  // (process set, op) -> next; under the queue lock
 
   std::atomic<bool> shutdown_requested_{false};
+  std::mutex abort_reason_mutex_;
+  std::string abort_reason_;  // written before shutdown_requested_ is set, read by the cycle after it is
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;
   // Bumped each time a thread releases progress_mutex_ (after finishing handles or not); waiters sleep on it.
