@@ -72,6 +72,9 @@ __all__ = [
 TIMEOUT_EXIT_CODE = 124
 #: Time the ranks get between SIGTERM and SIGKILL when they are stopped.
 TERMINATE_GRACE_SECONDS = 5.0
+#: Time the other ranks get, after one failed, to report the failure themselves (their collectives fail
+#: naming the failed rank) and exit before they are stopped.
+PEER_REPORT_GRACE_SECONDS = 2.0
 #: How often the supervisor checks the ranks.
 _POLL_INTERVAL = 0.05
 
@@ -285,6 +288,13 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
     return process_class(rank, popen, threads)
 
 
+def terminate_group(rank: RankProcess) -> None:
+    """SIGTERM to the rank's process group, then SIGCONT: a stopped rank (SIGSTOP, a debugger's stop, Ctrl-Z)
+    would otherwise hold the signal pending and sit out the whole grace period."""
+    rank.signal_group(signal.SIGTERM)
+    rank.signal_group(signal.SIGCONT)
+
+
 def stop_ranks(ranks: Sequence[RankProcess],
                grace: float = TERMINATE_GRACE_SECONDS,
                hurry: Optional[Callable[[], bool]] = None) -> None:
@@ -297,7 +307,7 @@ def stop_ranks(ranks: Sequence[RankProcess],
     """
     running = [r for r in ranks if r.exited() is None]
     for rank in running:
-        rank.signal_group(signal.SIGTERM)
+        terminate_group(rank)
     deadline = time.monotonic() + grace
     while (any(r.exited() is None for r in running)
            and time.monotonic() < deadline
@@ -379,11 +389,18 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
             if code is None:
                 still_running.append(rank)
             elif code != 0:
-                # Stop the others right away, let the failed rank's last
-                # words come out, then report.
-                for other in ranks:
-                    if other is not rank:
-                        other.signal_group(signal.SIGTERM)
+                # The others' collectives fail at once, naming the failed
+                # rank: give them a moment to say so and exit by themselves,
+                # then stop whoever is left (busy elsewhere, or stopped).
+                others = [other for other in ranks if other is not rank]
+                deadline = time.monotonic() + PEER_REPORT_GRACE_SECONDS
+                while (any(other.exited() is None for other in others)
+                       and time.monotonic() < deadline
+                       and not signals.received):
+                    time.sleep(_POLL_INTERVAL)
+                for other in others:
+                    if other.exited() is None:
+                        terminate_group(other)
                 rank.join_output(timeout=1.0)
                 report("%s exited with code %d%s; stopping the other ranks"
                        % (rank.describe(), code, rank.explain_exit(code)))

@@ -94,7 +94,8 @@ def remote_script(env: Mapping[str, str], cwd: str, command: Sequence[str],
         "set -m",
         "%s </dev/null &" % " ".join(shlex.quote(arg) for arg in command),
         "rank_pid=$!",
-        "{ cat >/dev/null; kill -TERM -- -$rank_pid; sleep %g; kill -KILL -- -$rank_pid; } >/dev/null 2>&1 &"
+        "{ cat >/dev/null; kill -TERM -- -$rank_pid; kill -CONT -- -$rank_pid; sleep %g; kill -KILL -- -$rank_pid; }"
+        " >/dev/null 2>&1 &"
         % grace,
         "watcher_pid=$!",
         "set +m",
@@ -127,6 +128,9 @@ class RemoteRankProcess(RankProcess):
     def signal_group(self, signum: int) -> None:
         # SIGTERM: close the lifeline, the remote script stops the rank and ssh exits with its code.
         # SIGKILL: kill the ssh client; the remote side then sees EOF and cleans up on its own.
+        # SIGCONT: the remote script sends it after its SIGTERM.
+        if signum == signal.SIGCONT:
+            return
         if signum == signal.SIGTERM and self.popen.stdin is not None:
             try:
                 self.popen.stdin.close()

@@ -15,7 +15,7 @@ struct Config {
   double stall_shutdown_seconds = 0.0;        // STALL_SHUTDOWN_TIME_SECONDS: fail them after this (0: never)
   double desync_timeout_seconds = 30.0;       // DESYNC_TIMEOUT_SECONDS: fail collectives ranks wait on crosswise
                                               // after this (runtime/desync.h; 0: never)
-  double peer_timeout_seconds = 60.0;         // PEER_TIMEOUT_SECONDS: a peer silent this long mid-operation is lost
+  double peer_timeout_seconds = 5.0;          // PEER_TIMEOUT_SECONDS: a peer silent this long mid-operation is lost
   double start_timeout_seconds = 60.0;        // START_TIMEOUT: connecting the mesh at init
   int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
   int64_t shm_ring_bytes = 4 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size

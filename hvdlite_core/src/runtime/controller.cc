@@ -406,6 +406,11 @@ bool Controller::take_pending(const Response& response, TensorEntry* out) {
   return true;
 }
 
+void Controller::return_pending(TensorEntry&& entry) {
+  std::string key = entry_key(entry.request.process_set, entry.request.name);
+  pending_.emplace(std::move(key), std::move(entry));
+}
+
 std::vector<TensorEntry> Controller::take_all_pending() {
   std::vector<TensorEntry> out;
   for (auto& kv : pending_) out.push_back(std::move(kv.second));

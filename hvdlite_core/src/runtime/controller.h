@@ -42,6 +42,8 @@ class Controller {
   // The pending entry for a response, removed from the table; false if this rank has none (it joined, or
   // never submitted a tensor that failed validation).
   bool take_pending(const Response& response, TensorEntry* out);
+  // Puts back an entry taken for execution whose execution hit a fatal error, so it fails with all the others.
+  void return_pending(TensorEntry&& entry);
   // Every pending entry, removed (for failing them all at shutdown or on a fatal error).
   std::vector<TensorEntry> take_all_pending();
   bool joined() const { return joined_; }

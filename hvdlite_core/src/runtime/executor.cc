@@ -115,8 +115,8 @@ void Executor::run_single(const Response& r) {
       }
     }
   } catch (const Error& error) {
-    if (is_transport_failure(error)) {
-      if (e) queue_.finish(entry, error.status());
+    if (is_transport_failure(error)) {  // fatal: the runtime fails it with every other pending entry
+      if (e) controller_.return_pending(std::move(entry));
       throw;
     }
     if (e) queue_.finish(entry, error.status());
@@ -171,8 +171,8 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   }
   try {
     allreduce(*comm, buffer, buffer, total, head.dtype, kind_of(head.reduce_op));
-  } catch (const Error& error) {
-    for (size_t i = 0; i < group.size(); ++i) if (have[i]) queue_.finish(entries[i], error.status());
+  } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
+    for (size_t i = 0; i < group.size(); ++i) if (have[i]) controller_.return_pending(std::move(entries[i]));
     throw;
   }
   double post = effective_postscale(head, comm->size());

@@ -54,6 +54,7 @@ void Runtime::background_loop() {
     else queue_.wait_for_work(cycle);
     // A caller that has just enqueued is usually microseconds away from wait(); let it drive rather than
     // race it for the lock (each lost race costs two cross-thread wake-ups on a busy machine).
+    mesh_->progress().stamp_alive();  // co-located peers read it to tell a stopped rank from a slow one
     auto grace = Clock::now();
     while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
     bool recent = Clock::now() - last_cycle_ < cycle;
@@ -68,6 +69,8 @@ void Runtime::background_loop() {
     if (!running) return;
   }
 }
+
+std::string Runtime::lost_peers_note() { return mesh_ ? mesh_->lost_peers_report() : ""; }
 
 void Runtime::announce_progress() {
   progress_epoch_.fetch_add(1, std::memory_order_seq_cst);
@@ -97,8 +100,9 @@ bool Runtime::run_cycle() {
     }
     return true;
   } catch (const Error& e) {
-    HVD_LOG(kError, "background loop stopped: " << e.what());
-    fail_everything(Status(e.code(), std::string("hvdlite cannot continue: ") + e.what()));
+    std::string what = e.what() + lost_peers_note();
+    HVD_LOG(kError, "background loop stopped: " << what);
+    fail_everything(Status(e.code(), "hvdlite cannot continue: " + what));
   } catch (const std::exception& e) {
     fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
   }

@@ -34,6 +34,8 @@ class Runtime {
   // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of
   // an error), the other ranks' errors carry it instead of a bare "another rank shut hvdlite down".
   void shutdown(const std::string& reason = "");
+  // "; connections closed by now: rank 0 (host), ..." for a fatal transport error ("" when none is closed).
+  std::string lost_peers_note();
   // True once the runtime can do no more: a fatal error, or some rank's shutdown, ended it.
   bool stopped() const { return stopped_.load(); }
   // Rank 0 writes the timeline; on other ranks these succeed and record nothing (as in Horovod).

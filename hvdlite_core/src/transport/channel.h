@@ -19,6 +19,9 @@ class Channel {
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).
   virtual void check_alive() = 0;
+  // True when the peer has closed its end (exited, crashed, was killed): a non-blocking probe, used to name
+  // every lost peer in an error, not only the one an operation happened to wait on.
+  virtual bool peer_gone() const = 0;
   virtual const char* kind() const = 0;
   int peer() const { return peer_; }
   const std::string& peer_host() const { return peer_host_; }

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,9 +73,10 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   listen_fd_ = -1;
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
+                                 &my_inbox_.header()->alive_ns,
                                  config_.spin_microseconds, config_.peer_timeout_seconds));
   } else {
-    progress_.reset(new Progress(nullptr, nullptr, config_.spin_microseconds, config_.peer_timeout_seconds));
+    progress_.reset(new Progress(nullptr, nullptr, nullptr, config_.spin_microseconds, config_.peer_timeout_seconds));
   }
 }
 
@@ -206,7 +208,8 @@ void Mesh::exchange_status_bytes(Clock::time_point deadline) {
   }
   (void)deadline;
   Progress startup(my_inbox_.header() ? &my_inbox_.header()->doorbell : nullptr,
-                   my_inbox_.header() ? &my_inbox_.header()->sleepers : nullptr, 0, config_.start_timeout_seconds);
+                   my_inbox_.header() ? &my_inbox_.header()->sleepers : nullptr, nullptr, 0,
+                   config_.start_timeout_seconds);
   startup.run(transfers);
   for (int r : local_ranks_) cma_ok_[r] = r != rank_ && cma_all && (theirs[r] & 2);
 }
@@ -219,6 +222,27 @@ std::string Mesh::describe() const {
   }
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
   return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0");
+}
+
+std::string Mesh::lost_peers_report() const {
+  struct timespec now_ts;
+  clock_gettime(CLOCK_MONOTONIC, &now_ts);
+  const int64_t now = static_cast<int64_t>(now_ts.tv_sec) * 1000000000 + now_ts.tv_nsec;
+  std::string closed, silent;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_ || !channels_[r]) continue;
+    std::string who = "rank " + std::to_string(r) + " (" + channels_[r]->peer_host() + ")";
+    if (channels_[r]->peer_gone()) {
+      closed += (closed.empty() ? "" : ", ") + who;
+    } else if (r < static_cast<int>(peer_inboxes_.size()) && peer_inboxes_[r].header()) {
+      int64_t stamp = peer_inboxes_[r].header()->alive_ns.load(std::memory_order_relaxed);
+      if (stamp > 0 && now - stamp > 1000000000) silent += (silent.empty() ? "" : ", ") + who;
+    }
+  }
+  std::string report;
+  if (!closed.empty()) report += "; connections closed by now: " + closed;
+  if (!silent.empty()) report += "; not responding for over 1 s (stopped or hung): " + silent;
+  return report;
 }
 
 }  // namespace hvdlite

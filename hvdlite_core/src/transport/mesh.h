@@ -41,6 +41,10 @@ class Mesh {
   bool cma_usable(int peer) const { return same_host(peer) && cma_ok_[peer]; }
   Progress& progress() { return *progress_; }
   std::string describe() const;  // "shm:N tcp:M cma:yes" for build/debug info
+  // After a transport failure: the peers that are gone, so an error names every loss and not only the peer an
+  // operation happened to wait on: "; connections closed by now: rank 0 (host); not responding for over 1 s:
+  // rank 2 (host)" (co-located peers only for the second part: it reads their inbox stamps). "" when none.
+  std::string lost_peers_report() const;
 
  private:
   void connect_all(Clock::time_point deadline);

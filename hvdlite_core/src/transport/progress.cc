@@ -1,6 +1,7 @@
 #include "transport/progress.h"
 
 #include <poll.h>
+#include <time.h>
 
 #include <sstream>
 
@@ -62,6 +63,13 @@ void Progress::block(Transfer* transfers, size_t count) {
   }
 }
 
+void Progress::stamp_alive() {
+  if (!alive_ns_) return;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  alive_ns_->store(static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec, std::memory_order_relaxed);
+}
+
 void Progress::run(Transfer* transfers, size_t count) {
   bool done = false;
   advance(transfers, count, &done);
@@ -81,6 +89,7 @@ void Progress::run(Transfer* transfers, size_t count) {
     }
     if (now - last_alive_check > std::chrono::milliseconds(50)) {
       last_alive_check = now;
+      stamp_alive();
       for (size_t i = 0; i < count; ++i) {
         if (transfers[i].done < transfers[i].length) transfers[i].channel->check_alive();
       }

@@ -31,9 +31,12 @@ class Progress {
   // Spin budget for the calling thread, overriding the configured one (the background thread spins less:
   // its waits overlap with the training step's computation, which needs the core more).
   static void set_thread_spin(int64_t spin_us);
-  // doorbell/sleepers: this rank's shm inbox words (nullptr when it has no shm channels).
-  Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, int64_t spin_us, double timeout_s)
-      : doorbell_(doorbell), sleepers_(sleepers), spin_us_(spin_us), timeout_s_(timeout_s) {}
+  // doorbell/sleepers/alive_ns: this rank's shm inbox words (nullptr when it has no shm channels).
+  Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, std::atomic<int64_t>* alive_ns,
+           int64_t spin_us, double timeout_s)
+      : doorbell_(doorbell), sleepers_(sleepers), alive_ns_(alive_ns), spin_us_(spin_us), timeout_s_(timeout_s) {}
+  // Records a sign of life for co-located peers (InboxHeader::alive_ns); called by every waiting thread.
+  void stamp_alive();
   void run(Transfer* transfers, size_t count);
   void run(std::vector<Transfer>& transfers) { run(transfers.data(), transfers.size()); }
   void sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv, size_t recv_bytes);
@@ -43,6 +46,7 @@ class Progress {
   void block(Transfer* transfers, size_t count);
   std::atomic<uint32_t>* doorbell_;
   std::atomic<uint32_t>* sleepers_;
+  std::atomic<int64_t>* alive_ns_;
   int64_t spin_us_;
   double timeout_s_;
 };

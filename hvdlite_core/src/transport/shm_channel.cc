@@ -55,9 +55,14 @@ size_t ShmChannel::try_recv(void* data, size_t length) {
   return n;
 }
 
-void ShmChannel::check_alive() {
+bool ShmChannel::peer_gone() const {
+  // Nothing is ever sent on the control socket: readable means closed.
   struct pollfd p = {control_fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+}
+
+void ShmChannel::check_alive() {
+  if (peer_gone()) {
     throw Error(StatusCode::kRemoteError,
                 "rank " + std::to_string(peer_) + " (" + peer_host_ + ") exited or closed its connection");
   }

@@ -29,6 +29,10 @@ struct alignas(64) InboxHeader {
   std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleepers;
   char pad2[56];
+  // CLOCK_MONOTONIC (host-wide) nanoseconds of the owner's last sign of life: its threads stamp it while they
+  // run cycles or wait on peers. A stopped or hung process stops stamping; its peers name it when they time out.
+  std::atomic<int64_t> alive_ns;
+  char pad3[56];
 };
 
 class ShmInbox {

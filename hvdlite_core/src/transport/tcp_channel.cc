@@ -1,6 +1,7 @@
 #include "transport/tcp_channel.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,11 @@ TcpChannel::TcpChannel(int fd, int peer, std::string peer_host) : Channel(peer, 
 }
 
 TcpChannel::~TcpChannel() { ::close(fd_); }
+
+bool TcpChannel::peer_gone() const {
+  struct pollfd p = {fd_, static_cast<short>(POLLRDHUP), 0};  // not POLLIN: unread data is no sign of death
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 std::string TcpChannel::describe() const { return "rank " + std::to_string(peer_) + " (" + peer_host_ + ")"; }
 

@@ -13,6 +13,7 @@ class TcpChannel : public Channel {
   size_t try_recv(void* data, size_t length) override;
   int poll_fd() const override { return fd_; }
   void check_alive() override {}
+  bool peer_gone() const override;
   const char* kind() const override { return "tcp"; }
 
  private:
