@@ -66,6 +66,7 @@ TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "numpy>=1.26"]
 BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
 EXAMPLES = ["tqdm>=4.60"]
 RAY = ["ray==2.58.0"]  # hvdlite.ray.RayExecutor
+SPARK = ["pyspark==4.3.0"]  # hvdlite.spark.run; needs a Java 17+ runtime (tools/system-packages.sh installs one)
 MPI = ["mpi4py>=3.1"]  # hvd.init() under mpirun, hvd.init(comm=...); needs an MPI library (Open MPI, MPICH)
 
 setup(
@@ -88,7 +89,8 @@ setup(
         "examples": EXAMPLES,
         "mpi": MPI,
         "ray": RAY,
-        "dev": TORCH + TENSORFLOW + TEST + BENCH + EXAMPLES + MPI + RAY,
+        "spark": SPARK,
+        "dev": TORCH + TENSORFLOW + TEST + BENCH + EXAMPLES + MPI + RAY + SPARK,
     },
     entry_points={"console_scripts": ["hvdlite-run = hvdlite.runner.launch:main"]},
     zip_safe=False,

@@ -84,7 +84,7 @@ def test_no_import_cycles():
 def test_common_layer_imports_no_layer_above_it():
     """hvdlite.common is what the ranks need to join a job; the adapters, the launcher and the executors
     build on it, never the other way round."""
-    above = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.runner", "hvdlite.ray")
+    above = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.runner", "hvdlite.ray", "hvdlite.spark")
     offenders = {module: sorted(t for t in targets if t.startswith(above))
                  for module, targets in _import_graph().items() if module.startswith("hvdlite.common")}
     assert not {m: t for m, t in offenders.items() if t}

@@ -82,6 +82,7 @@ def test_as_root_it_installs_what_is_missing(tmp_path):
     calls = log.read_text().splitlines()
     assert calls[0] == "update -qq"
     assert calls[1].startswith("install -y -qq openmpi-bin libopenmpi-dev")
+    assert "openjdk-17-jre-headless" in calls[1].split(), "the Spark tests' Java runtime"
 
 
 def test_with_everything_installed_it_is_silent():
