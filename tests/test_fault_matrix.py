@@ -98,6 +98,9 @@ def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
         error = json.loads(path.read_text())
         detections.append(error["time"] - fault_time)
         assert f"rank {victim}" in error["message"], f"rank {rank}: {error}\n{context}"
+        if fault in ("sigkill", "sigstop"):  # where this rank was: its last collectives
+            assert f"collectives on rank {rank}, oldest first: " in error["message"], error
+            assert "allreduce 'grad' (16 KB, pending)" in error["message"], error
         if fault == "raise":
             assert (f"rank {victim} on {socket.gethostname()} raised RuntimeError: user code failed at step 40"
                     in error["message"]), error

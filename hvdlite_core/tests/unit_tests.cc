@@ -12,6 +12,7 @@
 #include "common/hmac_sha256.h"
 #include "runtime/desync.h"
 #include "runtime/fusion.h"
+#include "runtime/recent_ops.h"
 #include "runtime/response_cache.h"
 #include "runtime/validation.h"
 
@@ -271,6 +272,26 @@ static void test_out_of_step() {
   CHECK(find_out_of_step({waiting("a", {0, 2}, {1}), waiting("b", {1}, {0, 2})}, 5) == std::vector<size_t>({0, 1}));
 }
 
+static void test_recent_ops() {
+  RecentOps recent;
+  CHECK(recent.report(3).empty());
+  TensorEntry grad;
+  grad.request = req(3, OpType::kAllreduce, DType::kFloat32, {4096}, "grad");
+  TensorEntry gather;
+  gather.request = req(3, OpType::kAllgather, DType::kInt64, {1}, "rows");
+  gather.request.process_set = 2;
+  for (int step = 0; step < 10; ++step) {  // names repeat every step: only the newest record of one is updated
+    recent.submitted(grad);
+    recent.finished(grad, true);
+  }
+  recent.submitted(gather);
+  recent.submitted(grad);
+  recent.finished(gather, false);
+  std::string report = recent.report(3);
+  CHECK(contains(report, "last 8 collectives on rank 3, oldest first: allreduce 'grad' (16 KB, done)"));
+  CHECK(contains(report, "allgather 'rows' (8 B, process set 2, failed), allreduce 'grad' (16 KB, pending)"));
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -278,6 +299,7 @@ int main() {
   test_dtypes();
   test_hmac();
   test_out_of_step();
+  test_recent_ops();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -101,6 +101,8 @@ bool Runtime::run_cycle() {
     return true;
   } catch (const Error& e) {
     std::string what = e.what() + lost_peers_note();
+    std::string recent = queue_.recent_report(rank_);
+    if (!recent.empty()) what += "; " + recent;
     HVD_LOG(kError, "background loop stopped: " << what);
     fail_everything(Status(e.code(), "hvdlite cannot continue: " + what));
   } catch (const std::exception& e) {

@@ -21,6 +21,7 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
     for (TensorEntry& entry : entries) {
       if (entry.request.name.empty()) name_unnamed(entry);
       in_flight_.insert(entry_key(entry.request.process_set, entry.request.name));
+      recent_.submitted(entry);
       queue_.push_back(std::move(entry));
     }
   }
@@ -51,8 +52,14 @@ void TensorQueue::finish(TensorEntry& entry, Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.erase(entry_key(entry.request.process_set, entry.request.name));
+    recent_.finished(entry, status.ok());
   }
   if (entry.handle) entry.handle->finish(std::move(status));
+}
+
+std::string TensorQueue::recent_report(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return recent_.report(rank);
 }
 
 bool TensorQueue::empty() {

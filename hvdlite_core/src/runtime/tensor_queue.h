@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/entry.h"
+#include "runtime/recent_ops.h"
 
 namespace hvdlite {
 
@@ -31,6 +32,7 @@ class TensorQueue {
   bool empty();
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
+  std::string recent_report(int rank);  // RecentOps::report
 
  private:
   std::mutex mutex_;
@@ -40,6 +42,7 @@ class TensorQueue {
   bool closed_ = false;
   Status closed_status_;
   bool woken_ = false;
+  RecentOps recent_;
 };
 
 }  // namespace hvdlite
