@@ -95,6 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
                            help="built-in launcher: rendezvous service, local processes and ssh (default)")
     mode.add_argument("--mpi-args", default="", metavar="ARGS", help="extra arguments for mpirun (with --mpi)")
 
+    elastic = parser.add_argument_group(
+        "elastic training", "workers may be lost or added while the job runs (hvd.elastic in the script)")
+    elastic.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
+                         help="program printing the usable hosts, one 'host' or 'host:slots' per line; "
+                              "turns on elastic mode")
+    elastic.add_argument("--min-np", type=int, default=None, metavar="N",
+                         help="the job stops when fewer workers than this can continue (default: -np)")
+    elastic.add_argument("--max-np", type=int, default=None, metavar="N",
+                         help="never more workers than this (default: -np)")
+    elastic.add_argument("--slots-per-host", type=int, default=1, metavar="N",
+                         help="slots of a host the discovery script prints without ':slots' (default: 1)")
+    elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
+                         help="a host whose worker failed may be used again after a time drawn from "
+                              "[LOW, HIGH] seconds (default: never)")
+    elastic.add_argument("--discovery-interval", type=float, default=1.0, metavar="SECONDS",
+                         help="how often the discovery script runs (default: %(default)s)")
+
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
     return parser
 
@@ -156,6 +173,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (MpiError, OSError) as exc:
             report(str(exc))
             return LAUNCH_ERROR_EXIT_CODE
+    if args.host_discovery_script:
+        return _run_elastic(args, settings, command, parser)
     from hvdlite.runner.job import LaunchError, run_command
 
     try:
@@ -166,6 +185,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:
         report("failed to start %r: %s" % (command[0], exc))
         return COMMAND_NOT_FOUND_EXIT_CODE
+
+
+def _run_elastic(args: argparse.Namespace, settings: Settings, command: List[str],
+                 parser: argparse.ArgumentParser) -> int:
+    from hvdlite.runner.elastic import ElasticDriver, ElasticSettings
+    from hvdlite.runner.local import report
+
+    if args.np is None:
+        parser.error("elastic mode needs -np (the number of workers to start with)")
+    if args.mpi or args.hosts or args.hostfile:
+        parser.error("--host-discovery-script replaces -H/--hostfile and cannot be used with --mpi")
+    elastic = ElasticSettings(min_np=args.min_np or args.np, max_np=args.max_np or args.np,
+                              discovery_script=args.host_discovery_script,
+                              discovery_interval=args.discovery_interval,
+                              cooldown_range=tuple(args.blacklist_cooldown_range)
+                              if args.blacklist_cooldown_range else None,
+                              slots_per_host=args.slots_per_host)
+    try:
+        elastic.validate(args.np)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        return ElasticDriver(settings, elastic, command).run().code
+    except (RuntimeError, OSError, ValueError) as exc:
+        report(f"elastic job failed: {exc}")
+        return LAUNCH_ERROR_EXIT_CODE
 
 
 if __name__ == "__main__":

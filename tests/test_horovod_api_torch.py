@@ -101,9 +101,8 @@ HOROVOD_TORCH_API = [
 HOROVOD_TORCH_CONSTANTS = ["Average", "Sum", "Adasum", "Min", "Max", "Product"]
 HOROVOD_TORCH_OBJECTS = ["global_process_set", "Compression", "HorovodInternalError", "elastic"]
 
-# Owned by work not landed yet: elastic (hvdlite.torch.elastic, issue 9). The test asserts these are exactly
-# the missing names.
-PENDING = {"elastic"}
+# Owned by work not landed yet (none now). The test asserts these are exactly the missing names.
+PENDING: set = set()
 
 
 def _parse(spec: str):
@@ -161,8 +160,12 @@ def test_constants_and_objects():
     assert isinstance(hvd.global_process_set, hvd.ProcessSet) and hvd.global_process_set.process_set_id == 0
     assert hvd.Compression.none is not None and hvd.Compression.fp16 is not None
     assert issubclass(hvd.HorovodInternalError, Exception)
-    if "elastic" not in PENDING:
-        assert isinstance(hvd.elastic, types.ModuleType)
+    assert isinstance(hvd.elastic, types.ModuleType)
+    # horovod.torch.elastic's public names
+    for name in ("run", "State", "TorchState", "ElasticSampler", "HostsUpdatedInterrupt"):
+        assert hasattr(hvd.elastic, name), name
+    assert inspect.signature(hvd.elastic.TorchState).parameters.keys() >= {"model", "optimizer", "kwargs"}
+    assert list(inspect.signature(hvd.elastic.ElasticSampler).parameters) == ["dataset", "shuffle", "seed"]
 
 
 def test_build_queries_are_truthful():

@@ -99,7 +99,10 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
         secret = ffi.new("uint8_t[]", placement.secret or b"\0")
         config.secret = secret
         config.secret_len = len(placement.secret)
-        job = ffi.new("char[]", f"{placement.job_id}.{_generation}".encode())
+        # Names the mesh's handshake keys and shm segments: equal on every rank of this runtime and new for
+        # each one (elastic rounds mix processes with different numbers of earlier inits: the round names it).
+        incarnation = placement.exchange_scope or f"{placement.job_id}.{_generation}"
+        job = ffi.new("char[]", incarnation.encode())
         config.job_id = job
         check(lib.hvdlite_init(config))
         _generation += 1

@@ -7,6 +7,9 @@ with the job secret (hvdlite_core/src/transport/handshake.h). Ranks with the sam
 Which mechanism: ``hvd.init(comm=...)`` means MPI; otherwise HVDLITE_BOOTSTRAP (launcher, mpi, torchrun, slurm,
 single) if set, else the first that matches the environment, in this order:
 
+0. elastic (``hvdlite-run --host-discovery-script ...``): HVDLITE_ELASTIC=1 and HVDLITE_WORKER_ID; the rank and
+   the layout come from the driver at every init (the round protocol in hvdlite/common/elastic.py), the
+   rendezvous and secret variables as for the launcher.
 1. launcher (``hvdlite-run``, ``python -m hvdlite.runner.local``, ``hvdlite.run``): HVDLITE_RANK is set.
    environment: HVDLITE_RANK, HVDLITE_SIZE, HVDLITE_LOCAL_RANK, HVDLITE_LOCAL_SIZE, HVDLITE_CROSS_RANK,
      HVDLITE_CROSS_SIZE, HVDLITE_HOSTNAME (host identity: equal names share memory), HVDLITE_RENDEZVOUS_ADDR,
@@ -47,10 +50,10 @@ import os
 import socket
 from typing import List, Mapping, Optional
 
-from hvdlite.common import cluster_bootstrap, mpi_bootstrap
+from hvdlite.common import cluster_bootstrap, elastic, mpi_bootstrap
 from hvdlite.common.placement import Placement, env_value, log  # noqa: F401 - re-exported for callers
 
-METHODS = ("launcher", "mpi", "torchrun", "slurm", "single")
+METHODS = ("elastic", "launcher", "mpi", "torchrun", "slurm", "single")
 
 
 def _launcher_placement(env: Mapping[str, str]) -> Placement:
@@ -76,6 +79,8 @@ def detect_method(env: Mapping[str, str]) -> str:
         if forced not in METHODS:
             raise ValueError("HVDLITE_BOOTSTRAP=%s: expected one of %s" % (forced, ", ".join(METHODS)))
         return forced
+    if elastic.enabled(env):
+        return "elastic"
     if "HVDLITE_RANK" in env:
         return "launcher"
     if mpi_bootstrap.detected(env):
@@ -91,7 +96,9 @@ def detect(environ: Optional[Mapping[str, str]] = None, comm=None) -> Placement:
     """This process's placement. Collective over the communicator for MPI (every rank must call it)."""
     env = os.environ if environ is None else environ
     method = "mpi" if comm is not None else detect_method(env)
-    if method == "launcher":
+    if method == "elastic":
+        placement = elastic.placement(env)
+    elif method == "launcher":
         placement = _launcher_placement(env)
     elif method == "mpi":
         placement = mpi_bootstrap.placement(comm, env)
@@ -163,7 +170,7 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
         cluster_bootstrap.serve_rendezvous(placement)
         host = "127.0.0.1"  # the service listens on every interface; MASTER_ADDR may not route to us
     client = RendezvousClient(host, port, placement.secret, timeout=timeout)
-    scope = f"init.{placement.job_id}.{generation}"
+    scope = placement.exchange_scope or f"init.{placement.job_id}.{generation}"
     values = exchange_all(client, scope, placement.rank, placement.size, json.dumps(mine).encode(), timeout)
     return [json.loads(v) for v in values]
 
@@ -171,7 +178,7 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
 def complete_layout(placement: Placement, peers: List[dict]) -> Placement:
     """Local and cross ranks from the exchanged hosts, for the mechanisms whose environment does not give
     them (the launcher's variables are kept as they are)."""
-    if placement.method in ("launcher", "single"):
+    if placement.method in ("launcher", "elastic", "single"):
         return placement
     from hvdlite.common.topology import topology_for_hosts
 

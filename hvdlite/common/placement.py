@@ -28,6 +28,7 @@ class Placement:
     multi_host: bool = False            # known to span hosts: a loopback address would be unreachable
     peer_hosts: Optional[List[str]] = None  # every rank's host, when known before the exchange (MPI)
     comm: Any = dataclasses.field(default=None, repr=False, compare=False)  # mpi4py communicator (MPI)
+    exchange_scope: Optional[str] = None  # rendezvous scope of the address exchange (elastic: per round)
 
 
 def env_value(env: Mapping[str, str], name: str, default: Optional[str] = None) -> Optional[str]:

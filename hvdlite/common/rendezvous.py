@@ -480,6 +480,14 @@ class RendezvousServer:
         logger.debug("rendezvous server listening on %s:%d", *self.address)
         return self
 
+    def put(self, scope: str, key: str, value: bytes) -> None:
+        """Stores a value directly, for the process that runs the server (no HTTP round trip)."""
+        self._store.put(scope, key, bytes(value))
+
+    def peek(self, scope: str, key: str) -> Optional[bytes]:
+        """The value of scope/key, or None, without waiting (for the process that runs the server)."""
+        return self._store.get(scope, key, wait=0)
+
     def stop(self) -> None:
         """Stop serving and close the socket.  Safe to call more than once."""
         httpd, self._httpd = self._httpd, None

@@ -20,3 +20,4 @@ from hvdlite.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    synchronize)
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from hvdlite.torch import elastic  # noqa: F401,E402 - hvd.elastic.run, TorchState, ElasticSampler

@@ -1,0 +1,33 @@
+"""hvdlite.torch.elastic (Horovod's ``hvd.elastic`` for PyTorch): training that survives the loss or arrival
+of workers under ``hvdlite-run --host-discovery-script``.
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            for state.batch, (x, y) in enumerate(loader, start=state.batch):   # loader uses ElasticSampler
+                ...
+                state.commit()            # a point to roll back to; raises HostsUpdatedInterrupt when workers joined
+
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
+    train(state)
+
+The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py).
+"""
+from hvdlite.common.basics import init, shutdown
+from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
+from hvdlite.torch.elastic.sampler import ElasticSampler
+from hvdlite.torch.elastic.state import TorchState
+
+
+def _reset() -> None:
+    shutdown()
+    init()
+
+
+def run(func):
+    """Decorator: ``func(state, ...)`` re-run from the last commit after a worker is lost, and re-entered after
+    workers join (see the module docstring)."""
+    return run_fn(func, _reset)
+
+
+__all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "State", "TorchState", "run"]

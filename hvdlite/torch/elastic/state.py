@@ -1,0 +1,66 @@
+"""TorchState: a model, an optimizer, samplers and plain attributes kept across membership changes."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Optional
+
+import torch
+
+from hvdlite.common.basics import rank
+from hvdlite.common.elastic import State
+from hvdlite.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from hvdlite.torch.elastic.sampler import ElasticSampler
+
+
+class TorchState(State):
+    """Horovod's ``hvd.elastic.TorchState(model=None, optimizer=None, **kwargs)``.
+
+    ``commit()`` keeps an in-memory copy of the model's and optimizer's state dicts, of every ElasticSampler's
+    position and of the other keyword attributes; ``restore()`` loads them back after a failure; ``sync()``
+    broadcasts rank 0's (parameters, optimizer state, sampler positions, attributes) to every rank, so workers
+    that joined start from the same point.
+    """
+
+    def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+                 **kwargs: Any):
+        self.model = model
+        self.optimizer = optimizer
+        self._samplers: Dict[str, ElasticSampler] = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
+        plain = {k: v for k, v in kwargs.items() if k not in self._samplers}
+        for key, sampler in self._samplers.items():
+            setattr(self, key, sampler)
+        self._saved_model: Optional[dict] = None
+        self._saved_optimizer: Optional[dict] = None
+        self._saved_samplers: Dict[str, dict] = {}
+        super().__init__(broadcast_object, rank, **plain)
+        self._save_objects()
+
+    def save(self) -> None:
+        super().save()
+        self._save_objects()
+
+    def restore(self) -> None:
+        super().restore()
+        if self.model is not None and self._saved_model is not None:
+            self.model.load_state_dict(self._saved_model)
+        if self.optimizer is not None and self._saved_optimizer is not None:
+            self.optimizer.load_state_dict(self._saved_optimizer)
+        for key, sampler in self._samplers.items():
+            sampler.load_state_dict(self._saved_samplers[key])
+
+    def sync(self) -> None:
+        if self.model is not None:
+            broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if self.optimizer is not None:
+            broadcast_optimizer_state(self.optimizer, root_rank=0)
+        for key, sampler in self._samplers.items():
+            sampler.load_state_dict(broadcast_object(sampler.state_dict(), 0, name=f"elastic.sampler.{key}"))
+        super().sync()
+        self._save_objects()
+
+    def _save_objects(self) -> None:
+        if self.model is not None:
+            self._saved_model = copy.deepcopy(self.model.state_dict())
+        if self.optimizer is not None:
+            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}

@@ -1,0 +1,117 @@
+"""Elastic training under hvdlite-run --host-discovery-script: a worker killed mid-epoch, training going on
+with the others from the last commit, a worker added back, and a job that loses more than --min-np allows.
+
+The workers run tests/jobs/elastic_train.py (a small torch model, ElasticSampler, TorchState, a commit after
+every batch) and log what they did; the checks read those logs."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launcher_helpers import hvdlite_run
+from multiproc import job_env
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(TESTS_DIR, "jobs", "elastic_train.py")
+SAMPLES = 480
+
+
+def events(out_dir) -> dict:
+    """Worker id -> its logged events."""
+    logs = {}
+    for name in os.listdir(out_dir):
+        if name.endswith(".log"):
+            with open(os.path.join(out_dir, name)) as f:
+                logs[name[:-4]] = [json.loads(line) for line in f if line.strip()]
+    return logs
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_job(tmp_path, np, min_np, max_np, epochs, extra=()):
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:4\n")
+    discover.chmod(0o755)
+    cmd = [hvdlite_run(), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
+           "--host-discovery-script", str(discover), *extra, sys.executable, JOB, str(tmp_path), str(epochs)]
+    return subprocess.Popen(cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def kill_worker_after(tmp_path, worker: str, batches: int) -> None:
+    def reached():
+        log = events(tmp_path).get(worker, [])
+        return any(e["event"] == "batch" and e["batches"] >= batches for e in log) and log
+    log = wait_for(reached, 90, f"{worker} to commit {batches} batches")
+    os.kill(log[0]["pid"], signal.SIGKILL)
+
+
+def finish(proc, timeout=150) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"the elastic job did not finish:\n{out[-5000:]}")
+    return out
+
+
+def check_epochs_cover_every_sample(logs, epochs):
+    """Committed batches of each epoch, from every worker and round, cover every sample; repeats only from
+    the padding that evens out the ranks' shares (at most size - 1 per share, one share per round)."""
+    by_epoch = collections.defaultdict(list)
+    for log in logs.values():
+        for e in log:
+            if e["event"] == "batch":
+                by_epoch[e["epoch"]].extend(e["indices"])
+    assert sorted(by_epoch) == list(range(epochs)), sorted(by_epoch)
+    for epoch, seen in by_epoch.items():
+        assert set(seen) == set(range(SAMPLES)), f"epoch {epoch} skipped {set(range(SAMPLES)) - set(seen)}"
+        assert len(seen) - SAMPLES <= 2 * 3, f"epoch {epoch}: {len(seen) - SAMPLES} samples repeated"
+
+
+@pytest.mark.timeout(240)
+def test_worker_lost_mid_epoch_then_added_back(tmp_path):
+    proc = start_job(tmp_path, np=4, min_np=3, max_np=4, epochs=8, extra=["--blacklist-cooldown-range", "2", "3"])
+    kill_worker_after(tmp_path, "w2", batches=10)
+    out = finish(proc)
+    assert proc.returncode == 0, out[-5000:]
+    assert "worker w2 (rank 2 on localhost) exited with code 137" in out, out[-5000:]
+    assert "elastic round 1: 3 worker(s)" in out and "elastic round 2: 4 worker(s)" in out, out[-5000:]
+    logs = events(tmp_path)
+    assert "w4" in logs, "no worker was added back"
+    done = {w: next(e for e in log if e["event"] == "done") for w, log in logs.items() if w != "w2"}
+    assert set(done) == {"w0", "w1", "w3", "w4"}, set(done)
+    for worker in ("w0", "w1", "w3"):
+        assert done[worker]["sizes"] == [4, 3, 4], (worker, done[worker])
+    assert done["w4"]["sizes"] == [4]
+    weights = {tuple(d["weights"]) for d in done.values()}
+    assert len(weights) == 1, "the workers finished with different models"
+    assert len({d["batches"] for d in done.values()}) == 1  # the new worker took over the step count too
+    check_epochs_cover_every_sample(logs, epochs=8)
+
+
+@pytest.mark.timeout(120)
+def test_losing_more_workers_than_min_np_allows_ends_the_job(tmp_path):
+    proc = start_job(tmp_path, np=3, min_np=3, max_np=3, epochs=50, extra=["--start-timeout", "3"])
+    kill_worker_after(tmp_path, "w1", batches=3)
+    start = time.monotonic()
+    out = finish(proc, timeout=60)
+    assert proc.returncode == 137, out[-4000:]  # the lost worker's code, as for a plain job
+    assert "only 2 worker(s) can continue, fewer than --min-np 3" in out, out[-4000:]
+    assert time.monotonic() - start < 30
