@@ -115,3 +115,53 @@ def test_losing_more_workers_than_min_np_allows_ends_the_job(tmp_path):
     assert proc.returncode == 137, out[-4000:]  # the lost worker's code, as for a plain job
     assert "only 2 worker(s) can continue, fewer than --min-np 3" in out, out[-4000:]
     assert time.monotonic() - start < 30
+
+
+def worker_pid(worker: str, script: str) -> int:
+    """The pid of the process running ``script`` as elastic worker ``worker`` (from /proc)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if script.encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"HVDLITE_WORKER_ID={worker}".encode() in f.read().split(b"\0"):
+                    return int(entry)
+        except OSError:
+            continue
+    raise AssertionError(f"no process of worker {worker}")
+
+
+@pytest.mark.timeout(300)
+def test_elastic_example_survives_the_loss_of_a_worker(tmp_path):
+    """examples/pytorch_elastic.py as its docstring runs it, on generated MNIST files; one worker is killed after
+    the first epoch and the other finishes alone."""
+    root = os.path.dirname(TESTS_DIR)
+    data = tmp_path / "mnist"
+    subprocess.run([sys.executable, os.path.join(root, "examples", "make_mnist_idx.py"), "--out", str(data),
+                    "--train", "1200", "--test", "400"], check=True)
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:2\n")
+    discover.chmod(0o755)
+    example = os.path.join(root, "examples", "pytorch_elastic.py")
+    proc = subprocess.Popen([hvdlite_run(), "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script",
+                             str(discover), sys.executable, example, "--data-dir", str(data), "--epochs", "3"],
+                            env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "epoch 1 done on 2 worker(s)" in line:
+                os.kill(worker_pid("w1", example), signal.SIGKILL)
+                break
+        out = "".join(lines) + finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-5000:]
+    assert "re-formed: 1 worker(s)" in out and "epoch 3 done on 1 worker(s)" in out, out[-5000:]
+    accuracy = float(out.split("test accuracy ")[1].split("%")[0])
+    assert accuracy > 50.0, out[-3000:]  # ten classes: chance is 10%
