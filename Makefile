@@ -29,7 +29,7 @@ system-packages:
 
 test: system-packages
 	$(MAKE) --no-print-directory build
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=25
 
 train: build
 	$(PY) examples/make_mnist_idx.py --out data/mnist --train 6000 --test 1000
