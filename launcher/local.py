@@ -213,6 +213,14 @@ class RankProcess:
         self._status = exit_code_from_returncode(self.popen.returncode)
         return self._status
 
+    def stopped(self) -> bool:
+        """True while the rank is stopped (SIGSTOP, Ctrl-Z, a debugger): it cannot report anything."""
+        try:
+            with open("/proc/%d/stat" % self.popen.pid) as f:
+                return f.read().rsplit(") ", 1)[1][:1] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the rank's process group, ignoring if gone."""
         if self.popen.returncode is not None:
@@ -394,7 +402,7 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
                 # then stop whoever is left (busy elsewhere, or stopped).
                 others = [other for other in ranks if other is not rank]
                 deadline = time.monotonic() + PEER_REPORT_GRACE_SECONDS
-                while (any(other.exited() is None for other in others)
+                while (any(other.exited() is None and not other.stopped() for other in others)
                        and time.monotonic() < deadline
                        and not signals.received):
                     time.sleep(_POLL_INTERVAL)

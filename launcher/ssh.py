@@ -115,6 +115,9 @@ class RemoteRankProcess(RankProcess):
 
     host: str = "?"
 
+    def stopped(self) -> bool:
+        return False  # the local process is the ssh client; the rank's state on its host is not known here
+
     def describe(self) -> str:
         return "rank %d (on %s)" % (self.rank, self.host)
 

@@ -165,3 +165,33 @@ def test_elastic_example_survives_the_loss_of_a_worker(tmp_path):
     assert "re-formed: 1 worker(s)" in out and "epoch 3 done on 1 worker(s)" in out, out[-5000:]
     accuracy = float(out.split("test accuracy ")[1].split("%")[0])
     assert accuracy > 50.0, out[-3000:]  # ten classes: chance is 10%
+
+
+@pytest.mark.timeout(300)
+def test_keras_fit_survives_the_loss_of_a_worker(tmp_path):
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:3\n")
+    discover.chmod(0o755)
+    job = os.path.join(TESTS_DIR, "jobs", "elastic_keras.py")
+    proc = subprocess.Popen([hvdlite_run(), "-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+                             str(discover), sys.executable, job, str(tmp_path), "6"],
+                            env=job_env({"TF_CPP_MIN_LOG_LEVEL": "2"}), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def second_epoch():
+        log = events(tmp_path).get("w1", [])
+        return log if any(e["event"] == "epoch" and e["epoch"] >= 2 for e in log) else None
+    try:
+        log = wait_for(second_epoch, 180, "w1 to finish two epochs")
+        os.kill(log[0]["pid"], signal.SIGKILL)
+        out = finish(proc, timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-5000:]
+    logs = events(tmp_path)
+    done = {w: next(e for e in log if e["event"] == "done") for w, log in logs.items() if w != "w1"}
+    assert set(done) == {"w0", "w2"}, out[-3000:]
+    for worker, result in done.items():
+        assert result["sizes"] == [3, 2] and result["epoch"] == 6, (worker, result)
+    assert done["w0"]["weights"] == done["w2"]["weights"]

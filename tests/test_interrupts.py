@@ -168,8 +168,8 @@ print("DONE", flush=True)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("np", [2, 3])
-def test_ranks_out_of_step_fail_on_every_rank_naming_both_collectives(np):
+def test_ranks_out_of_step_fail_on_every_rank_naming_both_collectives():
+    np = 3  # rank 0 against two ranks in the other collective (the 2-rank case is the same code, minus one)
     result = run_job(prelude() + OUT_OF_STEP, np=np, env={"HVDLITE_DESYNC_TIMEOUT_SECONDS": "2"}, timeout=90)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out

@@ -23,6 +23,7 @@ from hvdlite.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                         allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather,
                                         grouped_allreduce, grouped_reducescatter, join, reducescatter)
 from hvdlite.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
+from hvdlite.tensorflow import elastic  # noqa: F401,E402 - hvd.elastic.run, TensorFlowKerasState
 
 _errors.install_status_hook()  # errors inside tf.function keep their hvdlite class
 

@@ -24,6 +24,7 @@ from hvdlite.tensorflow import mpi_ops as _ops
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
 from hvdlite.tensorflow.keras import callbacks  # noqa: F401
+from hvdlite.tensorflow.keras import elastic  # noqa: F401 - hvd.elastic.run, KerasState, the state callbacks
 from hvdlite.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from hvdlite.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 

@@ -1,0 +1,102 @@
+"""hvdlite.tensorflow.elastic (Horovod's ``horovod.tensorflow.elastic``): state kept across membership changes of
+an elastic job for TensorFlow variables and Keras models. The protocol and the retry loop are framework-neutral
+(hvdlite/common/elastic.py); see hvdlite/torch/elastic for the PyTorch counterpart."""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import numpy as np
+
+from hvdlite.common.basics import init, rank, shutdown
+from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
+from hvdlite.tensorflow.functions import broadcast_object, broadcast_variables
+
+
+def _reset() -> None:
+    shutdown()
+    init()
+
+
+def run(func):
+    """Decorator: ``func(state, ...)`` re-run from the last commit after a worker is lost, and re-entered after
+    workers join."""
+    return run_fn(func, _reset)
+
+
+class TensorFlowState(State):
+    """Horovod's ``TensorFlowState(variables=None, session=None, **kwargs)``: a list of tf.Variables (and plain
+    keyword attributes). Eager TensorFlow only: ``session`` must be None."""
+
+    def __init__(self, variables: Optional[List[Any]] = None, session=None, **kwargs: Any):
+        if session is not None:
+            raise ValueError("hvdlite's TensorFlowState supports eager TensorFlow only (session must be None)")
+        self.variables = list(variables or [])
+        self._saved_values: List[np.ndarray] = []
+        super().__init__(broadcast_object, rank, **kwargs)
+        self._save_values()
+
+    def save(self) -> None:
+        super().save()
+        self._save_values()
+
+    def restore(self) -> None:
+        super().restore()
+        for variable, value in zip(self.variables, self._saved_values):
+            variable.assign(value)
+
+    def sync(self) -> None:
+        if self.variables:
+            broadcast_variables(self.variables, 0, name="elastic.TensorFlowState")
+        super().sync()
+        self._save_values()
+
+    def _save_values(self) -> None:
+        self._saved_values = [np.array(v.numpy(), copy=True) for v in self.variables]
+
+
+class TensorFlowKerasState(State):
+    """Horovod's ``TensorFlowKerasState(model, optimizer=None, backend=None, **kwargs)``: a Keras model's weights
+    and its optimizer's variables (slots, iteration count), plus plain keyword attributes (``epoch=0,
+    batch=0``). The optimizer defaults to ``model.optimizer``; it is built first if training has not built it."""
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs: Any):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        self._saved_weights: List[np.ndarray] = []
+        self._saved_optimizer: List[np.ndarray] = []
+        super().__init__(broadcast_object, rank, **kwargs)
+        self._save_values()
+
+    def _optimizer_variables(self) -> list:
+        if self.optimizer is None:
+            return []
+        if not getattr(self.optimizer, "built", True) and self.model.trainable_variables:
+            self.optimizer.build(self.model.trainable_variables)
+        return list(self.optimizer.variables)
+
+    def save(self) -> None:
+        super().save()
+        self._save_values()
+
+    def restore(self) -> None:
+        super().restore()
+        if self._saved_weights:
+            self.model.set_weights(self._saved_weights)
+        variables = self._optimizer_variables()
+        if len(variables) == len(self._saved_optimizer):
+            for variable, value in zip(variables, self._saved_optimizer):
+                variable.assign(value)
+
+    def sync(self) -> None:
+        variables = list(self.model.weights) + self._optimizer_variables()
+        if variables:
+            broadcast_variables(variables, 0, name="elastic.TensorFlowKerasState")
+        super().sync()
+        self._save_values()
+
+    def _save_values(self) -> None:
+        self._saved_weights = [np.array(w, copy=True) for w in self.model.get_weights()]
+        self._saved_optimizer = [np.array(v.numpy(), copy=True) for v in self._optimizer_variables()]
+
+
+__all__ = ["HostsUpdatedInterrupt", "State", "TensorFlowKerasState", "TensorFlowState", "run"]
