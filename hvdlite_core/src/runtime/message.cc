@@ -35,12 +35,41 @@ void Request::write(WireWriter& w) const {
   w.put<double>(waited_seconds);
 }
 
+namespace {
+
+// Enum fields are checked as they are read: everything downstream (names, sizes, kernels) indexes by them.
+OpType read_op(WireReader& r) {
+  int32_t v = r.get<int32_t>();
+  if ((v < 0 || v >= kNumOpTypes) && v != static_cast<int32_t>(OpType::kAbort)) {
+    throw Error(StatusCode::kInternal, "malformed negotiation message: operation " + std::to_string(v));
+  }
+  return static_cast<OpType>(v);
+}
+
+DType read_dtype(WireReader& r) {
+  int32_t v = r.get<int32_t>();
+  if (v < 0 || v >= kNumDTypes) {
+    throw Error(StatusCode::kInternal, "malformed negotiation message: dtype " + std::to_string(v));
+  }
+  return static_cast<DType>(v);
+}
+
+ReduceOp read_reduce_op(WireReader& r) {
+  int32_t v = r.get<int32_t>();
+  if (v < 0 || v > static_cast<int32_t>(ReduceOp::kProduct)) {
+    throw Error(StatusCode::kInternal, "malformed negotiation message: reduce op " + std::to_string(v));
+  }
+  return static_cast<ReduceOp>(v);
+}
+
+}  // namespace
+
 Request Request::Read(WireReader& r) {
   Request q;
   q.rank = r.get<int32_t>();
-  q.op = static_cast<OpType>(r.get<int32_t>());
-  q.dtype = static_cast<DType>(r.get<int32_t>());
-  q.reduce_op = static_cast<ReduceOp>(r.get<int32_t>());
+  q.op = read_op(r);
+  q.dtype = read_dtype(r);
+  q.reduce_op = read_reduce_op(r);
   q.root_rank = r.get<int32_t>();
   q.process_set = r.get<int32_t>();
   q.prescale = r.get<double>();
@@ -77,9 +106,9 @@ Response Response::Read(WireReader& r) {
   s.is_error = r.get<uint8_t>() != 0;
   s.error_code = r.get<int32_t>();
   s.error = r.get_string();
-  s.op = static_cast<OpType>(r.get<int32_t>());
-  s.dtype = static_cast<DType>(r.get<int32_t>());
-  s.reduce_op = static_cast<ReduceOp>(r.get<int32_t>());
+  s.op = read_op(r);
+  s.dtype = read_dtype(r);
+  s.reduce_op = read_reduce_op(r);
   s.root_rank = r.get<int32_t>();
   s.process_set = r.get<int32_t>();
   s.prescale = r.get<double>();

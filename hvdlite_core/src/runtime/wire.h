@@ -57,7 +57,7 @@ class WireReader {
     uint32_t n = get<uint32_t>();
     need(static_cast<size_t>(n) * sizeof(T));
     std::vector<T> v(n);
-    std::memcpy(v.data(), data_ + offset_, n * sizeof(T));
+    if (n) std::memcpy(v.data(), data_ + offset_, n * sizeof(T));  // (memcpy from/to null is undefined, even for 0)
     offset_ += n * sizeof(T);
     return v;
   }
