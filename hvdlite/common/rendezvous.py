@@ -248,6 +248,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # HTTP/1.0: one request per connection.  Rendezvous traffic is tiny and
     # this keeps idle connections from pinning handler threads.
     protocol_version = "HTTP/1.0"
+    # A request line without a version is answered as HTTP/1.0 (with a status line), not as HTTP/0.9, whose
+    # answers are a bare body a client cannot tell from data (found by tests/test_rendezvous.py's fuzzing).
+    default_request_version = "HTTP/1.0"
     # Socket timeout for reads: a peer that connects and then stalls (or
     # sends half a request) is dropped after this long.  Long-polls wait on a
     # condition variable, not on the socket, so they are unaffected.
