@@ -25,7 +25,10 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
       queue_.push_back(std::move(entry));
     }
   }
-  ready_.notify_one();
+  // No wake-up here. A synchronous caller drives its own operation in wait(); asynchronous work is taken up by
+  // the background thread at its next cycle tick (CYCLE_TIME, 1 ms), as in Horovod. Waking it on every enqueue
+  // cost a futex wake, a context switch and a thread competing for the caller's core: on a 2-core AMD EPYC an
+  // 8-byte 2-rank allreduce took 35 us median with the wake-up and 14 us without (docs/benchmarks.md).
   return Status::Ok();
 }
 
