@@ -1,7 +1,9 @@
-"""Fuzzing the negotiation wire format (hvdlite_core/tests/wire_fuzz.cc): a million valid, random and mutated
-messages through the request and response decoders and the coordinator's validation, built with
-AddressSanitizer and UndefinedBehaviorSanitizer. Every input must decode to in-range values or fail with a clean
-hvdlite::Error. ``HVDLITE_FUZZ_ITERATIONS`` sets the count (docs/faults.md records a longer run)."""
+"""Fuzzing the negotiation wire format (hvdlite_core/tests/wire_fuzz.cc): valid, random and mutated messages
+through the request and response decoders and the coordinator's validation, built with AddressSanitizer and
+UndefinedBehaviorSanitizer. Every input must decode to in-range values or fail with a clean hvdlite::Error.
+
+CI's short run: 300,000 inputs. ``HVDLITE_FUZZ_ITERATIONS`` sets the count; docs/faults.md records the long runs
+(1,000,000 and 10,000,000 inputs)."""
 import os
 import shutil
 import subprocess
@@ -11,11 +13,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "hvdlite_core")
 SOURCES = ["runtime/message.cc", "runtime/validation.cc", "common/dtype.cc"]
-ITERATIONS = int(os.environ.get("HVDLITE_FUZZ_ITERATIONS", "1000000"))
+ITERATIONS = int(os.environ.get("HVDLITE_FUZZ_ITERATIONS", "300000"))
 
 
 @pytest.mark.timeout(300)
-def test_wire_decoders_survive_a_million_mutated_messages(tmp_path):
+def test_wire_decoders_survive_mutated_messages(tmp_path):
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is required to build hvdlite"
     binary = tmp_path / "wire_fuzz"
