@@ -10,8 +10,9 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
 - The discovery script (run every ``--discovery-interval`` s) reports new slots: workers are started there and
   ``hosts_updated`` is set, so that the running workers leave at their next ``state.commit()`` and the next
   round takes everyone in. A host that disappears from the script's output has its workers stopped.
-- A round is formed as soon as every live worker has asked to join it; workers that have not asked within
-  ``ROUND_SETTLE_SECONDS`` of the first one (stopped, hung) are stopped and left out.
+- A round is formed as soon as every live worker has asked to join it. Once a member of the current round has
+  asked (its round ended), the others have ``ROUND_SETTLE_SECONDS``; those that have not asked by then (stopped,
+  hung) are stopped and left out. Workers that only joined wait, without a limit, for the members' next commit.
 - Fewer than ``--min-np`` workers willing to continue, and none coming within ``--start-timeout``: the job fails
   with that message. Every worker exiting 0 ends the job with 0.
 
@@ -104,6 +105,7 @@ class ElasticDriver:
         self.workers: List[Worker] = []
         self.next_index = 0
         self.round = -1
+        self.members: set = set()  # worker ids of the current round
         self.blacklist: Dict[str, float] = {}  # host -> time it may be used again (inf: never)
         self.host_order: List[str] = []
         self.failure: Optional[Tuple[Worker, int]] = None  # the first worker that failed, and its code
@@ -187,6 +189,7 @@ class ElasticDriver:
             assignment[worker.worker_id] = {
                 "rank": info.rank, "size": info.size, "local_rank": info.local_rank, "local_size": info.local_size,
                 "cross_rank": info.cross_rank, "cross_size": info.cross_size, "hostname": worker.host}
+        self.members = set(assignment)
         self.server.put(self.scope, f"round.{self.round}", json.dumps({"workers": assignment}).encode())
         self.server.put(self.scope, "latest", str(self.round).encode())
         report(f"elastic round {self.round}: {len(ordered)} worker(s) on {', '.join(hosts)}")
@@ -263,8 +266,12 @@ class ElasticDriver:
                 waiting_since = None
                 time.sleep(_POLL_INTERVAL)
                 continue
-            waiting_since = waiting_since or now
-            if len(ready) < len(live) and now - waiting_since < ROUND_SETTLE_SECONDS:
+            # The settling clock starts when a member of the current round asks for the next one (its round has
+            # ended: a failure or added workers). Workers that only joined wait for the members' next commit,
+            # however far away it is.
+            if any(w.worker_id in self.members for w in ready) or not self.members:
+                waiting_since = waiting_since or now
+            if len(ready) < len(live) and (waiting_since is None or now - waiting_since < ROUND_SETTLE_SECONDS):
                 time.sleep(_POLL_INTERVAL)
                 continue
             if len(ready) < self.elastic.min_np:
