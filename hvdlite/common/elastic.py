@@ -151,6 +151,8 @@ class State:
 
     def check_host_updates(self) -> None:
         """Raises HostsUpdatedInterrupt on every rank, at the same commit, when workers were added."""
+        if not enabled():
+            return  # no driver adds workers: no store to ask, no broadcast on every commit
         flag = 1 if self._rank() == 0 and hosts_updated_since_round() else 0
         if self._bcast_object(flag, 0):
             raise HostsUpdatedInterrupt(skip_sync=False)

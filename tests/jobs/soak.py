@@ -38,7 +38,6 @@ def issue(kind, process_set, count, dtype, name):
     """Enqueues one collective; returns (handle, check) where check() verifies the result after the wait."""
     members = process_set.ranks
     n = len(members)
-    me = members.index(rank)
     np_dtype = np.float32 if dtype == F32 else np.int32
     common = dict(name=name, dtype=dtype, process_set_id=process_set.process_set_id)
     if kind == "allreduce":
