@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h')
 
-.PHONY: setup system-packages build test train bench clean
+.PHONY: setup system-packages build test train bench sanitize clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ train: build
 
 bench: build
 	$(PY) bench/allreduce.py
+
+# The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: about N min; docs/faults.md).
+sanitize: build
+	tools/sanitize.sh address
+	tools/sanitize.sh thread
 
 clean:
 	rm -rf build $(VENV) hvdlite/_hvdlite_core*.so hvdlite/hvdlite.h *.egg-info

@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from hvdlite.runner.failure_summary import RECORD as RECENT_COLLECTIVES
 from hvdlite.runner.output import pump, report
 from hvdlite.common.rendezvous import RendezvousServer
 from hvdlite.common.topology import RankInfo, topology_for_hosts
@@ -441,6 +442,7 @@ def run_ranks(starters: Sequence[Callable[[], RankProcess]],
         raise ValueError("timeout must be positive, got %r" % timeout)
     ranks: List[RankProcess] = []
     completed = False
+    RECENT_COLLECTIVES.clear()
     try:
         with _SignalCatcher() as signals:
             for start in starters:
@@ -457,6 +459,9 @@ def run_ranks(starters: Sequence[Callable[[], RankProcess]],
         stop_ranks(ranks, grace=TERMINATE_GRACE_SECONDS if completed else 0.0)
         for rank in ranks:
             rank.join_output(timeout=2.0)
+    if outcome.code != 0:
+        for line in RECENT_COLLECTIVES.summary(rank.rank for rank in ranks):
+            report(line)
     return outcome
 
 

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import IO, Dict, Hashable, List, NamedTuple, Optional, Tuple
 
+from hvdlite.runner.failure_summary import RECORD as RECENT_COLLECTIVES
 from hvdlite.runner.terminal import TerminalSink, is_blank, supports_live_area
 
 #: Longest line forwarded as one (longer lines are cut).
@@ -290,6 +291,8 @@ class OutputRouter:
             now = time.monotonic()
             try:
                 for event in events:
+                    if event.finished:
+                        RECENT_COLLECTIVES.observe(event.content)
                     handler = sink.line if event.finished else sink.progress
                     handler(key, prefix, event.content, event.in_place, now)
             finally:

@@ -27,6 +27,9 @@ from hvdlite.runner.local import TERMINATE_GRACE_SECONDS, RankProcess, start_ran
 
 SSH = "ssh"
 SSH_FAILURE_CODE = 255
+#: ssh's keepalive through the encrypted channel: an unreachable host is given up after about 5-6 s.
+SERVER_ALIVE_INTERVAL = 1
+SERVER_ALIVE_COUNT = 5
 
 
 @dataclasses.dataclass
@@ -51,6 +54,9 @@ def ssh_option_args(options: SshOptions) -> List[str]:
     if options.identity_file:
         args += ["-i", options.identity_file]
     args += ["-o", "BatchMode=yes"]  # fail instead of prompting for a password nobody can type
+    # A host that vanishes (power, link down) sends no FIN: without these ssh would wait for hours, and the
+    # launcher with it. ssh gives up after 5 unanswered requests a second apart and exits 255.
+    args += ["-o", "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL, "-o", "ServerAliveCountMax=%d" % SERVER_ALIVE_COUNT]
     if options.connect_timeout:
         args += ["-o", "ConnectTimeout=%d" % max(1, round(options.connect_timeout))]
     return args
@@ -124,9 +130,10 @@ class RemoteRankProcess(RankProcess):
     def explain_exit(self, code: int) -> str:
         if code != SSH_FAILURE_CODE:
             return ""
-        return (" (255 is ssh's own failure code: if ssh printed an error above, check that "
-                "'ssh %s true' works without any prompt; an unknown host key can be accepted with "
-                "--ssh-option StrictHostKeyChecking=accept-new)" % self.host)
+        return (" (255 is ssh's own failure code: the connection to %s was lost (\"Timeout, server not "
+                "responding\" above: the host went down or its network was cut), or ssh could not connect: then "
+                "check that 'ssh %s true' works without any prompt; an unknown host key can be accepted with "
+                "--ssh-option StrictHostKeyChecking=accept-new)" % (self.host, self.host))
 
     def signal_group(self, signum: int) -> None:
         # SIGTERM: close the lifeline, the remote script stops the rank and ssh exits with its code.

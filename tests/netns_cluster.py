@@ -80,7 +80,7 @@ class Cluster:
         _run("ip", "addr", "add", self.gateway + "/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         for index, host in enumerate(self.hosts):
-            outside, inside = "hvo%s%d" % (self.tag, index), self._veth(index)
+            outside, inside = self.outside(index), self._veth(index)
             _run("ip", "netns", "add", host.namespace)
             _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
             self._links.append(outside)
@@ -150,6 +150,15 @@ class Cluster:
     def interfaces(self) -> List[str]:
         """The bridge (the launcher's side), then each host's veth."""
         return [self.bridge] + [self._veth(index) for index in range(len(self.hosts))]
+
+    def set_link(self, index: int, up: bool) -> None:
+        """Cuts (``up=False``) or restores host ``index``'s link to the bridge, as if its cable were pulled: no
+        FIN, no RST, packets in both directions simply vanish."""
+        _run("ip", "link", "set", self.outside(index), "up" if up else "down")
+
+    def outside(self, index: int) -> str:
+        """Host ``index``'s link as seen from the bridge: what it receives there, the host sent."""
+        return "hvo%s%d" % (self.tag, index)
 
     def _veth(self, index: int) -> str:
         return "hvi%s%d" % (self.tag, index)  # interface names have at most 15 characters

@@ -29,6 +29,11 @@ SWEEPS = [
     ("default-np4", 4, None, {"EXPECT_TRANSPORT": "shm"}, "full"),
     # two emulated hosts: pairs across hosts use TCP, pairs on one host shared memory
     ("tcp-2hosts-np4", 4, [0, 0, 1, 1], {"EXPECT_TRANSPORT": "tcp"}, "small"),
+    # two-tier allreduce: reduce-scatter in each host, allreduce across, allgather in each host; hosts in
+    # interleaved rank order (ranks 0 and 2 on one host) so that local and cross member orders differ from ranks;
+    # Horovod's variable name
+    ("hierarchical-2hosts-np4", 4, [0, 1, 0, 1], {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "EXPECT_TRANSPORT": "tcp"},
+     "small"),
     # TCP only, non-power-of-two
     ("tcp-only-np3", 3, None, {"HVDLITE_SHM_DISABLE": "1", "EXPECT_TRANSPORT": "tcp"}, "small"),
     # shared-memory rings without the single-copy (cross-memory attach) path

@@ -104,6 +104,17 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
     assert len(weights) == 1, "the workers finished with different models"
     assert len({d["batches"] for d in done.values()}) == 1  # the new worker took over the step count too
     check_epochs_cover_every_sample(logs, epochs=8)
+    # The reference: one process replays the logged schedule (same samples per step, same commits).
+    replayed = subprocess.run([sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True,
+                              text=True, timeout=120)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    reference = json.loads(replayed.stdout.strip().splitlines()[-1])
+    assert reference["steps"] == done["w0"]["batches"], (reference["steps"], done["w0"]["batches"])
+    final = done["w0"]["weights"]
+    # float32 sums in another order (ring allreduce vs this loop): equal to ~1e-6; a step applied twice, lost,
+    # or trained on other samples moves them by ~1e-2 (lr 0.01).
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(final, reference["weights"])), \
+        (final, reference["weights"])
 
 
 @pytest.mark.timeout(120)

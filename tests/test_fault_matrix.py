@@ -8,7 +8,14 @@ every survivor's collective fails within the bound, naming the victim; the launc
 Bounds: a killed or raising rank is noticed through its closed sockets or its own report (2 s allowed); a
 stopped rank only by its silence, after ``PEER_TIMEOUT_SECONDS`` (5 s by default; 5 + 2 s allowed).
 
-SIGSTOP trials run two at a time (each mostly waits out the peer timeout); the leftover checks then cover both.
+The link-down cell runs on network-namespace test hosts (netns_cluster.py) started over ssh: np=3 on three hosts
+of one rank, np=4 on two hosts of two. A random host's link is cut (no FIN, no RST: packets vanish); the ranks
+on the other hosts must fail within ``PEER_UNREACHABLE_SECONDS`` (3 s, the kernel TCP heartbeat) + 2 s naming
+every rank of the cut host, the ranks on the cut host must give up by themselves (they cannot be told), and
+once the link is back nothing of the job is left on any host. The two cells run side by side, each in two lanes
+of its own hosts.
+
+SIGSTOP trials run five at a time (each mostly waits out the peer timeout); the leftover checks then cover them all.
 ``HVDLITE_FAULT_TRIALS`` sets the trials per cell (10 by default, as in CI); with ``HVDLITE_FAULT_REPORT=path``
 the measured detection and exit times are written there as JSON (docs/faults.md quotes them).
 """
@@ -33,7 +40,7 @@ from multiproc import job_env
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TRIAL_JOB = os.path.join(TESTS_DIR, "jobs", "fault_trial.py")
 TRIALS = int(os.environ.get("HVDLITE_FAULT_TRIALS", "10"))
-DETECTION_BOUND = {"sigkill": 2.0, "raise": 2.0, "sigstop": 5.0 + 2.0}
+DETECTION_BOUND = {"sigkill": 2.0, "raise": 2.0, "sigstop": 5.0 + 2.0, "linkdown": 3.0 + 2.0}
 LAUNCHER_EXIT_BOUND = 10.0
 MEASURED: dict = {}
 
@@ -109,6 +116,10 @@ def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
     assert max(detections) <= DETECTION_BOUND[fault], f"detections {detections}\n{context}"
     exit_after = exit_time - fault_time
     assert exit_after <= LAUNCHER_EXIT_BOUND, f"launcher exited {exit_after:.1f} s after the fault\n{context}"
+    if fault in ("sigkill", "sigstop"):  # the launcher's closing summary: where each rank was
+        assert "hvdlite: where each rank was (its last collectives" in output, context
+        for rank in survivors:
+            assert f"hvdlite:   rank {rank}: allreduce 'grad' (16 KB, done)" in output, context
     return {"detect_max_s": max(detections), "launcher_exit_s": exit_after, "pids": list(pids.values())}
 
 
@@ -133,7 +144,7 @@ def run_trials(tmp_path, np: int, fault: str, victims: list) -> list:
 def test_fault_matrix(tmp_path, np, fault):
     rng = random.Random(f"{fault}-{np}")
     victims = [rng.randrange(np) for _ in range(TRIALS)]
-    side_by_side = 2 if fault == "sigstop" else 1  # the others finish in about a second each anyway
+    side_by_side = 5 if fault == "sigstop" else 1  # the others finish in about a second each anyway
     results = []
     for first in range(0, TRIALS, side_by_side):
         results += run_trials(tmp_path, np, fault, victims[first:first + side_by_side])
@@ -144,6 +155,136 @@ def test_fault_matrix(tmp_path, np, fault):
         "launcher_exit_median_s": statistics.median(exits), "launcher_exit_max_s": max(exits)}
     print(f"{fault} np={np}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
           f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s")
+    report = os.environ.get("HVDLITE_FAULT_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump(MEASURED, f, indent=1)
+
+
+# -- the link-down cell -------------------------------------------------------------------------------------
+
+LINK_DOWN_LAYOUTS = {3: [1, 1, 1], 4: [2, 2]}  # slots per host; ranks are numbered host by host
+LINK_DOWN_LANES = 2  # trials of a cell that run side by side, each lane on its own hosts
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from netns_cluster import ClusterUnavailable, start_cluster
+    workdir = str(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster = start_cluster(workdir, count=LINK_DOWN_LANES * sum(map(len, LINK_DOWN_LAYOUTS.values())))
+    except ClusterUnavailable as exc:
+        pytest.fail("cannot create the test hosts for the link-down cell: %s" % exc, pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def wait_until_gone(pids, timeout: float) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    return [pid for pid in pids if process_alive(pid)]
+
+
+def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host: int) -> dict:
+    layout = LINK_DOWN_LAYOUTS[np]
+    hosts = [cluster.hosts[first_host + i] for i in range(len(layout))]
+    rank_host = [index for index, slots in enumerate(layout) for _ in range(slots)]
+    victims = [r for r in range(np) if rank_host[r] == victim_host]
+    survivors = [r for r in range(np) if rank_host[r] != victim_host]
+    out = tmp_path / f"linkdown-np{np}-{victim_host}-{time.monotonic_ns()}"
+    out.mkdir()
+    spec = ",".join(f"{host.address}:{slots}" for host, slots in zip(hosts, layout))
+    launcher = subprocess.Popen([hvdlite_run(), "-np", str(np), "-H", spec, *cluster.ssh_flags(), "--start-timeout",
+                                 "30", sys.executable, TRIAL_JOB, str(out), str(victims[0]), "linkdown"],
+                                env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    link = first_host + victim_host
+    cut = False
+    try:
+        assert wait_for_files(out, "running.", np, 60), "the ranks never got going"
+        pids = {r: int((out / f"pid.{r}").read_text()) for r in range(np)}
+        fault_time = time.time()
+        cluster.set_link(link, up=False)
+        cut = True
+        try:
+            output, _ = launcher.communicate(timeout=LAUNCHER_EXIT_BOUND + 20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"hvdlite-run still running {LAUNCHER_EXIT_BOUND + 20} s after the link went down")
+        exit_time = time.time()
+        # The cut-off ranks hear nothing more from anyone: their own heartbeat must end them.
+        stranded = wait_until_gone([pids[r] for r in victims], fault_time + DETECTION_BOUND["linkdown"] + 5
+                                   - time.time())
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+        if cut:
+            cluster.set_link(link, up=True)
+    context = f"np={np} link down on {hosts[victim_host].address} (ranks {victims})\n{output[-4000:]}"
+    assert not stranded, f"ranks on the cut-off host still running: {stranded}\n{context}"
+    assert launcher.returncode != 0, context
+    detections = []
+    for rank in survivors:
+        path = out / f"error.{rank}"
+        assert path.exists(), f"rank {rank} never saw an error\n{context}"
+        error = json.loads(path.read_text())
+        detections.append(error["time"] - fault_time)
+        for victim in victims:
+            assert f"rank {victim} ({hosts[victim_host].address}" in error["message"], f"rank {rank}: {error}\n{context}"
+        assert "unreachable" in error["message"], f"rank {rank}: {error}\n{context}"
+    assert max(detections) <= DETECTION_BOUND["linkdown"], f"detections {detections}\n{context}"
+    exit_after = exit_time - fault_time
+    assert exit_after <= LAUNCHER_EXIT_BOUND, f"launcher exited {exit_after:.1f} s after the link went down\n{context}"
+    # The launcher's closing summary says where each rank was.
+    assert "hvdlite: where each rank was" in output, context
+    # Once the link is back, the sshd sessions of the cut host learn that their client is gone and end too.
+    leftovers = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        leftovers = {host.alias: cluster.job_processes(host) for host in hosts}
+        if not any(leftovers.values()):
+            break
+        time.sleep(0.2)
+    assert not any(leftovers.values()), f"left running on the test hosts: {leftovers}\n{context}"
+    return {"detect_max_s": max(detections), "launcher_exit_s": exit_after, "pids": list(pids.values())}
+
+
+@pytest.mark.timeout(TRIALS * 30 + 120)
+def test_fault_matrix_link_down(cluster, tmp_path):
+    """Both np cells at once, each in two lanes of its own hosts (np=3: hosts 0-2 and 3-5; np=4: 6-7 and 8-9);
+    lane k runs the cell's trials k, k + 2, ..."""
+    schedules = {np: [random.Random(f"linkdown-{np}").randrange(len(LINK_DOWN_LAYOUTS[np])) for _ in range(TRIALS)]
+                 for np in LINK_DOWN_LAYOUTS}
+    lanes = []  # (np, first host, victims)
+    first = 0
+    for np, layout in LINK_DOWN_LAYOUTS.items():
+        for lane in range(LINK_DOWN_LANES):
+            lanes.append((np, first, schedules[np][lane::LINK_DOWN_LANES]))
+            first += len(layout)
+    shm_before, tmp_before = shm_entries(), tmp_entries()
+
+    def run_lane(lane):
+        np, first_host, victims = lane
+        return [run_link_down_trial(cluster, tmp_path, np, first_host, victim) for victim in victims]
+
+    results = {np: [] for np in LINK_DOWN_LAYOUTS}
+    with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+        for lane, lane_results in zip(lanes, pool.map(run_lane, lanes)):
+            results[lane[0]] += lane_results
+    time.sleep(0.2)
+    assert shm_entries() <= shm_before, f"left in /dev/shm: {shm_entries() - shm_before}"
+    assert tmp_entries() <= tmp_before, f"left in /tmp: {tmp_entries() - tmp_before}"
+    for np, cell_results in results.items():
+        detect = [r["detect_max_s"] for r in cell_results]
+        exits = [r["launcher_exit_s"] for r in cell_results]
+        MEASURED[f"linkdown np={np}"] = {
+            "trials": TRIALS, "detect_median_s": statistics.median(detect), "detect_max_s": max(detect),
+            "launcher_exit_median_s": statistics.median(exits), "launcher_exit_max_s": max(exits)}
+        print(f"linkdown np={np}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
+              f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s")
     report = os.environ.get("HVDLITE_FAULT_REPORT")
     if report:
         with open(report, "w") as f:

@@ -72,7 +72,7 @@ def test_ssh_command_puts_user_options_first():
                          connect_timeout=7)
     assert ssh_command("node1", options) == [
         "ssh", "-T", "-F", "/c", "-o", "BatchMode=no", "-p", "2222", "-i", "/k", "-o", "BatchMode=yes", "-o",
-        "ConnectTimeout=7", "node1", "exec bash -s"]
+        "ServerAliveInterval=1", "-o", "ServerAliveCountMax=5", "-o", "ConnectTimeout=7", "node1", "exec bash -s"]
 
 
 def _run_remote_script(env, command, cwd="/", close_after=None):
@@ -126,7 +126,7 @@ def test_mpirun_command_for_open_mpi_and_mpich():
                    "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)
     assert cmd == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2", "--bind-to",
-                   "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes", "-mca",
+                   "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes -o ServerAliveInterval=1 -o ServerAliveCountMax=5", "-mca",
                    "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0", "--output-filename",
                    "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CYCLE_TIME", "-x",
                    "HVDLITE_NETWORK_INTERFACE", "-x", "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y",

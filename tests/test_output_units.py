@@ -219,3 +219,21 @@ def test_terminal_shows_partial_lines_late_and_cuts_rows(tmp_path):
                       "[2]<stderr>: " + "2" * 16,
                       "hvdlite: 4 more unfinished li"]
     assert everything == ["[0]<stdout>: rank 0 ready"] + screen
+
+
+def test_failure_summary_keeps_each_ranks_latest_record_and_names_the_silent_ones():
+    from hvdlite.runner.failure_summary import RecentCollectives
+    record = RecentCollectives()
+    assert record.summary(range(3)) == []  # nothing printed: no summary at all
+    record.observe(b"hvdlite.common.errors.PeerError: rank 2 (h:1) exited; last 2 collectives on rank 0, oldest "
+                   b"first: allreduce 'a' (4 B, done), allreduce 'b' (8 B, pending)\r")
+    record.observe(b"last 1 collectives on rank 1, oldest first: broadcast 'w' (1 KB, done)")
+    record.observe(b"last 1 collectives on rank 1, oldest first: allgather 'x' (2 KB, pending)")  # a later error
+    record.observe(b"an unrelated line that mentions collectives on rank nothing")
+    assert record.summary(range(3)) == [
+        "where each rank was (its last collectives, oldest first, from its error):",
+        "  rank 0: allreduce 'a' (4 B, done), allreduce 'b' (8 B, pending)",
+        "  rank 1: allgather 'x' (2 KB, pending)",
+        "  rank 2: no record printed (it stopped first, or failed outside a collective)"]
+    record.clear()
+    assert record.summary(range(3)) == []

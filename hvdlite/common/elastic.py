@@ -66,6 +66,12 @@ def _try_get(client, scope_name: str, key: str) -> Optional[bytes]:
         return None
 
 
+def current_round() -> Optional[int]:
+    """The elastic round this process takes part in (numbered from 0 across the job); None outside an elastic
+    job. The same number on every worker of a round: logs keyed by it line up across workers."""
+    return _current_round
+
+
 def placement(env) -> Placement:
     """This worker's placement in its next round (blocks until the driver forms it)."""
     global _last_round, _current_round

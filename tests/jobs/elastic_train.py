@@ -1,8 +1,13 @@
 """A worker of an elastic job (tests/test_elastic.py): a small model trained with hvd.elastic.
 
 argv: OUT_DIR EPOCHS. Every worker appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after
-each (re)initialisation with its rank and size, "batch" after every committed batch (its epoch and the sample
-indices this rank trained on), and "done" with the final weights and the sizes it trained at."""
+each (re)initialisation with its rank and size, "batch" after every committed batch (the elastic round, its
+epoch and the sample indices this rank trained on), and "done" with the final weights and the sizes it trained
+at.
+
+argv: --replay OUT_DIR. The reference: one process replays the schedule the workers logged (for each step, the
+batches every rank of the round that last ran it trained on) on the same model and data, averaging the ranks'
+gradients as the allreduce does, and prints the final weights as JSON."""
 import json
 import os
 import sys
@@ -11,6 +16,63 @@ import time
 import torch
 
 import hvdlite.torch as hvd
+
+from hvdlite.common.elastic import current_round
+
+LR = 0.01
+
+
+def make_data_and_model():
+    torch.manual_seed(1234)  # the same data and initial model on every worker (state.sync() broadcasts anyway)
+    features = torch.randn(480, 8)
+    targets = features @ torch.arange(1.0, 9.0).unsqueeze(1) + 0.5
+    return features, targets, torch.nn.Linear(8, 1)
+
+
+def flat_weights(model):
+    return torch.cat([model.weight.detach().flatten(), model.bias.detach()]).tolist()
+
+
+def replay(out_dir):
+    """The reference run (see the module docstring): steps in order, each from the latest round that ran it (a
+    round that failed after committing a step hands it to the next round, which goes on from that commit)."""
+    steps = {}  # step -> (round, {rank: indices}, size)
+    for name in os.listdir(out_dir):
+        if not name.endswith(".log"):
+            continue
+        with open(os.path.join(out_dir, name)) as f:
+            for line in f:
+                e = json.loads(line)
+                if e["event"] != "batch":
+                    continue
+                round_, ranks, size = steps.get(e["batches"], (-1, {}, 0))
+                if e["round"] > round_:
+                    round_, ranks, size = e["round"], {}, e["size"]
+                if e["round"] == round_:
+                    ranks[e["rank"]] = e["indices"]
+                steps[e["batches"]] = (round_, ranks, size)
+    assert sorted(steps) == list(range(1, len(steps) + 1)), "steps missing from the logs"
+    features, targets, model = make_data_and_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in sorted(steps):
+        round_, ranks, size = steps[step]
+        assert sorted(ranks) == list(range(size)), f"step {step} (round {round_}): logged by ranks {sorted(ranks)}"
+        grads = [torch.zeros_like(p) for p in model.parameters()]
+        for rank in range(size):
+            model.zero_grad()
+            x, y = features[ranks[rank]], targets[ranks[rank]]
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            for total, p in zip(grads, model.parameters()):
+                total += p.grad
+        for total, p in zip(grads, model.parameters()):
+            p.grad = total / size
+        optimizer.step()
+    print(json.dumps({"steps": len(steps), "weights": flat_weights(model)}))
+
+
+if sys.argv[1] == "--replay":
+    replay(sys.argv[2])
+    sys.exit(0)
 
 out_dir, epochs = sys.argv[1], int(sys.argv[2])
 worker = os.environ.get("HVDLITE_WORKER_ID", "plain")
@@ -24,14 +86,11 @@ def log(**event):
 
 log(event="start")
 hvd.init()
-torch.manual_seed(1234)  # the same data on every worker; the model is broadcast by state.sync()
-features = torch.randn(480, 8)
-targets = features @ torch.arange(1.0, 9.0).unsqueeze(1) + 0.5
+features, targets, model = make_data_and_model()
 dataset = torch.utils.data.TensorDataset(features, targets, torch.arange(len(features)))
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
 loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler)
-model = torch.nn.Linear(8, 1)
-optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
                                      named_parameters=model.named_parameters())
 sizes = []
 
@@ -54,8 +113,8 @@ def train(state):
             state.batches += 1
             # Logged before commit(), which saves first and may then raise HostsUpdatedInterrupt: the batch is
             # committed either way (a failed step raises before this line).
-            log(event="batch", batches=state.batches, epoch=state.epoch, rank=hvd.rank(), size=hvd.size(),
-                indices=indices.tolist())
+            log(event="batch", batches=state.batches, epoch=state.epoch, round=current_round(), rank=hvd.rank(),
+                size=hvd.size(), indices=indices.tolist())
             state.commit()
             time.sleep(0.03)
         state.epoch += 1
@@ -67,5 +126,4 @@ state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch
 state.register_reset_callbacks([on_reset])
 log(event="round", rank=hvd.rank(), size=hvd.size())
 train(state)
-weights = torch.cat([model.weight.detach().flatten(), model.bias.detach()]).tolist()
-log(event="done", rank=hvd.rank(), size=hvd.size(), sizes=sizes, batches=state.batches, weights=weights)
+log(event="done", rank=hvd.rank(), size=hvd.size(), sizes=sizes, batches=state.batches, weights=flat_weights(model))

@@ -21,9 +21,16 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
 void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
 
+// In place, no scaling: recursive doubling for small messages, the ring for large ones (the one-tier choice).
+void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// Whether allreduce() takes the two-tier path for this message (HIERARCHICAL_ALLREDUCE; needs comm.local()).
+bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes);
+
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
+void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 // Scales each reduced segment while it is still in cache (saves a pass over the result).
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
                            ReduceKind kind, double postscale);

@@ -3,6 +3,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
@@ -12,7 +13,8 @@ namespace hvdlite {
 
 class Communicator {
  public:
-  Communicator(Mesh* mesh, const Config* config, std::vector<int> members);
+  // tiers: also build local() and cross() (false for those themselves).
+  Communicator(Mesh* mesh, const Config* config, std::vector<int> members, bool tiers = true);
   int size() const { return static_cast<int>(members_.size()); }
   int rank() const { return my_index_; }
   int global_rank(int index) const { return members_[index]; }
@@ -24,14 +26,23 @@ class Communicator {
   // Every member on this host and able to read the others' memory directly (process_vm_readv).
   bool single_copy_local() const { return single_copy_local_; }
   char* scratch(size_t bytes);
+  // The two tiers of a set spread over hosts with the same number of members on each (else both null):
+  // local = my host's members; cross = the members with my local index on every host, in host order of first
+  // appearance. Hierarchical algorithms run on these; they share the mesh's channels.
+  Communicator* local() const { return local_.get(); }
+  Communicator* cross() const { return cross_.get(); }
+  int host_count() const { return host_count_; }
 
  private:
+  void build_tiers();
   Mesh* mesh_;
   const Config* config_;
   std::vector<int> members_;
   int my_index_ = -1;
   bool single_copy_local_ = false;
   std::vector<char> scratch_;
+  std::unique_ptr<Communicator> local_, cross_;
+  int host_count_ = 1;
 };
 
 }  // namespace hvdlite

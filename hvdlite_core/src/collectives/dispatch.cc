@@ -24,15 +24,33 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
     allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);
     return;
   }
-  if (input != output) std::memcpy(output, input, bytes);
+  if (input != output && bytes > 0) std::memcpy(output, input, bytes);
   if (comm.size() > 1 && count > 0) {
-    if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
-      allreduce_recursive_doubling(comm, output, count, dtype, kind);
+    if (use_hierarchical_allreduce(comm, bytes)) {
+      allreduce_hierarchical(comm, output, count, dtype, kind);
     } else {
-      allreduce_ring(comm, output, count, dtype, kind);
+      allreduce_flat(comm, output, count, dtype, kind);
     }
   }
   if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
+}
+
+void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+  if (comm.size() == 1 || count == 0) return;
+  size_t bytes = count * dtype_size(dtype);
+  if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
+    allreduce_recursive_doubling(comm, buffer, count, dtype, kind);
+  } else {
+    allreduce_ring(comm, buffer, count, dtype, kind);
+  }
+}
+
+bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
+  // Forced on or off for now (HIERARCHICAL_ALLREDUCE, default off); the automatic choice comes with the cost
+  // model. Every member takes the same decision: it depends on the set's layout and a job-wide setting only.
+  if (!comm.local() || comm.local()->size() < 2) return false;
+  (void)bytes;
+  return comm.config().hierarchical_allreduce;
 }
 
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {

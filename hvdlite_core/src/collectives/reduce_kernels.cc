@@ -102,6 +102,7 @@ void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_
 }
 
 void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double factor) {
+  if (count == 0) return;  // empty tensors may have null buffers
   if (factor == 1.0 || dtype == DType::kBool) {
     if (dst != src) std::memmove(dst, src, count * dtype_size(dtype));
     return;

@@ -16,11 +16,15 @@ struct Config {
   double desync_timeout_seconds = 30.0;       // DESYNC_TIMEOUT_SECONDS: fail collectives ranks wait on crosswise
                                               // after this (runtime/desync.h; 0: never)
   double peer_timeout_seconds = 5.0;          // PEER_TIMEOUT_SECONDS: a peer silent this long mid-operation is lost
+  double peer_unreachable_seconds = 3.0;      // PEER_UNREACHABLE_SECONDS: a remote host that answers no TCP
+                                              // heartbeat this long is lost, busy or not (0: kernel defaults)
   double start_timeout_seconds = 60.0;        // START_TIMEOUT: connecting the mesh at init
   int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
   int64_t shm_ring_bytes = 4 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
+  bool hierarchical_allreduce = false;        // HIERARCHICAL_ALLREDUCE: two-tier allreduce when ranks span hosts
+                                              // (must be the same on every rank, as in Horovod)
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
                                               // (off: the shm ring measured faster, docs/benchmarks.md)
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping

@@ -49,7 +49,7 @@ Digest sha256(const uint8_t* data, size_t length) {
   // Padding: 0x80, zeros, then the bit length big-endian, filling one or two final blocks.
   uint8_t tail[128] = {0};
   size_t rest = length - full;
-  std::memcpy(tail, data + full, rest);
+  if (rest > 0) std::memcpy(tail, data + full, rest);  // data may be null when length is 0
   tail[rest] = 0x80;
   size_t tail_blocks = rest + 9 > 64 ? 2 : 1;
   uint64_t bits = static_cast<uint64_t>(length) * 8;

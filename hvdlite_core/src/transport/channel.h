@@ -19,9 +19,12 @@ class Channel {
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).
   virtual void check_alive() = 0;
-  // True when the peer has closed its end (exited, crashed, was killed): a non-blocking probe, used to name
-  // every lost peer in an error, not only the one an operation happened to wait on.
-  virtual bool peer_gone() const = 0;
+  // A non-blocking probe, used to name every lost peer in an error, not only the one an operation happened to
+  // wait on: kClosed when the peer closed its end (exited, crashed, was killed), kUnreachable when its host
+  // stopped answering the kernel heartbeat (socket_set_heartbeat: host down, network cut).
+  enum class PeerState { kAlive, kClosed, kUnreachable };
+  virtual PeerState peer_state() const = 0;
+  bool peer_gone() const { return peer_state() != PeerState::kAlive; }
   virtual const char* kind() const = 0;
   int peer() const { return peer_; }
   const std::string& peer_host() const { return peer_host_; }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/log.h"
@@ -182,7 +183,7 @@ void Mesh::build_channels() {
       channels_[peer].reset(new ShmChannel(peer, host, &my_inbox_, local_index(peer), &peer_inboxes_[peer],
                                            local_index(rank_), control_fds_[peer]));
     } else {
-      channels_[peer].reset(new TcpChannel(control_fds_[peer], peer, host));
+      channels_[peer].reset(new TcpChannel(control_fds_[peer], peer, host, config_.peer_unreachable_seconds));
       control_fds_[peer] = -1;  // owned by the channel now
     }
   }
@@ -228,12 +229,15 @@ std::string Mesh::lost_peers_report() const {
   struct timespec now_ts;
   clock_gettime(CLOCK_MONOTONIC, &now_ts);
   const int64_t now = static_cast<int64_t>(now_ts.tv_sec) * 1000000000 + now_ts.tv_nsec;
-  std::string closed, silent;
+  std::string closed, unreachable, silent;
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || !channels_[r]) continue;
     std::string who = "rank " + std::to_string(r) + " (" + channels_[r]->peer_host() + ")";
-    if (channels_[r]->peer_gone()) {
+    Channel::PeerState state = channels_[r]->peer_state();
+    if (state == Channel::PeerState::kClosed) {
       closed += (closed.empty() ? "" : ", ") + who;
+    } else if (state == Channel::PeerState::kUnreachable) {
+      unreachable += (unreachable.empty() ? "" : ", ") + who;
     } else if (r < static_cast<int>(peer_inboxes_.size()) && peer_inboxes_[r].header()) {
       int64_t stamp = peer_inboxes_[r].header()->alive_ns.load(std::memory_order_relaxed);
       if (stamp > 0 && now - stamp > 1000000000) silent += (silent.empty() ? "" : ", ") + who;
@@ -241,6 +245,12 @@ std::string Mesh::lost_peers_report() const {
   }
   std::string report;
   if (!closed.empty()) report += "; connections closed by now: " + closed;
+  if (!unreachable.empty()) {
+    std::ostringstream limit;
+    limit << config_.peer_unreachable_seconds;
+    report += "; unreachable (no heartbeat answer for " + limit.str() + " s: host down or network cut): " +
+              unreachable;
+  }
   if (!silent.empty()) report += "; not responding for over 1 s (stopped or hung): " + silent;
   return report;
 }

@@ -36,6 +36,7 @@ class Mesh {
   int size() const { return static_cast<int>(peers_.size()); }
   Channel* channel(int peer) const { return channels_[peer].get(); }
   bool same_host(int peer) const { return peers_[peer].host_id == peers_[rank_].host_id; }
+  int host_id(int peer) const { return peers_[peer].host_id; }
   pid_t pid(int peer) const { return peers_[peer].pid; }
   // Single-copy reads of a co-located peer's memory (process_vm_readv) work in both directions.
   bool cma_usable(int peer) const { return same_host(peer) && cma_ok_[peer]; }

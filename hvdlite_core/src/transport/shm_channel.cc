@@ -55,10 +55,11 @@ size_t ShmChannel::try_recv(void* data, size_t length) {
   return n;
 }
 
-bool ShmChannel::peer_gone() const {
-  // Nothing is ever sent on the control socket: readable means closed.
+Channel::PeerState ShmChannel::peer_state() const {
+  // Nothing is ever sent on the control socket: readable means closed (a loopback connection never times out).
   struct pollfd p = {control_fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+  bool closed = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+  return closed ? PeerState::kClosed : PeerState::kAlive;
 }
 
 void ShmChannel::check_alive() {

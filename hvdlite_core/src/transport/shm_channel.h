@@ -15,7 +15,7 @@ class ShmChannel : public Channel {
   size_t try_recv(void* data, size_t length) override;
   int poll_fd() const override { return -1; }
   void check_alive() override;
-  bool peer_gone() const override;
+  PeerState peer_state() const override;
   const char* kind() const override { return "shm"; }
 
  private:

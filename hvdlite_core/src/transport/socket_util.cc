@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -117,6 +119,18 @@ void socket_set_nonblocking(int fd, bool on) {
 void socket_set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void socket_set_heartbeat(int fd, double unreachable_seconds) {
+  if (unreachable_seconds <= 0) return;
+  int one = 1;
+  int probe_count = std::max(1, static_cast<int>(std::ceil(unreachable_seconds)));
+  unsigned int user_timeout_ms = static_cast<unsigned int>(unreachable_seconds * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probe_count, sizeof(probe_count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
 }
 
 void socket_write_all(int fd, const void* data, size_t length, Clock::time_point deadline, const std::string& who) {
