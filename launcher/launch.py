@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--cache-capacity", type=int, default=None, metavar="N",
                         help="response cache entries (HVDLITE_CACHE_CAPACITY; default 1024)")
     tuning.add_argument("--disable-cache", action="store_true", help="same as --cache-capacity 0")
+    hierarchy = tuning.add_mutually_exclusive_group()
+    hierarchy.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
+                           const=True, default=None,
+                           help="always reduce in two tiers (in each host, then across hosts) when ranks span hosts "
+                                "(HVDLITE_HIERARCHICAL_ALLREDUCE=1; default: the cost model chooses per size)")
+    hierarchy.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
+                           const=False, help="always use the flat algorithms (HVDLITE_HIERARCHICAL_ALLREDUCE=0)")
     tuning.add_argument("--timeline-filename", default=None, metavar="FILE",
                         help="write a Chrome-trace timeline to FILE on rank 0 (HVDLITE_TIMELINE)")
 
@@ -130,6 +137,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         network_interfaces=[nic.strip() for nic in (args.nics or "").split(",") if nic.strip()],
         output_filename=args.output_filename, verbose=args.verbose, log_level=args.log_level,
         fusion_threshold_mb=args.fusion_threshold_mb, cycle_time_ms=args.cycle_time_ms,
+        hierarchical_allreduce=args.hierarchical_allreduce,
         cache_capacity=0 if args.disable_cache else args.cache_capacity,
         timeline_filename=args.timeline_filename,
         ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,

@@ -26,6 +26,7 @@ class Settings:
     fusion_threshold_mb: Optional[float] = None
     cycle_time_ms: Optional[float] = None
     cache_capacity: Optional[int] = None
+    hierarchical_allreduce: Optional[bool] = None  # None: the cost model chooses
     timeline_filename: Optional[str] = None
     ssh: SshOptions = dataclasses.field(default_factory=SshOptions)
     timeout: Optional[float] = None          # stop the whole job after this many seconds
@@ -47,6 +48,8 @@ class Settings:
             env["HVDLITE_CYCLE_TIME"] = _number(self.cycle_time_ms)
         if self.cache_capacity is not None:
             env["HVDLITE_CACHE_CAPACITY"] = str(int(self.cache_capacity))
+        if self.hierarchical_allreduce is not None:
+            env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = "1" if self.hierarchical_allreduce else "0"
         if self.timeline_filename:
             env["HVDLITE_TIMELINE"] = self.timeline_filename
         if self.log_level:

@@ -156,6 +156,17 @@ class Cluster:
         FIN, no RST, packets in both directions simply vanish."""
         _run("ip", "link", "set", self.outside(index), "up" if up else "down")
 
+    def limit_rate(self, index: int, rate: Optional[str]) -> None:
+        """Host ``index``'s link at ``rate`` (tc's units, e.g. "1gbit") in both directions, with a token bucket
+        (``tbf``: a 1 MB burst and up to 100 ms of queue, as a switch port buffers); ``None`` lifts it."""
+        for prefix, device in ((), self.outside(index)), \
+                (("ip", "netns", "exec", self.hosts[index].namespace), self._veth(index)):
+            if rate is None:
+                _run(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
+            else:
+                _run(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate", rate, "burst", "1mb",
+                     "latency", "100ms")
+
     def outside(self, index: int) -> str:
         """Host ``index``'s link as seen from the bridge: what it receives there, the host sent."""
         return "hvo%s%d" % (self.tag, index)
@@ -191,6 +202,21 @@ class Cluster:
     @staticmethod
     def _namespace_exists(namespace: str) -> bool:
         return os.path.exists(os.path.join("/run/netns", namespace))
+
+
+def cluster_for_tests(tmp_path_factory, count: int, what: str):
+    """Body of a pytest fixture: yields ``count`` hosts and removes them afterwards. The test fails, not skips,
+    when the machine cannot create them, with the reason (``what`` names who needed them)."""
+    import pytest
+    workdir = str(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster = start_cluster(workdir, count=count)
+    except ClusterUnavailable as exc:
+        pytest.fail("cannot create the test hosts for %s: %s" % (what, exc), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def start_cluster(workdir: str, count: int = 2) -> Cluster:

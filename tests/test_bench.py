@@ -1,5 +1,5 @@
-"""`make bench` regenerates its table and plot: the allreduce benchmark, run for real on two sizes against
-Open MPI, writes bench/results-style files that hold every size and peer."""
+"""`make bench` regenerates its tables and plots: the allreduce benchmark, run for real on two sizes against
+Open MPI, and the hierarchical benchmark on two test hosts write bench/results-style files."""
 import json
 import os
 import subprocess
@@ -31,3 +31,20 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width = matplotlib.image.imread(str(png)).shape[:2]
     assert width > 1000 and height > 400, (width, height)
+
+
+@pytest.mark.timeout(300)
+def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
+    """bench/hierarchical.py for real on two network-namespace hosts, one size, one round (a smoke run)."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "hierarchical.py"), "--sizes", "1048576",
+                             "--rounds", "1", "--repeats", "1", "--out-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "hierarchical.json").read_text())
+    (row,) = report["rows"]
+    assert row["bytes"] == 1048576 and row["chosen"] in ("flat", "two_tier")
+    for key in ("flat_median_s", "two_tier_median_s", "auto_median_s", "predicted_flat_s", "predicted_two_tier_s"):
+        assert 0 < row[key] < 10, (key, row)
+    assert {(p["hosts"], p["per_host"]) for p in report["extrapolated"]} == {(32, 8), (256, 8)}
+    assert "| 1 MB |" in (tmp_path / "hierarchical.md").read_text()
+    assert (tmp_path / "hierarchical.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -70,6 +70,16 @@ def wait_for_files(directory, prefix: str, count: int, timeout: float) -> bool:
     return False
 
 
+def survivor_errors(out, survivors, context: str) -> dict:
+    """Rank -> the error each survivor recorded (tests/jobs/fault_trial.py writes error.<rank>)."""
+    errors = {}
+    for rank in survivors:
+        path = out / f"error.{rank}"
+        assert path.exists(), f"rank {rank} never saw an error\n{context}"
+        errors[rank] = json.loads(path.read_text())
+    return errors
+
+
 def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
     """One trial; returns its figures and the pids of its ranks (checked for leftovers by the caller)."""
     out = tmp_path / f"{fault}-np{np}-{victim}-{time.monotonic_ns()}"
@@ -100,12 +110,9 @@ def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
         fault_time = float((out / "raised").read_text())
     assert launcher.returncode != 0, context
     survivors = [r for r in range(np) if r != victim]
-    detections = []
-    for rank in survivors:
-        path = out / f"error.{rank}"
-        assert path.exists(), f"rank {rank} never saw an error\n{context}"
-        error = json.loads(path.read_text())
-        detections.append(error["time"] - fault_time)
+    errors = survivor_errors(out, survivors, context)
+    detections = [error["time"] - fault_time for error in errors.values()]
+    for rank, error in errors.items():
         assert f"rank {victim}" in error["message"], f"rank {rank}: {error}\n{context}"
         if fault in ("sigkill", "sigstop"):  # where this rank was: its last collectives
             assert f"collectives on rank {rank}, oldest first: " in error["message"], error
@@ -148,12 +155,17 @@ def test_fault_matrix(tmp_path, np, fault):
     results = []
     for first in range(0, TRIALS, side_by_side):
         results += run_trials(tmp_path, np, fault, victims[first:first + side_by_side])
+    record_cell(f"{fault} np={np}", results)
+
+
+def record_cell(cell: str, results: list) -> None:
+    """Prints a cell's detection and launcher-exit figures and, with HVDLITE_FAULT_REPORT, writes all so far."""
     detect = [r["detect_max_s"] for r in results]
     exits = [r["launcher_exit_s"] for r in results]
-    MEASURED[f"{fault} np={np}"] = {
-        "trials": TRIALS, "detect_median_s": statistics.median(detect), "detect_max_s": max(detect),
+    MEASURED[cell] = {
+        "trials": len(results), "detect_median_s": statistics.median(detect), "detect_max_s": max(detect),
         "launcher_exit_median_s": statistics.median(exits), "launcher_exit_max_s": max(exits)}
-    print(f"{fault} np={np}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
+    print(f"{cell}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
           f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s")
     report = os.environ.get("HVDLITE_FAULT_REPORT")
     if report:
@@ -169,16 +181,9 @@ LINK_DOWN_LANES = 2  # trials of a cell that run side by side, each lane on its 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from netns_cluster import ClusterUnavailable, start_cluster
-    workdir = str(tmp_path_factory.mktemp("cluster"))
-    try:
-        cluster = start_cluster(workdir, count=LINK_DOWN_LANES * sum(map(len, LINK_DOWN_LAYOUTS.values())))
-    except ClusterUnavailable as exc:
-        pytest.fail("cannot create the test hosts for the link-down cell: %s" % exc, pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    from netns_cluster import cluster_for_tests
+    yield from cluster_for_tests(tmp_path_factory, LINK_DOWN_LANES * sum(map(len, LINK_DOWN_LAYOUTS.values())),
+                                 "the link-down cell")
 
 
 def wait_until_gone(pids, timeout: float) -> list:
@@ -226,12 +231,9 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
     context = f"np={np} link down on {hosts[victim_host].address} (ranks {victims})\n{output[-4000:]}"
     assert not stranded, f"ranks on the cut-off host still running: {stranded}\n{context}"
     assert launcher.returncode != 0, context
-    detections = []
-    for rank in survivors:
-        path = out / f"error.{rank}"
-        assert path.exists(), f"rank {rank} never saw an error\n{context}"
-        error = json.loads(path.read_text())
-        detections.append(error["time"] - fault_time)
+    errors = survivor_errors(out, survivors, context)
+    detections = [error["time"] - fault_time for error in errors.values()]
+    for rank, error in errors.items():
         for victim in victims:
             assert f"rank {victim} ({hosts[victim_host].address}" in error["message"], f"rank {rank}: {error}\n{context}"
         assert "unreachable" in error["message"], f"rank {rank}: {error}\n{context}"
@@ -278,14 +280,4 @@ def test_fault_matrix_link_down(cluster, tmp_path):
     assert shm_entries() <= shm_before, f"left in /dev/shm: {shm_entries() - shm_before}"
     assert tmp_entries() <= tmp_before, f"left in /tmp: {tmp_entries() - tmp_before}"
     for np, cell_results in results.items():
-        detect = [r["detect_max_s"] for r in cell_results]
-        exits = [r["launcher_exit_s"] for r in cell_results]
-        MEASURED[f"linkdown np={np}"] = {
-            "trials": TRIALS, "detect_median_s": statistics.median(detect), "detect_max_s": max(detect),
-            "launcher_exit_median_s": statistics.median(exits), "launcher_exit_max_s": max(exits)}
-        print(f"linkdown np={np}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
-              f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s")
-    report = os.environ.get("HVDLITE_FAULT_REPORT")
-    if report:
-        with open(report, "w") as f:
-            json.dump(MEASURED, f, indent=1)
+        record_cell(f"linkdown np={np}", cell_results)

@@ -56,6 +56,12 @@ def test_knob_environment():
         "HVDLITE_START_TIMEOUT": "12.5", "HVDLITE_FUSION_THRESHOLD": "524288", "HVDLITE_CYCLE_TIME": "2",
         "HVDLITE_CACHE_CAPACITY": "0", "HVDLITE_TIMELINE": "t", "HVDLITE_LOG_LEVEL": "info",
         "HVDLITE_NETWORK_INTERFACE": "eth0,ib0"}
+    from hvdlite.runner.launch import build_parser, settings_from_args
+    for flag, value in (("--hierarchical-allreduce", "1"), ("--no-hierarchical-allreduce", "0")):
+        args = build_parser().parse_args(["-np", "2", flag, "python", "t.py"])
+        assert settings_from_args(args).knob_env()["HVDLITE_HIERARCHICAL_ALLREDUCE"] == value
+    args = build_parser().parse_args(["-np", "2", "python", "t.py"])
+    assert "HVDLITE_HIERARCHICAL_ALLREDUCE" not in settings_from_args(args).knob_env()  # the model chooses
     with pytest.raises(ValueError, match="--cycle-time-ms"):
         Settings(np=1, cycle_time_ms=0).validate()
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from hvdlite.common import basics, ops
+from numpy_collectives import allreduce
 
 out_dir, victim, fault = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 basics.init()
@@ -27,13 +28,7 @@ try:
             with open(os.path.join(out_dir, "raised"), "w") as f:
                 f.write(str(time.time()))
             raise RuntimeError(f"user code failed at step {step}")
-        handle = ops.enqueue(op=basics.OP_ALLREDUCE, name="grad", dtype=ops.DTYPE_CODES["float32"],
-                             shape=buffer.shape, input_ptr=buffer.ctypes.data, output_ptr=buffer.ctypes.data,
-                             reduce_op=ops.core_reduce_op(ops.Average))
-        try:
-            ops.wait(handle)
-        finally:
-            ops.release(handle)
+        allreduce(buffer, "grad", op=ops.Average)
         step += 1
         if step == 20:
             with open(os.path.join(out_dir, f"running.{rank}"), "w") as f:

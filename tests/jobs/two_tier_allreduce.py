@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-from hvdlite.common import basics, ops
+from hvdlite.common import basics
+from numpy_collectives import allreduce
 
 out_dir, label, elements, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 basics.init()
@@ -22,14 +23,6 @@ for i in range(repeats):
     inputs[f"repeat{i}"] = inputs["ints"].copy()
 results = {}
 for name, data in inputs.items():
-    out = np.empty_like(data)
-    handle = ops.enqueue(op=basics.OP_ALLREDUCE, name=name, dtype=ops.DTYPE_CODES[str(data.dtype)],
-                         shape=data.shape, input_ptr=data.ctypes.data, output_ptr=out.ctypes.data,
-                         reduce_op=ops.core_reduce_op(ops.Sum))
-    try:
-        ops.wait(handle)
-    finally:
-        ops.release(handle)
-    results[name] = out
+    results[name] = allreduce(data, name, out=np.empty_like(data))
 np.savez(os.path.join(out_dir, f"{label}.{rank}.npz"), **{k: results[k] for k in ("ints", "floats", "odd")})
 basics.shutdown()

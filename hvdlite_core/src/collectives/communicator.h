@@ -22,6 +22,7 @@ class Communicator {
   Channel* channel(int index) const { return mesh_->channel(members_[index]); }
   pid_t pid(int index) const { return mesh_->pid(members_[index]); }
   Progress& progress() const { return mesh_->progress(); }
+  const LinkCosts& link_costs() const { return mesh_->link_costs(); }
   const Config& config() const { return *config_; }
   // Every member on this host and able to read the others' memory directly (process_vm_readv).
   bool single_copy_local() const { return single_copy_local_; }

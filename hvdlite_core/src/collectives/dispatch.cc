@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
+#include "collectives/cost_model.h"
 
 namespace hvdlite {
 
@@ -46,11 +47,17 @@ void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype,
 }
 
 bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
-  // Forced on or off for now (HIERARCHICAL_ALLREDUCE, default off); the automatic choice comes with the cost
-  // model. Every member takes the same decision: it depends on the set's layout and a job-wide setting only.
+  // Every member takes the same decision: it depends on the set's layout, the job-wide setting and the link
+  // costs rank 0 measured and broadcast at init (cost_model.h).
   if (!comm.local() || comm.local()->size() < 2) return false;
-  (void)bytes;
-  return comm.config().hierarchical_allreduce;
+  const int setting = comm.config().hierarchical_allreduce;
+  if (setting >= 0) return setting == 1;
+  const LinkCosts& costs = comm.link_costs();
+  if (!costs.known()) return false;
+  const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
+  const int hosts = comm.host_count(), per_host = comm.local()->size();
+  return predict_allreduce_hierarchical(hosts, per_host, bytes, small, costs) <
+         predict_allreduce_flat(hosts, per_host, bytes, small, costs);
 }
 
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {

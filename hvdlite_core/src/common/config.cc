@@ -69,7 +69,17 @@ const std::vector<Knob>& knobs() {
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
-      bool_knob("HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce),
+      {"HIERARCHICAL_ALLREDUCE",
+       [](Config& c, const char* text) {
+         c.hierarchical_allreduce = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
+       },
+       [](const Config& c) {
+         return std::string(c.hierarchical_allreduce < 0 ? "auto" : c.hierarchical_allreduce ? "1" : "0");
+       }},
+      number_knob("LOCAL_LATENCY_US", &Config::local_latency_us),
+      number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
+      number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),
+      number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },

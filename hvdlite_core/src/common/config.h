@@ -23,8 +23,13 @@ struct Config {
   int64_t shm_ring_bytes = 4 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
-  bool hierarchical_allreduce = false;        // HIERARCHICAL_ALLREDUCE: two-tier allreduce when ranks span hosts
-                                              // (must be the same on every rank, as in Horovod)
+  int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span
+                                              // hosts, 0 never, unset/auto: the cost model picks (cost_model.h)
+  // The cost model's link constants; 0: measured at init (collectives/cost_model.h).
+  double local_latency_us = 0;                // LOCAL_LATENCY_US: one message between ranks on one host
+  double local_gbytes_per_s = 0;              // LOCAL_GBYTES_PER_S: one stream between ranks on one host
+  double cross_latency_us = 0;                // CROSS_LATENCY_US: one message between hosts
+  double cross_gbytes_per_s = 0;              // CROSS_GBYTES_PER_S: one stream alone on a host's network link
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
                                               // (off: the shm ring measured faster, docs/benchmarks.md)
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping

@@ -87,7 +87,13 @@ void Executor::run_single(const Response& r) {
   TensorEntry entry;
   bool have = controller_.take_pending(r, &entry);
   TensorEntry* e = have ? &entry : nullptr;
-  TimelineSpan span(timeline_, e ? r.name : std::string(), upper(op_name(r.op)));
+  std::string activity = upper(op_name(r.op));
+  if (r.op == OpType::kAllreduce && !r.is_error) {  // the timeline shows which allreduce ran
+    Communicator* comm = sets_.get(r.process_set);
+    size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
+    if (comm && comm->rank() >= 0 && use_hierarchical_allreduce(*comm, bytes)) activity += " (hierarchical)";
+  }
+  TimelineSpan span(timeline_, e ? r.name : std::string(), activity);
   if (r.is_error) {
     if (e) queue_.finish(entry, Status(static_cast<StatusCode>(r.error_code), r.error));
     return;
@@ -152,10 +158,6 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   std::vector<bool> have(group.size());
   for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
   if (!comm || comm->rank() < 0) return;
-  std::vector<std::unique_ptr<TimelineSpan>> spans;
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, "ALLREDUCE (fused x" + std::to_string(group.size()) + ")"));
-  }
   const size_t esize = dtype_size(head.dtype);
   std::vector<size_t> counts(group.size()), offsets(group.size());
   size_t total = 0;
@@ -163,6 +165,12 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     counts[i] = static_cast<size_t>(element_count(group[i]->shape));
     offsets[i] = total;
     total += counts[i];
+  }
+  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) +
+                               (use_hierarchical_allreduce(*comm, total * esize) ? ", hierarchical)" : ")");
+  std::vector<std::unique_ptr<TimelineSpan>> spans;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, activity));
   }
   char* buffer = fusion_buffer(total * esize);
   for (size_t i = 0; i < group.size(); ++i) {

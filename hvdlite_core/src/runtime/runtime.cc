@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "collectives/cost_model.h"
 #include "common/log.h"
 
 namespace hvdlite {
@@ -21,6 +22,12 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
   if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
+  // Ranks on several hosts, several on each: measure what the two tiers of links cost, for the automatic choice
+  // of the hierarchical allreduce (collectives/cost_model.h). Collective, before any other traffic.
+  Communicator* world = sets_->get(0);
+  if (world->local() && world->local()->size() > 1 && config_.hierarchical_allreduce < 0) {
+    mesh_->set_link_costs(measure_link_costs(*world, config_));
+  }
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
   executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_));
   thread_ = std::thread([this] { background_loop(); });

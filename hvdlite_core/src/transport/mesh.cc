@@ -222,7 +222,9 @@ std::string Mesh::describe() const {
     if (std::strcmp(c->kind(), "shm") == 0) ++shm; else ++tcp;
   }
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
-  return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0");
+  std::string costs = link_costs_.describe();
+  return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0") +
+         (costs.empty() ? "" : ";" + costs);
 }
 
 std::string Mesh::lost_peers_report() const {

@@ -1,0 +1,202 @@
+"""Flat ring against two-tier (hierarchical) allreduce across hosts, measured and predicted, in one run.
+
+    python bench/hierarchical.py                       # 2 hosts x 2 ranks, links at 1 Gbit/s; writes bench/results/
+    python bench/hierarchical.py --rate 250mbit --per-host 4 --rounds 2 --out-dir /tmp/h
+
+Needs root: the hosts are network-namespace test hosts on a bridge, each with its own sshd (tests/netns_cluster.py),
+and every host's link is limited with tc's token bucket in both directions (a real network's link rate; the veth
+pairs alone run at memory speed). Each round runs three jobs, interleaved: HVDLITE_HIERARCHICAL_ALLREDUCE=0 (flat
+ring), =1 (two-tier) and auto (the cost model's choice; its timeline says which algorithm ran at each size). Every
+job times each size REPEATS times after a warm-up; the report gives the median and the worst over all rounds.
+
+The cost model's predictions come from the core's own code (collectives/cost_model.cc through
+bench/cost_model_cli.cc) with the link figures the automatic run measured at init; the same figures extrapolate,
+on paper, to 32 hosts x 8 and 256 hosts x 8 (flat ring, two-tier, and a pipelined tree for reference).
+Writes hierarchical.json, hierarchical.md and hierarchical.png.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+
+from allreduce import human, machine_line  # noqa: E402
+from netns_cluster import ClusterUnavailable, start_cluster  # noqa: E402
+
+JOB = os.path.join(ROOT, "tests", "jobs", "allreduce_timing.py")
+SIZES = [64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+MODES = (("flat", "0"), ("two_tier", "1"), ("auto", "auto"))
+EXTRAPOLATE = [(32, 8), (256, 8)]
+EXTRAPOLATE_SIZES = [1 << k for k in range(10, 29, 2)]
+
+
+def build_cli(workdir):
+    binary = os.path.join(workdir, "cost_model_cli")
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    core = os.path.join(ROOT, "hvdlite_core")
+    subprocess.run([compiler, "-std=c++17", "-O2", f"-I{core}/src", f"-I{core}/include",
+                    os.path.join(HERE, "cost_model_cli.cc"), os.path.join(core, "src", "collectives", "cost_model.cc"),
+                    "-o", binary], check=True)
+    return binary
+
+
+def predict(cli, figures, small, layouts, sizes):
+    args = [cli, str(figures["local_latency_us"] * 1e-6), str(figures["local_gbytes_per_s"] * 1e9),
+            str(figures["cross_latency_us"] * 1e-6), str(figures["cross_gbytes_per_s"] * 1e9), str(small),
+            ",".join(f"{h}x{l}" for h, l in layouts), ",".join(map(str, sizes))]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def link_figures(build_info):
+    fields = dict(part.split("=", 1) for part in build_info.split(";") if "=" in part)
+    return {key: float(fields[key]) for key in ("local_latency_us", "local_gbytes_per_s", "cross_latency_us",
+                                                 "cross_gbytes_per_s")}, int(fields.get("SMALL_MESSAGE_BYTES", 65536))
+
+
+def chosen_algorithms(timeline_path):
+    sys.path.insert(0, ROOT)
+    from hvdlite.timeline import load
+    events = load(timeline_path)
+    tensors = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    chosen = {}
+    for e in events:
+        if e.get("ph") == "B" and e["name"].startswith("ALLREDUCE") and e.get("pid") in tensors:
+            size = int(tensors[e["pid"]].split(".")[1])
+            chosen.setdefault(size, set()).add("two_tier" if "hierarchical" in e["name"] else "flat")
+    return {size: "/".join(sorted(kinds)) for size, kinds in chosen.items()}
+
+
+def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None):
+    a, b = cluster.hosts
+    env = dict(os.environ, HVDLITE_HIERARCHICAL_ALLREDUCE=setting,
+               PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    if timeline:
+        env["HVDLITE_TIMELINE"] = timeline
+    launcher = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
+    result = subprocess.run([launcher, "-np", str(2 * per_host), "-H", f"{a.address}:{per_host},{b.address}:{per_host}",
+                             *cluster.ssh_flags(), sys.executable, JOB, out_path, ",".join(map(str, sizes)),
+                             str(repeats)], env=env, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise SystemExit(f"the {setting} job failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    with open(out_path) as f:
+        return json.load(f)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", default="1gbit", help="each host's link rate, in tc's units (default 1gbit)")
+    parser.add_argument("--per-host", type=int, default=2, help="ranks on each of the 2 hosts (default 2)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three jobs (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed allreduces per size per job (default 3)")
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    os.makedirs(args.out_dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="hvdlite-bench-hier-")
+    try:
+        cluster = start_cluster(workdir, count=2)
+    except ClusterUnavailable as exc:
+        raise SystemExit(f"bench/hierarchical.py: cannot create the test hosts: {exc}")
+    times = {mode: {size: [] for size in sizes} for mode, _ in MODES}
+    try:
+        for index in range(2):
+            cluster.limit_rate(index, args.rate)
+        for round_ in range(args.rounds):
+            for mode, setting in MODES:
+                timeline = os.path.join(workdir, "timeline.json") if mode == "auto" and round_ == 0 else None
+                result = run_job(cluster, args.per_host, sizes, args.repeats, setting,
+                                 os.path.join(workdir, f"{mode}.{round_}.json"), timeline)
+                for size, seconds in result["times"].items():
+                    times[mode][int(size)] += seconds
+                if timeline:
+                    build_info = result["build_info"]
+                print(f"round {round_ + 1}/{args.rounds} {mode}: " + ", ".join(
+                    f"{human(int(s))} {statistics.median(v) * 1e3:.1f} ms" for s, v in result["times"].items()),
+                    flush=True)
+        chosen = chosen_algorithms(os.path.join(workdir, "timeline.json"))
+    finally:
+        cluster.stop()
+    figures, small = link_figures(build_info)
+    cli = build_cli(workdir)
+    predicted = {p["bytes"]: p for p in predict(cli, figures, small, [(2, args.per_host)], sizes)}
+    extrapolated = predict(cli, figures, small, EXTRAPOLATE, EXTRAPOLATE_SIZES)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    rows = []
+    for size in sizes:
+        row = {"bytes": size, "chosen": chosen.get(size, "?"),
+               "predicted_flat_s": predicted[size]["flat"], "predicted_two_tier_s": predicted[size]["hierarchical"]}
+        for mode, _ in MODES:
+            row[f"{mode}_median_s"] = statistics.median(times[mode][size])
+            row[f"{mode}_worst_s"] = max(times[mode][size])
+        rows.append(row)
+    report = {"machine": machine_line(), "rate": args.rate, "layout": f"2 hosts x {args.per_host}",
+              "rounds": args.rounds, "repeats": args.repeats, "link_figures": figures, "rows": rows,
+              "extrapolated": extrapolated}
+    with open(os.path.join(args.out_dir, "hierarchical.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    lines = [f"# Flat ring vs two-tier allreduce across hosts ({report['layout']}, links at {args.rate})", "",
+             machine_line() + f"; {args.rounds} interleaved rounds x {args.repeats} timed allreduces per size.",
+             "Link figures measured at init by the automatic run: " +
+             ", ".join(f"{k} {v:g}" for k, v in figures.items()) + ".", "",
+             "| size | flat median / worst (ms) | two-tier median / worst (ms) | speedup (medians) | auto median (ms) "
+             "| auto chose | predicted flat / two-tier (ms) |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {human(row['bytes'])} | {row['flat_median_s'] * 1e3:.1f} / {row['flat_worst_s'] * 1e3:.1f} | "
+                     f"{row['two_tier_median_s'] * 1e3:.1f} / {row['two_tier_worst_s'] * 1e3:.1f} | "
+                     f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
+                     f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |")
+    lines += ["", "Extrapolated with the same link figures (model only):", "",
+              "| layout | size | flat ring (ms) | two-tier (ms) | pipelined tree (ms) |", "|---|---|---|---|---|"]
+    for p in extrapolated:
+        lines.append(f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p['flat'] * 1e3:.2f} | "
+                     f"{p['hierarchical'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |")
+    with open(os.path.join(args.out_dir, "hierarchical.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    plot(report, args.out_dir)
+
+
+def plot(report, out_dir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    rows = report["rows"]
+    x = [r["bytes"] for r in rows]
+    for mode, style in (("flat", "o-"), ("two_tier", "s-"), ("auto", "^:")):
+        left.plot(x, [r[f"{mode}_median_s"] * 1e3 for r in rows], style, label=f"{mode} (measured median)")
+    left.plot(x, [r["predicted_flat_s"] * 1e3 for r in rows], "--", color="C0", alpha=0.6, label="flat (model)")
+    left.plot(x, [r["predicted_two_tier_s"] * 1e3 for r in rows], "--", color="C1", alpha=0.6,
+              label="two-tier (model)")
+    left.set(xscale="log", yscale="log", xlabel="allreduce size (bytes)", ylabel="time (ms)",
+             title=f"measured, {report['layout']}, links at {report['rate']}")
+    left.legend(fontsize=8)
+    for (hosts, per_host), color in zip(EXTRAPOLATE, ("C2", "C3")):
+        points = [p for p in report["extrapolated"] if p["hosts"] == hosts and p["per_host"] == per_host]
+        sizes = [p["bytes"] for p in points]
+        right.plot(sizes, [p["flat"] / p["hierarchical"] for p in points], "-", color=color,
+                   label=f"{hosts}x{per_host}: flat / two-tier")
+        right.plot(sizes, [p["flat"] / p["tree"] for p in points], ":", color=color,
+                   label=f"{hosts}x{per_host}: flat / tree")
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set(xscale="log", yscale="log", xlabel="allreduce size (bytes)", ylabel="speedup over the flat ring",
+              title="model, same link figures, extrapolated")
+    right.legend(fontsize=8)
+    fig.suptitle(report["machine"])
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "hierarchical.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

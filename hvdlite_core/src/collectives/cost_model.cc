@@ -1,0 +1,73 @@
+// The alpha-beta predictions (formulas derived in docs/hierarchical.md) and the link figures' description.
+#include "collectives/cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace hvdlite {
+namespace {
+
+double message(double latency_s, double bytes_per_s, double bytes) { return latency_s + bytes / bytes_per_s; }
+
+int power_of_two_below(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+std::string LinkCosts::describe() const {
+  if (!known()) return "";
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "local_latency_us=%.2f;local_gbytes_per_s=%.3f;cross_latency_us=%.2f;cross_gbytes_per_s=%.3f",
+                local_latency_s * 1e6, local_bytes_per_s / 1e9, cross_latency_s * 1e6, cross_bytes_per_s / 1e9);
+  return text;
+}
+
+double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c) {
+  const int n = hosts * per_host;
+  if (n < 2 || bytes == 0) return 0;
+  const double size = static_cast<double>(bytes);
+  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
+  auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
+  if (bytes < small_message_bytes) {
+    // Recursive doubling: whole-buffer exchanges with partners at distance 1, 2, 4, ...; from distance per_host on
+    // the partner is on another host, and every rank of a host sends across at once.
+    const int p = power_of_two_below(n);
+    double t = 0;
+    for (int distance = 1; distance < p; distance *= 2) {
+      t += distance < per_host ? local(size) : cross(size * per_host);
+    }
+    if (p != n) t += 2 * (per_host > 1 ? local(size) : cross(size));  // the folded ranks' hand-off and return
+    return t;
+  }
+  // The ring: 2(n-1) steps of size/n per link; one link per host crosses to the next host and sets the pace.
+  double step = hosts > 1 ? cross(size / n) : local(size / n);
+  if (hosts > 1 && per_host > 1) step = std::max(step, local(size / n));
+  return 2.0 * (n - 1) * step;
+}
+
+double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
+                                      const LinkCosts& c) {
+  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes,
+                                                                             small_message_bytes, c);
+  const double size = static_cast<double>(bytes);
+  const double segment = size / per_host;
+  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
+  auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
+  // Reduce-scatter and allgather inside the host: per_host - 1 steps each of one segment per link.
+  double t = 2.0 * (per_host - 1) * local(segment);
+  // Across hosts: per_host allreduces of one segment at once, sharing each host's link.
+  if (segment < small_message_bytes) {
+    const int p = power_of_two_below(hosts);
+    for (int distance = 1; distance < p; distance *= 2) t += cross(segment * per_host);
+    if (p != hosts) t += 2 * cross(segment * per_host);
+  } else {
+    t += 2.0 * (hosts - 1) * cross(segment / hosts * per_host);
+  }
+  return t;
+}
+
+}  // namespace hvdlite
