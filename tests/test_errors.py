@@ -354,3 +354,42 @@ def test_reinit_after_failures_in_a_loop(np):
     runtime works, process sets included. A failure must not poison the later cycles."""
     result = run_job(job_source("reinit.py"), np=np, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=120)
     assert_job_ok(result, np, min_count=5)
+
+
+# ------------------------------------------------------------------------------------- knobs that must agree
+
+DISAGREEING_KNOBS = """
+import os
+rank = int(os.environ["HVDLITE_RANK"])
+if rank == 2:
+    os.environ["HVDLITE_FUSION_THRESHOLD"] = "1024"  # this rank would fuse differently from the others
+if rank == 1:
+    os.environ["HOROVOD_SMALL_MESSAGE_BYTES"] = "1"  # and this one would pick other algorithms
+from hvdlite.common import basics
+from hvdlite.common.errors import InvalidArgumentError
+try:
+    basics.init()
+except InvalidArgumentError as error:
+    print("REFUSED %d %s" % (rank, str(error).replace(chr(10), " ")), flush=True)
+else:
+    print("INITIALIZED %d" % rank, flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_knobs_that_must_agree_are_compared_at_init_on_every_rank():
+    """Fusion thresholds, cache capacity and algorithm thresholds set differently on some ranks would make ranks run
+    different collectives; init refuses on every rank, naming each knob, its values and who has them."""
+    result = run_job(DISAGREEING_KNOBS, np=3, timeout=40)
+    refused = {}
+    for line in result.stdout.splitlines():
+        if "REFUSED" in line:
+            rank, message = line.split("REFUSED ", 1)[1].split(" ", 1)
+            refused[int(rank)] = message
+    assert sorted(refused) == [0, 1, 2], result.stdout + result.stderr
+    assert len(set(refused.values())) == 1, refused  # the same words everywhere
+    message = refused[0]
+    assert "HVDLITE_FUSION_THRESHOLD differs between ranks: 1024 on rank 2, 67108864 on ranks 0, 1" in message, \
+        message
+    assert "HVDLITE_SMALL_MESSAGE_BYTES differs between ranks: 1 on rank 1, 65536 on ranks 0, 2" in message, message
+    assert "Every rank must use the same value" in message

@@ -12,10 +12,11 @@ The link-down cell runs on network-namespace test hosts (netns_cluster.py) start
 of one rank, np=4 on two hosts of two. A random host's link is cut (no FIN, no RST: packets vanish); the ranks
 on the other hosts must fail within ``PEER_UNREACHABLE_SECONDS`` (3 s, the kernel TCP heartbeat) + 2 s naming
 every rank of the cut host, the ranks on the cut host must give up by themselves (they cannot be told), and
-once the link is back nothing of the job is left on any host. The two cells run side by side, each in two lanes
-of its own hosts.
+once the link is back nothing of the job is left on any host. The two cells run side by side, each in three
+lanes of its own hosts.
 
-SIGSTOP trials run five at a time (each mostly waits out the peer timeout); the leftover checks then cover them all.
+SIGSTOP trials run five at a time (each mostly waits out the peer timeout), the others two at a time; the leftover
+checks then cover all of them.
 ``HVDLITE_FAULT_TRIALS`` sets the trials per cell (10 by default, as in CI); with ``HVDLITE_FAULT_REPORT=path``
 the measured detection and exit times are written there as JSON (docs/faults.md quotes them).
 """
@@ -151,7 +152,7 @@ def run_trials(tmp_path, np: int, fault: str, victims: list) -> list:
 def test_fault_matrix(tmp_path, np, fault):
     rng = random.Random(f"{fault}-{np}")
     victims = [rng.randrange(np) for _ in range(TRIALS)]
-    side_by_side = 5 if fault == "sigstop" else 1  # the others finish in about a second each anyway
+    side_by_side = 5 if fault == "sigstop" else 2  # a stopped rank's trial mostly waits out the peer timeout
     results = []
     for first in range(0, TRIALS, side_by_side):
         results += run_trials(tmp_path, np, fault, victims[first:first + side_by_side])
@@ -176,7 +177,7 @@ def record_cell(cell: str, results: list) -> None:
 # -- the link-down cell -------------------------------------------------------------------------------------
 
 LINK_DOWN_LAYOUTS = {3: [1, 1, 1], 4: [2, 2]}  # slots per host; ranks are numbered host by host
-LINK_DOWN_LANES = 2  # trials of a cell that run side by side, each lane on its own hosts
+LINK_DOWN_LANES = 3  # trials of a cell that run side by side, each lane on its own hosts
 
 
 @pytest.fixture(scope="module")
@@ -256,8 +257,8 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
 
 @pytest.mark.timeout(TRIALS * 30 + 120)
 def test_fault_matrix_link_down(cluster, tmp_path):
-    """Both np cells at once, each in two lanes of its own hosts (np=3: hosts 0-2 and 3-5; np=4: 6-7 and 8-9);
-    lane k runs the cell's trials k, k + 2, ..."""
+    """Both np cells at once, each in three lanes of its own hosts (np=3: hosts 0-2, 3-5, 6-8; np=4: 9-10, 11-12,
+    13-14); lane k runs the cell's trials k, k + 3, ..."""
     schedules = {np: [random.Random(f"linkdown-{np}").randrange(len(LINK_DOWN_LAYOUTS[np])) for _ in range(TRIALS)]
                  for np in LINK_DOWN_LAYOUTS}
     lanes = []  # (np, first host, victims)

@@ -5,6 +5,7 @@
 
 #include "collectives/cost_model.h"
 #include "common/log.h"
+#include "runtime/config_agreement.h"
 
 namespace hvdlite {
 
@@ -22,9 +23,11 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
   if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
-  // Ranks on several hosts, several on each: measure what the two tiers of links cost, for the automatic choice
-  // of the hierarchical allreduce (collectives/cost_model.h). Collective, before any other traffic.
+  // Two collectives on the init thread, before any other traffic: the knobs every rank must share are compared
+  // (config_agreement.h); with ranks on several hosts, several on each, the two tiers of links are measured for
+  // the automatic choice of the hierarchical allreduce (collectives/cost_model.h).
   Communicator* world = sets_->get(0);
+  if (size_ > 1) check_config_agreement(*world, config_);
   if (world->local() && world->local()->size() > 1 && config_.hierarchical_allreduce < 0) {
     mesh_->set_link_costs(measure_link_costs(*world, config_));
   }

@@ -1,0 +1,80 @@
+#include "runtime/config_agreement.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "common/config.h"
+#include "common/status.h"
+
+namespace hvdlite {
+namespace {
+
+struct SharedKnob {
+  const char* name;
+  double (*read)(const Config&);
+};
+
+const std::vector<SharedKnob>& shared_knobs() {
+  static const std::vector<SharedKnob> knobs = {
+      {"FUSION_THRESHOLD", [](const Config& c) { return static_cast<double>(c.fusion_threshold_bytes); }},
+      {"FUSION_TENSOR_LIMIT", [](const Config& c) { return static_cast<double>(c.fusion_tensor_limit_bytes); }},
+      {"CACHE_CAPACITY", [](const Config& c) { return static_cast<double>(c.cache_capacity); }},
+      {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
+      {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
+      {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
+      {"LOCAL_LATENCY_US", [](const Config& c) { return c.local_latency_us; }},
+      {"LOCAL_GBYTES_PER_S", [](const Config& c) { return c.local_gbytes_per_s; }},
+      {"CROSS_LATENCY_US", [](const Config& c) { return c.cross_latency_us; }},
+      {"CROSS_GBYTES_PER_S", [](const Config& c) { return c.cross_gbytes_per_s; }},
+  };
+  return knobs;
+}
+
+std::string show(const char* name, double value) {
+  if (std::string(name) == "HIERARCHICAL_ALLREDUCE" && value < 0) return "auto";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.15g", value);
+  return text;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+}  // namespace
+
+void check_config_agreement(Communicator& world, const Config& config) {
+  const auto& knobs = shared_knobs();
+  const size_t n = knobs.size();
+  std::vector<double> mine(n), everyone(n * world.size());
+  for (size_t k = 0; k < n; ++k) mine[k] = knobs[k].read(config);
+  // The ring itself, not the dispatcher: which algorithm the dispatcher takes depends on the knobs being checked.
+  std::copy(mine.begin(), mine.end(), everyone.begin() + world.rank() * n);
+  allgather_ring(world, everyone.data(), std::vector<size_t>(world.size(), n * sizeof(double)));
+  std::string problems;
+  for (size_t k = 0; k < n; ++k) {
+    std::map<double, std::vector<int>> holders;  // value -> the ranks that have it
+    for (int r = 0; r < world.size(); ++r) holders[everyone[r * n + k]].push_back(world.global_rank(r));
+    if (holders.size() < 2) continue;
+    problems += (problems.empty() ? "" : "; ") + std::string("HVDLITE_") + knobs[k].name + " differs between ranks:";
+    bool first = true;
+    for (const auto& kv : holders) {
+      problems += (first ? " " : ", ") + show(knobs[k].name, kv.first) + " on " + rank_list(kv.second);
+      first = false;
+    }
+  }
+  if (!problems.empty()) {
+    throw Error(StatusCode::kInvalidArgument,
+                problems + ". Every rank must use the same value (each rank plans fusion, indexes the response "
+                           "cache and chooses algorithms on its own); set it in the launcher's environment, not "
+                           "per rank");
+  }
+}
+
+}  // namespace hvdlite
