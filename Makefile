@@ -39,8 +39,8 @@ bench: build
 	$(PY) bench/allreduce.py
 	$(PY) bench/hierarchical.py
 
-# The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: 12 min and over an hour on
-# 2 cores; docs/faults.md).
+# The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: about 12 min each on 2 cores;
+# docs/faults.md).
 sanitize: build
 	tools/sanitize.sh address
 	tools/sanitize.sh thread

@@ -6,6 +6,7 @@
 #   tools/sanitize.sh address   # AddressSanitizer + UndefinedBehaviorSanitizer
 #   tools/sanitize.sh thread    # ThreadSanitizer
 #   make sanitize               # both, one after the other
+#   SANITIZE_TESTS="tests/test_errors.py" tools/sanitize.sh thread -x   # other suites, extra pytest options
 #
 # Python itself is not instrumented: the sanitizer runtime is preloaded (LD_PRELOAD) into every process and the
 # core is loaded from HVDLITE_CORE_LIBRARY. Leak checking is off: the interpreter keeps memory until exit by
@@ -48,5 +49,7 @@ export HVDLITE_CORE_LIBRARY=$out/libhvdlite_core.so
 LD_PRELOAD="$("$cxx" -print-file-name=$runtime) $("$cxx" -print-file-name=libstdc++.so.6)"
 export LD_PRELOAD
 cd "$root"
-"$py" -m pytest -q -p no:cacheprovider tests/test_collectives.py tests/test_errors.py tests/test_process_sets.py \
-  tests/test_error_travel.py tests/test_interrupts.py "$@"
+# SANITIZE_TESTS replaces the list of suites.
+# shellcheck disable=SC2086
+"$py" -m pytest -q -p no:cacheprovider -rA ${SANITIZE_TESTS:-tests/test_collectives.py tests/test_errors.py \
+  tests/test_process_sets.py tests/test_error_travel.py tests/test_interrupts.py} "$@"
