@@ -88,7 +88,7 @@ void Executor::run_single(const Response& r) {
   bool have = controller_.take_pending(r, &entry);
   TensorEntry* e = have ? &entry : nullptr;
   std::string activity = upper(op_name(r.op));
-  if (r.op == OpType::kAllreduce && !r.is_error) {  // the timeline shows which allreduce ran
+  if (r.op == OpType::kAllreduce && !r.is_error && timeline_.enabled()) {  // the timeline shows which one ran
     Communicator* comm = sets_.get(r.process_set);
     size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
     if (comm && comm->rank() >= 0 && use_hierarchical_allreduce(*comm, bytes)) activity += " (hierarchical)";
@@ -166,8 +166,8 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     offsets[i] = total;
     total += counts[i];
   }
-  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) +
-                               (use_hierarchical_allreduce(*comm, total * esize) ? ", hierarchical)" : ")");
+  const bool two_tier = timeline_.enabled() && use_hierarchical_allreduce(*comm, total * esize);
+  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) + (two_tier ? ", hierarchical)" : ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   for (size_t i = 0; i < group.size(); ++i) {
     if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, activity));
