@@ -317,7 +317,7 @@ def test_fuzzed_requests_get_a_clean_answer_and_leave_the_service_working(server
     if answer:
         assert answer.startswith(b"HTTP/1."), answer
         status = int(answer.split()[1])
-        assert status != 500, answer  # never an internal error (501, 505: unknown method or version, right answers)
+        assert status < 500 or status in (501, 505), answer  # 501/505: unknown method/version; never an internal error
     if not edits and not use_noise and method == "PUT" and path == "/kv/s/k":
         pass  # a valid signed PUT may store its value
     else:
