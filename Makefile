@@ -36,7 +36,7 @@ train: build
 	$(VENV)/bin/hvdlite-run -np 2 $(PY) examples/pytorch_mnist.py --data-dir data/mnist --epochs 2
 
 bench: build
-	$(PY) bench/allreduce.py
+	$(PY) bench/allreduce.py --rounds 5
 	$(PY) bench/hierarchical.py
 
 # The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: about 12 min each on 2 cores;

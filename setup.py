@@ -8,7 +8,9 @@ Optional dependencies are pinned here, in one place; README and .ci/run install 
 """
 import glob
 import os
+import shlex
 import shutil
+import subprocess
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -50,6 +52,33 @@ class BuildCore(build_ext):
         return []  # not a Python extension module: no PyInit_ symbol to export
 
 
+def mpi_flags():
+    """Compile and link flags of the MPI that mpicxx/mpicc belong to (Open MPI: --showme, MPICH: -compile_info),
+    or None when there is no MPI. HVDLITE_WITHOUT_MPI=1 skips the MPI plugin (Horovod's HOROVOD_WITHOUT_MPI)."""
+    if os.environ.get("HVDLITE_WITHOUT_MPI", os.environ.get("HOROVOD_WITHOUT_MPI", "0")) not in ("", "0"):
+        return None
+    for wrapper in ("mpicxx", "mpic++", "mpicc"):
+        path = shutil.which(wrapper)
+        if not path:
+            continue
+        for compile_query, link_query, skip_first in (("--showme:compile", "--showme:link", False),
+                                                      ("-compile_info", "-link_info", True)):
+            try:
+                compile_flags = subprocess.run([path, compile_query], capture_output=True, text=True, timeout=60)
+                link_flags = subprocess.run([path, link_query], capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if compile_flags.returncode == 0 and link_flags.returncode == 0:
+                cflags, lflags = shlex.split(compile_flags.stdout), shlex.split(link_flags.stdout)
+                if skip_first:  # MPICH prints the whole command line, compiler first
+                    cflags, lflags = cflags[1:], lflags[1:]
+                # MPICH's -compile_info also carries -c and the like: keep what names headers and libraries
+                cflags = [f for f in cflags if f.startswith(("-I", "-D", "-pthread"))]
+                lflags = [f for f in lflags if f.startswith(("-L", "-l", "-Wl,", "-pthread"))]
+                return cflags, lflags
+    return None
+
+
 core = Extension(
     "hvdlite._hvdlite_core",
     sources=SOURCES,
@@ -59,6 +88,23 @@ core = Extension(
     extra_link_args=["-pthread", "-lrt"],
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
 )
+
+# The MPI data plane is a plugin beside the core (hvdlite_core/plugins/mpi/mpi_plugin_abi.h says why), built
+# only where an MPI is found; the core loads it when a job asks for HVDLITE_CPU_OPERATIONS=mpi.
+EXTENSIONS = [core]
+MPI_FLAGS = mpi_flags()
+if MPI_FLAGS is not None:
+    EXTENSIONS.append(Extension(
+        "hvdlite._hvdlite_mpi",
+        sources=[os.path.join(CORE, "plugins", "mpi", "mpi_plugin.cc")],
+        language="c++",
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"] + MPI_FLAGS[0],
+        extra_link_args=MPI_FLAGS[1],
+        depends=[os.path.join(CORE, "plugins", "mpi", "mpi_plugin_abi.h")],
+    ))
+elif os.environ.get("HVDLITE_WITH_MPI", os.environ.get("HOROVOD_WITH_MPI", "0")) not in ("", "0"):
+    raise SystemExit("HVDLITE_WITH_MPI is set but no MPI was found: install one with its compiler wrappers "
+                     "(e.g. apt-get install libopenmpi-dev) so that mpicxx or mpicc is on PATH")
 
 TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu==2.21.0", "keras>=3.0"]
@@ -77,7 +123,7 @@ setup(
     # launcher side by side) and install as hvdlite.runner, the name Horovod users import (horovod.runner).
     packages=find_packages(include=["hvdlite", "hvdlite.*"]) + ["hvdlite.runner"],
     package_dir={"hvdlite.runner": "launcher"},
-    ext_modules=[core],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": BuildCore},
     python_requires=">=3.9",
     install_requires=["cffi>=1.15", "cloudpickle>=2.0", "numpy>=1.26"],

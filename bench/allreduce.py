@@ -2,12 +2,17 @@
 
     python bench/allreduce.py                 # 2 ranks on this host, all available peers, writes bench/results/
     python bench/allreduce.py --peers hvdlite # only hvdlite
-    python bench/allreduce.py --sizes 8,1048576 --out-dir /tmp/quick   # a quick look at two sizes
+    python bench/allreduce.py --sizes 8,1048576 --rounds 1 --out-dir /tmp/quick   # a quick look at two sizes
 
-Each peer runs as its own 2-process job, one after the other, with the same sizes and iteration rules; the
-driver then prints ratios against hvdlite. Bus bandwidth follows nccl-tests: busbw = algbw * 2(n-1)/n, with
-algbw = bytes / time. Every peer reduces float32 tensors in place (hvdlite through the hvdlite.torch API with a
-named tensor, as DistributedOptimizer does). Times are medians over iterations on rank 0, after a warm-up.
+Peers: hvdlite (built-in backend, started by hvdlite's own launcher), hvdlite-mpi (hvdlite with the MPI data
+plane, HVDLITE_CPU_OPERATIONS=mpi, started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
+Each peer runs as its own 2-process job with the same sizes and iteration rules; the peers take turns, and the
+whole turn is repeated --rounds times, so a slow period of the shared machine hits every peer alike and a bimodal
+result shows up as a gap between the median and the worst round. Bus bandwidth follows nccl-tests:
+busbw = algbw * 2(n-1)/n, with algbw = bytes / time. Every peer reduces float32 tensors in place (hvdlite through
+the hvdlite.torch API with a named tensor, as DistributedOptimizer does). A round's time is the median over
+iterations on rank 0, after a warm-up; the table gives the median and the worst of the rounds, and each ratio
+against hvdlite pairs the rounds (same turn) and reports their median and worst.
 """
 import argparse
 import json
@@ -90,7 +95,8 @@ def worker_mpi():
 
 
 def run_worker(name, out_path):
-    rank, size, result = {"hvdlite": worker_hvdlite, "torch-gloo": worker_torch, "mpi": worker_mpi}[name]()
+    workers = {"hvdlite": worker_hvdlite, "hvdlite-mpi": worker_hvdlite, "torch-gloo": worker_torch, "mpi": worker_mpi}
+    rank, size, result = workers[name]()
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"peer": name, "ranks": size, "results": result}, f)
@@ -103,10 +109,12 @@ def launch(peer, np_, out_path, sizes):
     if peer == "hvdlite":
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=900).returncode
-    if peer == "mpi":
+    if peer in ("mpi", "hvdlite-mpi"):
         extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
         cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if peer == "hvdlite-mpi":
+            env["HVDLITE_CPU_OPERATIONS"] = "mpi"
         return subprocess.run(cmd, env=env, timeout=900).returncode
     # torch-gloo: start the ranks directly with torch.distributed's env:// rendezvous.
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE=str(np_))
@@ -115,33 +123,54 @@ def launch(peer, np_, out_path, sizes):
 
 
 def available(peer):
-    if peer == "mpi":
+    if peer in ("mpi", "hvdlite-mpi"):
         try:
             import mpi4py  # noqa: F401
         except ImportError:
             return False
+        if peer == "hvdlite-mpi":
+            sys.path.insert(0, ROOT)
+            from hvdlite.common.build_queries import mpi_built
+
+            if not mpi_built():
+                return False
         return shutil.which("mpirun") is not None
     return True
 
 
-def report(runs, out_dir, np_, sizes):
+def combine_rounds(rounds):
+    """One peer's rounds -> {"peer", "ranks", "results": [{"bytes", "median_s", "worst_s", "rounds_s", "iters"}]}:
+    median_s is the median of the rounds' medians, worst_s the slowest round."""
+    first = rounds[0]
+    results = []
+    for i, r in enumerate(first["results"]):
+        times = [run["results"][i]["median_s"] for run in rounds]
+        results.append({"bytes": r["bytes"], "median_s": statistics.median(times), "worst_s": max(times),
+                        "rounds_s": times, "iters": r["iters"]})
+    return {"peer": first["peer"], "ranks": first["ranks"], "results": results}
+
+
+def report(runs, out_dir, np_, sizes, rounds=1):
     base = {r["bytes"]: r for r in runs["hvdlite"]["results"]}
-    lines = ["| size | hvdlite time (us) | hvdlite busbw (GB/s) | " +
-             " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}" for p in runs if p != "hvdlite") + " |"]
+    lines = ["| size | hvdlite time (us), median (worst) | hvdlite busbw (GB/s) | " +
+             " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}, median (worst)" for p in runs if p != "hvdlite") + " |"]
     lines.append("|" + "---|" * (3 + 2 * (len(runs) - 1)))
     factor = 2 * (np_ - 1) / np_
     for nbytes in sizes:
         h = base[nbytes]
         h_bw = nbytes / h["median_s"] * factor / 1e9
-        row = [human(nbytes), f"{h['median_s'] * 1e6:.1f}", f"{h_bw:.3f}"]
+        row = [human(nbytes), f"{h['median_s'] * 1e6:.1f} ({h['worst_s'] * 1e6:.1f})", f"{h_bw:.3f}"]
         for peer, run in runs.items():
             if peer == "hvdlite":
                 continue
             p = {r["bytes"]: r for r in run["results"]}[nbytes]
             p_bw = nbytes / p["median_s"] * factor / 1e9
-            row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)", f"{p['median_s'] / h['median_s']:.2f}x"]
+            # ratios of the same turn: a slow period hits both peers of a pair alike
+            ratios = [pt / ht for pt, ht in zip(p["rounds_s"], h["rounds_s"])]
+            row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)",
+                    f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)"]
         lines.append("| " + " | ".join(row) + " |")
-    table = f"{machine_line()}, {np_} ranks\n\n" + "\n".join(lines)
+    table = f"{machine_line()}, {np_} ranks, {rounds} round(s) of every peer, interleaved\n\n" + "\n".join(lines)
     print(table)
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write(table + "\n")
@@ -194,7 +223,8 @@ def human(n):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--peers", default="hvdlite,torch-gloo,mpi")
+    parser.add_argument("--peers", default="hvdlite,hvdlite-mpi,torch-gloo,mpi")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of every peer, interleaved (default 3)")
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated")
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"),
                         help="where allreduce.md, allreduce.json and the plot allreduce.png are written")
@@ -206,20 +236,25 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     sizes = [int(n) for n in args.sizes.split(",")]
-    runs = {}
+    peers = []
     for peer in args.peers.split(","):
-        if not available(peer):
+        if available(peer):
+            peers.append(peer)
+        else:
             print(f"skipping {peer}: not installed")
-            continue
-        out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
-        print(f"running {peer} ...", flush=True)
-        rc = launch(peer, args.np, out_path, sizes)
-        if rc != 0:
-            raise SystemExit(f"{peer} run failed with exit code {rc}")
-        with open(out_path) as f:
-            runs[peer] = json.load(f)
-        os.remove(out_path)
-    report(runs, args.out_dir, args.np, sizes)
+    rounds = {peer: [] for peer in peers}
+    for turn in range(args.rounds):
+        for peer in peers:
+            out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
+            print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
+            rc = launch(peer, args.np, out_path, sizes)
+            if rc != 0:
+                raise SystemExit(f"{peer} run failed with exit code {rc}")
+            with open(out_path) as f:
+                rounds[peer].append(json.load(f))
+            os.remove(out_path)
+    runs = {peer: combine_rounds(rounds[peer]) for peer in peers}
+    report(runs, args.out_dir, args.np, sizes, args.rounds)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 
 def _has_module(name: str) -> bool:
@@ -17,21 +17,12 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def _core_info() -> Dict[str, str]:
-    from hvdlite.common.basics import build_info
-
-    fields = {}
-    for item in build_info().split(";"):
-        key, sep, value = item.partition("=")
-        if sep:
-            fields[key] = value
-    return fields
-
-
 def report() -> str:
     import hvdlite
 
-    info = _core_info()
+    from hvdlite.common.build_queries import build_facts
+
+    info = build_facts()
     backends = set(filter(None, info.get("backends", "").split(",")))
 
     def section(title: str, rows: List[Tuple[str, bool]]) -> List[str]:
@@ -47,10 +38,12 @@ def report() -> str:
         ("MPI (mpi4py)", _has_module("mpi4py")),
         ("mpirun for --mpi", shutil.which("mpirun") is not None),
     ])
+    mpi = info.get("mpi") == "1"
+    mpi_row = "MPI (%s)" % info.get("mpi_library", "") if mpi else "MPI: %s" % info.get("mpi_missing", "not built")
     lines += section("Available Tensor Operations:", [
         ("TCP", "tcp" in backends),
         ("shared memory", "shm" in backends),
-        ("MPI", info.get("mpi") == "1"),
+        (mpi_row, mpi),
         ("NCCL", info.get("nccl") == "1"),
     ])
     return "\n".join(lines)

@@ -184,6 +184,22 @@ def parse_build_info(info: str) -> Dict[str, str]:
     return dict(kv.split("=", 1) for kv in info.split(";") if "=" in kv)
 
 
+def launched_size() -> int:
+    """The job size the launcher announced: the built-in starter's HVDLITE_SIZE, or Open MPI's."""
+    return int(os.environ.get("HVDLITE_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")
+
+
+def check_backend(hvd) -> None:
+    """With EXPECT_BACKEND set (builtin or mpi), proves the job moves its tensors through that backend."""
+    expected = os.environ.get("EXPECT_BACKEND")
+    if expected:
+        info = parse_build_info(hvd.build_info())
+        if info.get("cpu_operations") != expected:
+            raise CheckFailure(f"expected the {expected} backend, build_info says {info.get('cpu_operations')}")
+        if (expected == "mpi") != hvd.mpi_enabled():
+            raise CheckFailure(f"mpi_enabled() is {hvd.mpi_enabled()} on the {expected} backend")
+
+
 def ok_ranks(stdout: str, tag: str = "OK") -> Dict[int, str]:
     """{rank: rest of line} for every ``[<rank>]<stdout>: <tag> ...`` line."""
     found = {}

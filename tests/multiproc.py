@@ -15,6 +15,7 @@ or through the ``run_job`` pytest fixture defined in ``tests/conftest.py``.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def job_env(env: Optional[Mapping[str, str]] = None) -> dict:
 def run_job(script: str, np: int,
             host_ids: Optional[Sequence[Union[int, str]]] = None,
             timeout: float = 120, env: Optional[Mapping[str, str]] = None,
-            args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+            args: Sequence[str] = (), launcher: str = "local") -> subprocess.CompletedProcess:
     """Run ``script`` (Python source, dedented) as an ``np``-rank job.
 
     Starts ``python -m hvdlite.runner.local -np NP [--host-ids ...]
@@ -59,17 +60,35 @@ def run_job(script: str, np: int,
     ``TIMEOUT_SLACK`` seconds it is stopped (SIGTERM, which makes it stop its
     ranks, then SIGKILL) and :class:`subprocess.TimeoutExpired` is raised,
     so a hang fails the test instead of blocking the run.
+
+    ``launcher="mpi"`` starts the job with ``hvdlite-run --mpi`` instead (Open MPI's mpirun starts the ranks,
+    which bootstrap over mpi4py and move tensors through the MPI backend); its rank prefixes are rewritten to
+    the built-in starter's, so the same checks read both.
     """
     with tempfile.TemporaryDirectory(prefix="hvdlite-job-") as tmp:
         script_path = os.path.join(tmp, "job_script.py")
         with open(script_path, "w", encoding="utf-8") as f:
             f.write(textwrap.dedent(script))
+        if launcher == "mpi":
+            assert host_ids is None, "mpirun jobs run on this host"
+            cmd = [sys.executable, "-m", "hvdlite.runner.launch", "--mpi", "-np", str(np),
+                   sys.executable, script_path, *[str(a) for a in args]]
+            # Unbuffered, print() writes text and newline apart, and Open MPI tags each write: lines would break.
+            rank_env = {k: v for k, v in job_env(env).items() if k != "PYTHONUNBUFFERED"}
+            result = _run_starter(cmd, rank_env, timeout + TIMEOUT_SLACK)
+            result.stdout, result.stderr = _untag(result.stdout), _untag(result.stderr)
+            return result
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np)]
         if host_ids is not None:
             cmd += ["--host-ids", ",".join(str(h) for h in host_ids)]
         cmd += ["--timeout", str(timeout), "--",
                 sys.executable, script_path, *[str(a) for a in args]]
         return _run_starter(cmd, job_env(env), timeout + TIMEOUT_SLACK)
+
+
+def _untag(text: str) -> str:
+    """Open MPI's ``[job,rank]<stdout>:text`` prefixes as the built-in starter's ``[rank]<stdout>: text``."""
+    return re.sub(r"^\[\d+,(\d+)\]<(stdout|stderr)>:", r"[\1]<\2>: ", text, flags=re.MULTILINE)
 
 
 def _run_starter(cmd: Sequence[str], env: Mapping[str, str],

@@ -13,17 +13,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.timeout(300)
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
     sizes = [8, 65536]
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "allreduce.py"), "--peers", "hvdlite,mpi",
-                             "--sizes", ",".join(map(str, sizes)), "--out-dir", str(tmp_path)],
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "allreduce.py"), "--peers",
+                             "hvdlite,hvdlite-mpi,mpi", "--rounds", "2", "--sizes", ",".join(map(str, sizes)),
+                             "--out-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads((tmp_path / "allreduce.json").read_text())
-    assert set(runs) == {"hvdlite", "mpi"}
+    assert set(runs) == {"hvdlite", "hvdlite-mpi", "mpi"}
     for run in runs.values():
         assert [r["bytes"] for r in run["results"]] == sizes and run["ranks"] == 2
-        assert all(0 < r["median_s"] < 1 for r in run["results"])
+        assert all(0 < r["median_s"] <= r["worst_s"] < 1 and len(r["rounds_s"]) == 2 for r in run["results"])
     table = (tmp_path / "allreduce.md").read_text()
-    assert table.startswith("machine: ") and "hvdlite / mpi" in table
+    assert table.startswith("machine: ") and "2 round(s)" in table
+    assert "hvdlite / mpi, median (worst)" in table and "hvdlite / hvdlite-mpi" in table
     assert "| 8 B |" in table and "| 64 KB |" in table
     import matplotlib.image
 

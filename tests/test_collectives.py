@@ -56,6 +56,20 @@ def test_collective_sweep(case):
     assert_job_ok(result, np, min_count=250)
 
 
+# The MPI backend (HVDLITE_CPU_OPERATIONS=mpi, which hvdlite-run --mpi sets): the same sweep, every dtype, with
+# Open MPI's mpirun starting the ranks. (id, np, level)
+MPI_SWEEPS = [("mpi-np2", 2, "full"), ("mpi-np3", 3, "small"), ("mpi-np4", 4, "small")]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("case", MPI_SWEEPS, ids=[s[0] for s in MPI_SWEEPS])
+def test_collective_sweep_on_mpi(case):
+    _, np, level = case
+    result = run_job(job_source("collectives.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, args=[level], timeout=170,
+                     launcher="mpi")
+    assert_job_ok(result, np, min_count=250)
+
+
 # (id, np, host_ids, env)
 FUSION_CACHE = [
     ("default-np3", 3, None, {}),

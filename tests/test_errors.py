@@ -44,6 +44,14 @@ def test_mismatch_and_argument_errors(case):
     assert_job_ok(result, np, min_count=25)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("np", [2, 3])
+def test_mismatch_and_argument_errors_on_mpi(np):
+    """The same cases with the MPI backend moving the data (negotiation, which finds the mismatches, is the same)."""
+    result = run_job(job_source("errors.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
+    assert_job_ok(result, np, min_count=25)
+
+
 # ------------------------------------------------------------------------------------------------ peer death
 
 PEER_DEATH = """

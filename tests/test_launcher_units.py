@@ -121,13 +121,24 @@ def test_remote_script_stops_the_rank_when_stdin_closes():
     assert wait_until(lambda: not processes_with_marker(marker), timeout=5)
 
 
+def test_mpirun_moves_tensors_through_mpi_unless_told_otherwise():
+    settings = Settings(np=2)
+    assert mpi_run.rank_environment(settings, {})["HVDLITE_CPU_OPERATIONS"] == "mpi"
+    # the user's choice (Horovod's variable too) stands
+    assert "HVDLITE_CPU_OPERATIONS" not in mpi_run.rank_environment(settings, {"HOROVOD_CPU_OPERATIONS": "gloo"})
+    assert mpi_run.rank_environment(settings, {"HVDLITE_CPU_OPERATIONS": "builtin"})["HVDLITE_CPU_OPERATIONS"] == \
+        "builtin"
+    # an installation without the MPI plugin keeps the built-in data plane (exec_mpirun says so on stderr)
+    assert "HVDLITE_CPU_OPERATIONS" not in mpi_run.rank_environment(settings, {}, mpi_missing="built without MPI")
+
+
 def test_mpirun_command_for_open_mpi_and_mpich():
     settings = Settings(np=4, hosts=parse_hosts("a:2,b:2"), network_interfaces=["eth0"], output_filename="out",
                         ssh=SshOptions(port=2222), mpi_args=["--mca", "x", "y"], cycle_time_ms=3)
     # Started from inside another job's rank: that job's placement must not reach the MPI ranks.
     env = mpi_run.rank_environment(settings, {"PATH": "/bin", "HVDLITE_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
                                               "HOME": "/root", "HOROVOD_RANK": "1", "HOROVOD_HOSTNAME": "a",
-                                              "HOROVOD_FUSION_THRESHOLD": "1024"})
+                                              "HOROVOD_FUSION_THRESHOLD": "1024"}, mpi_missing="not built")
     assert env == {"PATH": "/bin", "HOME": "/root", "HVDLITE_START_TIMEOUT": "60", "HVDLITE_CYCLE_TIME": "3",
                    "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)

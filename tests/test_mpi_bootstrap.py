@@ -37,6 +37,9 @@ def check(expected_rank, label):
     assert gathered[:, 1].tolist() == [0, 1] and sorted(gathered[:, 0].tolist()) == [0, 1], gathered
     assert (hvd.local_rank(), hvd.local_size(), hvd.cross_size()) == (r, 2, 1)
     info = dict(i.split("=", 1) for i in hvd.build_info().split(";") if "=" in i)
+    assert info["cpu_operations"] == os.environ["EXPECT_BACKEND"], info  # the data plane the test asked for
+    assert hvd.mpi_enabled() == (info["cpu_operations"] == "mpi") and hvd.mpi_built()
+    assert hvd.mpi_threads_supported()  # mpi4py asks MPI_THREAD_MULTIPLE, which Open MPI provides
     # One write per line: with PYTHONUNBUFFERED print() writes the newline separately, and Open MPI's
     # output forwarding can then put another rank's text in between.
     sys.stdout.write("%s world=%d rank=%d gathered=%s cycle=%s\\n" % (label, world, r, gathered[:, 0].tolist(),
@@ -82,10 +85,14 @@ def _check_output(stdout: str, prefixed: bool):
 
 
 @pytest.mark.timeout(120)
-def test_init_under_mpirun_and_with_a_communicator(tmp_path):
+@pytest.mark.parametrize("backend", ["builtin", "mpi"])
+def test_init_under_mpirun_and_with_a_communicator(tmp_path, backend):
+    """Plain mpirun: the placement comes from MPI; the tensors move through the built-in backend unless
+    HVDLITE_CPU_OPERATIONS=mpi, which then uses the communicator init() was given (rank order included)."""
     _require_mpi()
     script = write_script(tmp_path, SCRIPT)
-    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "EXPECT_BACKEND": backend,
+                   "HVDLITE_CPU_OPERATIONS": backend})
     result = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", PY, script], cwd=REPO_ROOT, env=env,
                             capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -97,8 +104,9 @@ def test_hvdlite_run_mpi_hands_the_job_to_mpirun(tmp_path):
     _require_mpi()
     script = write_script(tmp_path, SCRIPT)
     # Launcher variables in hvdlite-run's own environment must not reach the MPI ranks.
+    # --mpi also moves the tensors through MPI.
     result = run_launcher(["--mpi", "-np", "2", "--cycle-time-ms", "3", "--verbose", PY, script], timeout=100,
-                          env={"HVDLITE_RANK": "5"})
+                          env={"HVDLITE_RANK": "5", "EXPECT_BACKEND": "mpi"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "hvdlite: running " in result.stderr and " --tag-output " in result.stderr
     assert _check_output(result.stdout, prefixed=True) == {"3"}  # --cycle-time-ms reached every rank's core

@@ -34,6 +34,13 @@ def test_process_sets(case):
     assert_job_ok(result, np, min_count=14)
 
 
+@pytest.mark.timeout(90)
+def test_process_sets_on_mpi():
+    """Each process set is an MPI sub-communicator (MPI_Comm_split when it is added, freed when it is removed)."""
+    result = run_job(job_source("process_sets.py"), np=4, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
+    assert_job_ok(result, 4, min_count=14)
+
+
 TWO_RANKS = """
 import torch
 import hvdlite.torch as hvd

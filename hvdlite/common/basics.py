@@ -104,6 +104,10 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
         incarnation = placement.exchange_scope or f"{placement.job_id}.{_generation}"
         job = ffi.new("char[]", incarnation.encode())
         config.job_id = job
+        if placement.comm is not None:  # bootstrapped over MPI: the MPI data plane uses the same communicator
+            from mpi4py import MPI
+
+            config.mpi_comm = ffi.cast("void*", MPI._addressof(placement.comm))
         check(lib.hvdlite_init(config))
         _generation += 1
         _placement = placement
@@ -268,6 +272,10 @@ def stop_timeline() -> None:
 
 
 def build_info() -> str:
-    buf = ffi.new("char[]", 4096)
-    lib.hvdlite_build_info(buf, 4096)
-    return ffi.string(buf).decode()
+    size = 4096
+    while True:
+        buf = ffi.new("char[]", size)
+        needed = lib.hvdlite_build_info(buf, size)
+        if needed < size:
+            return ffi.string(buf).decode()
+        size = needed + 1

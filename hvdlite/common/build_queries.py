@@ -1,25 +1,45 @@
 """Horovod's questions about the build (`hvd.mpi_built()`, `hvd.nccl_built()`, ...), answered once for every
-framework adapter. The answers are what this build can do, not what a user asked for: the built-in TCP/shared-
-memory backend plays Gloo's part, the core reports its optional backends in build_info(), and there is no GPU
-backend yet."""
+framework adapter from what the core reports (``build_info()``): which backends this installation can use, and
+which one the running job uses. The built-in TCP/shared-memory backend plays Gloo's part."""
+from typing import Dict
+
 from hvdlite.common.basics import build_info
 
 
-def mpi_threads_supported() -> bool:
-    """hvdlite's core is thread-safe whatever backend is used."""
-    return True
-
-
-def mpi_enabled() -> bool:
-    return "mpi=1" in build_info()
+def build_facts() -> Dict[str, str]:
+    """The core's build_info() as a dict (key=value;... -> {key: value})."""
+    fields = {}
+    for item in build_info().split(";"):
+        key, sep, value = item.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
 
 
 def mpi_built() -> bool:
-    return mpi_enabled()
+    """True when this installation has the MPI data plane and its MPI library loads
+    (``hvdlite-run --check-build`` says why not, otherwise)."""
+    return build_facts().get("mpi") == "1"
+
+
+def mpi_enabled() -> bool:
+    """True when the running job moves host tensors through MPI (HVDLITE_CPU_OPERATIONS=mpi or
+    ``hvdlite-run --mpi``)."""
+    return build_facts().get("cpu_operations") == "mpi"
+
+
+def mpi_threads_supported() -> bool:
+    """Whether the application may call MPI itself (mpi4py) while hvdlite runs: with the MPI data plane, hvdlite
+    calls MPI from its background thread, so MPI must provide MPI_THREAD_MULTIPLE; otherwise hvdlite never calls
+    MPI and any use of it is safe."""
+    info = build_facts()
+    if info.get("cpu_operations") == "mpi":
+        return info.get("mpi_thread_multiple") == "1"
+    return True
 
 
 def gloo_enabled() -> bool:
-    """The built-in TCP/shared-memory backend plays Gloo's part."""
+    """The built-in TCP/shared-memory backend plays Gloo's part; it carries negotiation in every job."""
     return True
 
 
@@ -28,7 +48,7 @@ def gloo_built() -> bool:
 
 
 def nccl_built() -> bool:
-    return "nccl=1" in build_info()
+    return build_facts().get("nccl") == "1"
 
 
 def cuda_built() -> bool:

@@ -14,7 +14,7 @@ from hvdlite.common.errors import HvdliteError, error_for_status
 
 # Horovod's reduce-op constants (same values, so code comparing them keeps working) and the core's codes.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+_CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4, Adasum: 5}
 
 # The core's hvdlite_dtype values (hvdlite.h), by NumPy/TensorFlow dtype name.
 DTYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,
@@ -22,12 +22,10 @@ DTYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfl
 
 
 def core_reduce_op(op) -> int:
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not implemented by hvdlite; use Sum or Average")
     try:
         return _CORE_REDUCE_OP[op]
     except KeyError:
-        raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product") from None
+        raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None
 
 
 _MAX_DIMS = 64

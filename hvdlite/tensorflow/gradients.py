@@ -29,7 +29,7 @@ def check_gradient_op(op, gradient_predivide_factor: float) -> None:
     """horovod.tensorflow's checks (DistributedGradientTape, DistributedOptimizer), before any wrapping."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    ops.core_reduce_op(op)  # unknown op -> ValueError, Adasum -> NotImplementedError (not in hvdlite's core)
+    ops.core_reduce_op(op)  # unknown op -> ValueError
 
 
 def resolve_groups(num_groups: int, groups):

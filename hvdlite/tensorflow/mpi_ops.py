@@ -245,7 +245,7 @@ def _resolve_op(op, average, default=Average):
         warnings.warn("Parameter `average` has been replaced with `op`", DeprecationWarning, stacklevel=3)
         op = Average if average else Sum
     op = default if op is None else op
-    ops.core_reduce_op(op)  # validates (Adasum -> NotImplementedError)
+    ops.core_reduce_op(op)  # validates
     return op
 
 

@@ -155,7 +155,12 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                                          average_aggregated_gradients, 0, groups, process_set,
                                          scale_local_gradients)
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        check_gradient_op(op, gradient_predivide_factor)  # Adasum: not in hvdlite's core (NotImplementedError)
+        check_gradient_op(op, gradient_predivide_factor)
+        if op == Adasum:
+            raise NotImplementedError(
+                "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does "
+                "not implement; DistributedGradientTape(op=hvd.Adasum) and hvd.allreduce(op=hvd.Adasum) reduce "
+                "gradients with Adasum")
         name = name or f"Distributed{type(optimizer).__name__}"
         reducer = GradientReducer(name, compression, op, sparse_as_dense, gradient_predivide_factor, process_set,
                                   groups, scale_local_gradients)

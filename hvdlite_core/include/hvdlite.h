@@ -37,7 +37,8 @@ typedef enum {
 } hvdlite_op;
 
 typedef enum {
-  HVDLITE_SUM = 0, HVDLITE_AVERAGE = 1, HVDLITE_MIN = 2, HVDLITE_MAX = 3, HVDLITE_PRODUCT = 4
+  HVDLITE_SUM = 0, HVDLITE_AVERAGE = 1, HVDLITE_MIN = 2, HVDLITE_MAX = 3, HVDLITE_PRODUCT = 4,
+  HVDLITE_ADASUM = 5  /* float types, a power-of-two number of ranks (Horovod's Adasum) */
 } hvdlite_reduce_op;
 
 /* Where this process sits in the job; filled by the bootstrap (launcher variables, MPI, Slurm, ...). */
@@ -50,6 +51,8 @@ typedef struct {
   const uint8_t* secret;             /* per-job secret authenticating every connection */
   int32_t secret_len;
   const char* job_id;                /* names this job's shared-memory segments */
+  const void* mpi_comm;              /* HVDLITE_CPU_OPERATIONS=mpi: address of the MPI_Comm whose ranks are
+                                        these ranks (mpi4py: MPI._addressof(comm)); NULL: MPI_COMM_WORLD */
 } hvdlite_init_config;
 
 typedef struct {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/mpi_backend.h"
 #include "common/log.h"
 #include "hvdlite.h"
 #include "runtime/runtime.h"
@@ -285,7 +286,24 @@ HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
 }
 
 HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
-  std::string info = "version=0.1.0;backends=tcp,shm;mpi=0;nccl=0;";
+  std::string info = "version=0.1.0;backends=tcp,shm;";
+  // MPI: built (the plugin exists), usable (it loads with its MPI library), and why not; values lose their
+  // ';' so the text stays "key=value;...".
+  Config config;
+  try {
+    config = Config::FromEnvironment();
+  } catch (const Error&) {  // a malformed knob is init's to report; the build facts do not depend on it
+  }
+  const MpiAvailability& mpi = mpi_availability(config);
+  auto clean = [](std::string text) {
+    std::replace(text.begin(), text.end(), ';', ',');
+    return text;
+  };
+  info += "mpi=" + std::string(mpi.usable ? "1" : "0") + ";mpi_built=" + (mpi.built ? "1" : "0") + ";";
+  if (!mpi.usable) info += "mpi_missing=" + clean(mpi.why_not) + ";";
+  if (mpi.usable) info += "mpi_library=" + clean(mpi.library_version) + ";";
+  info += "mpi_thread_multiple=" + std::string(mpi_thread_multiple() ? "1" : "0") + ";";
+  info += "nccl=0;";
   auto rt = runtime_or_null();
   if (rt) info += rt->describe();
   return copy_text(info, buffer, capacity);

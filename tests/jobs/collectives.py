@@ -9,8 +9,8 @@ import time
 import torch
 
 import hvdlite.torch as hvd
-from hvdjob import (ALL_DTYPES, FLOAT_DTYPES, SHAPES, check, even_rows, make, parse_build_info,
-                    reduce_reference, value_range)
+from hvdjob import (ALL_DTYPES, FLOAT_DTYPES, SHAPES, check, check_backend, even_rows, launched_size, make,
+                    parse_build_info, reduce_reference, value_range)
 
 LEVEL = sys.argv[1] if len(sys.argv) > 1 else "full"
 FULL = LEVEL == "full"
@@ -18,7 +18,8 @@ FULL = LEVEL == "full"
 hvd.init()
 n, me = hvd.size(), hvd.rank()
 assert hvd.is_initialized()
-assert 0 <= me < n and n == int(os.environ.get("HVDLITE_SIZE", "1")), (me, n)
+assert 0 <= me < n and n == launched_size(), (me, n)
+check_backend(hvd)
 assert hvd.local_size() * hvd.cross_size() == n or not hvd.is_homogeneous()
 
 info = parse_build_info(hvd.build_info())

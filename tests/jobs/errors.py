@@ -4,7 +4,7 @@
 import torch
 
 import hvdlite.torch as hvd
-from hvdjob import CheckFailure, check, expect_raises, reduce_reference
+from hvdjob import CheckFailure, check, check_backend, expect_raises, reduce_reference
 
 count = 0
 
@@ -28,6 +28,7 @@ for fn, args in ((hvd.rank, ()), (hvd.size, ()), (hvd.local_rank, ()), (hvd.loca
 ok()
 
 hvd.init()
+check_backend(hvd)
 n, me = hvd.size(), hvd.rank()
 assert n >= 2
 others = f"ranks 1{''.join(', ' + str(r) for r in range(2, n))}" if n > 2 else "rank 1"
@@ -166,7 +167,15 @@ expect_raises("bool Average reducescatter", hvd.InvalidArgumentError, hvd.reduce
               torch.ones(3, dtype=torch.bool), name="bool.rs.avg", match=["Average", "bool"])
 expect_raises("reducescatter of a scalar", hvd.InvalidArgumentError, hvd.reducescatter, torch.tensor(1.0),
               name="rs.scalar", match=["dimension"])
-expect_raises("Adasum", NotImplementedError, hvd.allreduce, torch.ones(2), name="adasum", op=hvd.Adasum)
+expect_raises("Adasum of integers", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2, dtype=torch.int32),
+              name="adasum.int", op=hvd.Adasum, match=["Adasum", "floating-point", "int32"])
+expect_raises("Adasum reducescatter", hvd.InvalidArgumentError, hvd.reducescatter, torch.ones(4), name="adasum.rs",
+              op=hvd.Adasum, match=["Adasum", "allreduce only"])
+if hvd.size() & (hvd.size() - 1):
+    expect_raises("Adasum on a non-power-of-two job", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2),
+                  name="adasum.np", op=hvd.Adasum, match=["Adasum", "power-of-two", f"has {hvd.size()}"])
+else:
+    check("Adasum of equal tensors", hvd.allreduce(torch.ones(2), name="adasum", op=hvd.Adasum), torch.ones(2))
 expect_raises("unknown reduce op", ValueError, hvd.allreduce, torch.ones(2), name="op99", op=99)
 expect_raises("op and average together", ValueError, hvd.allreduce, torch.ones(2), name="both", op=hvd.Sum,
               average=True)

@@ -3,7 +3,7 @@
 import torch
 
 import hvdlite.torch as hvd
-from hvdjob import CheckFailure, check, even_rows, expect_raises, make, reduce_reference
+from hvdjob import CheckFailure, check, check_backend, even_rows, expect_raises, launched_size, make, reduce_reference
 
 count = 0
 
@@ -16,7 +16,7 @@ def ok():
 # Registered at init. With 4 ranks: {0,1}, {1,2,3}, {0,2}; with 3: {0,1}, {1,2}, {0,2}.
 import os  # noqa: E402
 
-n_env = int(os.environ["HVDLITE_SIZE"])
+n_env = launched_size()
 A = hvd.ProcessSet([0, 1])
 B = hvd.ProcessSet(range(1, n_env))
 C = hvd.ProcessSet([2, 0])  # given unsorted
@@ -24,6 +24,7 @@ for ps in (A, B, C):
     if ps.process_set_id is not None or ps.size() is not None or ps.included() is not None:
         raise CheckFailure(f"unregistered {ps} should report None for id/size/included")
 hvd.init(process_sets=[A, B, C])
+check_backend(hvd)
 n, me = hvd.size(), hvd.rank()
 assert n == n_env >= 3
 

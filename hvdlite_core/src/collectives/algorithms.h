@@ -48,6 +48,24 @@ void alltoall_pairwise(Communicator& comm, const void* input, const std::vector<
                        const std::vector<size_t>& recv_bytes);
 void barrier_dissemination(Communicator& comm);
 
+// Exchanges between two members by index: what an algorithm needs that any backend can carry (Adasum runs on
+// the mesh's channels and on MPI alike).
+class PointToPoint {
+ public:
+  virtual ~PointToPoint() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sends to and receives from the same peer at once (both sides call it with mirrored sizes).
+  virtual void sendrecv(int peer, const void* send, size_t send_bytes, void* recv, size_t recv_bytes) = 0;
+};
+
+// Adasum (adasum.cc): in place over a fused buffer of tensors (tensor_counts elements each, in order); needs a
+// power-of-two number of members and a floating-point dtype (adasum_supports). scratch: adasum_scratch_bytes.
+bool adasum_supports(DType dtype);
+size_t adasum_scratch_bytes(const std::vector<size_t>& tensor_counts, DType dtype);
+void allreduce_adasum(PointToPoint& pairs, void* buffer, const std::vector<size_t>& tensor_counts, DType dtype,
+                      char* scratch);
+
 // Even split of count elements over n members, the first (count % n) getting one more (Horovod's rule).
 std::vector<size_t> even_split(size_t count, int n);
 

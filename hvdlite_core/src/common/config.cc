@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -80,6 +81,19 @@ const std::vector<Knob>& knobs() {
       number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
       number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),
       number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s),
+      {"CPU_OPERATIONS",
+       [](Config& c, const char* text) {
+         std::string v(text);
+         for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+         if (v == "builtin" || v == "gloo" || v == "tcp") c.cpu_operations = 0;
+         else if (v == "mpi") c.cpu_operations = 1;
+         else throw Error(StatusCode::kInvalidArgument,
+                          std::string("HVDLITE_CPU_OPERATIONS (or HOROVOD_CPU_OPERATIONS) is '") + text +
+                              "'; hvdlite offers builtin (alias gloo) and mpi for host tensors");
+       },
+       [](const Config& c) { return std::string(c.cpu_operations == 1 ? "mpi" : "builtin"); }},
+      {"MPI_PLUGIN", [](Config& c, const char* text) { c.mpi_plugin = text; },
+       [](const Config& c) { return c.mpi_plugin; }},
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },

@@ -32,6 +32,9 @@ struct Config {
   double cross_gbytes_per_s = 0;              // CROSS_GBYTES_PER_S: one stream alone on a host's network link
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
                                               // (off: the shm ring measured faster, docs/benchmarks.md)
+  int cpu_operations = 0;                     // CPU_OPERATIONS: data plane for host tensors: builtin (Horovod's
+                                              // "gloo" names it too) 0, mpi 1 (backends/backend.h)
+  std::string mpi_plugin;                     // MPI_PLUGIN: path of the MPI plugin ("": beside the core library)
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
   int64_t background_spin_microseconds = 5;   // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error

@@ -55,8 +55,9 @@ bool is_transport_failure(const Error& e) {
 }  // namespace
 
 Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
-                   Timeline& timeline)
-    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline) {}
+                   Timeline& timeline, Backend& backend)
+    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline),
+      backend_(backend) {}
 
 namespace {
 std::string upper(const char* text) {
@@ -88,7 +89,8 @@ void Executor::run_single(const Response& r) {
   bool have = controller_.take_pending(r, &entry);
   TensorEntry* e = have ? &entry : nullptr;
   std::string activity = upper(op_name(r.op));
-  if (r.op == OpType::kAllreduce && !r.is_error && timeline_.enabled()) {  // the timeline shows which one ran
+  const bool builtin = std::strcmp(backend_.name(), "builtin") == 0;
+  if (r.op == OpType::kAllreduce && !r.is_error && timeline_.enabled() && builtin) {  // which algorithm ran
     Communicator* comm = sets_.get(r.process_set);
     size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
     if (comm && comm->rank() >= 0 && use_hierarchical_allreduce(*comm, bytes)) activity += " (hierarchical)";
@@ -148,7 +150,14 @@ void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry*
     copy_scaled(r.dtype, output, input, count, r.prescale);
     input = output;
   }
-  allreduce(comm, input, output, count, r.dtype, kind_of(r.reduce_op), effective_postscale(r, comm.size()));
+  if (r.reduce_op == ReduceOp::kAdasum) {
+    if (input != output && bytes > 0) std::memcpy(output, input, bytes);
+    backend_.adasum(r.process_set, comm, output, {count}, r.dtype);
+    if (r.postscale != 1.0) scale_in_place(r.dtype, output, count, r.postscale);
+    return;
+  }
+  backend_.allreduce(r.process_set, comm, input, output, count, r.dtype, kind_of(r.reduce_op),
+                     effective_postscale(r, comm.size()));
 }
 
 void Executor::run_fused(const std::vector<const Response*>& group) {
@@ -166,7 +175,8 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     offsets[i] = total;
     total += counts[i];
   }
-  const bool two_tier = timeline_.enabled() && use_hierarchical_allreduce(*comm, total * esize);
+  const bool two_tier = timeline_.enabled() && std::strcmp(backend_.name(), "builtin") == 0 &&
+                        use_hierarchical_allreduce(*comm, total * esize);
   const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) + (two_tier ? ", hierarchical)" : ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   for (size_t i = 0; i < group.size(); ++i) {
@@ -178,7 +188,8 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     else std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
   }
   try {
-    allreduce(*comm, buffer, buffer, total, head.dtype, kind_of(head.reduce_op));
+    if (head.reduce_op == ReduceOp::kAdasum) backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
+    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, kind_of(head.reduce_op), 1.0);
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
     for (size_t i = 0; i < group.size(); ++i) if (have[i]) controller_.return_pending(std::move(entries[i]));
     throw;
@@ -209,7 +220,7 @@ void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry*
   } else {
     output = fusion_buffer(total);
   }
-  allgather(comm, e ? e->input : nullptr, output, block_bytes);
+  backend_.allgather(r.process_set, comm, e ? e->input : nullptr, output, block_bytes);
 }
 
 void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry* e) {
@@ -218,7 +229,7 @@ void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry*
   for (int i = 0; i < comm.size(); ++i) if (comm.global_rank(i) == r.root_rank) root_index = i;
   void* buffer = e ? e->output : fusion_buffer(bytes);
   if (rank_ == r.root_rank && e && e->input != e->output && bytes > 0) std::memcpy(e->output, e->input, bytes);
-  broadcast(comm, buffer, bytes, root_index);
+  backend_.broadcast(r.process_set, comm, buffer, bytes, root_index);
 }
 
 void Executor::run_alltoall(Communicator& comm, const Response& r, TensorEntry* e) {
@@ -228,7 +239,7 @@ void Executor::run_alltoall(Communicator& comm, const Response& r, TensorEntry* 
   std::vector<int32_t> recv_rows(n, 0);
   // First the row counts (each member learns what it will receive), then the rows themselves.
   std::vector<size_t> four(n, sizeof(int32_t));
-  alltoall_pairwise(comm, send_rows.data(), four, recv_rows.data(), four);
+  backend_.alltoall(r.process_set, comm, send_rows.data(), four, recv_rows.data(), four);
   std::vector<size_t> send_bytes(n), recv_bytes(n);
   size_t total = 0;
   int64_t rows = 0;
@@ -242,7 +253,7 @@ void Executor::run_alltoall(Communicator& comm, const Response& r, TensorEntry* 
   e->handle->output_shape = e->request.shape;
   e->handle->output_shape[0] = rows;
   e->handle->int_results = recv_rows;
-  alltoall_pairwise(comm, e->input, send_bytes, output, recv_bytes);
+  backend_.alltoall(r.process_set, comm, e->input, send_bytes, output, recv_bytes);
 }
 
 void Executor::run_reducescatter(Communicator& comm, const Response& r, TensorEntry* e) {
@@ -251,20 +262,17 @@ void Executor::run_reducescatter(Communicator& comm, const Response& r, TensorEn
   const int64_t row_elems = row_elements(r.shape);
   std::vector<size_t> rows = even_split(static_cast<size_t>(r.shape[0]), n);
   std::vector<size_t> counts(n);
-  size_t offset = 0;
-  for (int i = 0; i < n; ++i) {
-    counts[i] = rows[i] * static_cast<size_t>(row_elems);
-    if (i < comm.rank()) offset += counts[i];
-  }
+  for (int i = 0; i < n; ++i) counts[i] = rows[i] * static_cast<size_t>(row_elems);
   const size_t total = static_cast<size_t>(element_count(r.shape));
   char* work = fusion_buffer(total * esize);
   copy_scaled(r.dtype, work, e->input, total, r.prescale);
-  reduce_scatter_ring(comm, work, counts, r.dtype, kind_of(r.reduce_op));
   const size_t mine = counts[comm.rank()];
   char* output = e->handle->allocate_output(mine * esize);
   e->handle->output_shape = r.shape;
   e->handle->output_shape[0] = static_cast<int64_t>(rows[comm.rank()]);
-  copy_scaled(r.dtype, output, work + offset * esize, mine, effective_postscale(r, n));
+  backend_.reduce_scatter(r.process_set, comm, work, output, counts, r.dtype, kind_of(r.reduce_op));
+  const double post = effective_postscale(r, n);
+  if (post != 1.0) scale_in_place(r.dtype, output, mine, post);
 }
 
 void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
@@ -277,11 +285,13 @@ void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
                       "a process set with these ranks already exists (id " + std::to_string(existing) + ")");
     } else {
       int id = sets_.add(ranks);
+      backend_.set_added(id, *sets_.get(id));
       if (e) e->handle->int_results = {id};
     }
   } else {
     int id = r.ranks.empty() ? -1 : r.ranks[0];
     if (!sets_.remove(id)) status = Status(StatusCode::kInvalidArgument, "no process set with id " + std::to_string(id) + " to remove");
+    else backend_.set_removed(id);
   }
   if (e) queue_.finish(*e, status);
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "backends/backend.h"
 #include "common/timeline.h"
 #include "runtime/controller.h"
 #include "runtime/process_sets.h"
@@ -14,7 +15,7 @@ namespace hvdlite {
 class Executor {
  public:
   Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
-           Timeline& timeline);
+           Timeline& timeline, Backend& backend);
   void execute(const std::vector<Response>& responses);
 
  private:
@@ -34,6 +35,7 @@ class Executor {
   Controller& controller_;
   TensorQueue& queue_;
   Timeline& timeline_;
+  Backend& backend_;
   std::vector<char> fusion_;
   std::vector<char> zeros_;  // stand-in input of a joined rank
 };

@@ -14,9 +14,9 @@ const char* op_name(OpType op) {
 }
 
 const char* reduce_op_name(ReduceOp op) {
-  static const char* const names[] = {"Sum", "Average", "Min", "Max", "Product"};
+  static const char* const names[] = {"Sum", "Average", "Min", "Max", "Product", "Adasum"};
   int i = static_cast<int>(op);
-  return (i >= 0 && i < 5) ? names[i] : "unknown";
+  return (i >= 0 && i < 6) ? names[i] : "unknown";
 }
 
 void Request::write(WireWriter& w) const {
@@ -56,7 +56,7 @@ DType read_dtype(WireReader& r) {
 
 ReduceOp read_reduce_op(WireReader& r) {
   int32_t v = r.get<int32_t>();
-  if (v < 0 || v > static_cast<int32_t>(ReduceOp::kProduct)) {
+  if (v < 0 || v > static_cast<int32_t>(ReduceOp::kAdasum)) {
     throw Error(StatusCode::kInternal, "malformed negotiation message: reduce op " + std::to_string(v));
   }
   return static_cast<ReduceOp>(v);

@@ -22,7 +22,7 @@ constexpr int kNumOpTypes = 9;  // operations the C ABI accepts (kAbort is not o
 const char* op_name(OpType op);
 
 // Values are the C ABI's hvdlite_reduce_op.
-enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
+enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4, kAdasum = 5 };
 const char* reduce_op_name(ReduceOp op);
 
 struct Request {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backends/mpi_backend.h"
+#include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "common/log.h"
 #include "runtime/config_agreement.h"
@@ -28,11 +30,13 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   // the automatic choice of the hierarchical allreduce (collectives/cost_model.h).
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
-  if (world->local() && world->local()->size() > 1 && config_.hierarchical_allreduce < 0) {
+  if (world->local() && world->local()->size() > 1 && config_.hierarchical_allreduce < 0 &&
+      config_.cpu_operations == 0) {
     mesh_->set_link_costs(measure_link_costs(*world, config_));
   }
+  backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
-  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_));
+  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_));
   thread_ = std::thread([this] { background_loop(); });
 }
 
@@ -219,13 +223,25 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   if (q.ndim < 0 || (q.ndim > 0 && !q.shape)) return invalid(subject + ": bad shape");
   out->shape.assign(q.shape, q.shape + q.ndim);
   for (int64_t d : out->shape) if (d < 0) return invalid(subject + ": negative dimension in " + shape_string(out->shape));
-  if (q.reduce_op < 0 || q.reduce_op > 4) return invalid(subject + ": unknown reduce op " + std::to_string(q.reduce_op));
+  if (q.reduce_op < 0 || q.reduce_op > 5) return invalid(subject + ": unknown reduce op " + std::to_string(q.reduce_op));
   out->reduce_op = static_cast<ReduceOp>(q.reduce_op);
   const size_t bytes = static_cast<size_t>(element_count(out->shape)) * dtype_size(out->dtype);
   if (bytes > 0 && !q.input) return invalid(subject + ": input buffer is null");
   switch (out->op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
+      if (out->reduce_op == ReduceOp::kAdasum) {
+        if (out->op != OpType::kAllreduce) return invalid(subject + ": Adasum applies to allreduce only");
+        if (!adasum_supports(out->dtype)) {
+          return invalid(subject + ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
+                         "not " + dtype_name(out->dtype));
+        }
+        const size_t n = members.size();
+        if ((n & (n - 1)) != 0) {
+          return invalid(subject + ": Adasum needs a power-of-two number of ranks; process set " +
+                         std::to_string(q.process_set_id) + " has " + std::to_string(n));
+        }
+      }
       if (out->dtype == DType::kBool && out->reduce_op == ReduceOp::kAverage) {
         return invalid(subject + ": Average is not defined for bool tensors");
       }
@@ -304,6 +320,8 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   return Status::Ok();
 }
 
-std::string Runtime::describe() const { return mesh_->describe() + ";" + config_.Describe(); }
+std::string Runtime::describe() const {
+  return mesh_->describe() + ";" + backend_->describe() + ";" + config_.Describe();
+}
 
 }  // namespace hvdlite

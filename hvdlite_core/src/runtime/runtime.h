@@ -59,6 +59,7 @@ class Runtime {
   Timeline timeline_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<ProcessSetRegistry> sets_;
+  std::unique_ptr<Backend> backend_;  // the data plane (HVDLITE_CPU_OPERATIONS)
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;

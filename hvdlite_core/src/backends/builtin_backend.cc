@@ -1,0 +1,73 @@
+// The built-in data plane: hvdlite's own algorithms (collectives/) over the TCP/shared-memory mesh, chosen by
+// the dispatchers in collectives/dispatch.cc.
+#include <cstring>
+
+#include "backends/backend.h"
+#include "collectives/algorithms.h"
+
+namespace hvdlite {
+namespace {
+
+class BuiltinBackend : public Backend {
+ public:
+  const char* name() const override { return "builtin"; }
+
+  void allreduce(int, Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
+                 double postscale) override {
+    hvdlite::allreduce(comm, input, output, count, dtype, kind, postscale);
+  }
+
+  void adasum(int, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts, DType dtype) override {
+    MeshPairs pairs(comm);
+    allreduce_adasum(pairs, buffer, tensor_counts, dtype, comm.scratch(adasum_scratch_bytes(tensor_counts, dtype)));
+  }
+
+  void allgather(int, Communicator& comm, const void* input, void* output,
+                 const std::vector<size_t>& block_bytes) override {
+    hvdlite::allgather(comm, input, output, block_bytes);
+  }
+
+  void broadcast(int, Communicator& comm, void* buffer, size_t bytes, int root_index) override {
+    hvdlite::broadcast(comm, buffer, bytes, root_index);
+  }
+
+  void alltoall(int, Communicator& comm, const void* input, const std::vector<size_t>& send_bytes, void* output,
+                const std::vector<size_t>& recv_bytes) override {
+    alltoall_pairwise(comm, input, send_bytes, output, recv_bytes);
+  }
+
+  void reduce_scatter(int, Communicator& comm, void* work, void* mine, const std::vector<size_t>& counts, DType dtype,
+                      ReduceKind kind) override {
+    reduce_scatter_ring(comm, work, counts, dtype, kind);
+    size_t offset = 0;
+    for (int i = 0; i < comm.rank(); ++i) offset += counts[i];
+    const size_t esize = dtype_size(dtype);
+    if (counts[comm.rank()] > 0) {
+      std::memcpy(mine, static_cast<char*>(work) + offset * esize, counts[comm.rank()] * esize);
+    }
+  }
+
+  std::string describe() const override { return "cpu_operations=builtin"; }
+
+ private:
+  // Adasum's exchanges over the mesh's channels.
+  class MeshPairs : public PointToPoint {
+   public:
+    explicit MeshPairs(Communicator& comm) : comm_(comm) {}
+    int rank() const override { return comm_.rank(); }
+    int size() const override { return comm_.size(); }
+    void sendrecv(int peer, const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+      Channel* channel = comm_.channel(peer);
+      comm_.progress().sendrecv(channel, send, send_bytes, channel, recv, recv_bytes);
+    }
+
+   private:
+    Communicator& comm_;
+  };
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_builtin_backend() { return std::unique_ptr<Backend>(new BuiltinBackend()); }
+
+}  // namespace hvdlite

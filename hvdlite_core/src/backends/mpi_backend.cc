@@ -1,0 +1,208 @@
+#include "backends/mpi_backend.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "collectives/algorithms.h"
+#include "common/status.h"
+#include "../../plugins/mpi/mpi_plugin_abi.h"
+
+namespace hvdlite {
+namespace {
+
+std::atomic<bool> g_thread_multiple{false};
+
+// The folder of this library (the plugin is built beside it).
+std::string own_folder() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return ".";
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// setup.py names it like a Python extension (_hvdlite_mpi.cpython-311-x86_64-linux-gnu.so).
+std::string find_plugin() {
+  const std::string folder = own_folder();
+  DIR* dir = opendir(folder.c_str());
+  if (!dir) return "";
+  std::string found;
+  while (dirent* entry = readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name.rfind("_hvdlite_mpi", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) {
+      found = folder + "/" + name;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+const hvdlite_mpi_plugin* g_plugin = nullptr;
+
+MpiAvailability probe(const Config& config) {
+  MpiAvailability a;
+  a.path = config.mpi_plugin.empty() ? find_plugin() : config.mpi_plugin;
+  if (a.path.empty()) {
+    a.why_not = "this hvdlite was built without MPI: no mpicxx/mpicc was found when it was built (install an MPI "
+                "with its compiler wrappers, e.g. apt-get install libopenmpi-dev, then reinstall hvdlite)";
+    return a;
+  }
+  a.built = true;
+  // RTLD_GLOBAL: Open MPI's own components, loaded later by libmpi, resolve their symbols in the global scope.
+  void* library = dlopen(a.path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!library) {
+    const char* why = dlerror();
+    a.why_not = "the MPI plugin " + a.path + " does not load: " + (why ? why : "unknown dlopen error") +
+                " (is the MPI library it was built with installed and on the library path?)";
+    return a;
+  }
+  auto entry = reinterpret_cast<const hvdlite_mpi_plugin* (*)()>(dlsym(library, "hvdlite_mpi_plugin_v1"));
+  const hvdlite_mpi_plugin* plugin = entry ? entry() : nullptr;
+  if (!plugin || plugin->abi_version != HVDLITE_MPI_PLUGIN_ABI_VERSION) {
+    a.why_not = a.path + " is not an hvdlite MPI plugin of this version (ABI " +
+                std::to_string(HVDLITE_MPI_PLUGIN_ABI_VERSION) + "); reinstall hvdlite";
+    return a;
+  }
+  g_plugin = plugin;
+  a.usable = true;
+  a.library_version = plugin->library_version();
+  return a;
+}
+
+void reduce_callback(int dtype, int kind, void* inout, const void* in, size_t count) {
+  reduce_into(static_cast<DType>(dtype), static_cast<ReduceKind>(kind), inout, in, count);
+}
+
+int kind_code(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::kMin: return 1;
+    case ReduceKind::kMax: return 2;
+    case ReduceKind::kProduct: return 3;
+    default: return 0;
+  }
+}
+
+class MpiBackend : public Backend {
+ public:
+  explicit MpiBackend(const hvdlite_mpi_plugin* plugin) : plugin_(plugin) {}
+  ~MpiBackend() override { plugin_->stop(); g_thread_multiple = false; }
+
+  const char* name() const override { return "mpi"; }
+
+  void set_added(int set, Communicator& comm) override {
+    std::vector<int32_t> ranks(comm.members().begin(), comm.members().end());
+    check(plugin_->add_set(set, ranks.data(), static_cast<int>(ranks.size())));
+  }
+  void set_removed(int set) override { check(plugin_->remove_set(set)); }
+
+  void allreduce(int set, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
+                 ReduceKind kind, double postscale) override {
+    if (count > 0 && comm.size() > 1) {
+      check(plugin_->allreduce(set, input, output, count, static_cast<int>(dtype), kind_code(kind)));
+    } else if (input != output && count > 0) {
+      std::memcpy(output, input, count * dtype_size(dtype));
+    }
+    if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
+  }
+
+  void adasum(int set, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts,
+              DType dtype) override {
+    PluginPairs pairs(plugin_, set, comm);
+    const size_t bytes = adasum_scratch_bytes(tensor_counts, dtype);
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    allreduce_adasum(pairs, buffer, tensor_counts, dtype, scratch_.data());
+  }
+
+  void allgather(int set, Communicator& comm, const void* input, void* output,
+                 const std::vector<size_t>& block_bytes) override {
+    check(plugin_->allgatherv(set, input, output, block_bytes.data()));
+  }
+
+  void broadcast(int set, Communicator& comm, void* buffer, size_t bytes, int root_index) override {
+    if (bytes > 0 && comm.size() > 1) check(plugin_->bcast(set, buffer, bytes, root_index));
+  }
+
+  void alltoall(int set, Communicator& comm, const void* input, const std::vector<size_t>& send_bytes, void* output,
+                const std::vector<size_t>& recv_bytes) override {
+    check(plugin_->alltoallv(set, input, send_bytes.data(), output, recv_bytes.data()));
+  }
+
+  void reduce_scatter(int set, Communicator& comm, void* work, void* mine, const std::vector<size_t>& counts,
+                      DType dtype, ReduceKind kind) override {
+    check(plugin_->reduce_scatter(set, work, mine, counts.data(), static_cast<int>(dtype), kind_code(kind)));
+  }
+
+  std::string describe() const override {
+    return std::string("cpu_operations=mpi;mpi_library=") + plugin_->library_version();
+  }
+
+ private:
+  class PluginPairs : public PointToPoint {
+   public:
+    PluginPairs(const hvdlite_mpi_plugin* plugin, int set, Communicator& comm)
+        : plugin_(plugin), set_(set), comm_(comm) {}
+    int rank() const override { return comm_.rank(); }
+    int size() const override { return comm_.size(); }
+    void sendrecv(int peer, const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+      check(plugin_->sendrecv(set_, peer, send, send_bytes, recv, recv_bytes));
+    }
+
+   private:
+    const hvdlite_mpi_plugin* plugin_;
+    int set_;
+    Communicator& comm_;
+  };
+
+  // 2: refused before anything was sent (every member refuses alike); else MPI failed mid-call: fatal.
+  static void check(int code) {
+    if (code == 0) return;
+    throw Error(code == 2 ? StatusCode::kInvalidArgument : StatusCode::kRemoteError, g_plugin->last_error());
+  }
+
+  const hvdlite_mpi_plugin* plugin_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+const MpiAvailability& mpi_availability(const Config& config) {
+  static std::once_flag once;
+  static MpiAvailability availability;
+  std::call_once(once, [&] { availability = probe(config); });
+  return availability;
+}
+
+std::unique_ptr<Backend> make_mpi_backend(const Config& config, Communicator& world, const void* comm_address) {
+  const MpiAvailability& mpi = mpi_availability(config);
+  // Every rank learns who could load the plugin before anyone enters MPI.
+  std::vector<int32_t> loaded(world.size(), 0);
+  loaded[world.rank()] = mpi.usable ? 1 : 0;
+  if (world.size() > 1) allgather_ring(world, loaded.data(), std::vector<size_t>(world.size(), sizeof(int32_t)));
+  if (!mpi.usable) {
+    throw Error(StatusCode::kInvalidArgument, "HVDLITE_CPU_OPERATIONS=mpi, but " + mpi.why_not);
+  }
+  std::string missing;
+  for (int r = 0; r < world.size(); ++r) {
+    if (!loaded[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(world.global_rank(r));
+  }
+  if (!missing.empty()) {
+    throw Error(StatusCode::kInvalidArgument,
+                "HVDLITE_CPU_OPERATIONS=mpi, but the MPI backend is not available on rank(s) " + missing +
+                    " (their errors say why); every rank needs it");
+  }
+  int multiple = 0;
+  if (g_plugin->start(comm_address, world.rank(), world.size(), &reduce_callback, &multiple) != 0) {
+    throw Error(StatusCode::kInvalidArgument, g_plugin->last_error());
+  }
+  g_thread_multiple = multiple != 0;
+  return std::unique_ptr<Backend>(new MpiBackend(g_plugin));
+}
+
+bool mpi_thread_multiple() { return g_thread_multiple.load(); }
+
+}  // namespace hvdlite

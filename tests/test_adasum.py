@@ -1,0 +1,32 @@
+"""allreduce(op=Adasum) across real processes, on the built-in backend and on MPI, against a NumPy reference of
+Horovod's algorithm (tests/jobs/adasum.py). The error cases (integers, non-power-of-two jobs, other collectives)
+are in tests/jobs/errors.py."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hvdjob import assert_job_ok, prelude
+from multiproc import run_job
+
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "adasum.py")
+
+# (id, np, host_ids, launcher, env)
+CASES = [
+    ("builtin-np2", 2, None, "local", {"EXPECT_BACKEND": "builtin"}),
+    ("builtin-np4", 4, None, "local", {"EXPECT_BACKEND": "builtin"}),
+    ("tcp-2hosts-np4", 4, [0, 1, 0, 1], "local", {"EXPECT_BACKEND": "builtin"}),
+    ("mpi-np2", 2, None, "mpi", {"EXPECT_BACKEND": "mpi"}),
+    ("mpi-np4", 4, None, "mpi", {"EXPECT_BACKEND": "mpi"}),
+]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_adasum_matches_reference(case):
+    _, np, host_ids, launcher, env = case
+    with open(JOB, encoding="utf-8") as f:
+        script = prelude() + f.read()
+    result = run_job(script, np=np, host_ids=host_ids, env=env, timeout=120, launcher=launcher)
+    assert_job_ok(result, np, min_count=60)

@@ -1,0 +1,134 @@
+"""The MPI data plane's edges: where MPI cannot be had, asking for it fails on every rank with a message that names
+what is missing; ranks that disagree about it are refused at init; --check-build says what is there. The
+collectives themselves run on MPI in test_collectives.py, test_errors.py, test_process_sets.py and test_adasum.py.
+"""
+from __future__ import annotations
+
+import pytest
+
+from launcher_helpers import run_launcher
+from multiproc import run_job
+
+INIT = """
+import os
+from hvdlite.common import basics
+from hvdlite.common.build_queries import mpi_built, mpi_enabled
+from hvdlite.common.errors import InvalidArgumentError
+rank = int(os.environ["HVDLITE_RANK"])
+if os.environ.get("RANK1_CPU_OPERATIONS") and rank == 1:
+    os.environ["HVDLITE_CPU_OPERATIONS"] = os.environ["RANK1_CPU_OPERATIONS"]
+print("BUILT %d %s" % (rank, mpi_built()), flush=True)
+try:
+    basics.init()
+except InvalidArgumentError as error:
+    print("REFUSED %d %s" % (rank, str(error).replace(chr(10), " ")), flush=True)
+else:
+    print("INITIALIZED %d enabled=%s" % (rank, mpi_enabled()), flush=True)
+"""
+
+
+def outcomes(result, tag):
+    found = {}
+    for line in result.stdout.splitlines():
+        if tag + " " in line:
+            rank, rest = line.split(tag + " ", 1)[1].split(" ", 1)
+            found[int(rank)] = rest
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_mpi_library_is_named_on_every_rank():
+    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi",
+                                                  "HVDLITE_MPI_PLUGIN": "/nonexistent/_hvdlite_mpi.so"})
+    refused = outcomes(result, "REFUSED")
+    assert sorted(refused) == [0, 1], result.stdout + result.stderr
+    for message in refused.values():
+        assert "HVDLITE_CPU_OPERATIONS=mpi, but the MPI plugin /nonexistent/_hvdlite_mpi.so does not load" in message
+        assert "cannot open shared object file" in message
+    assert outcomes(result, "BUILT") == {0: "False", 1: "False"}
+
+
+@pytest.mark.timeout(60)
+def test_mpi_without_an_mpi_launcher_is_a_clear_error():
+    """hvdlite-run's own ranks have no MPI runtime to connect them."""
+    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
+    refused = outcomes(result, "REFUSED")
+    assert sorted(refused) == [0, 1], result.stdout + result.stderr
+    for message in refused.values():
+        assert "not started by an MPI launcher" in message and "hvdlite-run --mpi" in message, message
+    assert outcomes(result, "BUILT") == {0: "True", 1: "True"}
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_disagree_about_the_backend_are_refused():
+    result = run_job(INIT, np=3, timeout=40, env={"RANK1_CPU_OPERATIONS": "mpi"})
+    refused = outcomes(result, "REFUSED")
+    assert sorted(refused) == [0, 1, 2], result.stdout + result.stderr
+    assert len(set(refused.values())) == 1, refused
+    assert "HVDLITE_CPU_OPERATIONS differs between ranks: builtin on ranks 0, 2, mpi on rank 1" in refused[0]
+
+
+@pytest.mark.timeout(60)
+def test_unknown_backend_names_the_choices():
+    result = run_job(INIT, np=1, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "ccl"})
+    message = outcomes(result, "REFUSED")[0]
+    assert "HVDLITE_CPU_OPERATIONS (or HOROVOD_CPU_OPERATIONS) is 'ccl'" in message
+    assert "builtin (alias gloo) and mpi" in message
+    # Horovod's name for the built-in kind of backend is accepted
+    gloo = run_job(INIT, np=2, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
+    assert outcomes(gloo, "INITIALIZED") == {0: "enabled=False", 1: "enabled=False"}, gloo.stdout + gloo.stderr
+
+
+@pytest.mark.timeout(60)
+def test_check_build_names_the_mpi_library_or_why_not():
+    present = run_launcher(["--check-build"], timeout=30)
+    assert "    [X] MPI (Open MPI v4" in present.stdout, present.stdout
+    absent = run_launcher(["--check-build"], timeout=30, env={"HVDLITE_MPI_PLUGIN": "/nonexistent/plugin.so"})
+    assert "    [ ] MPI: the MPI plugin /nonexistent/plugin.so does not load" in absent.stdout, absent.stdout
+
+
+DIES = """
+import os, sys, time
+import torch
+import hvdlite.torch as hvd
+hvd.init()
+assert hvd.mpi_enabled()
+hvd.allreduce(torch.ones(4), name="warmup")
+sys.stdout.write("PID %d %d\\n" % (hvd.rank(), os.getpid()))
+sys.stdout.flush()
+if hvd.rank() == 1:
+    time.sleep(1.0)  # the others are inside MPI_Allreduce by now
+    os._exit(7)
+hvd.allreduce(torch.ones(1 << 20), name="never")
+sys.stdout.write("SURVIVED %d\\n" % hvd.rank())
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_dead_rank_ends_an_mpi_job_within_seconds():
+    """Ranks blocked inside MPI cannot be woken with an error: Open MPI's mpirun ends the whole job when a rank
+    dies, with that rank's exit code, and nothing is left running."""
+    import os
+    import time
+
+    start = time.monotonic()
+    result = run_job(DIES, np=3, timeout=60, launcher="mpi")
+    elapsed = time.monotonic() - start
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "SURVIVED" not in out, out
+    assert elapsed < 20, (elapsed, out)
+    pids = [int(line.split()[-1]) for line in result.stdout.splitlines() if "PID " in line]
+    assert len(pids) == 3, out
+
+    def running(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().split()[2] != "Z"
+        except OSError:
+            return False
+
+    # mpirun may return while a killed rank is still being torn down by the kernel
+    deadline = time.monotonic() + 5
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if running(pid)], out
