@@ -57,7 +57,7 @@ def mpi_flags():
     or None when there is no MPI. HVDLITE_WITHOUT_MPI=1 skips the MPI plugin (Horovod's HOROVOD_WITHOUT_MPI)."""
     if os.environ.get("HVDLITE_WITHOUT_MPI", os.environ.get("HOROVOD_WITHOUT_MPI", "0")) not in ("", "0"):
         return None
-    for wrapper in ("mpicxx", "mpic++", "mpicc"):
+    for wrapper in ("mpicc", "mpicxx", "mpic++"):  # the C wrapper's flags: the plugin uses MPI's C API only
         path = shutil.which(wrapper)
         if not path:
             continue

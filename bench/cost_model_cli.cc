@@ -1,5 +1,6 @@
 // Prints the core's cost-model predictions (hvdlite_core/src/collectives/cost_model.cc) for bench/hierarchical.py:
-// one JSON line per (hosts, per_host, bytes) with the flat ring, the two-tier algorithm and, on paper only, a
+// one JSON line per (hosts, per_host, bytes) with the flat ring, the two-tier algorithm (allreduce, and allgather
+// of that many output bytes) and, on paper only, a
 // pipelined binary tree (not implemented in the core; the estimate NCCL's documentation gives for trees:
 // 2 log2(N) latencies plus 2 S over the slowest link's bandwidth, the pipeline hiding the depth).
 //
@@ -42,9 +43,11 @@ int main(int argc, char** argv) {
       const int n = hosts * per_host;
       const double tree = 2 * std::log2(static_cast<double>(n)) * c.cross_latency_s + 2.0 * bytes / c.cross_bytes_per_s;
       std::printf("{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"hierarchical\": %.9g, "
-                  "\"tree\": %.9g}\n",
+                  "\"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
                   hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, small, c),
-                  predict_allreduce_hierarchical(hosts, per_host, bytes, small, c), tree);
+                  predict_allreduce_hierarchical(hosts, per_host, bytes, small, c), tree,
+                  predict_allgather_flat(hosts, per_host, bytes, c),
+                  predict_allgather_hierarchical(hosts, per_host, bytes, c));
     }
   }
   return 0;

@@ -2,6 +2,7 @@
 
     python bench/hierarchical.py                       # 2 hosts x 2 ranks, links at 1 Gbit/s; writes bench/results/
     python bench/hierarchical.py --rate 250mbit --per-host 4 --rounds 2 --out-dir /tmp/h
+    python bench/hierarchical.py --collective allgather   # the same for allgather (hierarchical_allgather.*)
 
 Needs root: the hosts are network-namespace test hosts on a bridge, each with its own sshd (tests/netns_cluster.py),
 and every host's link is limited with tc's token bucket in both directions (a real network's link rate; the veth
@@ -62,29 +63,29 @@ def link_figures(build_info):
                                                  "cross_gbytes_per_s")}, int(fields.get("SMALL_MESSAGE_BYTES", 65536))
 
 
-def chosen_algorithms(timeline_path):
+def chosen_algorithms(timeline_path, collective="allreduce"):
     sys.path.insert(0, ROOT)
     from hvdlite.timeline import load
     events = load(timeline_path)
     tensors = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     chosen = {}
     for e in events:
-        if e.get("ph") == "B" and e["name"].startswith("ALLREDUCE") and e.get("pid") in tensors:
+        if e.get("ph") == "B" and e["name"].startswith(collective.upper()) and e.get("pid") in tensors:
             size = int(tensors[e["pid"]].split(".")[1])
             chosen.setdefault(size, set()).add("two_tier" if "hierarchical" in e["name"] else "flat")
     return {size: "/".join(sorted(kinds)) for size, kinds in chosen.items()}
 
 
-def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None):
+def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None, collective="allreduce"):
     a, b = cluster.hosts
-    env = dict(os.environ, HVDLITE_HIERARCHICAL_ALLREDUCE=setting,
+    env = dict(os.environ, **{"HVDLITE_HIERARCHICAL_" + collective.upper(): setting},
                PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     if timeline:
         env["HVDLITE_TIMELINE"] = timeline
     launcher = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
     result = subprocess.run([launcher, "-np", str(2 * per_host), "-H", f"{a.address}:{per_host},{b.address}:{per_host}",
                              *cluster.ssh_flags(), sys.executable, JOB, out_path, ",".join(map(str, sizes)),
-                             str(repeats)], env=env, capture_output=True, text=True, timeout=1800)
+                             str(repeats), collective], env=env, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"the {setting} job failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     with open(out_path) as f:
@@ -98,8 +99,10 @@ def main():
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three jobs (default 3)")
     parser.add_argument("--repeats", type=int, default=3, help="timed allreduces per size per job (default 3)")
+    parser.add_argument("--collective", choices=("allreduce", "allgather"), default="allreduce")
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
+    name = "hierarchical" if args.collective == "allreduce" else "hierarchical_allgather"
     sizes = [int(s) for s in args.sizes.split(",")]
     os.makedirs(args.out_dir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="hvdlite-bench-hier-")
@@ -115,7 +118,7 @@ def main():
             for mode, setting in MODES:
                 timeline = os.path.join(workdir, "timeline.json") if mode == "auto" and round_ == 0 else None
                 result = run_job(cluster, args.per_host, sizes, args.repeats, setting,
-                                 os.path.join(workdir, f"{mode}.{round_}.json"), timeline)
+                                 os.path.join(workdir, f"{mode}.{round_}.json"), timeline, args.collective)
                 for size, seconds in result["times"].items():
                     times[mode][int(size)] += seconds
                 if timeline:
@@ -123,30 +126,34 @@ def main():
                 print(f"round {round_ + 1}/{args.rounds} {mode}: " + ", ".join(
                     f"{human(int(s))} {statistics.median(v) * 1e3:.1f} ms" for s, v in result["times"].items()),
                     flush=True)
-        chosen = chosen_algorithms(os.path.join(workdir, "timeline.json"))
+        chosen = chosen_algorithms(os.path.join(workdir, "timeline.json"), args.collective)
     finally:
         cluster.stop()
     figures, small = link_figures(build_info)
     cli = build_cli(workdir)
     predicted = {p["bytes"]: p for p in predict(cli, figures, small, [(2, args.per_host)], sizes)}
+    prefix = "" if args.collective == "allreduce" else "allgather_"
     extrapolated = predict(cli, figures, small, EXTRAPOLATE, EXTRAPOLATE_SIZES)
     shutil.rmtree(workdir, ignore_errors=True)
 
     rows = []
     for size in sizes:
         row = {"bytes": size, "chosen": chosen.get(size, "?"),
-               "predicted_flat_s": predicted[size]["flat"], "predicted_two_tier_s": predicted[size]["hierarchical"]}
+               "predicted_flat_s": predicted[size][prefix + "flat"],
+               "predicted_two_tier_s": predicted[size][prefix + "hierarchical"]}
         for mode, _ in MODES:
             row[f"{mode}_median_s"] = statistics.median(times[mode][size])
             row[f"{mode}_worst_s"] = max(times[mode][size])
         rows.append(row)
-    report = {"machine": machine_line(), "rate": args.rate, "layout": f"2 hosts x {args.per_host}",
+    report = {"machine": machine_line(), "collective": args.collective, "rate": args.rate,
+              "layout": f"2 hosts x {args.per_host}",
               "rounds": args.rounds, "repeats": args.repeats, "link_figures": figures, "rows": rows,
               "extrapolated": extrapolated}
-    with open(os.path.join(args.out_dir, "hierarchical.json"), "w") as f:
+    with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(report, f, indent=1)
-    lines = [f"# Flat ring vs two-tier allreduce across hosts ({report['layout']}, links at {args.rate})", "",
-             machine_line() + f"; {args.rounds} interleaved rounds x {args.repeats} timed allreduces per size.",
+    lines = [f"# Flat ring vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})", "",
+             machine_line() + f"; {args.rounds} interleaved rounds x {args.repeats} timed {args.collective}s per size"
+             + (" (size: the output, an equal share from every rank)." if args.collective == "allgather" else "."),
              "Link figures measured at init by the automatic run: " +
              ", ".join(f"{k} {v:g}" for k, v in figures.items()) + ".", "",
              "| size | flat median / worst (ms) | two-tier median / worst (ms) | speedup (medians) | auto median (ms) "
@@ -157,17 +164,18 @@ def main():
                      f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
                      f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |")
     lines += ["", "Extrapolated with the same link figures (model only):", "",
-              "| layout | size | flat ring (ms) | two-tier (ms) | pipelined tree (ms) |", "|---|---|---|---|---|"]
+              "| layout | size | flat ring (ms) | two-tier (ms) |" + (" pipelined tree (ms) |" if not prefix else ""),
+              "|---|---|---|---|" + ("---|" if not prefix else "")]
     for p in extrapolated:
-        lines.append(f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p['flat'] * 1e3:.2f} | "
-                     f"{p['hierarchical'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |")
-    with open(os.path.join(args.out_dir, "hierarchical.md"), "w") as f:
+        lines.append(f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p[prefix + 'flat'] * 1e3:.2f} | "
+                     f"{p[prefix + 'hierarchical'] * 1e3:.2f} |" + (f" {p['tree'] * 1e3:.2f} |" if not prefix else ""))
+    with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(report, args.out_dir)
+    plot(report, args.out_dir, name, prefix)
 
 
-def plot(report, out_dir):
+def plot(report, out_dir, name="hierarchical", prefix=""):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -179,23 +187,25 @@ def plot(report, out_dir):
     left.plot(x, [r["predicted_flat_s"] * 1e3 for r in rows], "--", color="C0", alpha=0.6, label="flat (model)")
     left.plot(x, [r["predicted_two_tier_s"] * 1e3 for r in rows], "--", color="C1", alpha=0.6,
               label="two-tier (model)")
-    left.set(xscale="log", yscale="log", xlabel="allreduce size (bytes)", ylabel="time (ms)",
+    left.set(xscale="log", yscale="log", xlabel=f"{report['collective']} size (bytes)", ylabel="time (ms)",
              title=f"measured, {report['layout']}, links at {report['rate']}")
     left.legend(fontsize=8)
     for (hosts, per_host), color in zip(EXTRAPOLATE, ("C2", "C3")):
         points = [p for p in report["extrapolated"] if p["hosts"] == hosts and p["per_host"] == per_host]
         sizes = [p["bytes"] for p in points]
-        right.plot(sizes, [p["flat"] / p["hierarchical"] for p in points], "-", color=color,
+        right.plot(sizes, [p[prefix + "flat"] / p[prefix + "hierarchical"] for p in points], "-", color=color,
                    label=f"{hosts}x{per_host}: flat / two-tier")
-        right.plot(sizes, [p["flat"] / p["tree"] for p in points], ":", color=color,
-                   label=f"{hosts}x{per_host}: flat / tree")
+        if not prefix:  # the tree estimate is for allreduce
+            right.plot(sizes, [p["flat"] / p["tree"] for p in points], ":", color=color,
+                       label=f"{hosts}x{per_host}: flat / tree")
     right.axhline(1.0, color="grey", linewidth=0.8)
-    right.set(xscale="log", yscale="log", xlabel="allreduce size (bytes)", ylabel="speedup over the flat ring",
+    right.set(xscale="log", yscale="log", xlabel=f"{report['collective']} size (bytes)",
+              ylabel="speedup over the flat ring",
               title="model, same link figures, extrapolated")
     right.legend(fontsize=8)
     fig.suptitle(report["machine"])
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "hierarchical.png"), dpi=110)
+    fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,12 @@ SWEEPS = [
     # two-tier allreduce: reduce-scatter in each host, allreduce across, allgather in each host; hosts in
     # interleaved rank order (ranks 0 and 2 on one host) so that local and cross member orders differ from ranks;
     # Horovod's variable name
-    ("hierarchical-2hosts-np4", 4, [0, 1, 0, 1], {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "EXPECT_TRANSPORT": "tcp"},
+    ("hierarchical-2hosts-np4", 4, [0, 1, 0, 1], {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+                                                  "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "EXPECT_TRANSPORT": "tcp"},
      "small"),
+    # three hosts of two, so that the cross tier is a ring of three and a host receives slices of two others
+    ("hierarchical-3hosts-np6", 6, [0, 1, 2, 2, 1, 0], {"HVDLITE_HIERARCHICAL_ALLREDUCE": "1",
+                                                        "HVDLITE_HIERARCHICAL_ALLGATHER": "1"}, "small"),
     # TCP only, non-power-of-two
     ("tcp-only-np3", 3, None, {"HVDLITE_SHM_DISABLE": "1", "EXPECT_TRANSPORT": "tcp"}, "small"),
     # shared-memory rings without the single-copy (cross-memory attach) path

@@ -324,6 +324,13 @@ static void test_cost_model() {
   // One host, or one rank per host: nothing to layer, the same prediction as flat.
   CHECK(near(predict_allreduce_hierarchical(1, 4, mb64, small, c), predict_allreduce_flat(1, 4, mb64, small, c)));
   CHECK(near(predict_allreduce_hierarchical(4, 1, mb64, small, c), predict_allreduce_flat(4, 1, mb64, small, c)));
+  // Allgather of 64 MiB over 2 x 2: the flat ring's 3 steps of 16 MiB cross the link; two-tier: 1 local step of
+  // 16 MiB, 1 cross step in which the two slices of the other host's 32 MiB share the link, 1 local step of 16 MiB.
+  CHECK(near(predict_allgather_flat(2, 2, mb64, c), 3 * (50e-6 + (16 << 20) / 125e6)));
+  CHECK(near(predict_allgather_hierarchical(2, 2, mb64, c),
+             2 * (1e-6 + (16 << 20) / 5e9) + 50e-6 + (32 << 20) / 125e6));
+  CHECK(predict_allgather_hierarchical(2, 2, mb64, c) < predict_allgather_flat(2, 2, mb64, c));
+  CHECK(near(predict_allgather_hierarchical(1, 4, mb64, c), predict_allgather_flat(1, 4, mb64, c)));
   CHECK(c.known() && LinkCosts().describe().empty());
   CHECK(c.describe() == "local_latency_us=1.00;local_gbytes_per_s=5.000;cross_latency_us=50.00;cross_gbytes_per_s=0.125");
 }

@@ -44,7 +44,7 @@ std::vector<std::vector<char>> seeds() {
     q.rank = i % 3;
     q.op = ops[i];
     q.dtype = static_cast<DType>(i % 11);
-    q.reduce_op = static_cast<ReduceOp>(i % 5);
+    q.reduce_op = static_cast<ReduceOp>(i % (static_cast<int>(ReduceOp::kAdasum) + 1));
     q.root_rank = i % 2;
     q.shape = {4, i + 1};
     q.ranks = {0, 1, 2};
@@ -67,7 +67,7 @@ template <typename T>
 void check_range(const T& m) {
   int op = static_cast<int>(m.op), dtype = static_cast<int>(m.dtype), reduce = static_cast<int>(m.reduce_op);
   if (!((op >= 0 && op < kNumOpTypes) || m.op == OpType::kAbort) || dtype < 0 || dtype > 10 || reduce < 0 ||
-      reduce > 4) {
+      reduce > static_cast<int>(ReduceOp::kAdasum)) {
     std::fprintf(stderr, "decoded an out-of-range value: op %d dtype %d reduce %d\n", op, dtype, reduce);
     std::abort();
   }

@@ -16,3 +16,16 @@ def allreduce(data: np.ndarray, name: str, out: np.ndarray = None, op=ops.Sum) -
     finally:
         ops.release(handle)
     return out
+
+
+def allgather(data: np.ndarray, name: str) -> np.ndarray:
+    """Waits for the allgather of ``data`` (rows along the first dimension) and returns every rank's rows."""
+    handle = ops.enqueue(op=basics.OP_ALLGATHER, name=name, dtype=ops.DTYPE_CODES[str(data.dtype)],
+                         shape=data.shape, input_ptr=data.ctypes.data, output_ptr=0)
+    try:
+        ops.wait(handle)
+        out = np.empty(ops.output_shape(handle), dtype=data.dtype)
+        ops.copy_output(handle, out.ctypes.data, out.nbytes)
+    finally:
+        ops.release(handle)
+    return out

@@ -11,6 +11,9 @@
 //
 // MPI counts are int: allreduce and bcast go in chunks of at most 2^30 elements/bytes; the variable-size
 // collectives fail with a clear message past 2 GiB per block.
+// MPI's C API only: its deprecated C++ bindings would add a library to link and warnings to read.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <cstdio>

@@ -25,6 +25,8 @@ void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
 void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 // Whether allreduce() takes the two-tier path for this message (HIERARCHICAL_ALLREDUCE; needs comm.local()).
 bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes);
+// The same for allgather() and its total output bytes (HIERARCHICAL_ALLGATHER).
+bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes);
 
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
@@ -39,6 +41,10 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
 void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<size_t>& segment_counts, DType dtype,
                          ReduceKind kind);
 void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes);
+// Allgather in each host, across hosts by the members of equal local index (a slice each), in each host again;
+// needs comm.local()/cross().
+void allgather_hierarchical(Communicator& comm, const void* input, void* output,
+                            const std::vector<size_t>& block_bytes);
 void allgather_single_copy(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
 void broadcast_tree(Communicator& comm, void* buffer, size_t bytes, int root_index);
 void broadcast_chain(Communicator& comm, void* buffer, size_t bytes, int root_index);

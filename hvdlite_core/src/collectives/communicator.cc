@@ -39,6 +39,12 @@ void Communicator::build_tiers() {
   const size_t local_index = std::find(mine.begin(), mine.end(), mesh_->rank()) - mine.begin();
   std::vector<int> cross;
   for (const auto& members : on_host) cross.push_back(members[local_index]);
+  for (const auto& members : on_host) {
+    host_members_.emplace_back();
+    for (int r : members) {
+      host_members_.back().push_back(static_cast<int>(std::find(members_.begin(), members_.end(), r) - members_.begin()));
+    }
+  }
   local_.reset(new Communicator(mesh_, config_, mine, /*tiers=*/false));
   cross_.reset(new Communicator(mesh_, config_, cross, /*tiers=*/false));
 }

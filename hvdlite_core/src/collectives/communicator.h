@@ -33,6 +33,8 @@ class Communicator {
   Communicator* local() const { return local_.get(); }
   Communicator* cross() const { return cross_.get(); }
   int host_count() const { return host_count_; }
+  // With tiers: member indices on each host, hosts in cross() order, each host's members in local() order.
+  const std::vector<std::vector<int>>& host_members() const { return host_members_; }
 
  private:
   void build_tiers();
@@ -44,6 +46,7 @@ class Communicator {
   std::vector<char> scratch_;
   std::unique_ptr<Communicator> local_, cross_;
   int host_count_ = 1;
+  std::vector<std::vector<int>> host_members_;
 };
 
 }  // namespace hvdlite

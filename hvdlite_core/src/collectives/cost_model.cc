@@ -70,4 +70,26 @@ double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, siz
   return t;
 }
 
+double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c) {
+  const int n = hosts * per_host;
+  if (n < 2 || bytes == 0) return 0;
+  const double block = static_cast<double>(bytes) / n;
+  // n-1 steps of one block per link; one link per host crosses to the next host and sets the pace.
+  double step = hosts > 1 ? message(c.cross_latency_s, c.cross_bytes_per_s, block)
+                          : message(c.local_latency_s, c.local_bytes_per_s, block);
+  if (hosts > 1 && per_host > 1) step = std::max(step, message(c.local_latency_s, c.local_bytes_per_s, block));
+  return (n - 1) * step;
+}
+
+double predict_allgather_hierarchical(int hosts, int per_host, size_t bytes, const LinkCosts& c) {
+  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allgather_flat(hosts, per_host, bytes, c);
+  const double size = static_cast<double>(bytes), n = hosts * per_host;
+  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
+  // 1. the host's blocks in the host; 2. hosts-1 steps in which the host's per_host cross rings each move a
+  // 1/per_host slice of one host's data over the shared link; 3. the slices from other hosts in the host.
+  return (per_host - 1) * local(size / n) +
+         (hosts - 1) * message(c.cross_latency_s, c.cross_bytes_per_s, size / hosts) +
+         (per_host - 1) * local(size * (hosts - 1) / (hosts * static_cast<double>(per_host)));
+}
+
 }  // namespace hvdlite

@@ -26,5 +26,9 @@ LinkCosts measure_link_costs(Communicator& world, const Config& config);
 double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c);
 double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
                                       const LinkCosts& c);
+// The same for an allgather whose output is `bytes` (every member's block together): the ring, and
+// allgather_hierarchical.cc's three phases.
+double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c);
+double predict_allgather_hierarchical(int hosts, int per_host, size_t bytes, const LinkCosts& c);
 
 }  // namespace hvdlite

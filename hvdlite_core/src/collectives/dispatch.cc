@@ -60,9 +60,24 @@ bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
          predict_allreduce_flat(hosts, per_host, bytes, small, costs);
 }
 
+bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes) {
+  if (!comm.local() || comm.local()->size() < 2) return false;
+  const int setting = comm.config().hierarchical_allgather;
+  if (setting >= 0) return setting == 1;
+  const LinkCosts& costs = comm.link_costs();
+  if (!costs.known()) return false;
+  const int hosts = comm.host_count(), per_host = comm.local()->size();
+  return predict_allgather_hierarchical(hosts, per_host, total_bytes, costs) <
+         predict_allgather_flat(hosts, per_host, total_bytes, costs);
+}
+
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {
   size_t total = 0;
   for (size_t b : block_bytes) total += b;
+  if (comm.size() > 1 && use_hierarchical_allgather(comm, total)) {
+    allgather_hierarchical(comm, input, output, block_bytes);
+    return;
+  }
   if (comm.size() > 1 && comm.single_copy_local() && total >= static_cast<size_t>(comm.config().small_message_bytes)) {
     allgather_single_copy(comm, input, output, block_bytes);
     return;

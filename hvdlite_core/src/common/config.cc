@@ -77,6 +77,13 @@ const std::vector<Knob>& knobs() {
        [](const Config& c) {
          return std::string(c.hierarchical_allreduce < 0 ? "auto" : c.hierarchical_allreduce ? "1" : "0");
        }},
+      {"HIERARCHICAL_ALLGATHER",
+       [](Config& c, const char* text) {
+         c.hierarchical_allgather = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
+       },
+       [](const Config& c) {
+         return std::string(c.hierarchical_allgather < 0 ? "auto" : c.hierarchical_allgather ? "1" : "0");
+       }},
       number_knob("LOCAL_LATENCY_US", &Config::local_latency_us),
       number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
       number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),

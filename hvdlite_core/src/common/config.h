@@ -25,6 +25,7 @@ struct Config {
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span
                                               // hosts, 0 never, unset/auto: the cost model picks (cost_model.h)
+  int hierarchical_allgather = -1;            // HIERARCHICAL_ALLGATHER: the same for allgather
   // The cost model's link constants; 0: measured at init (collectives/cost_model.h).
   double local_latency_us = 0;                // LOCAL_LATENCY_US: one message between ranks on one host
   double local_gbytes_per_s = 0;              // LOCAL_GBYTES_PER_S: one stream between ranks on one host

@@ -26,6 +26,7 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
+      {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
       {"CPU_OPERATIONS", [](const Config& c) { return static_cast<double>(c.cpu_operations); }},
       {"LOCAL_LATENCY_US", [](const Config& c) { return c.local_latency_us; }},
       {"LOCAL_GBYTES_PER_S", [](const Config& c) { return c.local_gbytes_per_s; }},
@@ -36,7 +37,7 @@ const std::vector<SharedKnob>& shared_knobs() {
 }
 
 std::string show(const char* name, double value) {
-  if (std::string(name) == "HIERARCHICAL_ALLREDUCE" && value < 0) return "auto";
+  if (std::string(name).rfind("HIERARCHICAL_", 0) == 0 && value < 0) return "auto";
   if (std::string(name) == "CPU_OPERATIONS") return value == 1 ? "mpi" : "builtin";
   char text[32];
   std::snprintf(text, sizeof(text), "%.15g", value);

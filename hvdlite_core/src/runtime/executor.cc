@@ -90,10 +90,20 @@ void Executor::run_single(const Response& r) {
   TensorEntry* e = have ? &entry : nullptr;
   std::string activity = upper(op_name(r.op));
   const bool builtin = std::strcmp(backend_.name(), "builtin") == 0;
-  if (r.op == OpType::kAllreduce && !r.is_error && timeline_.enabled() && builtin) {  // which algorithm ran
+  if ((r.op == OpType::kAllreduce || r.op == OpType::kAllgather) && !r.is_error && timeline_.enabled() && builtin) {
+    // the timeline shows which algorithm ran
     Communicator* comm = sets_.get(r.process_set);
-    size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
-    if (comm && comm->rank() >= 0 && use_hierarchical_allreduce(*comm, bytes)) activity += " (hierarchical)";
+    if (comm && comm->rank() >= 0) {
+      size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
+      if (r.op == OpType::kAllgather) {
+        int64_t rows = 0;
+        for (int64_t d : r.first_dims) rows += d;
+        bytes = static_cast<size_t>(rows * row_elements(r.shape)) * dtype_size(r.dtype);
+      }
+      const bool two_tier = r.op == OpType::kAllreduce ? use_hierarchical_allreduce(*comm, bytes)
+                                                       : use_hierarchical_allgather(*comm, bytes);
+      if (two_tier) activity += " (hierarchical)";
+    }
   }
   TimelineSpan span(timeline_, e ? r.name : std::string(), activity);
   if (r.is_error) {

@@ -30,8 +30,8 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   // the automatic choice of the hierarchical allreduce (collectives/cost_model.h).
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
-  if (world->local() && world->local()->size() > 1 && config_.hierarchical_allreduce < 0 &&
-      config_.cpu_operations == 0) {
+  if (world->local() && world->local()->size() > 1 &&
+      (config_.hierarchical_allreduce < 0 || config_.hierarchical_allgather < 0) && config_.cpu_operations == 0) {
     mesh_->set_link_costs(measure_link_costs(*world, config_));
   }
   backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
