@@ -6,7 +6,8 @@
 //      slice i of its host's data (an even byte split in L) and receives slice i of every other host's: L rings
 //      in parallel, each moving 1/L of the data, so each host's link carries every other host's data once;
 //   3. allgather inside each host of what step 2 brought: member i's block is slice i of every other host.
-// Finally every block is copied to its place in the output (member order, which need not be host order).
+// Finally every block is copied to its place in the output, unless ranks are numbered host by host (then the
+// phases work in the output itself).
 //
 // Bytes over each host's link: the other hosts' data, (H-1)/H of the output, in H-1 steps; the flat ring sends
 // (N-1)/N of the output through each host-crossing edge, in N-1 steps of one block (for 2 hosts x 2: 0.5x against
@@ -47,10 +48,15 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     host_base[h + 1] = host_base[h] + host_bytes[h];
   }
   const size_t total = host_base[H];
-  // scratch: [staging: total][cross blocks: <= total][local blocks: <= total]
-  char* staging = comm.scratch(3 * total + 1);
-  char* cross_buffer = staging + total;
+  // Ranks numbered host by host (the usual layout) make the staging order the output order: stage in place.
+  bool host_by_host = true;
+  for (int h = 0, next = 0; h < H; ++h) {
+    for (int m : hosts[h]) host_by_host = host_by_host && m == next++;
+  }
+  // scratch: [cross blocks: <= total][local blocks: <= total][staging: total, unless in place]
+  char* cross_buffer = comm.scratch(2 * total + (host_by_host ? 0 : total) + 1);
   char* local_buffer = cross_buffer + total;
+  char* staging = host_by_host ? static_cast<char*>(output) : local_buffer + total;
 
   // 1. In the host.
   std::vector<size_t> local_blocks(L);
@@ -97,6 +103,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     }
   }
 
+  if (host_by_host) return;
   // Blocks to their places in member order.
   std::vector<size_t> member_offset(comm.size() + 1, 0);
   for (int m = 0; m < comm.size(); ++m) member_offset[m + 1] = member_offset[m] + block_bytes[m];
