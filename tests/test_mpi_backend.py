@@ -10,7 +10,7 @@ from launcher_helpers import run_launcher
 from multiproc import run_job
 
 INIT = """
-import os
+import os, sys
 from hvdlite.common import basics
 from hvdlite.common.build_queries import mpi_built, mpi_enabled
 from hvdlite.common.errors import InvalidArgumentError
@@ -22,6 +22,13 @@ try:
     basics.init()
 except InvalidArgumentError as error:
     print("REFUSED %d %s" % (rank, str(error).replace(chr(10), " ")), flush=True)
+    if os.environ.get("RETRY_WITH_BUILTIN"):  # the process stays usable: init again on the built-in backend
+        os.environ["HVDLITE_CPU_OPERATIONS"] = "builtin"
+        basics.init()
+        import numpy as np
+        sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
+        from numpy_collectives import allreduce
+        print("RETRIED %d %s" % (rank, allreduce(np.ones(3, dtype=np.float32), "after").tolist()), flush=True)
 else:
     print("INITIALIZED %d enabled=%s" % (rank, mpi_enabled()), flush=True)
 """
@@ -38,7 +45,7 @@ def outcomes(result, tag):
 
 @pytest.mark.timeout(60)
 def test_a_missing_mpi_library_is_named_on_every_rank():
-    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi",
+    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi", "RETRY_WITH_BUILTIN": "1",
                                                   "HVDLITE_MPI_PLUGIN": "/nonexistent/_hvdlite_mpi.so"})
     refused = outcomes(result, "REFUSED")
     assert sorted(refused) == [0, 1], result.stdout + result.stderr
@@ -46,6 +53,7 @@ def test_a_missing_mpi_library_is_named_on_every_rank():
         assert "HVDLITE_CPU_OPERATIONS=mpi, but the MPI plugin /nonexistent/_hvdlite_mpi.so does not load" in message
         assert "cannot open shared object file" in message
     assert outcomes(result, "BUILT") == {0: "False", 1: "False"}
+    assert outcomes(result, "RETRIED") == {0: "[2.0, 2.0, 2.0]", 1: "[2.0, 2.0, 2.0]"}, result.stdout + result.stderr
 
 
 @pytest.mark.timeout(60)
@@ -132,3 +140,49 @@ def test_a_dead_rank_ends_an_mpi_job_within_seconds():
     while any(running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in pids if running(pid)], out
+
+
+SUBSET = """
+import sys
+import torch
+from mpi4py import MPI
+import hvdlite.torch as hvd
+
+world = MPI.COMM_WORLD.Get_rank()
+if world in (0, 2):
+    hvd.init(comm=[0, 2])             # Horovod's list form: only these COMM_WORLD ranks take part
+    assert hvd.mpi_enabled() and (hvd.rank(), hvd.size()) == (world // 2, 2)
+    total = hvd.allreduce(torch.tensor([float(world)]), op=hvd.Sum, name="t")
+    rows = hvd.allgather(torch.tensor([[world]]), name="g")
+    sys.stdout.write("SUBSET world=%d rank=%d total=%s rows=%s\\n" % (world, hvd.rank(), total.tolist(),
+                                                                    rows.flatten().tolist()))
+    hvd.shutdown()
+# The application's own MPI traffic goes on beside hvdlite's (MPI_THREAD_MULTIPLE, its own communicator).
+values = MPI.COMM_WORLD.allgather(world)
+sys.stdout.write("APP world=%d %s\\n" % (world, values))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_subset_of_comm_world_moves_its_tensors_through_mpi(tmp_path):
+    """init(comm=[0, 2]) under mpirun -np 3 with the MPI backend: the data plane uses that group's communicator,
+    and the application's own MPI calls afterwards still work on every rank."""
+    import subprocess
+    import sys
+
+    from launcher_helpers import write_script
+    from multiproc import REPO_ROOT, job_env
+
+    script = write_script(tmp_path, SUBSET)
+    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "HVDLITE_CPU_OPERATIONS": "mpi"})
+    env.pop("PYTHONUNBUFFERED", None)
+    result = subprocess.run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", sys.executable, script],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=80,
+                            stdin=subprocess.DEVNULL)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith(("SUBSET", "APP")))
+    assert lines == ["APP world=0 [0, 1, 2]", "APP world=1 [0, 1, 2]", "APP world=2 [0, 1, 2]",
+                     "SUBSET world=0 rank=0 total=[2.0] rows=[0, 2]",
+                     "SUBSET world=2 rank=1 total=[2.0] rows=[0, 2]"], out

@@ -306,7 +306,10 @@ print("DONE")
 
 
 @pytest.mark.timeout(300)
-def test_mnist_example_trains_and_checkpoints(tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "mpi"])
+def test_mnist_example_trains_and_checkpoints(tmp_path, launcher):
+    """The README's training example, started by hvdlite-run's built-in mode and by hvdlite-run --mpi (whose ranks
+    move their tensors through the MPI backend)."""
     import subprocess
 
     data = tmp_path / "mnist"
@@ -315,12 +318,16 @@ def test_mnist_example_trains_and_checkpoints(tmp_path):
     checkpoint = tmp_path / "ckpt" / "mnist.pt"
     script = f"""
 import runpy, sys
+import hvdlite.torch as hvd
+hvd.init()  # the example's own init() is then a no-op
+sys.stdout.write("MPI DATA PLANE %s\\n" % hvd.mpi_enabled())
 sys.argv = ["pytorch_mnist.py", "--data-dir", {str(data)!r}, "--epochs", "1", "--checkpoint", {str(checkpoint)!r}]
 runpy.run_path({os.path.join(ROOT, "examples", "pytorch_mnist.py")!r}, run_name="__main__")
 """
-    result = run_job(script, np=2, timeout=240)
+    result = run_job(script, np=2, timeout=240, launcher=launcher)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
+    assert out.count("MPI DATA PLANE %s" % (launcher == "mpi")) == 2, out
     assert "test accuracy" in out and "checkpoint written" in out, out
     accuracy = float(out.split("test accuracy ")[1].split("%")[0])
     assert accuracy > 50.0, out  # ten classes: chance is 10%

@@ -108,8 +108,12 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
             from mpi4py import MPI
 
             config.mpi_comm = ffi.cast("void*", MPI._addressof(placement.comm))
-        check(lib.hvdlite_init(config))
-        _generation += 1
+        try:
+            check(lib.hvdlite_init(config))
+        finally:
+            # Also after a refusal (a knob that differs, a backend that cannot start): every rank was refused
+            # alike, and a retry must exchange addresses in a fresh scope, not read this attempt's.
+            _generation += 1
         _placement = placement
         global_process_set.ranks = list(range(placement.size))
         if not _atexit_registered:
