@@ -3,9 +3,11 @@ momentum, one intra-op thread per rank. In one run: a single process, torch DDP 
 on 2 ranks. Reports images/second and scaling efficiency = (2-rank img/s) / (2 x single img/s).
 
     python bench/train.py [--steps 20] [--warmup 5] [--rounds 2]
+    python bench/train.py --model resnet_small --image-size 32 --steps 2 --warmup 1 --rounds 1   # a smoke run
 
 Runs are interleaved over --rounds (single, ddp, hvdlite, single, ...) so that load changes on a shared machine
-hit every configuration alike; the best round of each configuration is reported, and every round is recorded.
+hit every configuration alike; the best round of each configuration is reported, and every round is recorded with
+the load average at its start. Writes train.md, train.json and train.png (img/s of every round).
 """
 import argparse
 import json
@@ -17,15 +19,18 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
+
+from allreduce import machine_line  # noqa: E402
 
 
-def build(seed=0):
+def build(model_name="resnet50", image_size=64, seed=0):
     import torch
-    from models import resnet50
+    from models import MODELS
 
     torch.manual_seed(seed)
-    model = resnet50()
-    data = torch.randn(8, 3, 64, 64)
+    model = MODELS[model_name]()
+    data = torch.randn(8, 3, image_size, image_size)
     target = torch.randint(0, 1000, (8,))
     return model, data, target
 
@@ -41,12 +46,12 @@ def timed_loop(step, warmup, steps, sync=lambda: None):
     return time.perf_counter() - start
 
 
-def worker(kind, warmup, steps, out):
+def worker(kind, warmup, steps, out, model_name, image_size):
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(1)
-    model, data, target = build()
+    model, data, target = build(model_name, image_size)
     if kind == "single":
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         rank, size, sync = 0, 1, (lambda: None)
@@ -85,10 +90,10 @@ def worker(kind, warmup, steps, out):
         dist.destroy_process_group()
 
 
-def launch(kind, warmup, steps, out):
+def launch(kind, warmup, steps, out, model_name, image_size):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     me = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warmup", str(warmup), "--steps",
-          str(steps), "--out", out]
+          str(steps), "--out", out, "--model", model_name, "--image-size", str(image_size)]
     if kind == "single":
         return subprocess.run(me, env=env, timeout=1800).returncode
     if kind == "hvdlite":
@@ -104,12 +109,14 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", default="resnet50", help="resnet50 (default) or resnet_small")
+    parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.warmup, args.steps, args.out)
+        worker(args.worker, args.warmup, args.steps, args.out, args.model, args.image_size)
         return
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
@@ -117,14 +124,18 @@ def main():
         for kind in ("single", "ddp", "hvdlite"):
             path = os.path.join(args.out_dir, f".raw-train-{kind}.json")
             print(f"round {r + 1}: {kind} ...", flush=True)
-            if launch(kind, args.warmup, args.steps, path) != 0:
+            load = os.getloadavg()[0]
+            if launch(kind, args.warmup, args.steps, path, args.model, args.image_size) != 0:
                 raise SystemExit(f"{kind} run failed")
             with open(path) as f:
-                rounds.append(json.load(f))
+                rounds.append(dict(json.load(f), round=r + 1, load_average=round(load, 2)))
             os.remove(path)
     best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in ("single", "ddp", "hvdlite")}
     eff = {k: best[k] / (2 * best["single"]) for k in ("ddp", "hvdlite")}
     lines = [
+        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size} images, batch 8 per rank, "
+        f"{args.steps} timed steps after {args.warmup}, {args.rounds} interleaved round(s)",
+        "",
         "| configuration | img/s (best round) | scaling efficiency |",
         "|---|---|---|",
         f"| single process, 1 thread | {best['single']:.2f} | - |",
@@ -133,15 +144,39 @@ def main():
         "",
         f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x",
         "",
-        "All rounds (img/s): " + ", ".join(f"{x['kind']} {x['img_per_s']:.2f}" for x in rounds),
+        "All rounds (img/s, load average at the start): " +
+        ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
     ]
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(args.out_dir, "train.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(args.out_dir, "train.json"), "w") as f:
-        json.dump({"rounds": rounds, "best": best, "efficiency": eff}, f, indent=1)
+        json.dump({"machine": machine_line(), "model": args.model, "image_size": args.image_size,
+                   "steps": args.steps, "rounds": rounds, "best": best, "efficiency": eff}, f, indent=1)
+    plot(rounds, best, args.out_dir)
 
+
+def plot(rounds, best, out_dir):
+    """img/s of every round, per configuration, with the 2-rank ideal (twice the best single process)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = ("single", "ddp", "hvdlite")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, kind in enumerate(kinds):
+        values = [x["img_per_s"] for x in rounds if x["kind"] == kind]
+        ax.bar(i, best[kind], color=f"C{i}", alpha=0.35, label=f"{kind}: best {best[kind]:.1f}")
+        ax.scatter([i] * len(values), values, color=f"C{i}", zorder=3)
+    ax.axhline(2 * best["single"], color="grey", linestyle="--", label="2 x single (ideal for 2 ranks)")
+    ax.set_xticks(range(len(kinds)), ["single process", "torch DDP, 2 ranks", "hvdlite, 2 ranks"])
+    ax.set_ylabel("images / second (dots: every round)")
+    ax.set_title(machine_line(), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "train.png"), dpi=110)
 
 if __name__ == "__main__":
     main()

@@ -50,3 +50,19 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
     assert {(p["hosts"], p["per_host"]) for p in report["extrapolated"]} == {(32, 8), (256, 8)}
     assert "| 1 MB |" in (tmp_path / "hierarchical.md").read_text()
     assert (tmp_path / "hierarchical.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(300)
+def test_train_bench_writes_table_json_and_plot(tmp_path):
+    """bench/train.py as a smoke run (small model, one round): single process, DDP and hvdlite all train."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
+                             "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
+                             "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "train.json").read_text())
+    assert {r["kind"] for r in report["rounds"]} == {"single", "ddp", "hvdlite"}
+    assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])
+    assert report["machine"].startswith("machine: ")
+    table = (tmp_path / "train.md").read_text()
+    assert "| hvdlite, 2 ranks |" in table and "load average" in table
+    assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
