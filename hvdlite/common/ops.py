@@ -51,10 +51,44 @@ def _encoded(name: str):
     return cdata
 
 
+# Requests already built, by everything they say: a training loop submits the same tensors under the same names
+# every step, and filling a cffi struct field by field costs more than the core's whole enqueue (1.5 against 1.0 us
+# for an 8-byte allreduce). Values: (request, its shape array, its name), kept alive together.
+_prepared: Dict[tuple, tuple] = {}
+_PREPARED_LIMIT = 4096
+
+
+def _prepared_request(key: tuple):
+    entry = _prepared.get(key)
+    if entry is None:
+        op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale, postscale, ps = key
+        request = ffi.new("hvdlite_request*")
+        shape_buf = ffi.new("int64_t[]", max(1, len(shape)))
+        for i, d in enumerate(shape):
+            shape_buf[i] = d
+        name_buf = ffi.new("char[]", name.encode()) if name else ffi.NULL
+        request.op, request.name, request.dtype = op, name_buf, dtype
+        request.ndim, request.shape = len(shape), shape_buf
+        request.input, request.output = ffi.cast("void*", input_ptr), ffi.cast("void*", output_ptr)
+        request.root_rank, request.reduce_op, request.process_set_id = root_rank, reduce_op, ps
+        request.prescale_factor, request.postscale_factor = prescale, postscale
+        request.splits, request.nsplits = ffi.NULL, 0
+        if len(_prepared) >= _PREPARED_LIMIT:
+            _prepared.clear()
+        entry = _prepared[key] = (request, shape_buf, name_buf)
+    return entry[0]
+
+
 def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
             root_rank: int = -1, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
             process_set_id: int = 0, splits: Optional[Sequence[int]] = None) -> int:
     """Submits one operation to the core and returns its handle (the core copies everything it keeps)."""
+    if splits is None and name and len(shape) <= _MAX_DIMS:
+        request = _prepared_request((op, name, dtype, tuple(shape), input_ptr, output_ptr, root_rank, reduce_op,
+                                     prescale, postscale, process_set_id))
+        handle = _request_buffers()[2]
+        check(lib.hvdlite_enqueue(request, handle))
+        return handle[0]
     request, shape_buf, handle = _request_buffers()
     ndim = len(shape)
     if ndim > _MAX_DIMS:

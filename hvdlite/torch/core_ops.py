@@ -30,7 +30,7 @@ def _describe(name: Optional[str]) -> str:
 
 
 def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:  # (is_cpu: a fifth of the cost of device.type, on every collective)
         raise InvalidArgumentError(
             f"{_describe(name)} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
             "collectives take CPU tensors only: move it with .cpu() first")
@@ -95,7 +95,10 @@ def _allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor,
 
 
 def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    return ops.enqueue(**_allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set))
+    # Positional, without _allreduce_call's dict: this is every gradient's path, once per tensor and step.
+    return ops.enqueue(OP_ALLREDUCE, name, _dtype_code(tensor, name), tuple(tensor.shape), tensor.data_ptr(),
+                       output.data_ptr(), -1, ops.core_reduce_op(op), prescale_factor, postscale_factor,
+                       _process_set_id(process_set))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
