@@ -189,14 +189,17 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   } else {
     out->cacheable = false;  // named when queued (TensorQueue::push), once the whole call is valid
   }
-  const std::string subject = std::string(op_name(out->op)) +
-                              (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
+  // Built only for an error message: valid requests (every gradient, every step) never pay for it.
+  auto subject = [&]() {
+    return std::string(op_name(out->op)) +
+           (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
+  };
   std::vector<int> members;
   if (!sets_->members(q.process_set_id, &members)) {
-    return invalid(subject + ": process set " + std::to_string(q.process_set_id) + " does not exist");
+    return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
   }
   if (std::find(members.begin(), members.end(), rank_) == members.end()) {
-    return invalid(subject + ": this rank (" + std::to_string(rank_) + ") is not a member of process set " +
+    return invalid(subject() + ": this rank (" + std::to_string(rank_) + ") is not a member of process set " +
                    std::to_string(q.process_set_id));
   }
   if (out->op == OpType::kAddProcessSet || out->op == OpType::kRemoveProcessSet) {
@@ -218,72 +221,72 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     if (out->op == OpType::kJoin && q.process_set_id != 0) return invalid("join is only supported on process set 0");
     return Status::Ok();
   }
-  if (!dtype_valid(q.dtype)) return invalid(subject + ": unsupported dtype " + std::to_string(q.dtype));
+  if (!dtype_valid(q.dtype)) return invalid(subject() + ": unsupported dtype " + std::to_string(q.dtype));
   out->dtype = static_cast<DType>(q.dtype);
-  if (q.ndim < 0 || (q.ndim > 0 && !q.shape)) return invalid(subject + ": bad shape");
+  if (q.ndim < 0 || (q.ndim > 0 && !q.shape)) return invalid(subject() + ": bad shape");
   out->shape.assign(q.shape, q.shape + q.ndim);
-  for (int64_t d : out->shape) if (d < 0) return invalid(subject + ": negative dimension in " + shape_string(out->shape));
-  if (q.reduce_op < 0 || q.reduce_op > 5) return invalid(subject + ": unknown reduce op " + std::to_string(q.reduce_op));
+  for (int64_t d : out->shape) if (d < 0) return invalid(subject() + ": negative dimension in " + shape_string(out->shape));
+  if (q.reduce_op < 0 || q.reduce_op > 5) return invalid(subject() + ": unknown reduce op " + std::to_string(q.reduce_op));
   out->reduce_op = static_cast<ReduceOp>(q.reduce_op);
   const size_t bytes = static_cast<size_t>(element_count(out->shape)) * dtype_size(out->dtype);
-  if (bytes > 0 && !q.input) return invalid(subject + ": input buffer is null");
+  if (bytes > 0 && !q.input) return invalid(subject() + ": input buffer is null");
   switch (out->op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
       if (out->reduce_op == ReduceOp::kAdasum) {
-        if (out->op != OpType::kAllreduce) return invalid(subject + ": Adasum applies to allreduce only");
+        if (out->op != OpType::kAllreduce) return invalid(subject() + ": Adasum applies to allreduce only");
         if (!adasum_supports(out->dtype)) {
-          return invalid(subject + ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
+          return invalid(subject() + ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
                          "not " + dtype_name(out->dtype));
         }
         const size_t n = members.size();
         if ((n & (n - 1)) != 0) {
-          return invalid(subject + ": Adasum needs a power-of-two number of ranks; process set " +
+          return invalid(subject() + ": Adasum needs a power-of-two number of ranks; process set " +
                          std::to_string(q.process_set_id) + " has " + std::to_string(n));
         }
       }
       if (out->dtype == DType::kBool && out->reduce_op == ReduceOp::kAverage) {
-        return invalid(subject + ": Average is not defined for bool tensors");
+        return invalid(subject() + ": Average is not defined for bool tensors");
       }
       if (out->dtype == DType::kBool && (q.prescale_factor != 1.0 || q.postscale_factor != 1.0)) {
-        return invalid(subject + ": prescale_factor and postscale_factor do not apply to bool tensors");
+        return invalid(subject() + ": prescale_factor and postscale_factor do not apply to bool tensors");
       }
-      if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
-      if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject() + ": output buffer is null");
+      if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject() + ": needs at least one dimension");
       break;
     case OpType::kBroadcast:
       if (std::find(members.begin(), members.end(), q.root_rank) == members.end()) {
         std::ostringstream list;
         for (size_t i = 0; i < members.size(); ++i) list << (i ? ", " : "") << members[i];
-        return invalid(subject + ": root rank " + std::to_string(q.root_rank) + " is not a member of process set " +
+        return invalid(subject() + ": root rank " + std::to_string(q.root_rank) + " is not a member of process set " +
                        std::to_string(q.process_set_id) + " (ranks " + list.str() + ")");
       }
-      if (bytes > 0 && !q.output) return invalid(subject + ": output buffer is null");
+      if (bytes > 0 && !q.output) return invalid(subject() + ": output buffer is null");
       break;
     case OpType::kAllgather:
-      if (out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      if (out->shape.empty()) return invalid(subject() + ": needs at least one dimension");
       break;
     case OpType::kAlltoall: {
-      if (out->shape.empty()) return invalid(subject + ": needs at least one dimension");
+      if (out->shape.empty()) return invalid(subject() + ": needs at least one dimension");
       const int n = static_cast<int>(members.size());
       if (q.splits) {
         if (q.nsplits != n) {
-          return invalid(subject + ": splits has " + std::to_string(q.nsplits) + " entries, the process set has " +
+          return invalid(subject() + ": splits has " + std::to_string(q.nsplits) + " entries, the process set has " +
                          std::to_string(n) + " ranks");
         }
         int64_t sum = 0;
         for (int i = 0; i < n; ++i) {
-          if (q.splits[i] < 0) return invalid(subject + ": negative split " + std::to_string(q.splits[i]));
+          if (q.splits[i] < 0) return invalid(subject() + ": negative split " + std::to_string(q.splits[i]));
           sum += q.splits[i];
         }
         if (sum != out->shape[0]) {
-          return invalid(subject + ": splits sum to " + std::to_string(sum) + " but the first dimension is " +
+          return invalid(subject() + ": splits sum to " + std::to_string(sum) + " but the first dimension is " +
                          std::to_string(out->shape[0]));
         }
         splits->assign(q.splits, q.splits + n);
       } else {
         if (out->shape[0] % n != 0) {
-          return invalid(subject + ": first dimension " + std::to_string(out->shape[0]) +
+          return invalid(subject() + ": first dimension " + std::to_string(out->shape[0]) +
                          " does not divide evenly over " + std::to_string(n) + " ranks; pass splits");
         }
         splits->assign(n, static_cast<int32_t>(out->shape[0] / n));
