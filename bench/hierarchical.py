@@ -65,15 +65,12 @@ def link_figures(build_info):
 
 def chosen_algorithms(timeline_path, collective="allreduce"):
     sys.path.insert(0, ROOT)
-    from hvdlite.timeline import load
-    events = load(timeline_path)
-    tensors = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    from hvdlite.timeline import activities, load
     chosen = {}
-    for e in events:
-        if e.get("ph") == "B" and e["name"].startswith(collective.upper()) and e.get("pid") in tensors:
-            size = int(tensors[e["pid"]].split(".")[1])
-            chosen.setdefault(size, set()).add("two_tier" if "hierarchical" in e["name"] else "flat")
-    return {size: "/".join(sorted(kinds)) for size, kinds in chosen.items()}
+    for tensor, names in activities(load(timeline_path), collective.upper()).items():
+        kinds = {"two_tier" if "hierarchical" in name else "flat" for name in names}
+        chosen[int(tensor.split(".")[1])] = "/".join(sorted(kinds))
+    return chosen
 
 
 def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None, collective="allreduce"):

@@ -106,6 +106,17 @@ class TensorSummary:
         return sum(self.total_us.values())
 
 
+def activities(events: List[dict], prefix: str) -> Dict[str, set]:
+    """Tensor name -> the full names of its spans starting with ``prefix``, e.g. {"ALLREDUCE (fused x2,
+    hierarchical)"}: which algorithm each collective ran as (the tests and bench/hierarchical.py read it)."""
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    found: Dict[str, set] = {}
+    for event in events:
+        if event.get("ph") == "B" and event["name"].startswith(prefix) and event.get("pid") in rows:
+            found.setdefault(rows[event["pid"]], set()).add(event["name"])
+    return found
+
+
 def summarize(events: List[dict]) -> Tuple[List[TensorSummary], int]:
     """Per-tensor totals of each activity (NEGOTIATE_allreduce, ALLREDUCE, ...) busiest first, and the number of
     cycle markers. Activities are the span names without their fusion note ("ALLREDUCE (fused x4)" counts as

@@ -46,29 +46,38 @@ void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype,
   }
 }
 
-bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
-  // Every member takes the same decision: it depends on the set's layout, the job-wide setting and the link
-  // costs rank 0 measured and broadcast at init (cost_model.h).
+namespace {
+
+// Every member takes the same decision: it depends on the set's layout, the job-wide setting (1/0 force it, -1
+// lets the model choose) and the link costs rank 0 measured and broadcast at init (cost_model.h).
+// predict(two_tier, hosts, per_host, costs) gives the model's seconds for one algorithm.
+template <typename Predict>
+bool two_tier_chosen(const Communicator& comm, int setting, Predict predict) {
   if (!comm.local() || comm.local()->size() < 2) return false;
-  const int setting = comm.config().hierarchical_allreduce;
   if (setting >= 0) return setting == 1;
   const LinkCosts& costs = comm.link_costs();
   if (!costs.known()) return false;
-  const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
   const int hosts = comm.host_count(), per_host = comm.local()->size();
-  return predict_allreduce_hierarchical(hosts, per_host, bytes, small, costs) <
-         predict_allreduce_flat(hosts, per_host, bytes, small, costs);
+  return predict(true, hosts, per_host, costs) < predict(false, hosts, per_host, costs);
+}
+
+}  // namespace
+
+bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
+  const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
+  return two_tier_chosen(comm, comm.config().hierarchical_allreduce,
+                         [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
+                           return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, small, c)
+                                           : predict_allreduce_flat(hosts, per_host, bytes, small, c);
+                         });
 }
 
 bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes) {
-  if (!comm.local() || comm.local()->size() < 2) return false;
-  const int setting = comm.config().hierarchical_allgather;
-  if (setting >= 0) return setting == 1;
-  const LinkCosts& costs = comm.link_costs();
-  if (!costs.known()) return false;
-  const int hosts = comm.host_count(), per_host = comm.local()->size();
-  return predict_allgather_hierarchical(hosts, per_host, total_bytes, costs) <
-         predict_allgather_flat(hosts, per_host, total_bytes, costs);
+  return two_tier_chosen(comm, comm.config().hierarchical_allgather,
+                         [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
+                           return two_tier ? predict_allgather_hierarchical(hosts, per_host, total_bytes, c)
+                                           : predict_allgather_flat(hosts, per_host, total_bytes, c);
+                         });
 }
 
 void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {
