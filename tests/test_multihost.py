@@ -137,6 +137,25 @@ def received_bytes(link: str) -> int:
         return int(f.read())
 
 
+def bytes_sent_flat_and_two_tier(cluster, tmp_path, job: str, args, collective: str) -> dict:
+    """Runs tests/jobs/JOB on 2 hosts x 2 ranks, flat and then two-tier (HVDLITE_HIERARCHICAL_<COLLECTIVE>=0/1;
+    the other collective is forced flat too, so that no link measurement at init adds its own bytes); returns
+    {"flat": [bytes host 0 sent, host 1], "two_tier": [...]}, counted where each host's link enters the bridge."""
+    a, b = cluster.hosts
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", job)
+    other = "ALLGATHER" if collective == "ALLREDUCE" else "ALLREDUCE"
+    sent = {}
+    for label, setting in (("flat", "0"), ("two_tier", "1")):
+        before = [received_bytes(cluster.outside(i)) for i in range(2)]
+        result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address), *cluster.ssh_flags(),
+                               PY, path, str(tmp_path), label, *map(str, args)], timeout=150,
+                              env={"HVDLITE_HIERARCHICAL_" + collective: setting, "HVDLITE_HIERARCHICAL_" + other: "0"})
+        assert result.returncode == 0, result.stdout + result.stderr
+        sent[label] = [received_bytes(cluster.outside(i)) - before[i] for i in range(2)]
+    print("bytes sent by each host (flat, two-tier):", sent)
+    return sent
+
+
 @pytest.mark.timeout(180)
 def test_hierarchical_allreduce_matches_flat_and_sends_less_between_hosts(cluster, tmp_path):
     """2 hosts x 2 ranks, 8 MB allreduces, once flat and once two-tier (HVDLITE_HIERARCHICAL_ALLREDUCE=1).
@@ -144,19 +163,8 @@ def test_hierarchical_allreduce_matches_flat_and_sends_less_between_hosts(cluste
     enters the bridge) the two-tier run sends 2(H-1)/H = 1x the buffer per allreduce against the flat ring's
     2(N-1)/N = 1.5x, so about two thirds of the bytes."""
     import numpy as np
-    a, b = cluster.hosts
-    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "two_tier_allreduce.py")
     elements, repeats = 2 << 20, 4  # 8 MB of int32
-    sent = {}
-    for label, setting in (("flat", "0"), ("two_tier", "1")):
-        before = [received_bytes(cluster.outside(i)) for i in range(2)]
-        result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address), *cluster.ssh_flags(),
-                               PY, job, str(tmp_path), label, str(elements), str(repeats)], timeout=150,
-                              # allgather forced too: no link measurement at init adds its own bytes
-                              env={"HVDLITE_HIERARCHICAL_ALLREDUCE": setting, "HVDLITE_HIERARCHICAL_ALLGATHER": "0"})
-        assert result.returncode == 0, result.stdout + result.stderr
-        sent[label] = [received_bytes(cluster.outside(i)) - before[i] for i in range(2)]
-    print("bytes sent by each host (flat, two-tier):", sent)
+    sent = bytes_sent_flat_and_two_tier(cluster, tmp_path, "two_tier_allreduce.py", [elements, repeats], "ALLREDUCE")
     buffer_bytes = elements * 4
     allreduces = 2 + repeats  # ints, floats and the repeats; the small "odd" one is negligible
     for host in range(2):
@@ -177,19 +185,8 @@ def test_hierarchical_allgather_matches_flat_and_sends_less_between_hosts(cluste
     (HVDLITE_HIERARCHICAL_ALLGATHER=1). The results are equal bit for bit and in rank order; each host's link
     carries the other host's data once, 1/2 of the output, against the flat ring's 3/4 (two thirds of the bytes)."""
     import numpy as np
-    a, b = cluster.hosts
-    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "two_tier_allgather.py")
     rows, repeats = 2048, 4  # 4 ranks x ~2 MB each
-    sent = {}
-    for label, setting in (("flat", "0"), ("two_tier", "1")):
-        before = [received_bytes(cluster.outside(i)) for i in range(2)]
-        result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address), *cluster.ssh_flags(),
-                               PY, job, str(tmp_path), label, str(rows), str(repeats)], timeout=150,
-                              # allreduce forced too: no link measurement at init adds its own bytes
-                              env={"HVDLITE_HIERARCHICAL_ALLGATHER": setting, "HVDLITE_HIERARCHICAL_ALLREDUCE": "0"})
-        assert result.returncode == 0, result.stdout + result.stderr
-        sent[label] = [received_bytes(cluster.outside(i)) - before[i] for i in range(2)]
-    print("bytes sent by each host (flat, two-tier):", sent)
+    sent = bytes_sent_flat_and_two_tier(cluster, tmp_path, "two_tier_allgather.py", [rows, repeats], "ALLGATHER")
     output_bytes = (4 * rows + 6) * 256 * 4
     for host in range(2):
         assert sent["flat"][host] >= 0.7 * output_bytes * (1 + repeats), sent
