@@ -314,3 +314,17 @@ def test_half_conversion_edge_values(solo):
             out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor)
             expected = (x.float() * factor).to(torch.float16)
             assert torch.equal(out.view(torch.int16), expected.view(torch.int16)), (target, factor, out, expected)
+
+
+def test_torch_distributed_optimizer_refuses_horovods_adasum_optimizer():
+    """Horovod's DistributedOptimizer(op=Adasum) is a different algorithm (Adasum of parameter deltas after a local
+    step); hvdlite says so instead of silently reducing gradients with Adasum. allreduce(op=Adasum) is tested in
+    test_adasum.py."""
+    import torch
+
+    import hvdlite.torch as hvd_torch
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(NotImplementedError, match="delta-based Adasum optimizer"):
+        hvd_torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), op=hvd_torch.Adasum)

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 
 from hvdlite.common.basics import global_process_set
-from hvdlite.common.ops import Average, Sum
+from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import mpi_ops
 from hvdlite.torch.compression import Compression
 
@@ -29,6 +29,10 @@ class _DistributedOptimizer:
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                    groups, sparse_as_dense, process_set):
+        if op == Adasum:
+            raise NotImplementedError(
+                "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does not "
+                "implement; hvd.allreduce(op=hvd.Adasum) reduces tensors with Adasum")
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer supports op=Average or op=Sum")
         if backward_passes_per_step < 1:

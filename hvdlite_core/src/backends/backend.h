@@ -40,6 +40,8 @@ class Backend {
   // work: the full input (counts summed), which may be clobbered; mine: receives this member's reduced segment.
   virtual void reduce_scatter(int set, Communicator& comm, void* work, void* mine, const std::vector<size_t>& counts,
                               DType dtype, ReduceKind kind) = 0;
+  // Whether this message goes through the two-tier algorithm (for the timeline's label); allgather: else allreduce.
+  virtual bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const { return false; }
   // "key=value;..." for build_info: what this backend runs on.
   virtual std::string describe() const = 0;
 };

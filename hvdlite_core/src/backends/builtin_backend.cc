@@ -47,6 +47,10 @@ class BuiltinBackend : public Backend {
     }
   }
 
+  bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const override {
+    return allgather ? use_hierarchical_allgather(comm, bytes) : use_hierarchical_allreduce(comm, bytes);
+  }
+
   std::string describe() const override { return "cpu_operations=builtin"; }
 
  private:

@@ -89,8 +89,7 @@ void Executor::run_single(const Response& r) {
   bool have = controller_.take_pending(r, &entry);
   TensorEntry* e = have ? &entry : nullptr;
   std::string activity = upper(op_name(r.op));
-  const bool builtin = std::strcmp(backend_.name(), "builtin") == 0;
-  if ((r.op == OpType::kAllreduce || r.op == OpType::kAllgather) && !r.is_error && timeline_.enabled() && builtin) {
+  if ((r.op == OpType::kAllreduce || r.op == OpType::kAllgather) && !r.is_error && timeline_.enabled()) {
     // the timeline shows which algorithm ran
     Communicator* comm = sets_.get(r.process_set);
     if (comm && comm->rank() >= 0) {
@@ -100,9 +99,7 @@ void Executor::run_single(const Response& r) {
         for (int64_t d : r.first_dims) rows += d;
         bytes = static_cast<size_t>(rows * row_elements(r.shape)) * dtype_size(r.dtype);
       }
-      const bool two_tier = r.op == OpType::kAllreduce ? use_hierarchical_allreduce(*comm, bytes)
-                                                       : use_hierarchical_allgather(*comm, bytes);
-      if (two_tier) activity += " (hierarchical)";
+      if (backend_.runs_two_tier(*comm, r.op == OpType::kAllgather, bytes)) activity += " (hierarchical)";
     }
   }
   TimelineSpan span(timeline_, e ? r.name : std::string(), activity);
@@ -185,8 +182,7 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     offsets[i] = total;
     total += counts[i];
   }
-  const bool two_tier = timeline_.enabled() && std::strcmp(backend_.name(), "builtin") == 0 &&
-                        use_hierarchical_allreduce(*comm, total * esize);
+  const bool two_tier = timeline_.enabled() && backend_.runs_two_tier(*comm, false, total * esize);
   const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) + (two_tier ? ", hierarchical)" : ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   for (size_t i = 0; i < group.size(); ++i) {
