@@ -231,11 +231,23 @@ std::string Mesh::lost_peers_report() const {
   struct timespec now_ts;
   clock_gettime(CLOCK_MONOTONIC, &now_ts);
   const int64_t now = static_cast<int64_t>(now_ts.tv_sec) * 1000000000 + now_ts.tv_nsec;
+  // A heartbeat that goes unanswered condemns the host, not one connection: the other connections to that host
+  // time out on their own timers, up to one heartbeat period later, and a report written in between must still
+  // name every rank there.
+  std::vector<Channel::PeerState> states(size(), Channel::PeerState::kAlive);
+  std::set<std::string> unreachable_hosts;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_ || !channels_[r]) continue;
+    states[r] = channels_[r]->peer_state();
+    if (states[r] == Channel::PeerState::kUnreachable) unreachable_hosts.insert(channels_[r]->peer_host());
+  }
   std::string closed, unreachable, silent;
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || !channels_[r]) continue;
     std::string who = "rank " + std::to_string(r) + " (" + channels_[r]->peer_host() + ")";
-    Channel::PeerState state = channels_[r]->peer_state();
+    Channel::PeerState state = states[r];
+    if (state == Channel::PeerState::kAlive && unreachable_hosts.count(channels_[r]->peer_host()))
+      state = Channel::PeerState::kUnreachable;
     if (state == Channel::PeerState::kClosed) {
       closed += (closed.empty() ? "" : ", ") + who;
     } else if (state == Channel::PeerState::kUnreachable) {
