@@ -40,10 +40,18 @@ def report() -> str:
     ])
     mpi = info.get("mpi") == "1"
     mpi_row = "MPI (%s)" % info.get("mpi_library", "") if mpi else "MPI: %s" % info.get("mpi_missing", "not built")
+    nccl = info.get("nccl") == "1"
+    if nccl:
+        version = int(info.get("nccl_version", "0"))
+        nccl_row = "NCCL %d.%d.%d for CUDA tensors (%s, %s device(s))" % (
+            version // 10000, version // 100 % 100, version % 100, info.get("nccl_library", ""),
+            info.get("cuda_devices", "?"))
+    else:
+        nccl_row = "NCCL: %s" % info.get("nccl_missing", "not available")
     lines += section("Available Tensor Operations:", [
         ("TCP", "tcp" in backends),
         ("shared memory", "shm" in backends),
         (mpi_row, mpi),
-        ("NCCL", info.get("nccl") == "1"),
+        (nccl_row, nccl),
     ])
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import re
 
 import cffi
 
+from hvdlite.common.cuda_libraries import export_wheel_libraries
 from hvdlite.common.errors import error_for_status
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +33,8 @@ def _declarations(header_path):
 
 
 def _load():
+    # Before the core reads its configuration: CUDA and NCCL from pip wheels, for CUDA tensors (NCCL data plane).
+    export_wheel_libraries()
     library = os.environ.get("HVDLITE_CORE_LIBRARY") or _find(
         [os.path.join(_PACKAGE_DIR, "_hvdlite_core*.so")], "the core library (_hvdlite_core*.so)")
     header = _find([os.path.join(_PACKAGE_DIR, "hvdlite.h"), _REPO_HEADER], "hvdlite.h")

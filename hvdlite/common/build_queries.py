@@ -48,12 +48,15 @@ def gloo_built() -> bool:
 
 
 def nccl_built() -> bool:
+    """True when collectives on CUDA tensors can run here: hvdlite loads the CUDA runtime and NCCL at run time
+    (HVDLITE_CUDART_LIBRARY / HVDLITE_NCCL_LIBRARY, else the usual names) and a device is visible;
+    ``hvdlite-run --check-build`` says why not, otherwise."""
     return build_facts().get("nccl") == "1"
 
 
 def cuda_built() -> bool:
-    """False: this build has no CUDA backend; collectives take host (CPU) tensors."""
-    return False
+    """CUDA tensors are supported exactly where NCCL is (the NCCL data plane is hvdlite's only GPU path)."""
+    return nccl_built()
 
 
 def rocm_built() -> bool:

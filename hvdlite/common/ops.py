@@ -81,9 +81,12 @@ def _prepared_request(key: tuple):
 
 def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
             root_rank: int = -1, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
-            process_set_id: int = 0, splits: Optional[Sequence[int]] = None) -> int:
-    """Submits one operation to the core and returns its handle (the core copies everything it keeps)."""
-    if splits is None and name and len(shape) <= _MAX_DIMS:
+            process_set_id: int = 0, splits: Optional[Sequence[int]] = None, device: int = -1,
+            stream: int = 0) -> int:
+    """Submits one operation to the core and returns its handle (the core copies everything it keeps).
+    device >= 0: the buffers are CUDA memory on that device, produced on ``stream`` (a cudaStream_t as an int;
+    0: the legacy default stream), and the NCCL data plane runs the operation."""
+    if splits is None and name and len(shape) <= _MAX_DIMS and device < 0:
         request = _prepared_request((op, name, dtype, tuple(shape), input_ptr, output_ptr, root_rank, reduce_op,
                                      prescale, postscale, process_set_id))
         handle = _request_buffers()[2]
@@ -112,8 +115,19 @@ def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], inpu
         splits_buf = ffi.new("int32_t[]", [int(s) for s in splits])
     request.splits = splits_buf
     request.nsplits = 0 if splits is None else len(splits)
+    _place(request, device, stream)
     check(lib.hvdlite_enqueue(request, handle))
     return handle[0]
+
+
+_HOST_MEMORY, _CUDA_MEMORY = 0, 1  # hvdlite_memory
+
+
+def _place(request, device: int, stream: int) -> None:
+    if device < 0:
+        request.memory, request.device, request.stream = _HOST_MEMORY, 0, ffi.NULL
+    else:
+        request.memory, request.device, request.stream = _CUDA_MEMORY, device, ffi.cast("void*", stream)
 
 
 def enqueue_many(calls: Sequence[dict]) -> List[int]:
@@ -150,6 +164,7 @@ def enqueue_many(calls: Sequence[dict]) -> List[int]:
             keep_alive.append(splits_buf)
             request.splits = splits_buf
             request.nsplits = len(splits)
+        _place(request, call.get("device", -1), call.get("stream", 0))
     handles = ffi.new("int64_t[]", count)
     check(lib.hvdlite_enqueue_many(requests, count, handles))
     return [handles[i] for i in range(count)]

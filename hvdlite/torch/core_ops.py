@@ -1,6 +1,7 @@
 """PyTorch collectives as the core runs them: asynchronous (`op_async` returns a handle for `synchronize`/`poll`),
-in-place (`op_`, `op_async_`), never differentiable. Tensors are passed to the core by pointer (CPU,
-contiguous); no extension is compiled against PyTorch.
+in-place (`op_`, `op_async_`), never differentiable. Tensors are passed to the core by pointer (contiguous); no
+extension is compiled against PyTorch. CPU tensors go to the host data plane; CUDA tensors to the NCCL data plane,
+with the current stream of their device, which the core waits on without blocking it.
 
 The layer below the differentiable Functions (autograd.py), which build on these; mpi_ops.py, above both,
 holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
@@ -29,11 +30,20 @@ def _describe(name: Optional[str]) -> str:
     return f"tensor '{name}'" if name else "an unnamed tensor"
 
 
+_HOST = (-1, 0)  # ops.enqueue's (device, stream) for host memory
+
+
+def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
+    """(device, stream) for ops.enqueue: host memory, or a CUDA device and its current stream."""
+    if tensor.is_cpu:  # (is_cpu: a fifth of the cost of device.type, on every collective)
+        return _HOST
+    if tensor.is_cuda:
+        return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
+    raise InvalidArgumentError(f"{_describe(name)} is on {tensor.device}; hvdlite's collectives take CPU tensors "
+                               "and CUDA tensors: move it with .cpu() first")
+
+
 def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
-    if not tensor.is_cpu:  # (is_cpu: a fifth of the cost of device.type, on every collective)
-        raise InvalidArgumentError(
-            f"{_describe(name)} is on {tensor.device}; this hvdlite build has no GPU backend (NCCL), so "
-            "collectives take CPU tensors only: move it with .cpu() first")
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
@@ -89,16 +99,23 @@ def synchronize(handle):
 # --------------------------------------------------------------------------- allreduce
 
 def _allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> dict:
+    device, stream = _placement(tensor, name)
     return dict(op=OP_ALLREDUCE, name=name, dtype=_dtype_code(tensor, name), shape=tuple(tensor.shape),
                 input_ptr=tensor.data_ptr(), output_ptr=output.data_ptr(), reduce_op=ops.core_reduce_op(op),
-                prescale=prescale_factor, postscale=postscale_factor, process_set_id=_process_set_id(process_set))
+                prescale=prescale_factor, postscale=postscale_factor, process_set_id=_process_set_id(process_set),
+                device=device, stream=stream)
 
 
 def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     # Positional, without _allreduce_call's dict: this is every gradient's path, once per tensor and step.
+    placement = _placement(tensor, name)
+    if placement is _HOST:
+        return ops.enqueue(OP_ALLREDUCE, name, _dtype_code(tensor, name), tuple(tensor.shape), tensor.data_ptr(),
+                           output.data_ptr(), -1, ops.core_reduce_op(op), prescale_factor, postscale_factor,
+                           _process_set_id(process_set))
     return ops.enqueue(OP_ALLREDUCE, name, _dtype_code(tensor, name), tuple(tensor.shape), tensor.data_ptr(),
                        output.data_ptr(), -1, ops.core_reduce_op(op), prescale_factor, postscale_factor,
-                       _process_set_id(process_set))
+                       _process_set_id(process_set), device=placement[0], stream=placement[1])
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -164,17 +181,20 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # --------------------------------------------------------------------------- core-owned results
 
-def _owned_result(handle: int, dtype: torch.dtype) -> torch.Tensor:
+def _owned_result(handle: int, like: torch.Tensor) -> torch.Tensor:
+    """The core's result as a new tensor of like's dtype and device (CUDA results are copied device to device)."""
     shape = ops.output_shape(handle)
-    out = torch.empty(shape, dtype=dtype)
+    out = torch.empty(shape, dtype=like.dtype, device=like.device)
     ops.copy_output(handle, out.data_ptr(), out.numel() * out.element_size())
     return out
 
 
 def _allgather_call(tensor, name, process_set):
     source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
+    device, stream = _placement(source, name)
     return dict(op=OP_ALLGATHER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
-                input_ptr=source.data_ptr(), output_ptr=0, process_set_id=_process_set_id(process_set)), source
+                input_ptr=source.data_ptr(), output_ptr=0, process_set_id=_process_set_id(process_set),
+                device=device, stream=stream), source
 
 
 def _allgather_enqueue(tensor, name, process_set):
@@ -184,7 +204,7 @@ def _allgather_enqueue(tensor, name, process_set):
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     h, source = _allgather_enqueue(tensor, name, process_set)
-    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+    return _handles.add([h], lambda: _owned_result(h, source), keep_alive=source)
 
 
 class SparseAllreduceHandle:
@@ -237,16 +257,17 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set) 
     calls = [_allgather_call(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
     handles = ops.enqueue_many([c for c, _ in calls])
     pairs = list(zip(handles, [s for _, s in calls]))
-    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs],
                         keep_alive=[s for _, s in pairs])
 
 
 def _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set):
     source = _contiguous(tensor)
+    device, stream = _placement(source, name)
     return dict(op=OP_REDUCESCATTER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
                 input_ptr=source.data_ptr(), output_ptr=0, reduce_op=ops.core_reduce_op(op),
                 prescale=prescale_factor, postscale=postscale_factor,
-                process_set_id=_process_set_id(process_set)), source
+                process_set_id=_process_set_id(process_set), device=device, stream=stream), source
 
 
 def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -257,7 +278,7 @@ def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0) -> int:
     h, source = _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    return _handles.add([h], lambda: _owned_result(h, source.dtype), keep_alive=source)
+    return _handles.add([h], lambda: _owned_result(h, source), keep_alive=source)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -266,7 +287,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
              for t, n in zip(tensors, _group_names(name, len(tensors)))]
     handles = ops.enqueue_many([c for c, _ in calls])
     pairs = list(zip(handles, [s for _, s in calls]))
-    return _handles.add(handles, lambda: [_owned_result(h, s.dtype) for h, s in pairs],
+    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs],
                         keep_alive=[s for _, s in pairs])
 
 
@@ -278,11 +299,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    device, stream = _placement(source, name)
     h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
-                    process_set_id=_process_set_id(process_set), splits=splits)
+                    process_set_id=_process_set_id(process_set), splits=splits, device=device, stream=stream)
 
     def finish():
-        return _owned_result(h, source.dtype), torch.tensor(ops.int_results(h), dtype=splits_dtype)
+        return _owned_result(h, source), torch.tensor(ops.int_results(h), dtype=splits_dtype)
 
     return _handles.add([h], finish, keep_alive=source)
 
@@ -291,8 +313,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 def _broadcast_enqueue(tensor, output, root_rank, name, process_set):
     code = _dtype_code(tensor, name)
+    device, stream = _placement(tensor, name)
     return ops.enqueue(OP_BROADCAST, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
-                       root_rank=int(root_rank), process_set_id=_process_set_id(process_set))
+                       root_rank=int(root_rank), process_set_id=_process_set_id(process_set), device=device,
+                       stream=stream)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:

@@ -41,6 +41,8 @@ typedef enum {
   HVDLITE_ADASUM = 5  /* float types, a power-of-two number of ranks (Horovod's Adasum) */
 } hvdlite_reduce_op;
 
+typedef enum { HVDLITE_HOST_MEMORY = 0, HVDLITE_CUDA_MEMORY = 1 } hvdlite_memory;
+
 /* Where this process sits in the job; filled by the bootstrap (launcher variables, MPI, Slurm, ...). */
 typedef struct {
   int32_t rank;
@@ -72,6 +74,11 @@ typedef struct {
   const int32_t* splits;      /* alltoall: rows sent to each member of the set; NULL for an even split.
                                  add_process_set: the member ranks */
   int32_t nsplits;
+  int32_t memory;             /* where input and output live: HVDLITE_HOST_MEMORY, or HVDLITE_CUDA_MEMORY (the NCCL
+                                 data plane; results the core owns then live on that device too) */
+  int32_t device;             /* CUDA memory: the device ordinal; one device per process */
+  const void* stream;         /* CUDA memory: the cudaStream_t on which the input is produced (the core waits for
+                                 it on its own stream, never blocking this one); NULL: the legacy default stream */
 } hvdlite_request;
 
 const char* hvdlite_version(void);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/mpi_backend.h"
+#include "gpu/cuda_api.h"
 #include "common/log.h"
 #include "hvdlite.h"
 #include "runtime/runtime.h"
@@ -224,6 +225,14 @@ HVDLITE_EXPORT int hvdlite_handle_output_copy(int64_t handle, void* destination,
     return fail(StatusCode::kInvalidArgument, "output is " + std::to_string(state->output_bytes) +
                                                   " bytes, the destination " + std::to_string(nbytes));
   }
+  if (nbytes > 0 && state->device_output) {  // CUDA memory: cudaMemcpy finds each side's location itself
+    return guarded([&]() {
+      const GpuAvailability& gpu = gpu_availability(Config());
+      check_cuda(*gpu.cuda, gpu.cuda->Memcpy(destination, state->device_output.get(), static_cast<size_t>(nbytes),
+                                             cuda::kMemcpyDefault), "cudaMemcpy of a result");
+      return HVDLITE_OK;
+    });
+  }
   if (nbytes > 0) std::memcpy(destination, state->output.get(), static_cast<size_t>(nbytes));
   return HVDLITE_OK;
 }
@@ -303,7 +312,15 @@ HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
   if (!mpi.usable) info += "mpi_missing=" + clean(mpi.why_not) + ";";
   if (mpi.usable) info += "mpi_library=" + clean(mpi.library_version) + ";";
   info += "mpi_thread_multiple=" + std::string(mpi_thread_multiple() ? "1" : "0") + ";";
-  info += "nccl=0;";
+  // NCCL: usable when the CUDA runtime and NCCL load and a device is visible (gpu/cuda_api.h).
+  const GpuAvailability& gpu = gpu_availability(config);
+  info += "nccl=" + std::string(gpu.usable ? "1" : "0") + ";";
+  if (gpu.usable) {
+    info += "nccl_version=" + std::to_string(gpu.nccl_version) + ";nccl_library=" + clean(gpu.nccl_path) +
+            ";cuda_devices=" + std::to_string(gpu.device_count) + ";";
+  } else {
+    info += "nccl_missing=" + clean(gpu.why_not) + ";";
+  }
   auto rt = runtime_or_null();
   if (rt) info += rt->describe();
   return copy_text(info, buffer, capacity);

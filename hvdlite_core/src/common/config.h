@@ -36,6 +36,8 @@ struct Config {
   int cpu_operations = 0;                     // CPU_OPERATIONS: data plane for host tensors: builtin (Horovod's
                                               // "gloo" names it too) 0, mpi 1 (backends/backend.h)
   std::string mpi_plugin;                     // MPI_PLUGIN: path of the MPI plugin ("": beside the core library)
+  std::string cudart_library;                 // CUDART_LIBRARY: CUDA runtime for CUDA tensors ("": search)
+  std::string nccl_library;                   // NCCL_LIBRARY: NCCL for CUDA tensors ("": search; gpu/cuda_api.h)
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
   int64_t background_spin_microseconds = 5;   // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error

@@ -17,6 +17,7 @@ struct HandleState {
   std::atomic<uint32_t> waiters{0};  // threads asleep on done: finish() skips the wake syscall when none
   Status status;                   // written before done is set
   std::unique_ptr<char[]> output;  // results the core owns (allgather, alltoall, reducescatter); not zeroed
+  std::shared_ptr<void> device_output;  // the same in CUDA memory (freed with cudaFree), instead of output
   size_t output_bytes = 0;
   std::vector<int64_t> output_shape;
   std::vector<int32_t> int_results;  // alltoall received splits, join's last rank, a new process set id
@@ -39,6 +40,9 @@ struct TensorEntry {
   const void* input = nullptr;
   void* output = nullptr;
   std::vector<int32_t> splits;  // alltoall rows per member
+  void* stream = nullptr;       // CUDA memory: the caller's stream (cudaStream_t) that produces the input
+  void* ready = nullptr;        // CUDA memory: an event recorded on stream at enqueue; the data plane's stream waits
+                                // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
   Clock::time_point enqueued = Clock::now();  // for the timeline
 };

@@ -7,6 +7,7 @@
 #include "collectives/algorithms.h"
 #include "common/log.h"
 #include "runtime/fusion.h"
+#include "runtime/gpu_executor.h"
 
 namespace hvdlite {
 namespace {
@@ -55,9 +56,15 @@ bool is_transport_failure(const Error& e) {
 }  // namespace
 
 Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
-                   Timeline& timeline, Backend& backend)
+                   Timeline& timeline, Backend& backend, GpuContext& gpu_context)
     : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline),
-      backend_(backend) {}
+      backend_(backend), gpu_context_(gpu_context) {}
+
+Executor::~Executor() = default;
+
+void Executor::abort_device_work(const Status& why) {
+  if (gpu_) gpu_->abort(why);
+}
 
 namespace {
 std::string upper(const char* text) {
@@ -74,7 +81,12 @@ char* Executor::fusion_buffer(size_t bytes) {
 
 void Executor::execute(const std::vector<Response>& responses) {
   for (const std::vector<size_t>& group : plan_fusion(responses, config_.fusion_threshold_bytes, config_.fusion_tensor_limit_bytes)) {
-    if (group.size() == 1) {
+    const Response& head = responses[group[0]];
+    if (head.on_device && !head.is_error) {
+      std::vector<const Response*> members;
+      for (size_t i : group) members.push_back(&responses[i]);
+      run_on_device(members);
+    } else if (group.size() == 1) {
       run_single(responses[group[0]]);
     } else {
       std::vector<const Response*> members;
@@ -208,6 +220,31 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   }
 }
 
+void Executor::run_on_device(const std::vector<const Response*>& group) {
+  const Response& head = *group.front();
+  std::vector<TensorEntry> entries(group.size());
+  bool all = true;
+  for (size_t i = 0; i < group.size(); ++i) all = controller_.take_pending(*group[i], &entries[i]) && all;
+  Communicator* comm = sets_.get(head.process_set);
+  if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
+  // Every member submitted each tensor (negotiation refuses CUDA collectives while ranks have joined).
+  if (!all) throw Error(StatusCode::kInternal, "a CUDA collective reached a member without its tensor");
+  std::string activity = std::string("NCCL_") + upper(op_name(head.op)) +
+                         (group.size() > 1 ? " (fused x" + std::to_string(group.size()) + ", launch)" : " (launch)");
+  std::vector<std::unique_ptr<TimelineSpan>> spans;
+  for (const Response* r : group) spans.emplace_back(new TimelineSpan(timeline_, r->name, activity));
+  try {
+    if (!gpu_) gpu_.reset(new GpuExecutor(gpu_context_, backend_, queue_));
+    gpu_->run(*comm, group, entries);  // the entries finish when the device is done
+  } catch (const Error& error) {
+    if (is_transport_failure(error)) {  // fatal: the runtime fails them with every other pending entry
+      for (TensorEntry& e : entries) controller_.return_pending(std::move(e));
+      throw;
+    }
+    for (TensorEntry& e : entries) queue_.finish(e, error.status());
+  }
+}
+
 void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry* e) {
   const size_t row_bytes = static_cast<size_t>(row_elements(r.shape)) * dtype_size(r.dtype);
   std::vector<size_t> block_bytes(comm.size());
@@ -297,7 +334,10 @@ void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
   } else {
     int id = r.ranks.empty() ? -1 : r.ranks[0];
     if (!sets_.remove(id)) status = Status(StatusCode::kInvalidArgument, "no process set with id " + std::to_string(id) + " to remove");
-    else backend_.set_removed(id);
+    else {
+      backend_.set_removed(id);
+      if (gpu_) gpu_->set_removed(id);
+    }
   }
   if (e) queue_.finish(*e, status);
 }

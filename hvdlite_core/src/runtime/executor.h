@@ -6,17 +6,23 @@
 
 #include "backends/backend.h"
 #include "common/timeline.h"
+#include "gpu/gpu_context.h"
 #include "runtime/controller.h"
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
 
 namespace hvdlite {
 
+class GpuExecutor;
+
 class Executor {
  public:
   Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
-           Timeline& timeline, Backend& backend);
+           Timeline& timeline, Backend& backend, GpuContext& gpu_context);
+  ~Executor();
   void execute(const std::vector<Response>& responses);
+  // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
+  void abort_device_work(const Status& why);
 
  private:
   void run_single(const Response& response);
@@ -27,6 +33,7 @@ class Executor {
   void run_alltoall(Communicator& comm, const Response& r, TensorEntry* entry);
   void run_reducescatter(Communicator& comm, const Response& r, TensorEntry* entry);
   void run_process_set_change(const Response& r, TensorEntry* entry);
+  void run_on_device(const std::vector<const Response*>& group);
   char* fusion_buffer(size_t bytes);
 
   const Config& config_;
@@ -36,6 +43,8 @@ class Executor {
   TensorQueue& queue_;
   Timeline& timeline_;
   Backend& backend_;
+  GpuContext& gpu_context_;
+  std::unique_ptr<GpuExecutor> gpu_;  // made by the first CUDA collective
   std::vector<char> fusion_;
   std::vector<char> zeros_;  // stand-in input of a joined rank
 };

@@ -8,7 +8,7 @@ namespace {
 bool fusable(const Response& r) { return !r.is_error && r.op == OpType::kAllreduce && r.joined.empty(); }
 
 bool compatible(const Response& a, const Response& b) {
-  return a.process_set == b.process_set && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+  return a.process_set == b.process_set && a.on_device == b.on_device && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
          a.prescale == b.prescale && a.postscale == b.postscale;
 }
 

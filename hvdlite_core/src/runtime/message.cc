@@ -32,6 +32,7 @@ void Request::write(WireWriter& w) const {
   w.put_vector(ranks);
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
+  w.put<uint8_t>(on_device ? 1 : 0);
   w.put<double>(waited_seconds);
 }
 
@@ -78,6 +79,7 @@ Request Request::Read(WireReader& r) {
   q.ranks = r.get_vector<int32_t>();
   q.name = r.get_string();
   q.cacheable = r.get<uint8_t>() != 0;
+  q.on_device = r.get<uint8_t>() != 0;
   q.waited_seconds = r.get<double>();
   return q;
 }
@@ -99,6 +101,7 @@ void Response::write(WireWriter& w) const {
   w.put_vector(ranks);
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
+  w.put<uint8_t>(on_device ? 1 : 0);
 }
 
 Response Response::Read(WireReader& r) {
@@ -119,6 +122,7 @@ Response Response::Read(WireReader& r) {
   s.ranks = r.get_vector<int32_t>();
   s.name = r.get_string();
   s.cacheable = r.get<uint8_t>() != 0;
+  s.on_device = r.get<uint8_t>() != 0;
   return s;
 }
 
@@ -135,7 +139,10 @@ Response Response::Failure(const Request& about, int32_t code, std::string messa
 }
 
 bool Response::matches(const Request& q, int member_index) const {
-  if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.name != name) return false;
+  if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.name != name ||
+      q.on_device != on_device) {
+    return false;
+  }
   switch (op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:

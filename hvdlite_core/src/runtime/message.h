@@ -38,6 +38,8 @@ struct Request {
   std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
   std::string name;
   bool cacheable = true;       // false for auto-named tensors: their names never repeat
+  bool on_device = false;      // CUDA memory (the NCCL data plane); negotiated, since every member must agree
+  int32_t device = -1;         // this rank's CUDA device ordinal (local: ranks use different devices)
   double waited_seconds = 0;   // how long the submitter has had it when sent (stall ages count from there)
 
   void write(WireWriter& w) const;
@@ -61,6 +63,7 @@ struct Response {
   std::vector<int32_t> ranks;       // add/remove_process_set payload; join: {last rank to join}
   std::string name;
   bool cacheable = true;
+  bool on_device = false;           // runs on the NCCL data plane (runtime/gpu_executor.h)
 
   void write(WireWriter& w) const;
   static Response Read(WireReader& r);

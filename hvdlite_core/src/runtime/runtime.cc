@@ -36,7 +36,7 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   }
   backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
-  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_));
+  executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_, gpu_context_));
   thread_ = std::thread([this] { background_loop(); });
 }
 
@@ -165,6 +165,7 @@ bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
 
 void Runtime::fail_everything(const Status& status) {
   stopped_ = true;
+  executor_->abort_device_work(status);
   queue_.close(status);
   for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(entry, status);
 }
@@ -234,6 +235,10 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     case OpType::kAllreduce:
     case OpType::kReducescatter:
       if (out->reduce_op == ReduceOp::kAdasum) {
+        if (q.memory == HVDLITE_CUDA_MEMORY) {
+          return invalid(subject() + ": Adasum runs on host tensors only in hvdlite (Horovod's GPU Adasum is not "
+                         "built); move the tensor to the CPU");
+        }
         if (out->op != OpType::kAllreduce) return invalid(subject() + ": Adasum applies to allreduce only");
         if (!adasum_supports(out->dtype)) {
           return invalid(subject() + ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
@@ -296,6 +301,28 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     default:
       break;
   }
+  if (q.memory == HVDLITE_CUDA_MEMORY) return check_device_request(q, *out, subject);
+  if (q.memory != HVDLITE_HOST_MEMORY) return invalid(subject() + ": unknown memory kind " + std::to_string(q.memory));
+  return Status::Ok();
+}
+
+Status Runtime::check_device_request(const hvdlite_request& q, Request& out,
+                                     const std::function<std::string()>& subject) {
+  auto invalid = [&](const std::string& why) { return Status(StatusCode::kInvalidArgument, subject() + ": " + why); };
+  const bool reduces = out.op == OpType::kAllreduce || out.op == OpType::kReducescatter;
+  if (out.op == OpType::kBarrier || out.op == OpType::kJoin || out.op == OpType::kAddProcessSet ||
+      out.op == OpType::kRemoveProcessSet) {
+    return invalid("takes no tensor; pass host memory");
+  }
+  if (reduces && (out.dtype == DType::kUInt16 || out.dtype == DType::kInt16)) {
+    return invalid(std::string("NCCL cannot reduce ") + dtype_name(out.dtype) + " tensors; use int32 or a float type");
+  }
+  if (reduces && !dtype_is_floating(out.dtype) && (out.prescale != 1.0 || out.postscale != 1.0)) {
+    return invalid(std::string("prescale_factor and postscale_factor apply to floating-point CUDA tensors, not ") +
+                   dtype_name(out.dtype));
+  }
+  out.on_device = true;
+  out.device = q.device;
   return Status::Ok();
 }
 
@@ -310,6 +337,22 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     entry.output = requests[i].output;
     entry.handle = std::make_shared<HandleState>();
   }
+  // CUDA tensors: the data plane's stream must wait for the work that produces them on the caller's stream.
+  auto release_events = [&]() {
+    for (TensorEntry& entry : entries) gpu_context_.release_event(entry.ready);
+  };
+  for (int i = 0; i < count; ++i) {
+    TensorEntry& entry = entries[i];
+    if (!entry.request.on_device) continue;
+    entry.stream = const_cast<void*>(requests[i].stream);
+    std::string subject = std::string(op_name(entry.request.op)) +
+                          (entry.request.name.empty() ? " of an unnamed tensor" : " of tensor '" + entry.request.name + "'");
+    Status prepared = gpu_context_.prepare(subject, entry.request.device, entry.stream, &entry.ready);
+    if (!prepared.ok()) {
+      release_events();
+      return prepared;
+    }
+  }
   std::vector<std::shared_ptr<HandleState>> states;
   for (const TensorEntry& entry : entries) states.push_back(entry.handle);
   // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
@@ -318,7 +361,10 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
     entry.request.name = std::string(op_name(entry.request.op)) + ".noname." + std::to_string(n);
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    release_events();
+    return status;
+  }
   for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // execution and the background thread that drives them. The C ABI holds at most one Runtime.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "common/timeline.h"
 #include "hvdlite.h"
 #include "runtime/controller.h"
+#include "gpu/gpu_context.h"
 #include "runtime/executor.h"
 #include "runtime/handle_table.h"
 #include "runtime/process_sets.h"
@@ -52,8 +54,11 @@ class Runtime {
   bool run_cycle();
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
+  // The NCCL data plane's limits, for a request on CUDA memory (marks it on_device).
+  Status check_device_request(const hvdlite_request& request, Request& out, const std::function<std::string()>& subject);
 
   Config config_;
+  GpuContext gpu_context_{config_};  // CUDA tensors' device and events; outlives the executor
   int rank_;
   int size_;
   Timeline timeline_;

@@ -69,6 +69,12 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   bool ops_agree = all_equal(requests, checks[0].show);
   if (ops_agree) {
     checks.push_back({"data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); }});
+    if (first.op != OpType::kBarrier && first.op != OpType::kJoin && first.op != OpType::kAddProcessSet &&
+        first.op != OpType::kRemoveProcessSet) {
+      checks.push_back({"tensor locations", [](const Request& q) {
+                          return std::string(q.on_device ? "CUDA memory" : "host memory");
+                        }});
+    }
     switch (first.op) {
       case OpType::kAllreduce:
       case OpType::kReducescatter:
@@ -105,6 +111,12 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
     }
   }
 
+  if (!joined.empty() && first.on_device) {
+    return error_response(first, StatusCode::kInvalidArgument,
+                          std::string(op_name(first.op)) + " of " + subject + " is on CUDA devices while some ranks "
+                          "have joined; join covers host tensors only (move the tensor to the CPU, or call join "
+                          "after the last CUDA collective)");
+  }
   if (!joined.empty()) {
     bool supported = first.op == OpType::kAllreduce || first.op == OpType::kAllgather ||
                      (first.op == OpType::kBroadcast &&
@@ -130,6 +142,7 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   r.shape = first.shape;
   r.ranks = first.ranks;
   r.name = first.name;
+  r.on_device = first.on_device;
   r.cacheable = first.cacheable && joined.empty() &&
                 (first.op == OpType::kAllreduce || first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
                  first.op == OpType::kAlltoall || first.op == OpType::kReducescatter);

@@ -1,0 +1,61 @@
+// Runs negotiated collectives on CUDA tensors through NCCL: the GPU counterpart of executor.h's host path.
+// Everything is launched on one stream of the data plane's own, after it waits (cudaStreamWaitEvent) for the
+// event each caller recorded on its stream at enqueue; an event recorded behind the launch tells the completion
+// queue when the handles can finish. Neither this thread nor the caller's stream waits for the device.
+//
+// Fused allreduces go through a fusion buffer in device memory; scale factors ride on NCCL's PreMulSum (sum and
+// average need no extra pass), and min/max/product scale with PreMulSum over a one-rank communicator. Ragged
+// collectives use grouped NCCL calls: allgather with unequal blocks as one broadcast per member, reducescatter
+// with unequal segments as one reduce per member, alltoall as sends and receives.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backends/nccl_communicators.h"
+#include "gpu/completion_queue.h"
+#include "gpu/gpu_context.h"
+#include "runtime/entry.h"
+#include "runtime/tensor_queue.h"
+
+namespace hvdlite {
+
+class GpuExecutor {
+ public:
+  // host: the host data plane, for the NCCL unique id and alltoall's row counts.
+  GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue);
+  ~GpuExecutor();  // waits until launched work has finished and its handles are finished
+  // One fused allreduce (group of several) or one collective. Launches and returns: the entries move to the
+  // completion queue. On a throw nothing was moved out of entries.
+  void run(Communicator& comm, const std::vector<const Response*>& group, std::vector<TensorEntry>& entries);
+  void set_removed(int set) { comms_.remove(set); }
+  // A fatal error elsewhere (a lost peer): NCCL communicators are aborted and pending handles fail with why.
+  void abort(const Status& why);
+
+ private:
+  struct Reduction;
+  Reduction plan_reduction(const Response& r, int members, nccl::Comm comm);
+  void reduce(const Response& r, Communicator& comm, nccl::Comm nc, const void* in, void* out, size_t count);
+  void scale(void* data, size_t count, DType dtype, double factor);
+  void allreduce(Communicator& comm, nccl::Comm nc, const std::vector<const Response*>& group,
+                 std::vector<TensorEntry>& entries);
+  void allgather(Communicator& comm, nccl::Comm nc, const Response& r, TensorEntry& e);
+  void broadcast(Communicator& comm, nccl::Comm nc, const Response& r, TensorEntry& e);
+  void alltoall(Communicator& comm, nccl::Comm nc, const Response& r, TensorEntry& e);
+  void reducescatter(Communicator& comm, nccl::Comm nc, const Response& r, TensorEntry& e);
+  char* fusion_buffer(size_t bytes);
+  std::shared_ptr<void> device_alloc(size_t bytes);
+
+  GpuContext& context_;
+  const cuda::Runtime& cuda_;
+  const nccl::Library& nccl_;
+  int device_;
+  Backend& host_;
+  TensorQueue& queue_;
+  cuda::Stream stream_ = nullptr;
+  char* fusion_ = nullptr;
+  size_t fusion_bytes_ = 0;
+  NcclCommunicators comms_;
+  std::unique_ptr<CompletionQueue> completions_;  // declared last: drained first on destruction
+};
+
+}  // namespace hvdlite
