@@ -35,6 +35,9 @@ def build(model_name="resnet50", image_size=64, seed=0):
     return model, data, target
 
 
+AUTOTUNE_STEPS = 24  # warm-up steps of the autotune row: one warm-up window and the search's 20 windows, and slack
+
+
 def timed_loop(step, warmup, steps, sync=lambda: None):
     for _ in range(warmup):
         step()
@@ -65,6 +68,12 @@ def worker(kind, warmup, steps, out, model_name, image_size):
         optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
         sync = dist.barrier
     else:
+        if kind == "hvdlite-autotune":
+            # One window per step: the gradients' bytes. The search's 21 windows run before the timed steps.
+            grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+            os.environ.update(HVDLITE_AUTOTUNE="1", HVDLITE_AUTOTUNE_WINDOW_BYTES=str(grad_bytes),
+                              HVDLITE_AUTOTUNE_WARMUP_WINDOWS="1")
+            warmup = max(warmup, AUTOTUNE_STEPS)
         import hvdlite.torch as hvd
 
         hvd.init()
@@ -81,9 +90,12 @@ def worker(kind, warmup, steps, out, model_name, image_size):
 
     seconds = timed_loop(step, warmup, steps, sync)
     if rank == 0:
+        result = {"kind": kind, "ranks": size, "seconds": seconds, "steps": steps, "img_per_s": size * 8 * steps / seconds}
+        if kind == "hvdlite-autotune":
+            info = dict(kv.split("=", 1) for kv in hvd.build_info().split(";") if "=" in kv)
+            result["tuned"] = {k: info.get(k) for k in ("autotune", "tuned_fusion_threshold", "tuned_cycle_time_ms")}
         with open(out, "w") as f:
-            json.dump({"kind": kind, "ranks": size, "seconds": seconds, "steps": steps,
-                       "img_per_s": size * 8 * steps / seconds}, f)
+            json.dump(result, f)
     if kind == "ddp":
         import torch.distributed as dist
 
@@ -96,7 +108,7 @@ def launch(kind, warmup, steps, out, model_name, image_size):
           str(steps), "--out", out, "--model", model_name, "--image-size", str(image_size)]
     if kind == "single":
         return subprocess.run(me, env=env, timeout=1800).returncode
-    if kind == "hvdlite":
+    if kind.startswith("hvdlite"):
         return subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env,
                               timeout=1800).returncode
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 1000), WORLD_SIZE="2")
@@ -112,6 +124,8 @@ def main():
     parser.add_argument("--model", default="resnet50", help="resnet50 (default) or resnet_small")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--autotune", action="store_true",
+                        help="add a row for hvdlite with HVDLITE_AUTOTUNE=1 (its search runs in extra warm-up steps)")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -120,8 +134,9 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
+    kinds = ("single", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ())
     for r in range(args.rounds):
-        for kind in ("single", "ddp", "hvdlite"):
+        for kind in kinds:
             path = os.path.join(args.out_dir, f".raw-train-{kind}.json")
             print(f"round {r + 1}: {kind} ...", flush=True)
             load = os.getloadavg()[0]
@@ -130,8 +145,8 @@ def main():
             with open(path) as f:
                 rounds.append(dict(json.load(f), round=r + 1, load_average=round(load, 2)))
             os.remove(path)
-    best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in ("single", "ddp", "hvdlite")}
-    eff = {k: best[k] / (2 * best["single"]) for k in ("ddp", "hvdlite")}
+    best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in kinds}
+    eff = {k: best[k] / (2 * best["single"]) for k in kinds if k != "single"}
     lines = [
         f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size} images, batch 8 per rank, "
         f"{args.steps} timed steps after {args.warmup}, {args.rounds} interleaved round(s)",
@@ -141,6 +156,14 @@ def main():
         f"| single process, 1 thread | {best['single']:.2f} | - |",
         f"| torch DDP (gloo), 2 ranks | {best['ddp']:.2f} | {eff['ddp']:.1%} |",
         f"| hvdlite, 2 ranks | {best['hvdlite']:.2f} | {eff['hvdlite']:.1%} |",
+    ]
+    if args.autotune:
+        tuned = [x["tuned"] for x in rounds if x["kind"] == "hvdlite-autotune"]
+        chosen = ", ".join(f"{int(t['tuned_fusion_threshold']) >> 20} MB / {t['tuned_cycle_time_ms']} ms ({t['autotune']})"
+                           for t in tuned)
+        lines.append(f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
+                     f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |")
+    lines += [
         "",
         f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x",
         "",
@@ -164,14 +187,16 @@ def plot(rounds, best, out_dir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = ("single", "ddp", "hvdlite")
+    kinds = [k for k in ("single", "ddp", "hvdlite", "hvdlite-autotune") if k in best]
+    labels = {"single": "single process", "ddp": "torch DDP, 2 ranks", "hvdlite": "hvdlite, 2 ranks",
+              "hvdlite-autotune": "hvdlite, autotuned"}
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, kind in enumerate(kinds):
         values = [x["img_per_s"] for x in rounds if x["kind"] == kind]
         ax.bar(i, best[kind], color=f"C{i}", alpha=0.35, label=f"{kind}: best {best[kind]:.1f}")
         ax.scatter([i] * len(values), values, color=f"C{i}", zorder=3)
     ax.axhline(2 * best["single"], color="grey", linestyle="--", label="2 x single (ideal for 2 ranks)")
-    ax.set_xticks(range(len(kinds)), ["single process", "torch DDP, 2 ranks", "hvdlite, 2 ranks"])
+    ax.set_xticks(range(len(kinds)), [labels[k] for k in kinds])
     ax.set_ylabel("images / second (dots: every round)")
     ax.set_title(machine_line(), fontsize=9)
     ax.legend(fontsize=8)

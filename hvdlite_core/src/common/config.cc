@@ -112,6 +112,11 @@ const std::vector<Knob>& knobs() {
       {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },
        [](const Config& c) { return c.timeline; }},
       bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles),
+      bool_knob("AUTOTUNE", &Config::autotune),
+      number_knob("AUTOTUNE_WINDOW_BYTES", &Config::autotune_window_bytes),
+      number_knob("AUTOTUNE_WARMUP_WINDOWS", &Config::autotune_warmup_windows),
+      {"AUTOTUNE_LOG", [](Config& c, const char* text) { c.autotune_log = text; },
+       [](const Config& c) { return c.autotune_log; }},
   };
   return table;
 }

@@ -40,6 +40,11 @@ struct Config {
   std::string nccl_library;                   // NCCL_LIBRARY: NCCL for CUDA tensors ("": search; gpu/cuda_api.h)
   int64_t spin_microseconds = 50;             // SPIN_MICROSECONDS: busy-wait this long before sleeping
   int64_t background_spin_microseconds = 5;   // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
+  bool autotune = false;                      // AUTOTUNE: search FUSION_THRESHOLD and CYCLE_TIME while the job
+                                              // runs (runtime/autotuner.h)
+  int64_t autotune_window_bytes = 128 << 20;  // AUTOTUNE_WINDOW_BYTES: allreduced bytes per measured window
+  int64_t autotune_warmup_windows = 2;        // AUTOTUNE_WARMUP_WINDOWS: windows measured before the search
+  std::string autotune_log;                   // AUTOTUNE_LOG: CSV of every window's score, written by rank 0
   std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
   std::string timeline;                       // TIMELINE: Chrome-trace file written by rank 0 ("": off)
   bool timeline_mark_cycles = false;          // TIMELINE_MARK_CYCLES: mark each cycle that ran collectives

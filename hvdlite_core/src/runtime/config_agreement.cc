@@ -28,6 +28,10 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
       {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
       {"CPU_OPERATIONS", [](const Config& c) { return static_cast<double>(c.cpu_operations); }},
+      // The autotuner's windows end at the same response on every rank, where they broadcast rank 0's choice.
+      {"AUTOTUNE", [](const Config& c) { return c.autotune ? 1.0 : 0.0; }},
+      {"AUTOTUNE_WINDOW_BYTES", [](const Config& c) { return static_cast<double>(c.autotune_window_bytes); }},
+      {"AUTOTUNE_WARMUP_WINDOWS", [](const Config& c) { return static_cast<double>(c.autotune_warmup_windows); }},
       {"LOCAL_LATENCY_US", [](const Config& c) { return c.local_latency_us; }},
       {"LOCAL_GBYTES_PER_S", [](const Config& c) { return c.local_gbytes_per_s; }},
       {"CROSS_LATENCY_US", [](const Config& c) { return c.cross_latency_us; }},

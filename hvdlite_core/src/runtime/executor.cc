@@ -58,7 +58,7 @@ bool is_transport_failure(const Error& e) {
 Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
                    Timeline& timeline, Backend& backend, GpuContext& gpu_context)
     : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline),
-      backend_(backend), gpu_context_(gpu_context) {}
+      backend_(backend), gpu_context_(gpu_context), tuner_(config, rank) {}
 
 Executor::~Executor() = default;
 
@@ -80,7 +80,8 @@ char* Executor::fusion_buffer(size_t bytes) {
 }
 
 void Executor::execute(const std::vector<Response>& responses) {
-  for (const std::vector<size_t>& group : plan_fusion(responses, config_.fusion_threshold_bytes, config_.fusion_tensor_limit_bytes)) {
+  const int64_t threshold = tuner_.fusion_threshold_bytes();
+  for (const std::vector<size_t>& group : plan_fusion(responses, threshold, config_.fusion_tensor_limit_bytes)) {
     const Response& head = responses[group[0]];
     if (head.on_device && !head.is_error) {
       std::vector<const Response*> members;
@@ -93,6 +94,16 @@ void Executor::execute(const std::vector<Response>& responses) {
       for (size_t i : group) members.push_back(&responses[i]);
       run_fused(members);
     }
+  }
+  // The autotuner's windows count every allreduce of the negotiated stream, member or not: the same on every rank.
+  int64_t allreduced = 0;
+  for (const Response& r : responses) {
+    if (!r.is_error && r.op == OpType::kAllreduce) {
+      allreduced += element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+    }
+  }
+  if (allreduced > 0) {
+    tuner_.record(allreduced, [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
   }
 }
 

@@ -7,6 +7,7 @@
 #include "backends/backend.h"
 #include "common/timeline.h"
 #include "gpu/gpu_context.h"
+#include "runtime/autotuner.h"
 #include "runtime/controller.h"
 #include "runtime/process_sets.h"
 #include "runtime/tensor_queue.h"
@@ -23,6 +24,7 @@ class Executor {
   void execute(const std::vector<Response>& responses);
   // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
   void abort_device_work(const Status& why);
+  const Autotuner& tuner() const { return tuner_; }
 
  private:
   void run_single(const Response& response);
@@ -45,6 +47,7 @@ class Executor {
   Backend& backend_;
   GpuContext& gpu_context_;
   std::unique_ptr<GpuExecutor> gpu_;  // made by the first CUDA collective
+  Autotuner tuner_;                   // HVDLITE_AUTOTUNE: the fusion threshold in use
   std::vector<char> fusion_;
   std::vector<char> zeros_;  // stand-in input of a joined rank
 };

@@ -60,8 +60,9 @@ void Runtime::stop_timeline() { timeline_.close(); }
 
 void Runtime::background_loop() {
   Progress::set_thread_spin(config_.background_spin_microseconds);
-  const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   while (!stopped_) {
+    // HVDLITE_AUTOTUNE may change it between cycles.
+    const auto cycle = std::chrono::microseconds(static_cast<int64_t>(executor_->tuner().cycle_time_ms() * 1000));
     // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
     // hand-back or the cycle timer wakes us then. Otherwise new work does.
     if (active_waiters_.load() > 0) queue_.wait_for_wake(cycle);
@@ -370,7 +371,8 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
 }
 
 std::string Runtime::describe() const {
-  return mesh_->describe() + ";" + backend_->describe() + ";" + config_.Describe();
+  return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
+         config_.Describe();
 }
 
 }  // namespace hvdlite
