@@ -39,7 +39,8 @@ bench: build
 	$(PY) bench/allreduce.py --rounds 5
 	$(PY) bench/hierarchical.py
 	$(PY) bench/hierarchical.py --collective allgather
-	$(PY) bench/train.py
+	$(PY) bench/train.py --autotune
+	$(PY) bench/step_timeline.py
 	$(PY) bench/keras_train.py
 
 # The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: about 12 min each on 2 cores;

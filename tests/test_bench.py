@@ -69,3 +69,18 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     table = (tmp_path / "train.md").read_text()
     assert "| hvdlite, 2 ranks |" in table and "load average" in table
     assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(200)
+def test_step_timeline_draws_both_ranks(tmp_path):
+    """bench/step_timeline.py as a smoke run: both ranks' timelines and phases become a table, JSON and a PNG."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_timeline.py"), "--model",
+                             "resnet_small", "--image-size", "32", "--warmup", "1", "--steps", "2", "--out-dir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "step_timeline.json").read_text())
+    assert sorted((s["step"], s["rank"]) for s in report["steps"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # Every step reduced its gradients, so each rank saw some execution time.
+    assert all(s["allreduce_executing_ms"] > 0 and s["backward"] > 0 for s in report["steps"]), report
+    assert (tmp_path / "step_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path)) == ["step_timeline.json", "step_timeline.md", "step_timeline.png"]

@@ -141,6 +141,33 @@ def test_timeline_started_and_stopped_at_run_time(tmp_path):
     assert result.stdout.count("TIMELINE OK") == 2, result.stdout + result.stderr
 
 
+PER_RANK_TIMELINE = """
+import os, sys
+import torch
+import hvdlite.torch as hvd
+from hvdlite.timeline import activities, check, load
+hvd.init()
+out = sys.argv[1]
+hvd.start_timeline(os.path.join(out, "tl.{rank}.json"))
+hvd.allreduce(torch.ones(8), name="grad.w", op=hvd.Sum)
+hvd.stop_timeline()
+hvd.barrier()
+for rank in range(hvd.size()):
+    events = load(os.path.join(out, f"tl.{rank}.json"))
+    assert not check(events), check(events)
+    assert "grad.w" in activities(events, "ALLREDUCE"), activities(events, "ALLREDUCE")
+assert not os.path.exists(os.path.join(out, "tl.{rank}.json"))
+print("TIMELINE OK", flush=True)
+"""
+
+
+def test_timeline_with_rank_in_the_path_is_written_by_every_rank(tmp_path):
+    """A path with {rank} gives every rank its own timeline (to see both sides of a step)."""
+    result = run_job(PER_RANK_TIMELINE, np=2, args=[str(tmp_path)], timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("TIMELINE OK") == 2, result.stdout + result.stderr
+
+
 def span(phase, ts, pid=1, name="ALLREDUCE"):
     event = {"ph": phase, "ts": ts, "pid": pid, "tid": 1}
     if phase != "E":

@@ -263,7 +263,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) of every tensor's negotiation and
     execution to file_path, as Horovod's ``hvd.start_timeline``. Rank 0 writes it; on other ranks this is
-    accepted and records nothing. A running timeline (started here or by HVDLITE_TIMELINE) is closed first.
+    accepted and records nothing, unless file_path contains ``{rank}``: then every rank writes its own file, with
+    its rank in place of the marker. A running timeline (started here or by HVDLITE_TIMELINE) is closed first.
     mark_cycles adds a CYCLE_START instant event at each cycle that ran collectives."""
     _require_init()
     check(lib.hvdlite_start_timeline(os.fsencode(os.fspath(file_path)), 1 if mark_cycles else 0))

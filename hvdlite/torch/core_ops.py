@@ -185,6 +185,10 @@ def _owned_result(handle: int, like: torch.Tensor) -> torch.Tensor:
     """The core's result as a new tensor of like's dtype and device (CUDA results are copied device to device)."""
     shape = ops.output_shape(handle)
     out = torch.empty(shape, dtype=like.dtype, device=like.device)
+    if not like.is_cpu:
+        # The copy is synchronous (cudaMemcpy), outside the current stream's order: memory the caching allocator
+        # just handed out may still be read by that stream's queued work, so let the stream finish first.
+        torch.cuda.current_stream(like.device).synchronize()
     ops.copy_output(handle, out.data_ptr(), out.numel() * out.element_size())
     return out
 

@@ -23,7 +23,7 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   keys.secret.assign(init.secret, init.secret + init.secret_len);
   keys.job_id = init.job_id ? init.job_id : "job";
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
-  if (rank_ == 0 && !config_.timeline.empty()) timeline_.open(config_.timeline, config_.timeline_mark_cycles);
+  if (!config_.timeline.empty()) start_timeline(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
   // Two collectives on the init thread, before any other traffic: the knobs every rank must share are compared
   // (config_agreement.h); with ranks on several hosts, several on each, the two tiers of links are measured for
@@ -53,7 +53,15 @@ void Runtime::shutdown(const std::string& reason) {
 }
 
 void Runtime::start_timeline(const std::string& path, bool mark_cycles) {
-  if (rank_ == 0) timeline_.open(path, mark_cycles);
+  // Horovod's rule: rank 0 writes the timeline. A path with "{rank}" in it asks every rank for its own file
+  // (to see both sides of a step: bench/step_timeline.py).
+  const std::string marker = "{rank}";
+  const size_t at = path.find(marker);
+  if (at != std::string::npos) {
+    timeline_.open(path.substr(0, at) + std::to_string(rank_) + path.substr(at + marker.size()), mark_cycles);
+  } else if (rank_ == 0) {
+    timeline_.open(path, mark_cycles);
+  }
 }
 
 void Runtime::stop_timeline() { timeline_.close(); }
