@@ -108,6 +108,8 @@ def launch(kind, warmup, steps, out, model_name, image_size):
           str(steps), "--out", out, "--model", model_name, "--image-size", str(image_size)]
     if kind == "single":
         return subprocess.run(me, env=env, timeout=1800).returncode
+    if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
+        env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
     if kind.startswith("hvdlite"):
         return subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env,
                               timeout=1800).returncode
@@ -126,6 +128,9 @@ def main():
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--autotune", action="store_true",
                         help="add a row for hvdlite with HVDLITE_AUTOTUNE=1 (its search runs in extra warm-up steps)")
+    parser.add_argument("--fusion-mb", default="",
+                        help="comma-separated fusion thresholds in MB: a row for hvdlite with each (paired with the "
+                             "default row in every round)")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -134,7 +139,8 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
-    kinds = ("single", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ())
+    kinds = ("single", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + tuple(
+        f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
     for r in range(args.rounds):
         for kind in kinds:
             path = os.path.join(args.out_dir, f".raw-train-{kind}.json")
@@ -163,6 +169,9 @@ def main():
                            for t in tuned)
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
                      f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |")
+    for kind in kinds:
+        if kind.startswith("hvdlite-fusion"):
+            lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
     lines += [
         "",
         f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x",
@@ -180,6 +189,14 @@ def main():
     plot(rounds, best, args.out_dir)
 
 
+def label(kind, short=False):
+    if kind.startswith("hvdlite-fusion"):
+        mb = kind[len("hvdlite-fusion"):]
+        return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
+    return {"single": "single process", "ddp": "torch DDP, 2 ranks", "hvdlite": "hvdlite, 2 ranks",
+            "hvdlite-autotune": "hvdlite, autotuned"}[kind]
+
+
 def plot(rounds, best, out_dir):
     """img/s of every round, per configuration, with the 2-rank ideal (twice the best single process)."""
     import matplotlib
@@ -187,16 +204,14 @@ def plot(rounds, best, out_dir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = [k for k in ("single", "ddp", "hvdlite", "hvdlite-autotune") if k in best]
-    labels = {"single": "single process", "ddp": "torch DDP, 2 ranks", "hvdlite": "hvdlite, 2 ranks",
-              "hvdlite-autotune": "hvdlite, autotuned"}
+    kinds = list(best)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, kind in enumerate(kinds):
         values = [x["img_per_s"] for x in rounds if x["kind"] == kind]
         ax.bar(i, best[kind], color=f"C{i}", alpha=0.35, label=f"{kind}: best {best[kind]:.1f}")
         ax.scatter([i] * len(values), values, color=f"C{i}", zorder=3)
     ax.axhline(2 * best["single"], color="grey", linestyle="--", label="2 x single (ideal for 2 ranks)")
-    ax.set_xticks(range(len(kinds)), [labels[k] for k in kinds])
+    ax.set_xticks(range(len(kinds)), [label(k, short=True) for k in kinds], fontsize=8)
     ax.set_ylabel("images / second (dots: every round)")
     ax.set_title(machine_line(), fontsize=9)
     ax.legend(fontsize=8)

@@ -44,7 +44,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
     import cloudpickle
 
     from hvdlite.runner.job import BuiltinJob
-    from hvdlite.runner.run_task import get_blob, put_blob
+    from hvdlite.runner.run_task import get_blob, pack_call, put_blob
 
     if hosts is not None and hostfile is not None:
         raise ValueError("give hosts or hostfile, not both")
@@ -54,7 +54,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
         output_filename=output_filename,
         network_interfaces=[nic for nic in (network_interface or "").split(",") if nic],
         ssh=SshOptions(port=ssh_port, identity_file=ssh_identity_file, options=list(ssh_options)))
-    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    payload = pack_call(fn, args, kwargs)
     command = [executable or sys.executable, "-m", "hvdlite.runner.run_task"]
     with BuiltinJob(settings, command, extra_env=env) as job:
         client = job.client()

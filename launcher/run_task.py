@@ -3,7 +3,9 @@
 Protocol, over the job's rendezvous service (so it works on hosts that share no filesystem with the caller):
 the caller stores the cloudpickled ``(fn, args, kwargs)`` as blob "fn" in scope "hvdlite.run"; every rank
 fetches it, calls it and stores ``("ok", result)`` or ``("error", traceback text)`` as blob "result.<rank>".
-A blob is stored in chunks below the service's request limit, with its chunk count written last.
+A blob is stored in chunks below the service's request limit, with its chunk count written last. The blob also
+carries fn's source file, which cloudpickle (3.1.3 on) replaces with "<dynamic-code>" in what it pickles by
+value: the rank puts it back, so tracebacks name the file.
 """
 import json
 import os
@@ -29,13 +31,43 @@ def get_blob(client: RendezvousClient, key: str, wait: float) -> bytes:
     return b"".join(client.get(SCOPE, f"{key}.{index}", wait=0) for index in range(count))
 
 
+DYNAMIC_CODE = "<dynamic-code>"
+
+
+def pack_call(fn, args, kwargs) -> bytes:
+    """The "fn" blob: the call, and fn's source file for restore_source_file."""
+    import cloudpickle
+
+    source_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    return cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), source_file))
+
+
+def _with_file(code, source_file: str):
+    """code with co_filename (its own and its nested functions') set back to source_file."""
+    consts = tuple(_with_file(c, source_file) if isinstance(c, type(code)) else c for c in code.co_consts)
+    filename = source_file if code.co_filename == DYNAMIC_CODE else code.co_filename
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def restore_source_file(fn, source_file: str) -> None:
+    """Puts source_file back into fn and into the functions of fn's module that came with it by value."""
+    functions = [fn] + [value for value in getattr(fn, "__globals__", {}).values()
+                        if callable(value) and getattr(value, "__module__", None) == getattr(fn, "__module__", "")]
+    for function in functions:
+        code = getattr(function, "__code__", None)
+        if code is not None and code.co_filename == DYNAMIC_CODE:
+            function.__code__ = _with_file(code, source_file)
+
+
 def main() -> int:
     import cloudpickle
 
     rank = int(os.environ["HVDLITE_RANK"])
     timeout = float(os.environ.get("HVDLITE_START_TIMEOUT", "60"))
     client = client_from_env(timeout=timeout)
-    fn, args, kwargs = cloudpickle.loads(get_blob(client, "fn", wait=timeout))
+    fn, args, kwargs, source_file = cloudpickle.loads(get_blob(client, "fn", wait=timeout))
+    if source_file:
+        restore_source_file(fn, source_file)
     try:
         outcome = ("ok", fn(*args, **kwargs))
         payload = cloudpickle.dumps(outcome)

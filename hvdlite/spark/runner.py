@@ -36,7 +36,7 @@ from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.api import RunError
 from hvdlite.runner.local import build_rank_env
 from hvdlite.runner.run_task import SCOPE as RUN_SCOPE
-from hvdlite.runner.run_task import get_blob, put_blob
+from hvdlite.runner.run_task import get_blob, pack_call, put_blob
 from hvdlite.spark import protocol
 from hvdlite.spark.output import RankOutput
 from hvdlite.spark.protocol import TaskSpec
@@ -83,7 +83,6 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
     (or the Spark job fails), :class:`TimeoutError` when the ranks cannot all start within ``start_timeout``,
     :class:`RuntimeError` without an active SparkContext.
     """
-    import cloudpickle
     import pyspark
 
     if use_mpi:
@@ -114,7 +113,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
 
     job = _Run(spark_context, num_proc, float(start_timeout), nic_list, dict(env or {}), executable,
                     RankOutput(stdout, stderr, prefix_output_with_timestamp), verbose)
-    return job.run(cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
+    return job.run(pack_call(fn, args, kwargs))
 
 
 def _log(verbose: int, level: int, message: str, *args) -> None:
