@@ -51,11 +51,27 @@ if me == 1:
     assert not hvd.poll(handle)
     print("INTERRUPTED BOTH", flush=True)
     assert hvd.synchronize(handle).tolist() == [4.0] * 3
+    # 3. The same for the synchronous in-place allreduce_ (no Python handle): the tensor stays in use and
+    #    receives the result once rank 0 submits.
+    inplace = torch.full((5,), 3.0)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        hvd.allreduce_(inplace, name="inplace-late", op=hvd.Sum)
+    except Alarm:
+        pass
+    else:
+        raise AssertionError("the alarm never interrupted allreduce_")
+    deadline = time.monotonic() + 10
+    while inplace.tolist() != [6.0] * 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inplace.tolist() == [6.0] * 5, inplace
 else:
     time.sleep(3)
     assert hvd.allreduce(torch.ones(4), name="late", op=hvd.Sum).tolist() == [2.0] * 4
     time.sleep(1)
     assert hvd.allreduce(torch.full((3,), 2.0), name="later", op=hvd.Sum).tolist() == [4.0] * 3
+    time.sleep(1)
+    assert hvd.allreduce(torch.full((5,), 3.0), name="inplace-late", op=hvd.Sum).tolist() == [6.0] * 5
 # The abandoned synchronous allreduce finished in the background; later collectives work as usual.
 for step in range(20):
     assert hvd.allreduce(torch.ones(2) * step, name="after", op=hvd.Sum).tolist() == [2.0 * step] * 2

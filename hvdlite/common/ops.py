@@ -191,10 +191,29 @@ def wait(handle: int) -> None:
     """Blocks until the core handle finishes; raises its error (the handle stays valid for results)."""
     status = wait_status(handle)
     if status != 0:
-        buf = ffi.new("char[]", 8192)
-        n = lib.hvdlite_handle_error(handle, buf, 8192)
-        message = ffi.string(buf).decode(errors="replace") if n >= 0 else ""
-        raise error_for_status(status, message or f"operation failed with status {status}")
+        _raise_for(handle, status)
+
+
+def _raise_for(handle: int, status: int) -> None:
+    buf = ffi.new("char[]", 8192)
+    n = lib.hvdlite_handle_error(handle, buf, 8192)
+    message = ffi.string(buf).decode(errors="replace") if n >= 0 else ""
+    raise error_for_status(status, message or f"operation failed with status {status}")
+
+
+def wait_and_release(handle: int, keep_alive) -> None:
+    """wait() then release() for an operation whose result is already in the caller's buffers. Interrupted while
+    waiting, the operation is abandoned with keep_alive (its buffers) held until it finishes."""
+    try:
+        status = wait_status(handle)
+    except BaseException:
+        abandon([handle], keep_alive)
+        raise
+    try:
+        if status != 0:
+            _raise_for(handle, status)
+    finally:
+        lib.hvdlite_handle_release(handle)
 
 
 # Operations whose waiter was interrupted and gave them up: their buffers stay referenced until they finish
