@@ -12,9 +12,9 @@ from multiproc import run_job
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "adasum.py")
 
-# (id, np, host_ids, launcher, env)
+# (id, np, host_ids, launcher, env); 2 ranks run on MPI only (the algorithm is the same code over either backend's
+# point-to-point calls), to keep CI under 20 minutes
 CASES = [
-    ("builtin-np2", 2, None, "local", {"EXPECT_BACKEND": "builtin"}),
     ("builtin-np4", 4, None, "local", {"EXPECT_BACKEND": "builtin"}),
     ("tcp-2hosts-np4", 4, [0, 1, 0, 1], "local", {"EXPECT_BACKEND": "builtin"}),
     ("mpi-np2", 2, None, "mpi", {"EXPECT_BACKEND": "mpi"}),
