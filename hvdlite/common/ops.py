@@ -183,8 +183,12 @@ def wait_status(handle: int) -> int:
     release the handle (``abandon`` does both)."""
     while True:
         status = lib.hvdlite_wait(handle, WAIT_SLICE_SECONDS)
-        if status != _TIMEOUT_STATUS or lib.hvdlite_poll(handle) != 0:
+        if status != _TIMEOUT_STATUS:
             return status
+        if lib.hvdlite_poll(handle) != 0:
+            # Either the operation itself timed out, or it finished between the slice's end and the poll: only
+            # a second wait (immediate now) tells, with the operation's own status.
+            return lib.hvdlite_wait(handle, WAIT_SLICE_SECONDS)
 
 
 def wait(handle: int) -> None:

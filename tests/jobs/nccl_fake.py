@@ -171,6 +171,24 @@ check("host allreduce beside CUDA ones", hvd.allreduce(torch.ones(5), op=hvd.Sum
       torch.full((5,), float(n)))
 core_ops._placement = on_fake_device
 
+# The timeline's execution span of a CUDA collective runs until the device is done (the completion queue ends it).
+from hvdlite.timeline import activities, check as check_trace, load  # noqa: E402
+trace_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"hvdlite-nccl-timeline-{os.getpid()}.json")
+hvd.start_timeline(trace_path)  # rank 0 writes it
+hvd.allreduce(torch.ones(6), op=hvd.Sum, name="tl.single")
+handles = [hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name=f"tl.fused.{i}") for i in range(3)]
+for h in handles:
+    hvd.synchronize(h)
+hvd.stop_timeline()
+if me == 0:
+    events = load(trace_path)
+    os.remove(trace_path)
+    problems = check_trace(events)
+    spans = activities(events, "NCCL_ALLREDUCE")
+    if problems or spans.get("tl.single") != {"NCCL_ALLREDUCE"} or not all(f"tl.fused.{i}" in spans for i in range(3)):
+        raise CheckFailure(f"timeline of CUDA collectives: problems {problems}, spans {spans}")
+count += 1
+
 hvd.barrier()
 counters = (ctypes.c_long * 5)()
 cudart.fake_cuda_counters(counters)

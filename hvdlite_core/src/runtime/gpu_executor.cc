@@ -43,9 +43,9 @@ struct GpuExecutor::Reduction {
   double post = 1.0;
 };
 
-GpuExecutor::GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue)
+GpuExecutor::GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue, Timeline& timeline)
     : context_(context), cuda_(*context.gpu().cuda), nccl_(*context.gpu().nccl), device_(context.device()),
-      host_(host), queue_(queue), comms_(nccl_, host) {
+      host_(host), queue_(queue), timeline_(timeline), comms_(nccl_, host) {
   DeviceScope scope(cuda_, device_);
   check_cuda(cuda_, cuda_.StreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking), "cudaStreamCreateWithFlags");
   completions_.reset(new CompletionQueue(context_, device_, [this]() {
@@ -357,8 +357,12 @@ void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& gr
   check_cuda(cuda_, cuda_.EventRecord(done, stream_), "cudaEventRecord");
   auto batch = std::make_shared<std::vector<TensorEntry>>(std::move(entries));
   TensorQueue* queue = &queue_;
-  completions_->push(done, [queue, batch](const Status& status) {
-    for (TensorEntry& e : *batch) queue->finish(e, status);
+  Timeline* timeline = &timeline_;
+  completions_->push(done, [queue, timeline, batch](const Status& status) {
+    for (TensorEntry& e : *batch) {
+      timeline->end(e.request.name);  // before finish: the name cannot be submitted again until then
+      queue->finish(e, status);
+    }
   });
 }
 

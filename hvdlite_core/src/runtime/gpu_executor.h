@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/nccl_communicators.h"
+#include "common/timeline.h"
 #include "gpu/completion_queue.h"
 #include "gpu/gpu_context.h"
 #include "runtime/entry.h"
@@ -22,7 +23,7 @@ namespace hvdlite {
 class GpuExecutor {
  public:
   // host: the host data plane, for the NCCL unique id and alltoall's row counts.
-  GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue);
+  GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue, Timeline& timeline);
   ~GpuExecutor();  // waits until launched work has finished and its handles are finished
   // One fused allreduce (group of several) or one collective. Launches and returns: the entries move to the
   // completion queue. On a throw nothing was moved out of entries.
@@ -51,6 +52,7 @@ class GpuExecutor {
   int device_;
   Backend& host_;
   TensorQueue& queue_;
+  Timeline& timeline_;  // execution spans end when the device is done
   cuda::Stream stream_ = nullptr;
   char* fusion_ = nullptr;
   size_t fusion_bytes_ = 0;
