@@ -16,6 +16,7 @@
 #include "runtime/recent_ops.h"
 #include "runtime/response_cache.h"
 #include "runtime/validation.h"
+#include "transport/lost_peers.h"
 
 using namespace hvdlite;
 
@@ -335,6 +336,24 @@ static void test_cost_model() {
   CHECK(c.describe() == "local_latency_us=1.00;local_gbytes_per_s=5.000;cross_latency_us=50.00;cross_gbytes_per_s=0.125");
 }
 
+static void test_lost_peers() {
+  // Host .23 is cut: rank 0's heartbeat has expired, rank 1's (same host, its own port) not yet. Both are named
+  // unreachable; rank 2, which exited, is named closed; rank 3 is well and not named.
+  std::vector<PeerCondition> peers = {{PeerCondition::kUnreachable, 0, "10.0.0.23:45893"},
+                                      {PeerCondition::kAlive, 1, "10.0.0.23:33065"},
+                                      {PeerCondition::kClosed, 2, "10.0.0.24:46579"},
+                                      {PeerCondition::kAlive, 3, "10.0.0.24:40001"}};
+  std::string report = describe_lost_peers(peers, 3);
+  CHECK(contains(report, "; connections closed by now: rank 2 (10.0.0.24:46579)"));
+  CHECK(contains(report, "unreachable (no heartbeat answer for 3 s: host down or network cut): "
+                         "rank 0 (10.0.0.23:45893), rank 1 (10.0.0.23:33065)"));
+  CHECK(!contains(report, "rank 3"));
+  // A silent peer on a reachable host; nothing lost at all.
+  CHECK(describe_lost_peers({{PeerCondition::kSilent, 5, "[::1]:7"}}, 3) ==
+        "; not responding for over 1 s (stopped or hung): rank 5 ([::1]:7)");
+  CHECK(describe_lost_peers({{PeerCondition::kAlive, 1, "h:1"}}, 3).empty());
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -344,6 +363,7 @@ int main() {
   test_out_of_step();
   test_recent_ops();
   test_cost_model();
+  test_lost_peers();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

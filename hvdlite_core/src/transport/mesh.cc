@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "transport/lost_peers.h"
 #include "transport/shm_channel.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_channel.h"
@@ -231,42 +232,22 @@ std::string Mesh::lost_peers_report() const {
   struct timespec now_ts;
   clock_gettime(CLOCK_MONOTONIC, &now_ts);
   const int64_t now = static_cast<int64_t>(now_ts.tv_sec) * 1000000000 + now_ts.tv_nsec;
-  // A heartbeat that goes unanswered condemns the host, not one connection: the other connections to that host
-  // time out on their own timers, up to one heartbeat period later, and a report written in between must still
-  // name every rank there.
-  std::vector<Channel::PeerState> states(size(), Channel::PeerState::kAlive);
-  std::set<std::string> unreachable_hosts;
+  std::vector<PeerCondition> peers;
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || !channels_[r]) continue;
-    states[r] = channels_[r]->peer_state();
-    if (states[r] == Channel::PeerState::kUnreachable) unreachable_hosts.insert(channels_[r]->peer_host());
-  }
-  std::string closed, unreachable, silent;
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank_ || !channels_[r]) continue;
-    std::string who = "rank " + std::to_string(r) + " (" + channels_[r]->peer_host() + ")";
-    Channel::PeerState state = states[r];
-    if (state == Channel::PeerState::kAlive && unreachable_hosts.count(channels_[r]->peer_host()))
-      state = Channel::PeerState::kUnreachable;
+    PeerCondition p{PeerCondition::kAlive, r, channels_[r]->peer_host()};
+    Channel::PeerState state = channels_[r]->peer_state();
     if (state == Channel::PeerState::kClosed) {
-      closed += (closed.empty() ? "" : ", ") + who;
+      p.state = PeerCondition::kClosed;
     } else if (state == Channel::PeerState::kUnreachable) {
-      unreachable += (unreachable.empty() ? "" : ", ") + who;
+      p.state = PeerCondition::kUnreachable;
     } else if (r < static_cast<int>(peer_inboxes_.size()) && peer_inboxes_[r].header()) {
       int64_t stamp = peer_inboxes_[r].header()->alive_ns.load(std::memory_order_relaxed);
-      if (stamp > 0 && now - stamp > 1000000000) silent += (silent.empty() ? "" : ", ") + who;
+      if (stamp > 0 && now - stamp > 1000000000) p.state = PeerCondition::kSilent;
     }
+    peers.push_back(p);
   }
-  std::string report;
-  if (!closed.empty()) report += "; connections closed by now: " + closed;
-  if (!unreachable.empty()) {
-    std::ostringstream limit;
-    limit << config_.peer_unreachable_seconds;
-    report += "; unreachable (no heartbeat answer for " + limit.str() + " s: host down or network cut): " +
-              unreachable;
-  }
-  if (!silent.empty()) report += "; not responding for over 1 s (stopped or hung): " + silent;
-  return report;
+  return describe_lost_peers(peers, config_.peer_unreachable_seconds);
 }
 
 }  // namespace hvdlite
