@@ -65,18 +65,9 @@ def worker(args):
 
 def spans(path):
     """(tensor, activity, start s, end s) of every span in a timeline, in seconds from its origin."""
-    from hvdlite.timeline import load
+    from hvdlite.timeline import load, spans as timeline_spans
 
-    events = load(path)
-    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    stacks, out = {}, []
-    for e in events:
-        if e.get("ph") == "B":
-            stacks.setdefault(e["pid"], []).append((e["name"], e["ts"]))
-        elif e.get("ph") == "E" and stacks.get(e["pid"]):
-            name, began = stacks[e["pid"]].pop()
-            out.append((rows.get(e["pid"], "?"), name, began / 1e6, e["ts"] / 1e6))
-    return out
+    return [(tensor, name, began / 1e6, ended / 1e6) for tensor, name, began, ended in timeline_spans(load(path))]
 
 
 def union_length(intervals):

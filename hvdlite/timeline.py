@@ -117,30 +117,32 @@ def activities(events: List[dict], prefix: str) -> Dict[str, set]:
     return found
 
 
+def spans(events: List[dict]) -> List[Tuple[str, str, float, float]]:
+    """(tensor, activity, begin us, end us) of every complete span, in the order the spans end."""
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    stacks: Dict[Tuple[int, int], List[Tuple[str, float]]] = {}
+    found = []
+    for event in events:
+        phase = event.get("ph")
+        if phase == "B":
+            stacks.setdefault((event["pid"], event["tid"]), []).append((event["name"], event["ts"]))
+        elif phase == "E" and stacks.get((event["pid"], event["tid"])):
+            name, began = stacks[(event["pid"], event["tid"])].pop()
+            found.append((rows.get(event["pid"], f"pid {event['pid']}"), name, began, event["ts"]))
+    return found
+
+
 def summarize(events: List[dict]) -> Tuple[List[TensorSummary], int]:
     """Per-tensor totals of each activity (NEGOTIATE_allreduce, ALLREDUCE, ...) busiest first, and the number of
     cycle markers. Activities are the span names without their fusion note ("ALLREDUCE (fused x4)" counts as
     ALLREDUCE)."""
-    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    cycles = sum(1 for e in events if e.get("ph") in ("i", "I") and e.get("name") == "CYCLE_START")
     summaries: Dict[str, TensorSummary] = {}
-    stacks: Dict[Tuple[int, int], List[Tuple[str, float]]] = {}
-    cycles = 0
-    for event in events:
-        phase = event.get("ph")
-        if phase in ("i", "I") and event.get("name") == "CYCLE_START":
-            cycles += 1
-        if phase not in ("B", "E"):
-            continue
-        stack = stacks.setdefault((event["pid"], event["tid"]), [])
-        if phase == "B":
-            stack.append((event["name"], event["ts"]))
-            continue
-        name, began = stack.pop()
+    for tensor, name, began, ended in spans(events):
         name = name.split(" (", 1)[0]
-        tensor = rows.get(event["pid"], f"pid {event['pid']}")
         summary = summaries.setdefault(tensor, TensorSummary(tensor))
         summary.count[name] = summary.count.get(name, 0) + 1
-        summary.total_us[name] = summary.total_us.get(name, 0.0) + (event["ts"] - began)
+        summary.total_us[name] = summary.total_us.get(name, 0.0) + (ended - began)
     ordered = sorted(summaries.values(), key=lambda s: (-s.busy_us, s.tensor))
     return ordered, cycles
 
