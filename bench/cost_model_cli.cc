@@ -5,7 +5,9 @@
 // 2 log2(N) latencies plus 2 S over the slowest link's bandwidth, the pipeline hiding the depth).
 //
 //   cost_model_cli LOCAL_LATENCY_S LOCAL_BYTES_PER_S CROSS_LATENCY_S CROSS_BYTES_PER_S SMALL_BYTES \
-//                  HOSTSxPER_HOST[,...] BYTES[,...]
+//                  HOSTSxPER_HOST[,...] BYTES[,...] [PIPELINE_BYTES]
+// "hierarchical" is the two-tier algorithm with its tiers one after the other, "pipelined" with them overlapped
+// over chunks of PIPELINE_BYTES (the core's default when not given).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "collectives/cost_model.h"
+#include "common/config.h"
 
 using namespace hvdlite;
 
@@ -25,8 +28,9 @@ static std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 8) {
-    std::fprintf(stderr, "usage: %s LOCAL_LAT LOCAL_BW CROSS_LAT CROSS_BW SMALL HxL[,HxL] BYTES[,BYTES]\n", argv[0]);
+  if (argc != 8 && argc != 9) {
+    std::fprintf(stderr, "usage: %s LOCAL_LAT LOCAL_BW CROSS_LAT CROSS_BW SMALL HxL[,HxL] BYTES[,BYTES] [PIPELINE]\n",
+                 argv[0]);
     return 2;
   }
   LinkCosts c;
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   c.cross_latency_s = std::atof(argv[3]);
   c.cross_bytes_per_s = std::atof(argv[4]);
   const size_t small = std::strtoull(argv[5], nullptr, 10);
+  const int64_t pipeline = argc == 9 ? std::strtoll(argv[8], nullptr, 10) : Config().hierarchical_pipeline_bytes;
   for (const std::string& layout : split(argv[6], ',')) {
     std::vector<std::string> hl = split(layout, 'x');
     const int hosts = std::atoi(hl[0].c_str()), per_host = std::atoi(hl[1].c_str());
@@ -43,9 +48,10 @@ int main(int argc, char** argv) {
       const int n = hosts * per_host;
       const double tree = 2 * std::log2(static_cast<double>(n)) * c.cross_latency_s + 2.0 * bytes / c.cross_bytes_per_s;
       std::printf("{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"hierarchical\": %.9g, "
-                  "\"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
+                  "\"pipelined\": %.9g, \"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
                   hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, small, c),
-                  predict_allreduce_hierarchical(hosts, per_host, bytes, small, c), tree,
+                  predict_allreduce_hierarchical(hosts, per_host, bytes, small, c),
+                  predict_allreduce_hierarchical(hosts, per_host, bytes, small, c, pipeline), tree,
                   predict_allgather_flat(hosts, per_host, bytes, c),
                   predict_allgather_hierarchical(hosts, per_host, bytes, c));
     }

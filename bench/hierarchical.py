@@ -57,6 +57,11 @@ def predict(cli, figures, small, layouts, sizes):
     return [json.loads(line) for line in out.splitlines()]
 
 
+def two_tier_key(prefix):
+    """The prediction for what the core runs: allreduce's two tiers overlapped (pipelined), allgather's in turn."""
+    return "allgather_hierarchical" if prefix else "pipelined"
+
+
 def link_figures(build_info):
     fields = dict(part.split("=", 1) for part in build_info.split(";") if "=" in part)
     return {key: float(fields[key]) for key in ("local_latency_us", "local_gbytes_per_s", "cross_latency_us",
@@ -130,6 +135,7 @@ def main():
     cli = build_cli(workdir)
     predicted = {p["bytes"]: p for p in predict(cli, figures, small, [(2, args.per_host)], sizes)}
     prefix = "" if args.collective == "allreduce" else "allgather_"
+    two_tier = two_tier_key(prefix)
     extrapolated = predict(cli, figures, small, EXTRAPOLATE, EXTRAPOLATE_SIZES)
     shutil.rmtree(workdir, ignore_errors=True)
 
@@ -137,7 +143,7 @@ def main():
     for size in sizes:
         row = {"bytes": size, "chosen": chosen.get(size, "?"),
                "predicted_flat_s": predicted[size][prefix + "flat"],
-               "predicted_two_tier_s": predicted[size][prefix + "hierarchical"]}
+               "predicted_two_tier_s": predicted[size][two_tier]}
         for mode, _ in MODES:
             row[f"{mode}_median_s"] = statistics.median(times[mode][size])
             row[f"{mode}_worst_s"] = max(times[mode][size])
@@ -161,11 +167,13 @@ def main():
                      f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
                      f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |")
     lines += ["", "Extrapolated with the same link figures (model only):", "",
-              "| layout | size | flat ring (ms) | two-tier (ms) |" + (" pipelined tree (ms) |" if not prefix else ""),
-              "|---|---|---|---|" + ("---|" if not prefix else "")]
+              "| layout | size | flat ring (ms) | two-tier (ms) |" +
+              (" two-tier, tiers overlapped (ms) | pipelined tree (ms) |" if not prefix else ""),
+              "|---|---|---|---|" + ("---|---|" if not prefix else "")]
     for p in extrapolated:
         lines.append(f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p[prefix + 'flat'] * 1e3:.2f} | "
-                     f"{p[prefix + 'hierarchical'] * 1e3:.2f} |" + (f" {p['tree'] * 1e3:.2f} |" if not prefix else ""))
+                     f"{p[prefix + 'hierarchical'] * 1e3:.2f} |" +
+                     (f" {p['pipelined'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |" if not prefix else ""))
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -190,7 +198,7 @@ def plot(report, out_dir, name="hierarchical", prefix=""):
     for (hosts, per_host), color in zip(EXTRAPOLATE, ("C2", "C3")):
         points = [p for p in report["extrapolated"] if p["hosts"] == hosts and p["per_host"] == per_host]
         sizes = [p["bytes"] for p in points]
-        right.plot(sizes, [p[prefix + "flat"] / p[prefix + "hierarchical"] for p in points], "-", color=color,
+        right.plot(sizes, [p[prefix + "flat"] / p[two_tier_key(prefix)] for p in points], "-", color=color,
                    label=f"{hosts}x{per_host}: flat / two-tier")
         if not prefix:  # the tree estimate is for allreduce
             right.plot(sizes, [p["flat"] / p["tree"] for p in points], ":", color=color,

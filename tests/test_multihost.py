@@ -137,19 +137,22 @@ def received_bytes(link: str) -> int:
         return int(f.read())
 
 
-def bytes_sent_flat_and_two_tier(cluster, tmp_path, job: str, args, collective: str) -> dict:
-    """Runs tests/jobs/JOB on 2 hosts x 2 ranks, flat and then two-tier (HVDLITE_HIERARCHICAL_<COLLECTIVE>=0/1;
-    the other collective is forced flat too, so that no link measurement at init adds its own bytes); returns
-    {"flat": [bytes host 0 sent, host 1], "two_tier": [...]}, counted where each host's link enters the bridge."""
+def bytes_sent_flat_and_two_tier(cluster, tmp_path, job: str, args, collective: str, two_tier_env=None) -> dict:
+    """Runs tests/jobs/JOB on 2 hosts x 2 ranks, flat and then two-tier (HVDLITE_HIERARCHICAL_<COLLECTIVE>=0/1,
+    with two_tier_env added; the other collective is forced flat too, so that no link measurement at init adds its
+    own bytes); returns {"flat": [bytes host 0 sent, host 1], "two_tier": [...]}, counted where each host's link
+    enters the bridge."""
     a, b = cluster.hosts
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", job)
     other = "ALLGATHER" if collective == "ALLREDUCE" else "ALLREDUCE"
     sent = {}
     for label, setting in (("flat", "0"), ("two_tier", "1")):
         before = [received_bytes(cluster.outside(i)) for i in range(2)]
+        env = {"HVDLITE_HIERARCHICAL_" + collective: setting, "HVDLITE_HIERARCHICAL_" + other: "0"}
+        if setting == "1":
+            env.update(two_tier_env or {})
         result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address), *cluster.ssh_flags(),
-                               PY, path, str(tmp_path), label, *map(str, args)], timeout=150,
-                              env={"HVDLITE_HIERARCHICAL_" + collective: setting, "HVDLITE_HIERARCHICAL_" + other: "0"})
+                               PY, path, str(tmp_path), label, *map(str, args)], timeout=150, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         sent[label] = [received_bytes(cluster.outside(i)) - before[i] for i in range(2)]
     print("bytes sent by each host (flat, two-tier):", sent)
@@ -161,10 +164,12 @@ def test_hierarchical_allreduce_matches_flat_and_sends_less_between_hosts(cluste
     """2 hosts x 2 ranks, 8 MB allreduces, once flat and once two-tier (HVDLITE_HIERARCHICAL_ALLREDUCE=1).
     Integer results are equal bit for bit, float ones to rounding; on each host's link (counted where it
     enters the bridge) the two-tier run sends 2(H-1)/H = 1x the buffer per allreduce against the flat ring's
-    2(N-1)/N = 1.5x, so about two thirds of the bytes."""
+    2(N-1)/N = 1.5x, so about two thirds of the bytes. The two-tier run pipelines its tiers over chunks of an odd
+    size (HVDLITE_HIERARCHICAL_PIPELINE_BYTES=999999: 9 uneven chunks of 8 MB, none of the 1001-element buffer)."""
     import numpy as np
     elements, repeats = 2 << 20, 4  # 8 MB of int32
-    sent = bytes_sent_flat_and_two_tier(cluster, tmp_path, "two_tier_allreduce.py", [elements, repeats], "ALLREDUCE")
+    sent = bytes_sent_flat_and_two_tier(cluster, tmp_path, "two_tier_allreduce.py", [elements, repeats], "ALLREDUCE",
+                                        two_tier_env={"HVDLITE_HIERARCHICAL_PIPELINE_BYTES": "999999"})
     buffer_bytes = elements * 4
     allreduces = 2 + repeats  # ints, floats and the repeats; the small "odd" one is negligible
     for host in range(2):
@@ -205,11 +210,14 @@ def allreduce_activities(timeline_path: str) -> dict:
 
 
 @pytest.mark.timeout(240)
-def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automatically(cluster, tmp_path):
-    """2 hosts x 2 ranks, each host's link limited to 1 Gbit/s both ways (tc tbf). Flat, two-tier and automatic
-    (with a timeline) runs of 1, 16 and 64 MB allreduces. Two-tier must be faster at 16 and 64 MB; at every size
-    where one algorithm is clearly (20%) faster, the automatic run must have chosen it. The speedups are
-    printed and recorded in docs/hierarchical.md (the byte bound for 2 x 2 is 1.5x)."""
+@pytest.mark.parametrize("per_host", [2, 4])
+def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automatically(cluster, tmp_path, per_host):
+    """2 hosts x 2 and x 4 ranks, each host's link limited to 1 Gbit/s both ways (tc tbf). Flat, two-tier and
+    automatic (with a timeline) runs of 1, 16 and 64 MB allreduces. At every size where one algorithm is clearly
+    (20%) faster, the automatic run must have chosen it. Two-tier must be faster at 16 and 64 MB: it cuts the bytes
+    on each host's link from the flat ring's 2(N-1)/N of the buffer to 2(H-1)/H, a bound of 1.5x on 2 x 2 and
+    1.75x on 2 x 4; the issue's 1.6x is asserted where the bound allows it (2 x 4), and 1.4x on 2 x 2. The
+    speedups are printed and recorded in docs/hierarchical.md."""
     job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "allreduce_timing.py")
     a, b = cluster.hosts
     sizes = [1 << 20, 16 << 20, 64 << 20]
@@ -222,8 +230,10 @@ def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automaticall
             env = {"HVDLITE_HIERARCHICAL_ALLREDUCE": setting}
             if label == "auto":
                 env["HVDLITE_TIMELINE"] = str(tmp_path / "timeline.json")
-            result = run_launcher(["-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address), *cluster.ssh_flags(),
-                                   PY, job, str(out), ",".join(map(str, sizes)), "2"], timeout=150, env=env)
+            result = run_launcher(["-np", str(2 * per_host), "-H", "%s:%d,%s:%d" % (a.address, per_host, b.address,
+                                                                                     per_host),
+                                   *cluster.ssh_flags(), PY, job, str(out), ",".join(map(str, sizes)), "2"],
+                                  timeout=150, env=env)
             assert result.returncode == 0, result.stdout + result.stderr
             with open(out) as f:
                 runs[label] = json.load(f)
@@ -235,7 +245,7 @@ def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automaticall
                                                       if "latency" in f or "gbytes" in f])
     assert "cross_gbytes_per_s=" in runs["auto"]["build_info"]  # measured at init in the automatic mode
     for size in (16 << 20, 64 << 20):
-        assert best["flat"][size] / best["two_tier"][size] >= 1.15, best
+        assert best["flat"][size] / best["two_tier"][size] >= (1.6 if per_host == 4 else 1.4), best
     chosen = allreduce_activities(str(tmp_path / "timeline.json"))
     for size in sizes:
         activities = chosen["allreduce.%d" % size]
@@ -246,3 +256,40 @@ def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automaticall
             assert hierarchical == {True}, (size, ratio, activities)
         elif ratio < 1 / 1.2:
             assert hierarchical == {False}, (size, ratio, activities)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_during_pipelined_two_tier_allreduces_fails_the_others_promptly(cluster, tmp_path):
+    """2 hosts x 2 ranks running 16 MB two-tier allreduces pipelined over 64 chunks (each rank runs its host tiers
+    and, on a helper thread, its network tier at once); rank 3 is killed mid-run. Every survivor's allreduce fails
+    within 6 s (the 5 s no-progress timeout is the longest path: a network-tier partner whose host-mate failed),
+    naming rank 3, and the job ends: no pipeline thread is left waiting."""
+    import signal
+    from launcher_helpers import hvdlite_run
+    from multiproc import job_env
+    a, b = cluster.hosts
+    out = tmp_path / "killed"
+    out.mkdir()
+    trial = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "fault_trial.py")
+    env = job_env({"HVDLITE_HIERARCHICAL_ALLREDUCE": "1", "HVDLITE_HIERARCHICAL_PIPELINE_BYTES": str(256 << 10)})
+    launcher = subprocess.Popen([hvdlite_run(), "-np", "4", "-H", "%s:2,%s:2" % (a.address, b.address),
+                                 *cluster.ssh_flags(), PY, trial, str(out), "3", "sigkill", str(4 << 20)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_until(lambda: sum(name.startswith("running.") for name in os.listdir(out)) == 4, 60), \
+            "the ranks never got going"
+        killed_at = time.time()
+        os.kill(int((out / "pid.3").read_text()), signal.SIGKILL)
+        output, _ = launcher.communicate(timeout=40)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode != 0, output
+    for rank in range(3):
+        path = out / ("error.%d" % rank)
+        assert path.exists(), "rank %d saw no error\n%s" % (rank, output[-4000:])
+        error = json.loads(path.read_text())
+        assert "rank 3" in error["message"], (rank, error)
+        assert error["time"] - killed_at <= 6.0, (rank, error["time"] - killed_at, error)
+        print("rank %d failed %.2f s after the kill: %s" % (rank, error["time"] - killed_at, error["message"][:160]))

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "collectives/reduce_kernels.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
+#include "common/ordered_worker.h"
 #include "runtime/desync.h"
 #include "runtime/fusion.h"
 #include "runtime/recent_ops.h"
@@ -308,6 +310,19 @@ static void test_cost_model() {
   // Two-tier: 2 local steps of 32 MiB, then 2 steps in which both pairs send 16 MiB over the shared link.
   CHECK(near(predict_allreduce_hierarchical(2, 2, mb64, small, c),
              2 * (1e-6 + (32 << 20) / 5e9) + 2 * (50e-6 + 2.0 * (16 << 20) / 125e6)));
+  // Pipelined over 4 MiB chunks (16 of them): the network tier of a chunk (2 steps of 2 x 1 MiB) is slower than its
+  // host tier (2 steps of 2 MiB), so it runs back to back and one chunk's host tier is added.
+  const double chunk_host = 2 * (1e-6 + (2 << 20) / 5e9), chunk_network = 2 * (50e-6 + 2.0 * (1 << 20) / 125e6);
+  CHECK(near(predict_allreduce_hierarchical(2, 2, mb64, small, c, 4 << 20), 16 * chunk_network + chunk_host));
+  CHECK(predict_allreduce_hierarchical(2, 2, mb64, small, c, 4 << 20) < predict_allreduce_hierarchical(2, 2, mb64, small, c));
+  // A buffer no larger than one chunk is not cut.
+  CHECK(near(predict_allreduce_hierarchical(2, 2, 4 << 20, small, c, 4 << 20),
+             predict_allreduce_hierarchical(2, 2, 4 << 20, small, c)));
+  // 256 hosts: a chunk's cross ring takes 510 steps, each paying the latency again; the model keeps one chunk.
+  CHECK(choose_hierarchical_chunks(256, 8, mb64, small, c, 4 << 20) == 1);
+  CHECK(choose_hierarchical_chunks(2, 2, mb64, small, c, 4 << 20) == 16);
+  CHECK(choose_hierarchical_chunks(2, 2, mb64, small, LinkCosts(), 4 << 20) == 16);  // unmeasured: the knob
+  CHECK(hierarchical_pipeline_chunks(mb64, 0) == 1 && hierarchical_pipeline_chunks(mb64 + 1, 1 << 20) == 64);
   // Recursive doubling below the threshold: 2 hosts x 4 = distances 1, 2 local, 4 across (4 ranks at once).
   CHECK(near(predict_allreduce_flat(2, 4, 1024, small, c), 2 * (1e-6 + 1024 / 5e9) + 50e-6 + 4 * 1024 / 125e6));
   // Large buffers on a slow network: two-tier wins, by up to 2(N-1)/N over 2(H-1)/H (1.75 for 2 x 4).
@@ -354,6 +369,43 @@ static void test_lost_peers() {
   CHECK(describe_lost_peers({{PeerCondition::kAlive, 1, "h:1"}}, 3).empty());
 }
 
+static void test_ordered_worker() {
+  // Jobs run one at a time in submission order, on another thread; wait(i) sees job i's effects.
+  std::vector<int> ran;
+  {
+    OrderedWorker worker;
+    for (int i = 0; i < 50; ++i) worker.submit([&ran, i] { ran.push_back(i); });
+    worker.wait(49);
+    CHECK(ran.size() == 50);
+    for (int i = 0; i < 50; ++i) CHECK(ran[i] == i);
+  }
+  // A failing job: waiting on it or any later job rethrows, later jobs do not run, and the destructor joins.
+  std::vector<int> after;
+  bool threw = false, later_threw = false;
+  {
+    OrderedWorker worker;
+    worker.submit([] {});
+    worker.submit([] { throw std::runtime_error("tier failed"); });
+    worker.submit([&after] { after.push_back(2); });
+    try {
+      worker.wait(1);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()) == "tier failed";
+    }
+    try {
+      worker.wait(2);
+    } catch (const std::runtime_error&) {
+      later_threw = true;
+    }
+  }
+  CHECK(threw && later_threw && after.empty());
+  // Destroyed with work still queued (the caller's own stage failed): returns without running what was queued.
+  {
+    OrderedWorker worker;
+    worker.submit([] {});
+  }
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -364,6 +416,7 @@ int main() {
   test_recent_ops();
   test_cost_model();
   test_lost_peers();
+  test_ordered_worker();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 """One rank of a fault-matrix trial (tests/test_fault_matrix.py): allreduce steps until something fails.
 
-argv: OUT_DIR VICTIM FAULT. Every rank writes its pid to OUT_DIR/pid.<rank> after init and then runs named
-float32 allreduces (numpy buffers straight through the core, so a trial costs no framework import). With FAULT
+argv: OUT_DIR VICTIM FAULT [ELEMENTS]. Every rank writes its pid to OUT_DIR/pid.<rank> after init and then runs named
+float32 allreduces of ELEMENTS (default 4096; numpy buffers straight through the core, so a trial costs no framework import). With FAULT
 "raise" the victim raises in user code at step 40; the other faults come from the test (SIGKILL, SIGSTOP, a link
 going down). A survivor whose collective fails writes OUT_DIR/error.<rank> (wall time of the failure and the
 message) and exits 3."""
@@ -16,11 +16,12 @@ from hvdlite.common import basics, ops
 from numpy_collectives import allreduce
 
 out_dir, victim, fault = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+elements = int(sys.argv[4]) if len(sys.argv) > 4 else 4096
 basics.init()
 rank, size = basics.rank(), basics.size()
 with open(os.path.join(out_dir, f"pid.{rank}"), "w") as f:
     f.write(str(os.getpid()))
-buffer = np.ones(4096, dtype=np.float32)
+buffer = np.ones(elements, dtype=np.float32)
 step = 0
 try:
     while True:

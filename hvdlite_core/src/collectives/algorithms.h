@@ -32,6 +32,7 @@ bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes);
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 // Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
+// Pipelined over chunks of about HIERARCHICAL_PIPELINE_BYTES (cost_model.h's hierarchical_pipeline_chunks).
 void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
 // Scales each reduced segment while it is still in cache (saves a pass over the result).
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,

@@ -26,6 +26,13 @@ std::string LinkCosts::describe() const {
   return text;
 }
 
+size_t hierarchical_pipeline_chunks(size_t bytes, int64_t pipeline_bytes) {
+  if (pipeline_bytes <= 0 || bytes <= static_cast<size_t>(pipeline_bytes)) return 1;
+  const size_t chunks = (bytes + pipeline_bytes - 1) / static_cast<size_t>(pipeline_bytes);
+  // Beyond 64 chunks the per-chunk latencies outweigh what more overlap could gain.
+  return std::min<size_t>(chunks, 64);
+}
+
 double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c) {
   const int n = hosts * per_host;
   if (n < 2 || bytes == 0) return 0;
@@ -49,25 +56,52 @@ double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t smal
   return 2.0 * (n - 1) * step;
 }
 
-double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
-                                      const LinkCosts& c) {
-  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes,
-                                                                             small_message_bytes, c);
-  const double size = static_cast<double>(bytes);
+namespace {
+
+double predict_two_tier(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c,
+                        size_t chunk_count) {
+  // Each chunk runs both tiers on its share of the buffer (allreduce_hierarchical.cc).
+  const double chunks = static_cast<double>(chunk_count);
+  const double size = static_cast<double>(bytes) / chunks;
   const double segment = size / per_host;
   auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
   auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
   // Reduce-scatter and allgather inside the host: per_host - 1 steps each of one segment per link.
-  double t = 2.0 * (per_host - 1) * local(segment);
+  const double host_tier = 2.0 * (per_host - 1) * local(segment);
   // Across hosts: per_host allreduces of one segment at once, sharing each host's link.
+  double network_tier = 0;
   if (segment < small_message_bytes) {
     const int p = power_of_two_below(hosts);
-    for (int distance = 1; distance < p; distance *= 2) t += cross(segment * per_host);
-    if (p != hosts) t += 2 * cross(segment * per_host);
+    for (int distance = 1; distance < p; distance *= 2) network_tier += cross(segment * per_host);
+    if (p != hosts) network_tier += 2 * cross(segment * per_host);
   } else {
-    t += 2.0 * (hosts - 1) * cross(segment / hosts * per_host);
+    network_tier = 2.0 * (hosts - 1) * cross(segment / hosts * per_host);
   }
-  return t;
+  if (chunk_count == 1) return host_tier + network_tier;
+  // Overlapped: the slower tier runs back to back, the faster one adds its first (or last) chunk.
+  return chunks * std::max(host_tier, network_tier) + std::min(host_tier, network_tier);
+}
+
+}  // namespace
+
+size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
+                                  const LinkCosts& c, int64_t pipeline_bytes) {
+  const size_t most = hierarchical_pipeline_chunks(bytes, pipeline_bytes);
+  if (most == 1 || !c.known() || hosts < 2 || per_host < 2) return most;
+  // Every chunk pays each tier's latencies again: with many hosts the cross ring's 2(H-1) steps per chunk can
+  // cost more than the overlap saves.
+  return predict_two_tier(hosts, per_host, bytes, small_message_bytes, c, most) <
+                 predict_two_tier(hosts, per_host, bytes, small_message_bytes, c, 1)
+             ? most
+             : 1;
+}
+
+double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
+                                      const LinkCosts& c, int64_t pipeline_bytes) {
+  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes,
+                                                                             small_message_bytes, c);
+  return predict_two_tier(hosts, per_host, bytes, small_message_bytes, c,
+                          choose_hierarchical_chunks(hosts, per_host, bytes, small_message_bytes, c, pipeline_bytes));
 }
 
 double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c) {

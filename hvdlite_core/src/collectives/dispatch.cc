@@ -67,7 +67,9 @@ bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes) {
   const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
   return two_tier_chosen(comm, comm.config().hierarchical_allreduce,
                          [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
-                           return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, small, c)
+                           return two_tier ? predict_allreduce_hierarchical(
+                                                 hosts, per_host, bytes, small, c,
+                                                 comm.config().hierarchical_pipeline_bytes)
                                            : predict_allreduce_flat(hosts, per_host, bytes, small, c);
                          });
 }

@@ -84,6 +84,7 @@ const std::vector<Knob>& knobs() {
        [](const Config& c) {
          return std::string(c.hierarchical_allgather < 0 ? "auto" : c.hierarchical_allgather ? "1" : "0");
        }},
+      number_knob("HIERARCHICAL_PIPELINE_BYTES", &Config::hierarchical_pipeline_bytes),
       number_knob("LOCAL_LATENCY_US", &Config::local_latency_us),
       number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
       number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),

@@ -26,6 +26,8 @@ struct Config {
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span
                                               // hosts, 0 never, unset/auto: the cost model picks (cost_model.h)
   int hierarchical_allgather = -1;            // HIERARCHICAL_ALLGATHER: the same for allgather
+  int64_t hierarchical_pipeline_bytes = 4 << 20;  // HIERARCHICAL_PIPELINE_BYTES: two-tier allreduce overlaps its
+                                              // host and network tiers over chunks of this size (0: no overlap)
   // The cost model's link constants; 0: measured at init (collectives/cost_model.h).
   double local_latency_us = 0;                // LOCAL_LATENCY_US: one message between ranks on one host
   double local_gbytes_per_s = 0;              // LOCAL_GBYTES_PER_S: one stream between ranks on one host

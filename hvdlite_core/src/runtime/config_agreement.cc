@@ -27,6 +27,8 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
       {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
+      {"HIERARCHICAL_PIPELINE_BYTES",
+       [](const Config& c) { return static_cast<double>(c.hierarchical_pipeline_bytes); }},
       {"CPU_OPERATIONS", [](const Config& c) { return static_cast<double>(c.cpu_operations); }},
       // The autotuner's windows end at the same response on every rank, where they broadcast rank 0's choice.
       {"AUTOTUNE", [](const Config& c) { return c.autotune ? 1.0 : 0.0; }},

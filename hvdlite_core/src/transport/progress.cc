@@ -14,6 +14,7 @@ thread_local int64_t t_spin_override = -1;
 }
 
 void Progress::set_thread_spin(int64_t spin_us) { t_spin_override = spin_us; }
+int64_t Progress::thread_spin() { return t_spin_override; }
 
 bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   bool moved = false;

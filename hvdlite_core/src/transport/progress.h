@@ -31,6 +31,8 @@ class Progress {
   // Spin budget for the calling thread, overriding the configured one (the background thread spins less:
   // its waits overlap with the training step's computation, which needs the core more).
   static void set_thread_spin(int64_t spin_us);
+  // The calling thread's override (-1: none), for helpers that should wait the way their caller does.
+  static int64_t thread_spin();
   // doorbell/sleepers/alive_ns: this rank's shm inbox words (nullptr when it has no shm channels).
   Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, std::atomic<int64_t>* alive_ns,
            int64_t spin_us, double timeout_s)
