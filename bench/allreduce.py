@@ -4,8 +4,10 @@
     python bench/allreduce.py --peers hvdlite # only hvdlite
     python bench/allreduce.py --sizes 8,1048576 --rounds 1 --out-dir /tmp/quick   # a quick look at two sizes
 
-Peers: hvdlite (built-in backend, started by hvdlite's own launcher), hvdlite-mpi (hvdlite with the MPI data
-plane, HVDLITE_CPU_OPERATIONS=mpi, started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
+Peers: hvdlite (built-in backend, started by hvdlite's own launcher; its allreduce algorithms per size come from
+the machine's measured table, cached under ~/.cache/hvdlite), hvdlite-fixed (the same with the fixed rules,
+HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-mpi (hvdlite with the MPI data plane, HVDLITE_CPU_OPERATIONS=mpi,
+started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
 Each peer runs as its own 2-process job with the same sizes and iteration rules; the peers take turns, and the
 whole turn is repeated --rounds times, so a slow period of the shared machine hits every peer alike and a bimodal
 result shows up as a gap between the median and the worst round. Bus bandwidth follows nccl-tests:
@@ -68,7 +70,10 @@ def worker_hvdlite():
     result = measure(lambda t: hvd.allreduce_(t, name="bench", op=hvd.Sum), hvd.barrier,
                      lambda n: torch.ones(n, dtype=torch.float32), hvd.rank())
     check = hvd.allreduce(torch.ones(3), name="check", op=hvd.Sum)
-    assert check.tolist() == [2.0] * 3, check
+    assert check.tolist() == [float(hvd.size())] * 3, check
+    if hvd.rank() == 0:  # which algorithms ran: the measured table (cached or not) or the fixed rules
+        print("hvdlite " + ";".join(f for f in hvd.build_info().split(";") if f.startswith("allreduce_")),
+              flush=True)
     return hvd.rank(), hvd.size(), result
 
 
@@ -95,7 +100,8 @@ def worker_mpi():
 
 
 def run_worker(name, out_path):
-    workers = {"hvdlite": worker_hvdlite, "hvdlite-mpi": worker_hvdlite, "torch-gloo": worker_torch, "mpi": worker_mpi}
+    workers = {"hvdlite": worker_hvdlite, "hvdlite-fixed": worker_hvdlite, "hvdlite-mpi": worker_hvdlite,
+               "torch-gloo": worker_torch, "mpi": worker_mpi}
     rank, size, result = workers[name]()
     if rank == 0:
         with open(out_path, "w") as f:
@@ -106,7 +112,9 @@ def launch(peer, np_, out_path, sizes):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes))
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer == "hvdlite":
+    if peer in ("hvdlite", "hvdlite-fixed"):
+        if peer == "hvdlite-fixed":
+            env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=900).returncode
     if peer in ("mpi", "hvdlite-mpi"):
@@ -223,7 +231,7 @@ def human(n):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--peers", default="hvdlite,hvdlite-mpi,torch-gloo,mpi")
+    parser.add_argument("--peers", default="hvdlite,hvdlite-fixed,hvdlite-mpi,torch-gloo,mpi")
     parser.add_argument("--rounds", type=int, default=3, help="turns of every peer, interleaved (default 3)")
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated")
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"),

@@ -9,7 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "hvdlite_core")
 SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cache.cc", "runtime/fusion.cc", "runtime/desync.cc", "runtime/recent_ops.cc",
            "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "collectives/cost_model.cc",
-           "transport/lost_peers.cc", "common/ordered_worker.cc"]
+           "transport/lost_peers.cc", "common/ordered_worker.cc",
+           "collectives/allreduce_table.cc"]
 
 
 @pytest.mark.timeout(180)

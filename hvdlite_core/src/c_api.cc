@@ -12,6 +12,7 @@
 #include "backends/mpi_backend.h"
 #include "gpu/cuda_api.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "hvdlite.h"
 #include "runtime/runtime.h"
 #include "transport/socket_util.h"
@@ -79,7 +80,7 @@ int copy_text(const std::string& text, char* buffer, int32_t capacity) {
 
 using namespace hvdlite;
 
-HVDLITE_EXPORT const char* hvdlite_version(void) { return "0.1.0"; }
+HVDLITE_EXPORT const char* hvdlite_version(void) { return hvdlite::kVersion; }
 
 HVDLITE_EXPORT const char* hvdlite_last_error(void) { return g_last_error.c_str(); }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_table.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
 #include "common/dtype.h"
@@ -406,6 +407,31 @@ static void test_ordered_worker() {
   }
 }
 
+static void test_allreduce_table() {
+  using A = AllreduceAlgorithm;
+  // Fastest per probe; bands meet at the geometric midpoint between probes; equal neighbours merge; a probe
+  // with no candidate (all negative) adds nothing.
+  std::vector<AllreduceProbe> probes = {{4096, {1e-6, 2e-6, -1}},
+                                        {32768, {5e-6, 4e-6, 3e-6}},
+                                        {262144, {-1, 30e-6, 20e-6}},
+                                        {2097152, {-1, 100e-6, 200e-6}},
+                                        {16777216, {-1, 900e-6, 950e-6}},
+                                        {1 << 30, {-1, -1, -1}}};
+  AllreduceTable table = AllreduceTable::from_probes(probes);
+  CHECK(table.serialize() == "rd@0,single_copy@11585,ring@741455");
+  CHECK(table.choose(0) == A::kRecursiveDoubling && table.choose(11584) == A::kRecursiveDoubling);
+  CHECK(table.choose(11585) == A::kSingleCopy && table.choose(741454) == A::kSingleCopy);
+  CHECK(table.choose(741455) == A::kRing && table.choose(size_t{1} << 40) == A::kRing);
+  AllreduceTable parsed;
+  CHECK(AllreduceTable::parse(table.serialize(), &parsed) && parsed.serialize() == table.serialize());
+  // Only what serialize() writes: the first band at 0, ascending, known names, plain numbers.
+  for (const char* bad : {"", "ring@5", "ring@0,rd@0", "ring@0,rd@10,ring@9", "tree@0", "ring@", "ring@-1",
+                          "ring@0x10", "ring", "ring@0,"}) {
+    AllreduceTable untouched = table;
+    CHECK(!AllreduceTable::parse(bad, &untouched) && untouched.serialize() == table.serialize());
+  }
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -417,6 +443,7 @@ int main() {
   test_cost_model();
   test_lost_peers();
   test_ordered_worker();
+  test_allreduce_table();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -42,6 +42,10 @@ class Backend {
                               DType dtype, ReduceKind kind) = 0;
   // Whether this message goes through the two-tier algorithm (for the timeline's label); allgather: else allreduce.
   virtual bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const { return false; }
+  // The one-tier allreduce algorithm this message runs, where the backend chooses among several ("": no label).
+  virtual std::string flat_allreduce_algorithm(const Communicator& comm, size_t bytes, size_t count) const {
+    return "";
+  }
   // "key=value;..." for build_info: what this backend runs on.
   virtual std::string describe() const = 0;
 };

@@ -51,6 +51,10 @@ class BuiltinBackend : public Backend {
     return allgather ? use_hierarchical_allgather(comm, bytes) : use_hierarchical_allreduce(comm, bytes);
   }
 
+  std::string flat_allreduce_algorithm(const Communicator& comm, size_t bytes, size_t count) const override {
+    return comm.size() > 1 && count > 0 ? algorithm_name(flat_allreduce_choice(comm, bytes, count)) : "";
+  }
+
   std::string describe() const override { return "cpu_operations=builtin"; }
 
  private:

@@ -23,6 +23,10 @@ void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
 
 // In place, no scaling: recursive doubling for small messages, the ring for large ones (the one-tier choice).
 void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// The one-tier algorithm allreduce_flat() runs for this message: the measured table where the communicator has
+// one (a job on one host, runtime/algorithm_cache.h), else the fixed rules of SMALL_MESSAGE_BYTES and
+// SINGLE_COPY_ALLREDUCE.
+AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes, size_t count);
 // Whether allreduce() takes the two-tier path for this message (HIERARCHICAL_ALLREDUCE; needs comm.local()).
 bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes);
 // The same for allgather() and its total output bytes (HIERARCHICAL_ALLGATHER).

@@ -1,8 +1,9 @@
 // Algorithm choice. Small messages are latency-bound: recursive doubling needs log2(n) exchanges. Large ones
 // are bandwidth-bound: the ring moves 2(n-1)/n of the data per rank, the optimum for a bandwidth-bound
 // allreduce. On one host, single-copy reads (cross-memory attach) move fewer bytes, but process_vm_readv pins
-// every page on every call: measured, the ring through shared-memory rings was faster at every size from
-// 256 KiB to 64 MiB (docs/benchmarks.md), so allreduce uses it unless SINGLE_COPY_ALLREDUCE is set.
+// every page on every call. Where the crossovers lie differs from one processor to the next, so a job on one
+// host takes them from a table measured on this machine (allreduce_table.h, cached by runtime/algorithm_cache.h);
+// other communicators, and jobs that set SMALL_MESSAGE_BYTES or SINGLE_COPY_ALLREDUCE, use those fixed rules.
 // Allgather and broadcast, which copy and do not reduce, keep the single-copy path.
 #include <cstring>
 
@@ -17,32 +18,51 @@ std::vector<size_t> even_split(size_t count, int n) {
   return parts;
 }
 
+AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes, size_t count) {
+  const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
+  AllreduceAlgorithm algorithm;
+  if (!comm.allreduce_table().empty()) {
+    algorithm = comm.allreduce_table().choose(bytes);
+  } else if (comm.config().single_copy_allreduce && bytes >= small) {
+    algorithm = AllreduceAlgorithm::kSingleCopy;
+  } else {
+    algorithm = bytes < small ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+  }
+  if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local()) algorithm = AllreduceAlgorithm::kRing;
+  if (count < static_cast<size_t>(comm.size())) algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  return algorithm;
+}
+
 void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
                double postscale) {
   size_t bytes = count * dtype_size(dtype);
-  if (comm.size() > 1 && comm.single_copy_local() && comm.config().single_copy_allreduce &&
-      bytes >= static_cast<size_t>(comm.config().small_message_bytes)) {
-    allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);
+  const bool two_tier = comm.size() > 1 && count > 0 && use_hierarchical_allreduce(comm, bytes);
+  if (comm.size() > 1 && count > 0 && !two_tier &&
+      flat_allreduce_choice(comm, bytes, count) == AllreduceAlgorithm::kSingleCopy) {
+    allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
     return;
   }
   if (input != output && bytes > 0) std::memcpy(output, input, bytes);
-  if (comm.size() > 1 && count > 0) {
-    if (use_hierarchical_allreduce(comm, bytes)) {
-      allreduce_hierarchical(comm, output, count, dtype, kind);
-    } else {
-      allreduce_flat(comm, output, count, dtype, kind);
-    }
+  if (two_tier) {
+    allreduce_hierarchical(comm, output, count, dtype, kind);
+  } else {
+    allreduce_flat(comm, output, count, dtype, kind);
   }
   if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
 }
 
 void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
   if (comm.size() == 1 || count == 0) return;
-  size_t bytes = count * dtype_size(dtype);
-  if (bytes < static_cast<size_t>(comm.config().small_message_bytes) || count < static_cast<size_t>(comm.size())) {
-    allreduce_recursive_doubling(comm, buffer, count, dtype, kind);
-  } else {
-    allreduce_ring(comm, buffer, count, dtype, kind);
+  switch (flat_allreduce_choice(comm, count * dtype_size(dtype), count)) {
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      allreduce_recursive_doubling(comm, buffer, count, dtype, kind);
+      break;
+    case AllreduceAlgorithm::kRing:
+      allreduce_ring(comm, buffer, count, dtype, kind);
+      break;
+    case AllreduceAlgorithm::kSingleCopy:
+      allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, 1.0);
+      break;
   }
 }
 

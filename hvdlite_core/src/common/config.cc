@@ -70,6 +70,18 @@ const std::vector<Knob>& knobs() {
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
+      {"ALLREDUCE_ALGORITHMS",
+       [](Config& c, const char* text) {
+         const std::string v(text);
+         if (v == "measured" || v == "auto") c.allreduce_algorithms = 0;
+         else if (v == "fixed") c.allreduce_algorithms = 1;
+         else throw Error(StatusCode::kInvalidArgument,
+                          std::string("HVDLITE_ALLREDUCE_ALGORITHMS is '") + text +
+                              "'; it takes measured (choose per size from this machine's figures) or fixed");
+       },
+       [](const Config& c) { return std::string(c.allreduce_algorithms == 1 ? "fixed" : "measured"); }},
+      {"ALGORITHM_CACHE_DIR", [](Config& c, const char* text) { c.algorithm_cache_dir = text; },
+       [](const Config& c) { return c.algorithm_cache_dir; }},
       {"HIERARCHICAL_ALLREDUCE",
        [](Config& c, const char* text) {
          c.hierarchical_allreduce = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
@@ -128,6 +140,10 @@ Config Config::FromEnvironment() {
   Config config;
   for (const Knob& knob : knobs()) {
     if (const char* text = lookup(knob.name)) knob.apply(config, text);
+  }
+  // A user who tuned the fixed rules keeps them: the knobs override the measured choice.
+  if (!lookup("ALLREDUCE_ALGORITHMS") && (lookup("SMALL_MESSAGE_BYTES") || lookup("SINGLE_COPY_ALLREDUCE"))) {
+    config.allreduce_algorithms = 1;
   }
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;

@@ -35,6 +35,12 @@ struct Config {
   double cross_gbytes_per_s = 0;              // CROSS_GBYTES_PER_S: one stream alone on a host's network link
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
                                               // (off: the shm ring measured faster, docs/benchmarks.md)
+  int allreduce_algorithms = 0;               // ALLREDUCE_ALGORITHMS: on one host, "measured" 0: chosen per size
+                                              // from this machine's figures (runtime/algorithm_cache.h); "fixed"
+                                              // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting
+                                              // either of those implies fixed)
+  std::string algorithm_cache_dir;            // ALGORITHM_CACHE_DIR: where measured tables are kept ("":
+                                              // $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)
   int cpu_operations = 0;                     // CPU_OPERATIONS: data plane for host tensors: builtin (Horovod's
                                               // "gloo" names it too) 0, mpi 1 (backends/backend.h)
   std::string mpi_plugin;                     // MPI_PLUGIN: path of the MPI plugin ("": beside the core library)

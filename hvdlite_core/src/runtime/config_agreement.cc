@@ -25,6 +25,7 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"CACHE_CAPACITY", [](const Config& c) { return static_cast<double>(c.cache_capacity); }},
       {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
+      {"ALLREDUCE_ALGORITHMS", [](const Config& c) { return static_cast<double>(c.allreduce_algorithms); }},
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
       {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
       {"HIERARCHICAL_PIPELINE_BYTES",
@@ -45,6 +46,7 @@ const std::vector<SharedKnob>& shared_knobs() {
 std::string show(const char* name, double value) {
   if (std::string(name).rfind("HIERARCHICAL_", 0) == 0 && value < 0) return "auto";
   if (std::string(name) == "CPU_OPERATIONS") return value == 1 ? "mpi" : "builtin";
+  if (std::string(name) == "ALLREDUCE_ALGORITHMS") return value == 1 ? "fixed" : "measured";
   char text[32];
   std::snprintf(text, sizeof(text), "%.15g", value);
   return text;

@@ -122,7 +122,12 @@ void Executor::run_single(const Response& r) {
         for (int64_t d : r.first_dims) rows += d;
         bytes = static_cast<size_t>(rows * row_elements(r.shape)) * dtype_size(r.dtype);
       }
-      if (backend_.runs_two_tier(*comm, r.op == OpType::kAllgather, bytes)) activity += " (hierarchical)";
+      if (backend_.runs_two_tier(*comm, r.op == OpType::kAllgather, bytes)) {
+        activity += " (hierarchical)";
+      } else if (r.op == OpType::kAllreduce && r.reduce_op != ReduceOp::kAdasum && !r.on_device) {
+        const std::string algorithm = backend_.flat_allreduce_algorithm(*comm, bytes, bytes / dtype_size(r.dtype));
+        if (!algorithm.empty()) activity += " (" + algorithm + ")";
+      }
     }
   }
   TimelineSpan span(timeline_, e ? r.name : std::string(), activity);
@@ -206,7 +211,10 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     total += counts[i];
   }
   const bool two_tier = timeline_.enabled() && backend_.runs_two_tier(*comm, false, total * esize);
-  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) + (two_tier ? ", hierarchical)" : ")");
+  const std::string algorithm =
+      timeline_.enabled() && !two_tier ? backend_.flat_allreduce_algorithm(*comm, total * esize, total) : "";
+  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) +
+                               (two_tier ? ", hierarchical)" : algorithm.empty() ? ")" : ", " + algorithm + ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   for (size_t i = 0; i < group.size(); ++i) {
     if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, activity));

@@ -7,6 +7,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "common/log.h"
+#include "runtime/algorithm_cache.h"
 #include "runtime/config_agreement.h"
 
 namespace hvdlite {
@@ -25,14 +26,22 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   mesh_.reset(new Mesh(config_, rank_, std::move(peers), std::move(keys), listen_fd));
   if (!config_.timeline.empty()) start_timeline(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
-  // Two collectives on the init thread, before any other traffic: the knobs every rank must share are compared
+  // Collectives on the init thread, before any other traffic: the knobs every rank must share are compared
   // (config_agreement.h); with ranks on several hosts, several on each, the two tiers of links are measured for
-  // the automatic choice of the hierarchical allreduce (collectives/cost_model.h).
+  // the automatic choice of the hierarchical allreduce (collectives/cost_model.h); on one host, the allreduce
+  // algorithms are measured or read from the cache (algorithm_cache.h).
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
   if (world->local() && world->local()->size() > 1 &&
       (config_.hierarchical_allreduce < 0 || config_.hierarchical_allgather < 0) && config_.cpu_operations == 0) {
     mesh_->set_link_costs(measure_link_costs(*world, config_));
+  }
+  // On one host, the flat allreduce algorithms by size come from this machine's figures (cached per machine).
+  if (size_ > 1 && world->host_count() == 1 && config_.allreduce_algorithms == 0 && config_.cpu_operations == 0) {
+    EstablishedTable established = establish_allreduce_table(*world, config_);
+    world->set_allreduce_table(established.table);
+    allreduce_table_origin_ = established.origin;
+    allreduce_table_path_ = established.path;
   }
   backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
@@ -379,8 +388,13 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
 }
 
 std::string Runtime::describe() const {
-  return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
-         config_.Describe();
+  // allreduce_table: where the one-host algorithm choice came from (measured, cached, or fixed: the knobs' rules).
+  const AllreduceTable& table = sets_->get(0)->allreduce_table();
+  const std::string algorithms = "allreduce_table=" + (table.empty() ? std::string("fixed") : allreduce_table_origin_) +
+                                 (table.empty() ? "" : ";allreduce_algorithms=" + table.serialize() +
+                                                           ";allreduce_table_file=" + allreduce_table_path_);
+  return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
+         ";" + config_.Describe();
 }
 
 }  // namespace hvdlite

@@ -74,6 +74,8 @@ class Runtime {
 
   std::atomic<bool> shutdown_requested_{false};
   std::mutex abort_reason_mutex_;
+  std::string allreduce_table_origin_;  // "measured" or "cached" when the world set has a table
+  std::string allreduce_table_path_;
   std::string abort_reason_;  // written before shutdown_requested_ is set, read by the cycle after it is
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;

@@ -1,0 +1,46 @@
+// Which flat allreduce algorithm runs at which message size, on one host: chosen from measurements of this
+// machine (measure_allreduce.cc, cached by runtime/algorithm_cache.h) rather than from constants tuned on another.
+// Recursive doubling, the ring through shared-memory rings and single-copy reads swap places from one processor
+// to the next (issue 11: tuned on a Xeon, the fixed thresholds lost to Open MPI on an AMD EPYC).
+//
+// The table is a list of size bands, each naming an algorithm; a band runs from its min_bytes to the next one's.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace hvdlite {
+
+enum class AllreduceAlgorithm { kRecursiveDoubling, kRing, kSingleCopy };
+const char* algorithm_name(AllreduceAlgorithm algorithm);
+
+// One measured probe size: the seconds of each candidate there (max over members, median over repeats); a
+// negative figure means "not a candidate at this size".
+struct AllreduceProbe {
+  size_t bytes;
+  double seconds[3];  // indexed by AllreduceAlgorithm
+};
+
+class AllreduceTable {
+ public:
+  struct Band {
+    size_t min_bytes;
+    AllreduceAlgorithm algorithm;
+  };
+  // The fastest candidate at each probe size, each probe's band reaching halfway (geometrically) to its
+  // neighbours'; adjacent bands with the same algorithm are merged. Probes in ascending size.
+  static AllreduceTable from_probes(const std::vector<AllreduceProbe>& probes);
+  // "rd@0,ring@11585,single_copy@724077": the cache's and build_info's form. parse() accepts exactly what
+  // serialize() writes (bands ascending, the first at 0) and returns false on anything else.
+  std::string serialize() const;
+  static bool parse(const std::string& text, AllreduceTable* table);
+
+  bool empty() const { return bands_.empty(); }
+  AllreduceAlgorithm choose(size_t bytes) const;
+  const std::vector<Band>& bands() const { return bands_; }
+
+ private:
+  std::vector<Band> bands_;
+};
+
+}  // namespace hvdlite

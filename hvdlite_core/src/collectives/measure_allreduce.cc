@@ -1,0 +1,75 @@
+// Measuring the flat allreduce algorithms on this machine at init (allreduce_table.h). Every member runs every
+// candidate at each probe size, interleaved (so a noisy period slows all candidates of a size alike), a warm-up
+// and then timed repeats; each member keeps its median, and the slowest member's median is what counts (an
+// allreduce ends when its last member does). The figures are combined with a max-allreduce by recursive
+// doubling, which every member computes identically, so every member derives the same table.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "collectives/allreduce_table.h"
+#include "collectives/measure_allreduce.h"
+#include "common/wait.h"
+
+namespace hvdlite {
+namespace {
+
+// 4 KiB to 16 MiB, a factor of 8 apart: latency-bound, cache-sized and memory-bound messages.
+constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20};
+constexpr size_t kRecursiveDoublingMaxBytes = 2 << 20;  // it sends the whole buffer log2(n) times: never above
+constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
+
+void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data, size_t count) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      allreduce_recursive_doubling(comm, data, count, DType::kFloat32, ReduceKind::kMax);
+      break;
+    case AllreduceAlgorithm::kRing:
+      allreduce_ring(comm, data, count, DType::kFloat32, ReduceKind::kMax);
+      break;
+    case AllreduceAlgorithm::kSingleCopy:
+      allreduce_single_copy(comm, data, data, count, DType::kFloat32, ReduceKind::kMax, 1.0);
+      break;
+  }
+}
+
+}  // namespace
+
+AllreduceTable measure_allreduce_table(Communicator& comm, std::vector<AllreduceProbe>* probes_out) {
+  std::vector<AllreduceProbe> probes;
+  std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
+  std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
+  for (size_t bytes : kProbeBytes) {
+    AllreduceProbe probe{bytes, {-1, -1, -1}};
+    const size_t count = bytes / sizeof(float);
+    const int repeats = bytes >= (16 << 20) ? 3 : bytes >= (2 << 20) ? 5 : 9;
+    std::vector<AllreduceAlgorithm> candidates;
+    if (bytes <= kRecursiveDoublingMaxBytes) candidates.push_back(AllreduceAlgorithm::kRecursiveDoubling);
+    if (count >= static_cast<size_t>(comm.size())) candidates.push_back(AllreduceAlgorithm::kRing);
+    if (comm.single_copy_local() && bytes >= kSingleCopyMinBytes) candidates.push_back(AllreduceAlgorithm::kSingleCopy);
+    std::vector<std::vector<double>> seconds(candidates.size());
+    for (int repeat = -1; repeat < repeats; ++repeat) {  // -1: the warm-up (first touch, ring set-up)
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        auto start = Clock::now();
+        run_candidate(comm, candidates[c], data.data(), count);
+        if (repeat >= 0) seconds[c].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+    }
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      std::nth_element(seconds[c].begin(), seconds[c].begin() + seconds[c].size() / 2, seconds[c].end());
+      probe.seconds[static_cast<int>(candidates[c])] = seconds[c][seconds[c].size() / 2];
+    }
+    for (double s : probe.seconds) figures.push_back(s);
+    probes.push_back(probe);
+  }
+  // Not a candidate anywhere stays negative: -1 on every member.
+  allreduce_recursive_doubling(comm, figures.data(), figures.size(), DType::kFloat64, ReduceKind::kMax);
+  for (size_t i = 0; i < probes.size(); ++i) {
+    for (int a = 0; a < 3; ++a) probes[i].seconds[a] = figures[i * 3 + a];
+  }
+  if (probes_out) *probes_out = probes;
+  return AllreduceTable::from_probes(probes);
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,30 @@
+// The allreduce algorithm table (collectives/allreduce_table.h) of a job whose ranks share one host: read from the
+// per-machine cache, else measured (collectives/measure_allreduce.h) and written there for the next job.
+//
+// The cache is one small text file per key under ALGORITHM_CACHE_DIR (default $XDG_CACHE_HOME/hvdlite, else
+// ~/.cache/hvdlite). The key covers what changes the answer: the processor model and the cores online, the
+// library version, the number of ranks, and the transport settings (shared-memory ring size, shm and cross-memory
+// attach disabled or not). Rank 0 reads it and broadcasts the table, so every rank runs the same algorithms; a
+// missing, unreadable or malformed file means a measurement, never an error.
+#pragma once
+#include <string>
+
+#include "collectives/allreduce_table.h"
+#include "collectives/communicator.h"
+#include "common/config.h"
+
+namespace hvdlite {
+
+struct EstablishedTable {
+  AllreduceTable table;
+  std::string origin;  // "cached" or "measured"
+  std::string path;    // the cache file (rank 0's view)
+};
+
+// Collective over world (every rank on one host, at least two ranks).
+EstablishedTable establish_allreduce_table(Communicator& world, const Config& config);
+
+// The cache file for this machine and job layout (exposed for tests and build_info).
+std::string allreduce_cache_path(const Communicator& world, const Config& config);
+
+}  // namespace hvdlite

@@ -1,0 +1,131 @@
+"""The allreduce algorithms of a job on one host are chosen from measurements of this machine, cached per machine
+(runtime/algorithm_cache.h): measured by the first job, read by the next, obeyed by every rank, overridden by the
+fixed-rule knobs, and re-measured when the cache file is damaged. Across real processes, with numpy buffers through
+the core; each run checks its results against a reference at sizes on both sides of every band."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hvdjob import assert_job_ok, parse_build_info, prelude
+from multiproc import run_job
+
+JOB = prelude() + """
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
+from hvdlite.common import basics, ops
+from numpy_collectives import allreduce
+basics.init()
+n, me = basics.size(), basics.rank()
+checked = 0
+# Sizes around the probe sizes (4 KB ... 16 MB) and odd counts, every reduce op the kernels offer, two dtypes.
+counts = (1, 3, 1000, 3001, 9000, 70001, 300000, 1 << 20, (4 << 20) + 5)
+for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else counts:
+    for dtype in (np.float32, np.int32):
+        for op, reference in ((ops.Sum, lambda xs: sum(xs)), (ops.Max, lambda xs: np.maximum.reduce(xs)),
+                              (ops.Min, lambda xs: np.minimum.reduce(xs))):
+            inputs = [((np.arange(count) * (r + 3)) % 1009 - 500 + r).astype(dtype) for r in range(n)]
+            out = allreduce(inputs[me].copy(), "t.%d.%s.%s" % (count, np.dtype(dtype).name, op), op=op)
+            expected = reference(inputs).astype(dtype)
+            assert np.array_equal(out, expected), (count, dtype, op)
+            checked += 1
+info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
+print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("allreduce_")})), flush=True)
+print("OK %d" % checked, flush=True)
+basics.shutdown()
+"""
+
+
+def infos(result) -> dict:
+    found = {}
+    for line in result.stdout.splitlines():
+        if "INFO " in line:
+            import json
+            rank, rest = line.split("INFO ", 1)[1].split(" ", 1)
+            found[int(rank)] = json.loads(rest)
+    return found
+
+
+def run(np_, cache_dir, **env):
+    result = run_job(JOB, np_, env={"HVDLITE_ALGORITHM_CACHE_DIR": str(cache_dir), **env}, timeout=120)
+    assert_job_ok(result, np_)
+    found = infos(result)
+    assert sorted(found) == list(range(np_)), result.stdout
+    assert all(found[r] == found[0] for r in found), found  # every rank runs the same table
+    return found[0]
+
+
+@pytest.mark.timeout(240)
+def test_measured_by_the_first_job_read_by_the_next_and_obeyed(tmp_path):
+    first = run(2, tmp_path)
+    assert first["allreduce_table"] == "measured", first
+    path = first["allreduce_table_file"]
+    assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path), first
+    header, key, bands = open(path).read().splitlines()
+    assert header == "hvdlite allreduce table v1" and "ranks=2" in key and "processor=" in key, key
+    assert bands == first["allreduce_algorithms"] and bands.startswith(("rd@0", "ring@0", "single_copy@0")), bands
+
+    second = run(2, tmp_path)
+    assert second == dict(first, allreduce_table="cached"), (first, second)
+
+    # Another job size is another key: measured for itself.
+    three = run(3, tmp_path)
+    assert three["allreduce_table"] == "measured" and three["allreduce_table_file"] != path, three
+
+    # A table written by hand is what every rank runs, algorithm by algorithm (the results are checked above
+    # against the reference for each); the timeline names the algorithm each allreduce ran.
+    from hvdlite.timeline import activities, load
+    for bands, expected in (("ring@0", {1: "rd", 1000: "ring", (4 << 20) + 5: "ring"}),
+                            ("rd@0,single_copy@16384", {1000: "rd", 9000: "single_copy", 1 << 20: "single_copy"}),
+                            ("single_copy@0,ring@1000000", {1: "rd", 3: "single_copy", 300000: "ring"})):
+        with open(path, "w") as f:
+            f.write("%s\n%s\n%s\n" % (header, key, bands))
+        timeline = tmp_path / "timeline.json"
+        forced = run(2, tmp_path, HVDLITE_TIMELINE=str(timeline))
+        assert forced["allreduce_table"] == "cached" and forced["allreduce_algorithms"] == bands, forced
+        ran = activities(load(str(timeline)), "ALLREDUCE")
+        for count, algorithm in expected.items():  # float32: 4 bytes an element
+            assert ran["t.%d.float32.1" % count] == {"ALLREDUCE (%s)" % algorithm}, (bands, count, ran)
+
+
+@pytest.mark.timeout(180)
+def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUICK_CHECK", "1")  # what is checked here is where the table came from
+    first = run(2, tmp_path)
+    path = first["allreduce_table_file"]
+    for damage in ("", "hvdlite allreduce table v1\nsomething else\nring@0\n",
+                   open(path).read().replace("@0", "@5", 1), "garbage@@\n\n"):
+        with open(path, "w") as f:
+            f.write(damage)
+        again = run(2, tmp_path)
+        assert again["allreduce_table"] == "measured", (damage, again)
+        assert open(path).read().splitlines()[2] == again["allreduce_algorithms"]  # and rewritten
+    # The fixed-rule knobs keep a user's tuning; ALLREDUCE_ALGORITHMS=fixed asks for the fixed rules outright.
+    for env in ({"HVDLITE_SINGLE_COPY_ALLREDUCE": "1"}, {"HOROVOD_SMALL_MESSAGE_BYTES": "1024"},
+                {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"}):
+        assert run(2, tmp_path, **env) == {"allreduce_table": "fixed"}, env
+    # An unwritable cache directory costs a measurement each time, never the job.
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    assert run(2, blocked / "sub")["allreduce_table"] == "measured"
+
+
+def test_ranks_must_agree_on_the_choice(tmp_path):
+    script = prelude() + """
+import os
+from hvdlite.common import basics
+from hvdlite.common.errors import InvalidArgumentError
+if int(os.environ["HOROVOD_RANK"]):
+    os.environ["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
+try:
+    basics.init()
+except InvalidArgumentError as error:
+    print("REFUSED %s" % str(error).replace(chr(10), " "), flush=True)
+"""
+    result = run_job(script, 2, env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path)}, timeout=60)
+    refused = [line for line in result.stdout.splitlines() if "REFUSED" in line]
+    assert len(refused) == 2, result.stdout + result.stderr
+    for line in refused:
+        assert "HVDLITE_ALLREDUCE_ALGORITHMS differs between ranks: measured on rank 0, fixed on rank 1" in line, line
