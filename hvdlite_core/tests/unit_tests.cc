@@ -409,16 +409,18 @@ static void test_ordered_worker() {
 
 static void test_allreduce_table() {
   using A = AllreduceAlgorithm;
-  // Fastest per probe; bands meet at the geometric midpoint between probes; equal neighbours merge; a probe
-  // with no candidate (all negative) adds nothing.
+  // Fastest per probe where it beats the fixed rules' choice (rd below 64 KB, else ring) by 10%; bands meet at the
+  // geometric midpoint between probes; equal neighbours merge; a probe with no candidate adds nothing.
   std::vector<AllreduceProbe> probes = {{4096, {1e-6, 2e-6, -1}},
                                         {32768, {5e-6, 4e-6, 3e-6}},
                                         {262144, {-1, 30e-6, 20e-6}},
-                                        {2097152, {-1, 100e-6, 200e-6}},
+                                        {2097152, {-1, 100e-6, 95e-6}},    // 5% better: a tie, the ring stays
                                         {16777216, {-1, 900e-6, 950e-6}},
                                         {1 << 30, {-1, -1, -1}}};
-  AllreduceTable table = AllreduceTable::from_probes(probes);
+  AllreduceTable table = AllreduceTable::from_probes(probes, 64 << 10);
   CHECK(table.serialize() == "rd@0,single_copy@11585,ring@741455");
+  CHECK(AllreduceTable::from_probes({{32768, {5e-6, 4.6e-6, -1}}}, 64 << 10).serialize() == "rd@0");  // 8%: a tie
+  CHECK(AllreduceTable::from_probes({{32768, {5e-6, 4.4e-6, -1}}}, 64 << 10).serialize() == "ring@0");  // 12%
   CHECK(table.choose(0) == A::kRecursiveDoubling && table.choose(11584) == A::kRecursiveDoubling);
   CHECK(table.choose(11585) == A::kSingleCopy && table.choose(741454) == A::kSingleCopy);
   CHECK(table.choose(741455) == A::kRing && table.choose(size_t{1} << 40) == A::kRing);

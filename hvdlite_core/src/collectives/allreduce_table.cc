@@ -15,15 +15,19 @@ const char* algorithm_name(AllreduceAlgorithm algorithm) {
   return "?";
 }
 
-AllreduceTable AllreduceTable::from_probes(const std::vector<AllreduceProbe>& probes) {
+AllreduceTable AllreduceTable::from_probes(const std::vector<AllreduceProbe>& probes, size_t small_message_bytes) {
   AllreduceTable table;
   for (size_t i = 0; i < probes.size(); ++i) {
+    const double* seconds = probes[i].seconds;
     int best = -1;
     for (int a = 0; a < 3; ++a) {
-      if (probes[i].seconds[a] < 0) continue;
-      if (best < 0 || probes[i].seconds[a] < probes[i].seconds[best]) best = a;
+      if (seconds[a] < 0) continue;
+      if (best < 0 || seconds[a] < seconds[best]) best = a;
     }
     if (best < 0) continue;
+    const int fixed = static_cast<int>(probes[i].bytes < small_message_bytes ? AllreduceAlgorithm::kRecursiveDoubling
+                                                                             : AllreduceAlgorithm::kRing);
+    if (seconds[fixed] >= 0 && !(seconds[best] < kClearMargin * seconds[fixed])) best = fixed;
     const size_t start = i == 0 ? 0
                                 : static_cast<size_t>(std::sqrt(static_cast<double>(probes[i - 1].bytes) *
                                                                 static_cast<double>(probes[i].bytes)));

@@ -27,9 +27,13 @@ class AllreduceTable {
     size_t min_bytes;
     AllreduceAlgorithm algorithm;
   };
-  // The fastest candidate at each probe size, each probe's band reaching halfway (geometrically) to its
-  // neighbours'; adjacent bands with the same algorithm are merged. Probes in ascending size.
-  static AllreduceTable from_probes(const std::vector<AllreduceProbe>& probes);
+  // At each probe size, the fixed rules' algorithm (recursive doubling below small_message_bytes, else the ring)
+  // unless another candidate is clearly faster (by kClearMargin): a measurement at init is not the training
+  // path, and a near tie is noise, so the defaults hold where the figures do not clearly disagree. Each probe's
+  // band reaches halfway (geometrically) to its neighbours'; adjacent bands with the same algorithm are merged.
+  // Probes in ascending size.
+  static constexpr double kClearMargin = 0.9;
+  static AllreduceTable from_probes(const std::vector<AllreduceProbe>& probes, size_t small_message_bytes);
   // "rd@0,ring@11585,single_copy@724077": the cache's and build_info's form. parse() accepts exactly what
   // serialize() writes (bands ascending, the first at 0) and returns false on anything else.
   std::string serialize() const;

@@ -5,11 +5,13 @@
 // doubling, which every member computes identically, so every member derives the same table.
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/allreduce_table.h"
 #include "collectives/measure_allreduce.h"
+#include "common/log.h"
 #include "common/wait.h"
 
 namespace hvdlite {
@@ -17,7 +19,7 @@ namespace {
 
 // 4 KiB to 16 MiB, a factor of 8 apart: latency-bound, cache-sized and memory-bound messages.
 constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20};
-constexpr size_t kRecursiveDoublingMaxBytes = 2 << 20;  // it sends the whole buffer log2(n) times: never above
+constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;  // it sends the whole buffer log2(n) times: not above
 constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
 
 void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data, size_t count) {
@@ -40,6 +42,14 @@ AllreduceTable measure_allreduce_table(Communicator& comm, std::vector<Allreduce
   std::vector<AllreduceProbe> probes;
   std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
   std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
+  // First touch: the shared-memory rings (4 MB each) are mapped but not yet faulted in, and the first bytes that
+  // pass through a ring pay a page fault per 4 KB on both sides. Left in, that made the ring and recursive
+  // doubling look 2-7x slower at 32-256 KB than they run once warm, and single copy win where it loses. So every
+  // algorithm first moves the largest probe once, which pushes more than a ring's worth through every channel
+  // it uses (recursive doubling's partners included).
+  run_candidate(comm, AllreduceAlgorithm::kRecursiveDoubling, data.data(), data.size());
+  run_candidate(comm, AllreduceAlgorithm::kRing, data.data(), data.size());
+  if (comm.single_copy_local()) run_candidate(comm, AllreduceAlgorithm::kSingleCopy, data.data(), data.size());
   for (size_t bytes : kProbeBytes) {
     AllreduceProbe probe{bytes, {-1, -1, -1}};
     const size_t count = bytes / sizeof(float);
@@ -68,8 +78,19 @@ AllreduceTable measure_allreduce_table(Communicator& comm, std::vector<Allreduce
   for (size_t i = 0; i < probes.size(); ++i) {
     for (int a = 0; a < 3; ++a) probes[i].seconds[a] = figures[i * 3 + a];
   }
+  if (log_enabled(LogLevel::kInfo)) {
+    std::ostringstream figures_text;
+    for (const AllreduceProbe& p : probes) {
+      figures_text << " " << p.bytes << "B:";
+      for (int a = 0; a < 3; ++a) {
+        if (p.seconds[a] >= 0) figures_text << " " << algorithm_name(static_cast<AllreduceAlgorithm>(a)) << "="
+                                            << p.seconds[a] * 1e6 << "us";
+      }
+    }
+    HVD_LOG(kInfo, "allreduce algorithms measured (slowest rank's median):" << figures_text.str());
+  }
   if (probes_out) *probes_out = probes;
-  return AllreduceTable::from_probes(probes);
+  return AllreduceTable::from_probes(probes, static_cast<size_t>(comm.config().small_message_bytes));
 }
 
 }  // namespace hvdlite
