@@ -129,3 +129,16 @@ except InvalidArgumentError as error:
     assert len(refused) == 2, result.stdout + result.stderr
     for line in refused:
         assert "HVDLITE_ALLREDUCE_ALGORITHMS differs between ranks: measured on rank 0, fixed on rank 1" in line, line
+
+
+def test_an_unknown_setting_is_refused_by_name(tmp_path):
+    result = run_job(prelude() + """
+from hvdlite.common import basics
+from hvdlite.common.errors import InvalidArgumentError
+try:
+    basics.init()
+except InvalidArgumentError as error:
+    print("REFUSED %s" % error, flush=True)
+""", 1, env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"}, timeout=60)
+    assert ("REFUSED HVDLITE_ALLREDUCE_ALGORITHMS (or HOROVOD_ALLREDUCE_ALGORITHMS) is 'sometimes'; it takes measured"
+            in result.stdout), result.stdout + result.stderr

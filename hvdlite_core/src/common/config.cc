@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -48,6 +49,30 @@ Knob number_knob(const char* name, T Config::*field, double scale = 1.0) {
           [=](const Config& c) { std::ostringstream s; s << c.*field; return s.str(); }};
 }
 
+// A word from a fixed list (case-insensitive), stored as its number; shown as the first word with that number.
+Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std::string, int>> choices,
+                 const char* explain) {
+  return {name,
+          [=](Config& c, const char* text) {
+            std::string v(text);
+            for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            for (const auto& choice : choices) {
+              if (choice.first == v) {
+                c.*field = choice.second;
+                return;
+              }
+            }
+            throw Error(StatusCode::kInvalidArgument, std::string("HVDLITE_") + name + " (or HOROVOD_" + name +
+                                                          ") is '" + text + "'; " + explain);
+          },
+          [=](const Config& c) {
+            for (const auto& choice : choices) {
+              if (choice.second == c.*field) return choice.first;
+            }
+            return std::to_string(c.*field);
+          }};
+}
+
 Knob bool_knob(const char* name, bool Config::*field) {
   return {name, [=](Config& c, const char* text) { c.*field = parse_bool(text); },
           [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
@@ -70,16 +95,8 @@ const std::vector<Knob>& knobs() {
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
-      {"ALLREDUCE_ALGORITHMS",
-       [](Config& c, const char* text) {
-         const std::string v(text);
-         if (v == "measured" || v == "auto") c.allreduce_algorithms = 0;
-         else if (v == "fixed") c.allreduce_algorithms = 1;
-         else throw Error(StatusCode::kInvalidArgument,
-                          std::string("HVDLITE_ALLREDUCE_ALGORITHMS is '") + text +
-                              "'; it takes measured (choose per size from this machine's figures) or fixed");
-       },
-       [](const Config& c) { return std::string(c.allreduce_algorithms == 1 ? "fixed" : "measured"); }},
+      choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms, {{"measured", 0}, {"auto", 0}, {"fixed", 1}},
+                  "it takes measured (choose per size from this machine's figures) or fixed"),
       {"ALGORITHM_CACHE_DIR", [](Config& c, const char* text) { c.algorithm_cache_dir = text; },
        [](const Config& c) { return c.algorithm_cache_dir; }},
       {"HIERARCHICAL_ALLREDUCE",
@@ -101,17 +118,8 @@ const std::vector<Knob>& knobs() {
       number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
       number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),
       number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s),
-      {"CPU_OPERATIONS",
-       [](Config& c, const char* text) {
-         std::string v(text);
-         for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-         if (v == "builtin" || v == "gloo" || v == "tcp") c.cpu_operations = 0;
-         else if (v == "mpi") c.cpu_operations = 1;
-         else throw Error(StatusCode::kInvalidArgument,
-                          std::string("HVDLITE_CPU_OPERATIONS (or HOROVOD_CPU_OPERATIONS) is '") + text +
-                              "'; hvdlite offers builtin (alias gloo) and mpi for host tensors");
-       },
-       [](const Config& c) { return std::string(c.cpu_operations == 1 ? "mpi" : "builtin"); }},
+      choice_knob("CPU_OPERATIONS", &Config::cpu_operations, {{"builtin", 0}, {"gloo", 0}, {"tcp", 0}, {"mpi", 1}},
+                  "hvdlite offers builtin (alias gloo) and mpi for host tensors"),
       {"MPI_PLUGIN", [](Config& c, const char* text) { c.mpi_plugin = text; },
        [](const Config& c) { return c.mpi_plugin; }},
       {"CUDART_LIBRARY", [](Config& c, const char* text) { c.cudart_library = text; },
