@@ -14,7 +14,11 @@ result shows up as a gap between the median and the worst round. Bus bandwidth f
 busbw = algbw * 2(n-1)/n, with algbw = bytes / time. Every peer reduces float32 tensors in place (hvdlite through
 the hvdlite.torch API with a named tensor, as DistributedOptimizer does). A round's time is the median over
 iterations on rank 0, after a warm-up; the table gives the median and the worst of the rounds, and each ratio
-against hvdlite pairs the rounds (same turn) and reports their median and worst.
+against hvdlite pairs the rounds (same turn) and reports their median and worst. The machine's slow periods hit
+one turn and not the next: before and after every run, a framework-free 2 MB ping-pong between two processes
+(bench/probes/pingpong.py) times its cross-core copies, and the report lists them and marks the runs that fell in a
+slow period (a probe 1.3x above the fastest), so a worst round can be told apart from a worse library
+(docs/benchmarks.md, the slow mode).
 """
 import argparse
 import json
@@ -146,6 +150,24 @@ def available(peer):
     return True
 
 
+SLOW_PERIOD_FACTOR = 1.3
+
+
+def machine_probe():
+    """Microseconds of one 2 MB ping-pong round trip between two processes (the machine's cross-core state)."""
+    out = subprocess.run([sys.executable, os.path.join(HERE, "probes", "pingpong.py")], capture_output=True,
+                         text=True, timeout=120).stdout
+    return float(out.split(":")[1].split("us")[0])
+
+
+def slow_runs(runs):
+    """(peer, round index) of the runs whose ping-pong before or after was SLOW_PERIOD_FACTOR above the fastest."""
+    probes = [us for run in runs.values() for pair in run["pingpong_us"] for us in pair]
+    fastest = min(probes)
+    return [(peer, i) for peer, run in runs.items() for i, pair in enumerate(run["pingpong_us"])
+            if max(pair) > SLOW_PERIOD_FACTOR * fastest]
+
+
 def combine_rounds(rounds):
     """One peer's rounds -> {"peer", "ranks", "results": [{"bytes", "median_s", "worst_s", "rounds_s", "iters"}]}:
     median_s is the median of the rounds' medians, worst_s the slowest round."""
@@ -155,7 +177,8 @@ def combine_rounds(rounds):
         times = [run["results"][i]["median_s"] for run in rounds]
         results.append({"bytes": r["bytes"], "median_s": statistics.median(times), "worst_s": max(times),
                         "rounds_s": times, "iters": r["iters"]})
-    return {"peer": first["peer"], "ranks": first["ranks"], "results": results}
+    return {"peer": first["peer"], "ranks": first["ranks"], "results": results,
+            "pingpong_us": [run["pingpong_us"] for run in rounds]}
 
 
 def report(runs, out_dir, np_, sizes, rounds=1):
@@ -178,6 +201,13 @@ def report(runs, out_dir, np_, sizes, rounds=1):
             row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)",
                     f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)"]
         lines.append("| " + " | ".join(row) + " |")
+    probes = "; ".join(f"{peer} " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in run["pingpong_us"])
+                       for peer, run in runs.items())
+    slow = slow_runs(runs)
+    lines += ["", f"Machine state: a 2 MB ping-pong between two processes before/after each run, us, by round: {probes}. "
+              + ("Runs in a slow period of the machine (a probe over "
+                 f"{SLOW_PERIOD_FACTOR}x the fastest): " + ", ".join(f"{p} round {i + 1}" for p, i in slow)
+                 if slow else "No run fell in a slow period of the machine.")]
     table = f"{machine_line()}, {np_} ranks, {rounds} round(s) of every peer, interleaved\n\n" + "\n".join(lines)
     print(table)
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
@@ -255,11 +285,12 @@ def main():
         for peer in peers:
             out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
             print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
+            before = machine_probe()
             rc = launch(peer, args.np, out_path, sizes)
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
-                rounds[peer].append(json.load(f))
+                rounds[peer].append(dict(json.load(f), pingpong_us=[before, machine_probe()]))
             os.remove(out_path)
     runs = {peer: combine_rounds(rounds[peer]) for peer in peers}
     report(runs, args.out_dir, args.np, sizes, args.rounds)
