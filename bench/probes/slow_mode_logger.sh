@@ -9,7 +9,7 @@ PY=${PY:-.venv/bin/python}
 for i in $(seq 1 "${1:-30}"); do
   cores=$($PY bench/probes/two_cores.py)
   ring=$(HVDLITE_ALLREDUCE_ALGORITHMS=fixed .venv/bin/hvdlite-run -np 2 $PY bench/probes/slow_mode_job.py 2>/dev/null |
-         grep -o "R0 [0-9.]*")
+         grep -o "R0 .*")
   pp=$($PY bench/probes/pingpong.py | grep -o "[0-9]* us")
   echo "$(date +%T) $cores hvdlite_ring2MB=$ring pingpong2MB=$pp"
   sleep 3
