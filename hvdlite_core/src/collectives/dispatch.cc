@@ -29,31 +29,18 @@ AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes,
     algorithm = bytes < small ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
   }
   if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local()) algorithm = AllreduceAlgorithm::kRing;
-  if (count < static_cast<size_t>(comm.size())) algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  // The ring needs a segment per member; single copy and recursive doubling take any count (even 1 element).
+  if (algorithm == AllreduceAlgorithm::kRing && count < static_cast<size_t>(comm.size())) {
+    algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  }
   return algorithm;
 }
 
-void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
-               double postscale) {
-  size_t bytes = count * dtype_size(dtype);
-  const bool two_tier = comm.size() > 1 && count > 0 && use_hierarchical_allreduce(comm, bytes);
-  if (comm.size() > 1 && count > 0 && !two_tier &&
-      flat_allreduce_choice(comm, bytes, count) == AllreduceAlgorithm::kSingleCopy) {
-    allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
-    return;
-  }
-  if (input != output && bytes > 0) std::memcpy(output, input, bytes);
-  if (two_tier) {
-    allreduce_hierarchical(comm, output, count, dtype, kind);
-  } else {
-    allreduce_flat(comm, output, count, dtype, kind);
-  }
-  if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
-}
+namespace {
 
-void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
-  if (comm.size() == 1 || count == 0) return;
-  switch (flat_allreduce_choice(comm, count * dtype_size(dtype), count)) {
+void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, void* buffer, size_t count, DType dtype,
+              ReduceKind kind) {
+  switch (algorithm) {
     case AllreduceAlgorithm::kRecursiveDoubling:
       allreduce_recursive_doubling(comm, buffer, count, dtype, kind);
       break;
@@ -64,6 +51,35 @@ void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype,
       allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, 1.0);
       break;
   }
+}
+
+}  // namespace
+
+void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
+               double postscale) {
+  const size_t bytes = count * dtype_size(dtype);
+  if (comm.size() > 1 && count > 0) {
+    if (use_hierarchical_allreduce(comm, bytes)) {
+      if (input != output) std::memcpy(output, input, bytes);
+      allreduce_hierarchical(comm, output, count, dtype, kind);
+    } else {
+      const AllreduceAlgorithm algorithm = flat_allreduce_choice(comm, bytes, count);
+      if (algorithm == AllreduceAlgorithm::kSingleCopy) {
+        allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
+        return;
+      }
+      if (input != output) std::memcpy(output, input, bytes);
+      run_flat(comm, algorithm, output, count, dtype, kind);
+    }
+  } else if (input != output && bytes > 0) {
+    std::memcpy(output, input, bytes);
+  }
+  if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
+}
+
+void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+  if (comm.size() == 1 || count == 0) return;
+  run_flat(comm, flat_allreduce_choice(comm, count * dtype_size(dtype), count), buffer, count, dtype, kind);
 }
 
 namespace {

@@ -19,7 +19,6 @@ void OrderedWorker::submit(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(job));
-    ++submitted_;
   }
   changed_.notify_all();
 }

@@ -30,7 +30,6 @@ class OrderedWorker {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> queue_;
-  size_t submitted_ = 0;
   size_t finished_ = 0;
   bool closing_ = false;
   std::exception_ptr error_;

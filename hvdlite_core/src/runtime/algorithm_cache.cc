@@ -94,12 +94,10 @@ void write_cache(const std::string& path, const std::string& key, const Allreduc
   if (std::rename(temporary.c_str(), path.c_str()) != 0) std::remove(temporary.c_str());
 }
 
-}  // namespace
-
-std::string allreduce_cache_path(const Communicator& world, const Config& config) {
+// The file for a key: its first 8 bytes of SHA-256 in hex ("" when there is no cache directory).
+std::string cache_path(const std::string& key, const Config& config) {
   const std::string dir = cache_dir(config);
   if (dir.empty()) return "";
-  const std::string key = key_text(world, config);
   const Digest digest = sha256(reinterpret_cast<const uint8_t*>(key.data()), key.size());
   char name[64];
   std::snprintf(name, sizeof(name), "allreduce-%02x%02x%02x%02x%02x%02x%02x%02x.txt", digest[0], digest[1], digest[2],
@@ -107,10 +105,12 @@ std::string allreduce_cache_path(const Communicator& world, const Config& config
   return dir + "/" + name;
 }
 
+}  // namespace
+
 EstablishedTable establish_allreduce_table(Communicator& world, const Config& config) {
   EstablishedTable result;
   const std::string key = key_text(world, config);
-  result.path = allreduce_cache_path(world, config);
+  result.path = cache_path(key, config);
   // Rank 0's cached table, or nothing: broadcast as text so every rank takes the same decision.
   std::vector<char> wire(kWireBytes, '\0');
   if (world.rank() == 0 && !result.path.empty()) {

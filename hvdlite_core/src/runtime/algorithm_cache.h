@@ -24,7 +24,4 @@ struct EstablishedTable {
 // Collective over world (every rank on one host, at least two ranks).
 EstablishedTable establish_allreduce_table(Communicator& world, const Config& config);
 
-// The cache file for this machine and job layout (exposed for tests and build_info).
-std::string allreduce_cache_path(const Communicator& world, const Config& config);
-
 }  // namespace hvdlite
