@@ -1,6 +1,8 @@
 """Training throughput: ResNet-50 (25.6M parameters), synthetic 3x64x64 images, batch 8 per rank, SGD with
-momentum, one intra-op thread per rank. In one run: a single process, torch DDP (gloo) on 2 ranks, and hvdlite
-on 2 ranks. Reports images/second and scaling efficiency = (2-rank img/s) / (2 x single img/s).
+momentum, one intra-op thread per rank. In one run: a single process, two independent single processes side by
+side (no communication at all: the ceiling any 2-rank library can reach on this machine, since the two share its
+memory bandwidth and caches), torch DDP (gloo) on 2 ranks, and hvdlite on 2 ranks. Reports images/second and
+scaling efficiency = (2-rank img/s) / (2 x single img/s).
 
     python bench/train.py [--steps 20] [--warmup 5] [--rounds 2]
     python bench/train.py --model resnet_small --image-size 32 --steps 2 --warmup 1 --rounds 1   # a smoke run
@@ -104,10 +106,30 @@ def worker(kind, warmup, steps, out, model_name, image_size):
 
 def launch(kind, warmup, steps, out, model_name, image_size):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    me = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warmup", str(warmup), "--steps",
-          str(steps), "--out", out, "--model", model_name, "--image-size", str(image_size)]
+
+    def worker_command(worker_kind, worker_out):
+        return [sys.executable, os.path.abspath(__file__), "--worker", worker_kind, "--warmup", str(warmup),
+                "--steps", str(steps), "--out", worker_out, "--model", model_name, "--image-size", str(image_size)]
+
+    me = worker_command(kind, out)
     if kind == "single":
         return subprocess.run(me, env=env, timeout=1800).returncode
+    if kind == "independent":  # two single processes at once; their images/second add up
+        parts = [f"{out}.{i}" for i in range(2)]
+        procs = [subprocess.Popen(worker_command("single", part), env=env) for part in parts]
+        code = max(p.wait(timeout=1800) for p in procs)
+        if code == 0:
+            halves = []
+            for part in parts:
+                with open(part) as f:
+                    halves.append(json.load(f))
+                os.remove(part)
+            with open(out, "w") as f:
+                json.dump(dict(halves[0], kind="independent", ranks=2,
+                               img_per_s=sum(h["img_per_s"] for h in halves)), f)
+        return code
+    if kind == "hvdlite-during-backward":
+        env["HVDLITE_REDUCE_DURING_BACKWARD"] = "1"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
     if kind.startswith("hvdlite"):
@@ -131,6 +153,9 @@ def main():
     parser.add_argument("--fusion-mb", default="",
                         help="comma-separated fusion thresholds in MB: a row for hvdlite with each (paired with the "
                              "default row in every round)")
+    parser.add_argument("--during-backward", action="store_true",
+                        help="add a row for hvdlite reducing each gradient during backward "
+                             "(HVDLITE_REDUCE_DURING_BACKWARD=1), whatever the automatic choice is")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -139,7 +164,8 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
-    kinds = ("single", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + tuple(
+    kinds = ("single", "independent", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + (
+        ("hvdlite-during-backward",) if args.during_backward else ()) + tuple(
         f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
     for r in range(args.rounds):
         for kind in kinds:
@@ -160,6 +186,8 @@ def main():
         "| configuration | img/s (best round) | scaling efficiency |",
         "|---|---|---|",
         f"| single process, 1 thread | {best['single']:.2f} | - |",
+        f"| 2 independent single processes, no communication (the ceiling) | {best['independent']:.2f} | "
+        f"{eff['independent']:.1%} |",
         f"| torch DDP (gloo), 2 ranks | {best['ddp']:.2f} | {eff['ddp']:.1%} |",
         f"| hvdlite, 2 ranks | {best['hvdlite']:.2f} | {eff['hvdlite']:.1%} |",
     ]
@@ -169,12 +197,16 @@ def main():
                            for t in tuned)
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
                      f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |")
+    if args.during_backward:
+        lines.append(f"| hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1 | {best['hvdlite-during-backward']:.2f} | "
+                     f"{eff['hvdlite-during-backward']:.1%} |")
     for kind in kinds:
         if kind.startswith("hvdlite-fusion"):
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
     lines += [
         "",
-        f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x",
+        f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x; hvdlite / ceiling: "
+        f"{best['hvdlite'] / best['independent']:.2f}x; DDP / ceiling: {best['ddp'] / best['independent']:.2f}x",
         "",
         "All rounds (img/s, load average at the start): " +
         ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
@@ -193,8 +225,9 @@ def label(kind, short=False):
     if kind.startswith("hvdlite-fusion"):
         mb = kind[len("hvdlite-fusion"):]
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
-    return {"single": "single process", "ddp": "torch DDP, 2 ranks", "hvdlite": "hvdlite, 2 ranks",
-            "hvdlite-autotune": "hvdlite, autotuned"}[kind]
+    return {"single": "single process", "independent": "2 independent", "ddp": "torch DDP, 2 ranks",
+            "hvdlite": "hvdlite, 2 ranks", "hvdlite-autotune": "hvdlite, autotuned",
+            "hvdlite-during-backward": "hvdlite, during bwd"}[kind]
 
 
 def plot(rounds, best, out_dir):

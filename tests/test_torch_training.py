@@ -48,9 +48,12 @@ def run(script, np=2, env=None, timeout=120):
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("np", [2, 3])
-def test_matches_single_process_on_global_batch(np):
+@pytest.mark.parametrize("np,during_backward", [(2, "1"), (2, "0"), (3, "auto")])
+def test_matches_single_process_on_global_batch(np, during_backward):
+    """Both ways of scheduling the reduction (as backward produces each gradient, or all in step()) give the
+    single-process result; auto on CI's 2 cores with one torch thread per rank defers."""
     run("""
+import os
 model, ref = make_model(), make_model()
 torch.manual_seed(100 + R)  # different starting points: broadcast_parameters must fix them
 with torch.no_grad():
@@ -60,12 +63,17 @@ hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                named_parameters=model.named_parameters())
 hvd.broadcast_optimizer_state(opt, root_rank=0)
+mode = os.environ["HVDLITE_REDUCE_DURING_BACKWARD"]
+expected = {"1": True, "0": False}.get(mode, os.cpu_count() > N)
+assert opt.reduces_during_backward == expected, (mode, opt.reduces_during_backward)
 ref.load_state_dict(hvd.broadcast_object(model.state_dict() if R == 0 else None, 0))
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
 for step in range(6):
     x, y = data(step)
     opt.zero_grad()
     F.cross_entropy(model(shard(x)), shard(y)).backward()
+    submitted = [h[0] != "deferred" for h in opt._hvd_handles.values()]
+    assert len(submitted) == len(list(model.parameters())) and all(submitted) == expected and any(submitted) == expected
     opt.step()
     ref_opt.zero_grad()
     F.cross_entropy(ref(x), y).backward()
@@ -73,11 +81,12 @@ for step in range(6):
 assert_same_everywhere(model, "sgd")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
 print("DONE")
-""", np=np)
+""", np=np, env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
 
 
 @pytest.mark.timeout(200)
-def test_gradient_accumulation_backward_passes_per_step():
+@pytest.mark.parametrize("during_backward", ["1", "0"])
+def test_gradient_accumulation_backward_passes_per_step(during_backward):
     run("""
 model, ref = make_model(), make_model()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
@@ -109,7 +118,7 @@ else:
     raise SystemExit("a third backward pass was accepted")
 opt.synchronize()  # finish the reductions of the second pass on every rank before any rank shuts down
 print("DONE")
-""")
+""", env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
 
 
 @pytest.mark.timeout(200)

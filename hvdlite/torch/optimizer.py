@@ -7,28 +7,59 @@ step() (or synchronize()) waits for all of them. Every rank submits the same nam
 that received no gradient on some rank is reduced with zeros there, so no rank waits for a tensor another rank
 will never send.
 
+Reducing during backward pays only where a core is free to do it. When the ranks' compute threads already fill
+the host's cores (CPU training with local_size x torch threads >= cores), the reduction can only steal time from
+backward, and interleaving the two costs more than running them in turn (docs/benchmarks.md: 25.4-26.1 against
+25.9-28.0 img/s for ResNet-50 on 2 ranks x 1 thread on 2 cores). There the hooks only note the gradient's
+readiness, and synchronize() submits every noted gradient, in the order backward produced them, at once.
+HVDLITE_REDUCE_DURING_BACKWARD=1/0 (or reduce_during_backward=True/False) overrides the automatic choice.
+
 Sparse gradients (nn.Embedding(sparse=True)) stay sparse: their indices and values are allgathered
 (sparse_allreduce_async), or with sparse_as_dense=True allreduced as a dense tensor and made sparse again, so
 optimizers that need sparse gradients (torch.optim.SparseAdam) work either way, as in Horovod. Usage errors and
 warnings carry Horovod's messages and categories, since scripts and their tests match on them.
 """
 import contextlib
+import os
 import warnings
 from typing import Dict, List, Optional
 
 import torch
 
+from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import mpi_ops
 from hvdlite.torch.compression import Compression
 
 
+_DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
+
+
+def cores_saturated_by_compute(local_size: int, torch_threads: int) -> bool:
+    """Whether this host's ranks' compute threads already occupy every core this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch_threads >= cores or local_size * torch_threads >= (os.cpu_count() or 1)
+
+
+def _reduce_during_backward(requested: Optional[bool]) -> bool:
+    if requested is not None:
+        return bool(requested)
+    value = os.environ.get("HVDLITE_REDUCE_DURING_BACKWARD", "auto").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value != "auto":
+        raise ValueError(f"HVDLITE_REDUCE_DURING_BACKWARD={value!r}: expected auto, 1 or 0")
+    return not cores_saturated_by_compute(basics.local_size(), torch.get_num_threads())
+
+
 class _DistributedOptimizer:
     """Mixin placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                   groups, sparse_as_dense, process_set):
+                   groups, sparse_as_dense, process_set, reduce_during_backward=None):
         if op == Adasum:
             raise NotImplementedError(
                 "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does not "
@@ -65,6 +96,7 @@ class _DistributedOptimizer:
         self._hvd_sparse_as_dense = sparse_as_dense
         self._hvd_process_set = process_set
         self._hvd_params = [p for p in params if p.requires_grad]
+        self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
         self._hvd_synchronized = False
@@ -78,6 +110,9 @@ class _DistributedOptimizer:
         if process_set.process_set_id is None:
             raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
         self._hvd_member = bool(process_set.included())
+        # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
+        self.reduces_during_backward = (_reduce_during_backward(reduce_during_backward)
+                                        or any(p.is_cuda for p in self._hvd_params))
         self._hvd_hooks = ([p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
                            if self._hvd_member else [])
 
@@ -111,14 +146,18 @@ class _DistributedOptimizer:
             return
         group = self._hvd_group_of.get(key)
         if group is None:
-            self._hvd_handles[key] = self._hvd_reduce_async(p)
+            self._hvd_submit(p)
             return
         ready = self._hvd_group_ready[group]
         ready.append(p)
         if len(ready) == self._hvd_group_size[group]:
             for q in ready:
-                self._hvd_handles[id(q)] = self._hvd_reduce_async(q)
+                self._hvd_submit(q)
             ready.clear()
+
+    def _hvd_submit(self, p: torch.Tensor) -> None:
+        # Deferred entries keep the order backward produced them in (dicts keep insertion order).
+        self._hvd_handles[id(p)] = self._hvd_reduce_async(p) if self.reduces_during_backward else _DEFERRED
 
     def _hvd_reduce_async(self, p: torch.Tensor) -> tuple:
         name = self._hvd_names[id(p)]
@@ -177,6 +216,9 @@ class _DistributedOptimizer:
         if not self._hvd_member:
             self._hvd_synchronized = True
             return
+        for key, pending in self._hvd_handles.items():
+            if pending is _DEFERRED:
+                self._hvd_handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
         for p in self._hvd_params:
             if id(p) not in self._hvd_handles:
                 self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
@@ -231,14 +273,17 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1, op=Average,
                          gradient_predivide_factor: float = 1.0, num_groups: int = 0, groups=None,
-                         sparse_as_dense: bool = False, process_set=global_process_set):
+                         sparse_as_dense: bool = False, process_set=global_process_set,
+                         reduce_during_backward: Optional[bool] = None):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
     The optimizer object is kept (its state and hyper-parameters stay); its class becomes a subclass of the
     original with the distributed step(), synchronize(), skip_synchronize(), set_backward_passes_per_step()
     and zero_grad() checks. gradient_predivide_factor (op=Average only) scales gradients by
     1/gradient_predivide_factor before the sum and gradient_predivide_factor/size after it. num_groups is
-    Horovod's deprecated spelling of an integer groups.
+    Horovod's deprecated spelling of an integer groups. reduce_during_backward (hvdlite's own, default: the
+    HVDLITE_REDUCE_DURING_BACKWARD knob, else automatic) chooses between reducing each gradient as backward
+    produces it and reducing them all in synchronize(); see the module's docstring.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
@@ -252,5 +297,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     base = optimizer.__class__
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
     optimizer._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                         groups, sparse_as_dense, process_set)
+                         groups, sparse_as_dense, process_set, reduce_during_backward)
     return optimizer
