@@ -83,6 +83,7 @@ const std::vector<Knob>& knobs() {
       number_knob("FUSION_THRESHOLD", &Config::fusion_threshold_bytes),
       number_knob("FUSION_TENSOR_LIMIT", &Config::fusion_tensor_limit_bytes),
       number_knob("CYCLE_TIME", &Config::cycle_time_ms),
+      number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms),
       number_knob("CACHE_CAPACITY", &Config::cache_capacity),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
       number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds),

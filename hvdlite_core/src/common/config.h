@@ -9,7 +9,9 @@ namespace hvdlite {
 struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;  // FUSION_THRESHOLD: fuse small allreduces up to this size
   int64_t fusion_tensor_limit_bytes = 256 << 10;  // FUSION_TENSOR_LIMIT: larger tensors are reduced unfused
-  double cycle_time_ms = 1.0;                 // CYCLE_TIME: longest sleep of an idle background loop
+  double cycle_time_ms = 1.0;                 // CYCLE_TIME: longest sleep of the background loop between cycles
+  double idle_cycle_time_ms = 10.0;           // IDLE_CYCLE_TIME: the same once nothing has happened on any rank
+                                              // for a while (0: never lengthen; runtime/runtime.cc)
   int64_t cache_capacity = 1024;              // CACHE_CAPACITY: response cache entries; 0 disables the cache
   double stall_warning_seconds = 60.0;        // STALL_CHECK_TIME_SECONDS: report tensors some ranks lack
   double stall_shutdown_seconds = 0.0;        // STALL_SHUTDOWN_TIME_SECONDS: fail them after this (0: never)

@@ -135,6 +135,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
       else outcome.responses.push_back(std::move(r));
     }
   }
+  outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && pending_.empty() && resend_.empty();
   return outcome;
 }
 

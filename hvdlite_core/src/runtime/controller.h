@@ -35,6 +35,9 @@ class Controller {
     std::vector<Response> responses;
     bool shutdown = false;
     std::string peer_failure;  // with shutdown: why the rank(s) that left did so, when they said ("" if not)
+    // Nothing happened anywhere: no rank sent a request or a flag, nothing became ready, and this rank has
+    // nothing waiting for negotiation (runtime.cc lengthens its cycle after a run of such cycles).
+    bool idle = false;
   };
   // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks. A rank that
   // wants to shut down because of an error passes the reason, which every rank then finds in peer_failure.

@@ -81,9 +81,14 @@ void Runtime::background_loop() {
     // HVDLITE_AUTOTUNE may change it between cycles.
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(executor_->tuner().cycle_time_ms() * 1000));
     // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
-    // hand-back or the cycle timer wakes us then. Otherwise new work does.
-    if (active_waiters_.load() > 0) queue_.wait_for_wake(cycle);
-    else queue_.wait_for_work(cycle);
+    // hand-back or the cycle timer wakes us then. Otherwise the cycle tick does, and new work only after a pause.
+    if (active_waiters_.load() > 0) {
+      queue_.wait_for_wake(cycle);
+    } else if (long_idle()) {
+      queue_.wait_for_work(std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000)), true);
+    } else {
+      queue_.wait_for_work(cycle);
+    }
     // A caller that has just enqueued is usually microseconds away from wait(); let it drive rather than
     // race it for the lock (each lost race costs two cross-thread wake-ups on a busy machine).
     mesh_->progress().stamp_alive();  // co-located peers read it to tell a stopped rank from a slow one
@@ -100,6 +105,18 @@ void Runtime::background_loop() {
     announce_progress();
     if (!running) return;
   }
+}
+
+// Cycles are collective: every rank takes part in each, so an idle job still wakes every rank's background
+// thread every CYCLE_TIME. On a machine whose cores the training computation fills (2 ranks x 1 torch thread on
+// 2 cores), those 1,000 wake-ups a second preempt forward and backward and cost them 2-8% (docs/benchmarks.md).
+// After a run of cycles in which nothing happened on any rank, each rank sleeps IDLE_CYCLE_TIME instead, and
+// new work wakes it at once. Work submitted by every member of a set wakes each of them, so no collective waits
+// for a sleeper; a rank outside a process set, or a peer that stops, is answered within IDLE_CYCLE_TIME.
+bool Runtime::long_idle() const {
+  constexpr int kIdleCyclesBeforeLongSleep = 16;
+  return idle_cycles_ >= kIdleCyclesBeforeLongSleep &&
+         config_.idle_cycle_time_ms > executor_->tuner().cycle_time_ms();
 }
 
 std::string Runtime::lost_peers_note() { return mesh_ ? mesh_->lost_peers_report() : ""; }
@@ -121,6 +138,7 @@ bool Runtime::run_cycle() {
   try {
     const bool leaving = shutdown_requested_.load();
     Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
+    idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
     if (!outcome.responses.empty()) timeline_.mark_cycle();
     executor_->execute(outcome.responses);
     if (outcome.shutdown) {

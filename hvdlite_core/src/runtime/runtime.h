@@ -52,6 +52,7 @@ class Runtime {
   void background_loop();
   // One drain-negotiate-execute cycle; the caller holds progress_mutex_. False once the runtime stopped.
   bool run_cycle();
+  bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
   // The NCCL data plane's limits, for a request on CUDA memory (marks it on_device).
@@ -86,6 +87,8 @@ class Runtime {
   std::atomic<int> active_waiters_{0};  // threads inside wait(): they drive progress themselves
   bool wait_driving(HandleState& handle, int64_t timeout_us);
   Clock::time_point last_cycle_;  // written under progress_mutex_
+  // Consecutive cycles in which nothing happened anywhere (written under progress_mutex_, read without it).
+  std::atomic<int> idle_cycles_{0};
   std::thread thread_;
 };
 

@@ -21,8 +21,9 @@ class TensorQueue {
   // Entries without a name get one from name_unnamed, called under the queue lock once the batch is accepted,
   // so a refused batch never advances the counters that keep auto-names equal across ranks.
   Status push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
-  // Waits until something is queued, wake() is called, or timeout passes.
-  void wait_for_work(std::chrono::microseconds timeout);
+  // Waits until something is queued, wake() is called, or timeout passes. push() wakes the waiter only when
+  // wake_on_push is set (a long idle sleep); otherwise new work waits for the next cycle tick.
+  void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);
   // Waits until wake() is called or timeout passes, whatever is queued.
   void wait_for_wake(std::chrono::microseconds timeout);
   // Returns everything queued, without waiting.
@@ -43,6 +44,7 @@ class TensorQueue {
   bool closed_ = false;
   Status closed_status_;
   bool woken_ = false;
+  bool wake_on_push_ = false;
   RecentOps recent_;
 };
 
