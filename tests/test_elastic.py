@@ -72,13 +72,27 @@ def finish(proc, timeout=150) -> str:
 
 
 def check_epochs_cover_every_sample(logs, epochs):
-    """Committed batches of each epoch, from every worker and round, cover every sample; repeats only from
-    the padding that evens out the ranks' shares (at most size - 1 per share, one share per round)."""
-    by_epoch = collections.defaultdict(list)
+    """The batches that count, of each epoch, cover every sample; repeats only from the padding that evens out the
+    ranks' shares (at most size - 1 per share, one share per round).
+
+    A step counts from the last round that ran it, as in the replay (tests/jobs/elastic_train.py): a lost worker
+    may have sent its last contribution to some peers only, so its final step completes (and is logged and
+    committed) on those and fails on the others, rank 0 among them; the next round resumes from rank 0's commit
+    and runs that step again. Its first run's samples are superseded, not repeated."""
+    steps = {}  # step -> (round, epoch, [indices of every rank])
     for log in logs.values():
         for e in log:
-            if e["event"] == "batch":
-                by_epoch[e["epoch"]].extend(e["indices"])
+            if e["event"] != "batch":
+                continue
+            round_, epoch, indices = steps.get(e["batches"], (-1, None, []))
+            if e["round"] > round_:
+                round_, epoch, indices = e["round"], e["epoch"], []
+            if e["round"] == round_:
+                indices = indices + e["indices"]
+            steps[e["batches"]] = (round_, epoch, indices)
+    by_epoch = collections.defaultdict(list)
+    for _, epoch, indices in steps.values():
+        by_epoch[epoch].extend(indices)
     assert sorted(by_epoch) == list(range(epochs)), sorted(by_epoch)
     for epoch, seen in by_epoch.items():
         assert set(seen) == set(range(SAMPLES)), f"epoch {epoch} skipped {set(range(SAMPLES)) - set(seen)}"

@@ -122,6 +122,42 @@ print("DONE")
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("during_backward", ["1", "0"])
+def test_a_failed_step_leaves_the_optimizer_usable(during_backward):
+    """A step whose reductions fail (here: hvdlite shut down between backward and step; in elastic training, a
+    lost peer) raises, and ends the step: after init() again, zero_grad(), backward() and step() work and give the
+    averaged result. Reducing after backward submits in step(), so a submission that fails must not leave the
+    optimizer believing gradients are still in flight."""
+    run("""
+import os
+model, ref = make_model(), make_model()
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+assert opt.reduces_during_backward == (os.environ["HVDLITE_REDUCE_DURING_BACKWARD"] == "1")
+x, y = data(0)
+F.cross_entropy(model(shard(x)), shard(y)).backward()
+hvd.shutdown()
+try:
+    opt.step()
+except Exception as e:
+    print("failed as expected:", type(e).__name__, e)
+else:
+    raise SystemExit("a step without hvdlite succeeded")
+hvd.init()
+model.load_state_dict(ref.state_dict())  # the failed step may have applied this rank's own gradients
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+opt.zero_grad()
+F.cross_entropy(model(shard(x)), shard(y)).backward()
+opt.step()
+ref_opt.zero_grad()
+F.cross_entropy(ref(x), y).backward()
+ref_opt.step()
+assert_same_everywhere(model, "after-failure")
+assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
+print("DONE")
+""", env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
+
+
+@pytest.mark.timeout(200)
 def test_skip_synchronize_with_gradient_clipping_and_fp16_compression():
     run("""
 model, ref = make_model(), make_model()
@@ -310,6 +346,17 @@ else:
     raise SystemExit("zero_grad between backward and step accepted")
 opt.step()
 opt.zero_grad()
+import os
+os.environ["HVDLITE_REDUCE_DURING_BACKWARD"] = "maybe"
+try:
+    hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=0.1))
+except ValueError as e:
+    assert "HVDLITE_REDUCE_DURING_BACKWARD='maybe'" in str(e), e
+else:
+    raise SystemExit("a malformed HVDLITE_REDUCE_DURING_BACKWARD was accepted")
+os.environ["HVDLITE_REDUCE_DURING_BACKWARD"] = "0"  # the argument wins over the variable
+assert hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=0.1),
+                                reduce_during_backward=True).reduces_during_backward is True
 print("DONE")
 """)
 

@@ -157,7 +157,13 @@ class _DistributedOptimizer:
 
     def _hvd_submit(self, p: torch.Tensor) -> None:
         # Deferred entries keep the order backward produced them in (dicts keep insertion order).
-        self._hvd_handles[id(p)] = self._hvd_reduce_async(p) if self.reduces_during_backward else _DEFERRED
+        if not self.reduces_during_backward:
+            self._hvd_handles[id(p)] = _DEFERRED
+            return
+        try:
+            self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
+        except Exception as e:  # noqa: BLE001 - hvdlite stopped (a peer failed): synchronize() raises it, so
+            self._hvd_handles[id(p)] = ("failed", e)  # backward completes and the step ends cleanly
 
     def _hvd_reduce_async(self, p: torch.Tensor) -> tuple:
         name = self._hvd_names[id(p)]
@@ -216,20 +222,31 @@ class _DistributedOptimizer:
         if not self._hvd_member:
             self._hvd_synchronized = True
             return
-        for key, pending in self._hvd_handles.items():
-            if pending is _DEFERRED:
-                self._hvd_handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
-        for p in self._hvd_params:
-            if id(p) not in self._hvd_handles:
-                self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
+        errors = []
+        try:
+            for key, pending in self._hvd_handles.items():
+                if pending is _DEFERRED:
+                    self._hvd_handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
+            for p in self._hvd_params:
+                if id(p) not in self._hvd_handles:
+                    self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
+        except Exception as e:  # noqa: BLE001 - e.g. hvdlite stopped after a peer failed: still end the step
+            errors.append(e)
         for group in self._hvd_group_ready.values():
             group.clear()
-        errors = []
         for p in self._hvd_params:
+            pending = self._hvd_handles.get(id(p))
+            if pending is None or pending is _DEFERRED:  # never submitted: the submission error above says why
+                continue
+            if pending[0] == "failed":
+                errors.append(pending[1])
+                continue
             try:
-                self._hvd_finish(p, self._hvd_handles[id(p)])
+                self._hvd_finish(p, pending)
             except Exception as e:  # noqa: BLE001 - wait for the rest, then re-raise the first
                 errors.append(e)
+        # Whatever failed, the step is over: the next zero_grad() and backward() start afresh (elastic training
+        # restores the state and carries on with the same optimizer).
         self._hvd_handles.clear()
         for p in self._hvd_params:
             self._hvd_passes_left[id(p)] = self._hvd_passes
