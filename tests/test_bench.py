@@ -57,15 +57,13 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), DDP, hvdlite, hvdlite with the autotuner and hvdlite reducing during backward all train."""
+    ceiling), DDP, hvdlite and hvdlite with the autotuner all train."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
                              "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
-                             "--autotune", "--during-backward", "--out-dir", str(tmp_path)], capture_output=True,
-                            text=True, timeout=240)
+                             "--autotune", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "train.json").read_text())
-    assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune",
-                                                     "hvdlite-during-backward"}
+    assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune"}
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
     assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])

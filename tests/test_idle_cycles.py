@@ -26,11 +26,12 @@ def idle_figures(env, host_ids=None):
 @pytest.mark.parametrize("host_ids", [None, [0, 0, 1]], ids=["one-host", "two-hosts"])
 def test_idle_job_sleeps_and_wakes_at_once(host_ids):
     lengthened = idle_figures({}, host_ids)
-    every_cycle = idle_figures({"HVDLITE_IDLE_CYCLE_TIME": "0"}, host_ids)
     # One cycle per CYCLE_TIME (1 ms) is over a thousand wake-ups in the 1 s pause; the long sleep is 10 ms.
     most_lengthened = max(r["switches"] for r in lengthened)
-    least_every_cycle = min(r["switches"] for r in every_cycle)
-    assert most_lengthened < 600 and most_lengthened * 2 < least_every_cycle, (lengthened, every_cycle)
+    assert most_lengthened < 600, lengthened
+    if host_ids is None:  # the same job without the long sleep, for contrast (once: the transport does not matter)
+        every_cycle = idle_figures({"HVDLITE_IDLE_CYCLE_TIME": "0"})
+        assert most_lengthened * 2 < min(r["switches"] for r in every_cycle), (lengthened, every_cycle)
     # The first collective after the pause does not wait for a timer: a sleeping non-member is woken within
     # IDLE_CYCLE_TIME, members by their own submission.
     assert max(r["total_s"] for r in lengthened) < 0.5, lengthened
