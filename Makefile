@@ -22,9 +22,10 @@ $(VENV)/.installed: setup.py pyproject.toml
 
 setup: $(VENV)/.installed
 
-# Rebuilds the core in place when a source changed since it was last built.
+# Rebuilds the core in place when a source changed since it was last built. The test is the shell's, not
+# make's: make decided before the set-up ran that the stamp did not exist yet.
 $(VENV)/.core-built: $(VENV)/.installed $(CORE_SOURCES)
-	$(PY) setup.py -q build_ext --inplace
+	test -f $@ && test -z "$$(find hvdlite_core -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
 	touch $@
 
 build: $(VENV)/.core-built
