@@ -94,6 +94,24 @@ def test_many_in_flight_fusion_and_cache(case):
     assert_job_ok(result, np, min_count=6 * 60)
 
 
+# The ring's reduction reads incoming bytes in place: streams shifted by stray bytes, on shared memory (ring
+# forced, no single copy) and on TCP (bounce buffer, elements split across receives).
+RING_STREAMS = [
+    ("shm-np2", 2, {"HVDLITE_CMA_DISABLE": "1"}),
+    ("shm-np3", 3, {"HVDLITE_CMA_DISABLE": "1"}),
+    ("tcp-np3", 3, {"HVDLITE_SHM_DISABLE": "1"}),
+]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", RING_STREAMS, ids=[c[0] for c in RING_STREAMS])
+def test_ring_reduces_shifted_streams(case):
+    _, np, env = case
+    env = dict(env, HVDLITE_SMALL_MESSAGE_BYTES="1024", HVDLITE_ALLREDUCE_ALGORITHMS="fixed")
+    result = run_job(job_source("ring_streams.py"), np=np, env=env, timeout=120)
+    assert_job_ok(result, np, min_count=96)
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("np", [2, 3])
 def test_scaling_matches_horovods_rule(np):

@@ -1,6 +1,8 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions, HMAC-SHA256, out-of-step detection, the cost model's predictions. Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+// conversions, HMAC-SHA256, out-of-step detection, the cost model's predictions, receiving in place. Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -20,6 +22,10 @@
 #include "runtime/response_cache.h"
 #include "runtime/validation.h"
 #include "transport/lost_peers.h"
+#include "transport/shm_channel.h"
+#include "transport/shm_segment.h"
+
+#include <unistd.h>
 
 using namespace hvdlite;
 
@@ -434,6 +440,72 @@ static void test_allreduce_table() {
   }
 }
 
+// A channel that delivers at most 3 bytes per receive, so elements arrive split (try_recv_with's default path).
+class TrickleChannel : public Channel {
+ public:
+  explicit TrickleChannel(std::vector<char> stream) : Channel(1, "trickle"), stream_(std::move(stream)) {}
+  size_t try_send(const void*, size_t) override { return 0; }
+  size_t try_recv(void* data, size_t length) override {
+    size_t n = std::min({length, size_t{3}, stream_.size() - at_});
+    std::memcpy(data, stream_.data() + at_, n);
+    at_ += n;
+    return n;
+  }
+  int poll_fd() const override { return -1; }
+  void check_alive() override {}
+  PeerState peer_state() const override { return PeerState::kAlive; }
+  const char* kind() const override { return "trickle"; }
+
+ private:
+  std::vector<char> stream_;
+  size_t at_ = 0;
+};
+
+static void test_receive_in_place() {
+  std::vector<double> values(300);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 7.0;
+  const size_t bytes = values.size() * sizeof(double);
+  std::vector<double> got;
+  bool aligned = true, whole = true;
+  const RecvConsumer collect = [&](const char* data, size_t n) {
+    aligned = aligned && reinterpret_cast<uintptr_t>(data) % sizeof(double) == 0;
+    whole = whole && n % sizeof(double) == 0;
+    size_t k = got.size();
+    got.resize(k + n / sizeof(double));
+    std::memcpy(got.data() + k, data, n);
+  };
+
+  // Default path: partial elements wait in the bounce buffer until the rest arrives.
+  std::vector<char> stream(bytes);
+  std::memcpy(stream.data(), values.data(), bytes);
+  TrickleChannel trickle(stream);
+  size_t received = 0;
+  for (int calls = 0; received < bytes && calls < 10000; ++calls) {
+    received += trickle.try_recv_with(bytes - received, sizeof(double), collect);
+  }
+  CHECK(received == bytes && got == values && aligned && whole);
+
+  // Shared memory: a loopback channel (the ring it writes is the ring it reads) of 1 KB, so 2.4 KB wrap it, sent
+  // 100 bytes at a time (elements split across sends), after 0-7 stray bytes (the stream misaligned for doubles).
+  ShmInbox inbox = ShmInbox::Create("/hvdlite-unit-" + std::to_string(getpid()), 0, 2, 1024);
+  ShmChannel loop(0, "self", &inbox, 1, &inbox, 1, -1);
+  for (size_t shift : {0, 1, 3, 4, 7, 8}) {
+    char stray[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8] = {};
+    CHECK(loop.try_send(stray, shift) == shift && loop.try_recv(back, shift) == shift);
+    CHECK(std::memcmp(stray, back, shift) == 0);
+    got.clear();
+    aligned = whole = true;
+    size_t sent = 0;
+    received = 0;
+    for (int calls = 0; received < bytes && calls < 10000; ++calls) {
+      sent += loop.try_send(reinterpret_cast<const char*>(values.data()) + sent, std::min<size_t>(100, bytes - sent));
+      received += loop.try_recv_with(bytes - received, sizeof(double), collect);
+    }
+    CHECK(received == bytes && got == values && aligned && whole);
+  }
+  inbox.unlink();
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -446,6 +518,7 @@ int main() {
   test_lost_peers();
   test_ordered_worker();
   test_allreduce_table();
+  test_receive_in_place();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

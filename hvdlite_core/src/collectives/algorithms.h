@@ -34,7 +34,9 @@ bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes);
 
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
-void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// postscale multiplies each member's segment as its last reduction lands, so the result needs no extra pass.
+void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
+                    double postscale = 1.0);
 // Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
 // Pipelined over chunks of about HIERARCHICAL_PIPELINE_BYTES (cost_model.h's hierarchical_pipeline_chunks).
 void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
@@ -42,9 +44,9 @@ void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DTyp
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
                            ReduceKind kind, double postscale);
 // In place on a full-size buffer: afterwards member i's segment (segment_counts[i] elements, in order) holds the
-// reduction of that segment over all members. Other segments hold partial sums.
+// reduction of that segment over all members, multiplied by postscale. Other segments hold partial sums.
 void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<size_t>& segment_counts, DType dtype,
-                         ReduceKind kind);
+                         ReduceKind kind, double postscale = 1.0);
 void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes);
 // Allgather in each host, across hosts by the members of equal local index (a slice each), in each host again;
 // needs comm.local()/cross().

@@ -4,9 +4,9 @@
 
 namespace hvdlite {
 
-void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale) {
   std::vector<size_t> segments = even_split(count, comm.size());
-  reduce_scatter_ring(comm, buffer, segments, dtype, kind);
+  reduce_scatter_ring(comm, buffer, segments, dtype, kind, postscale);
   std::vector<size_t> segment_bytes(segments.size());
   for (size_t i = 0; i < segments.size(); ++i) segment_bytes[i] = segments[i] * dtype_size(dtype);
   allgather_ring(comm, buffer, segment_bytes);

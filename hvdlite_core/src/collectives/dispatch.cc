@@ -38,17 +38,19 @@ AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes,
 
 namespace {
 
+// In place, including the postscale: the ring and single copy scale each piece while it is in cache.
 void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, void* buffer, size_t count, DType dtype,
-              ReduceKind kind) {
+              ReduceKind kind, double postscale) {
   switch (algorithm) {
     case AllreduceAlgorithm::kRecursiveDoubling:
       allreduce_recursive_doubling(comm, buffer, count, dtype, kind);
+      if (postscale != 1.0) scale_in_place(dtype, buffer, count, postscale);
       break;
     case AllreduceAlgorithm::kRing:
-      allreduce_ring(comm, buffer, count, dtype, kind);
+      allreduce_ring(comm, buffer, count, dtype, kind, postscale);
       break;
     case AllreduceAlgorithm::kSingleCopy:
-      allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, 1.0);
+      allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, postscale);
       break;
   }
 }
@@ -69,7 +71,8 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
         return;
       }
       if (input != output) std::memcpy(output, input, bytes);
-      run_flat(comm, algorithm, output, count, dtype, kind);
+      run_flat(comm, algorithm, output, count, dtype, kind, postscale);
+      return;
     }
   } else if (input != output && bytes > 0) {
     std::memcpy(output, input, bytes);
@@ -79,7 +82,7 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
 
 void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
   if (comm.size() == 1 || count == 0) return;
-  run_flat(comm, flat_allreduce_choice(comm, count * dtype_size(dtype), count), buffer, count, dtype, kind);
+  run_flat(comm, flat_allreduce_choice(comm, count * dtype_size(dtype), count), buffer, count, dtype, kind, 1.0);
 }
 
 namespace {

@@ -6,15 +6,25 @@
 // once. I/O failure throws hvdlite::Error(kRemoteError) naming the peer.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace hvdlite {
+
+// Takes received bytes where they lie (a reduction reads them straight into its destination).
+using RecvConsumer = std::function<void(const char* data, size_t bytes)>;
 
 class Channel {
  public:
   virtual ~Channel() = default;
   virtual size_t try_send(const void* data, size_t length) = 0;
   virtual size_t try_recv(void* data, size_t length) = 0;
+  // Receives without a destination buffer: hands what has arrived to consume, in whole granules (an element
+  // size; length is a multiple of it) and returns the bytes handed over. The data passed is aligned to granule.
+  // The default receives into a bounce buffer (holding a partial granule until the rest arrives); shared
+  // memory hands over its ring in place, saving a copy per byte.
+  virtual size_t try_recv_with(size_t length, size_t granule, const RecvConsumer& consume);
   // Socket to poll for readiness; -1 when the channel is not socket-based.
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).
@@ -33,6 +43,10 @@ class Channel {
   Channel(int peer, std::string peer_host) : peer_(peer), peer_host_(std::move(peer_host)) {}
   int peer_;
   std::string peer_host_;
+
+ private:
+  std::vector<char> bounce_;  // try_recv_with's default: bytes received, not yet handed over
+  size_t bounce_fill_ = 0;   // fewer than one granule between calls
 };
 
 }  // namespace hvdlite

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <time.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/status.h"
@@ -21,12 +22,22 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   bool done = true;
   for (size_t i = 0; i < count; ++i) {
     Transfer& t = transfers[i];
-    // Keep pushing on one transfer while it moves: fewer passes, bigger copies.
-    while (t.done < t.length) {
-      size_t n = t.is_send ? t.channel->try_send(t.data + t.done, t.length - t.done)
-                           : t.channel->try_recv(t.data + t.done, t.length - t.done);
+    // Keep pushing on one transfer while it moves (fewer passes, bigger copies), up to its per-pass budget.
+    size_t budget = t.max_per_pass;
+    while (t.done < t.length && budget > 0) {
+      size_t want = std::min(t.length - t.done, budget);
+      size_t n;
+      if (t.is_send) {
+        n = t.channel->try_send(t.data + t.done, want);
+      } else if (t.consumer) {
+        want -= want % t.granule;  // the length is whole granules; a budget need not be
+        n = want > 0 ? t.channel->try_recv_with(want, t.granule, *t.consumer) : 0;
+      } else {
+        n = t.channel->try_recv(t.data + t.done, want);
+      }
       if (n == 0) break;
       t.done += n;
+      budget -= std::min(budget, n);
       moved = true;
     }
     if (t.done < t.length) done = false;

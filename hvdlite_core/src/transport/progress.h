@@ -17,12 +17,28 @@ struct Transfer {
   size_t length;
   bool is_send;
   size_t done = 0;
+  // A receive with no destination buffer: the bytes go to *consumer in whole granules (Channel::try_recv_with).
+  const RecvConsumer* consumer = nullptr;
+  size_t granule = 1;
+  // Bytes moved per pass over the transfers before the engine turns to the next one (default: as many as the
+  // channel takes). A send capped like this alternates with a consuming receive, so both sides pipeline.
+  size_t max_per_pass = SIZE_MAX;
 
   static Transfer Send(Channel* c, const void* data, size_t length) {
     return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};
   }
   static Transfer Recv(Channel* c, void* data, size_t length) {
     return Transfer{c, static_cast<char*>(data), length, false};
+  }
+  static Transfer RecvInto(Channel* c, size_t length, size_t granule, const RecvConsumer* consumer) {
+    Transfer t{c, nullptr, length, false};
+    t.consumer = consumer;
+    t.granule = granule;
+    return t;
+  }
+  Transfer& per_pass(size_t bytes) {
+    max_per_pass = bytes;
+    return *this;
   }
 };
 

@@ -41,15 +41,49 @@ size_t ShmChannel::try_send(const void* data, size_t length) {
   return n;
 }
 
+void ShmChannel::copy_out(char* data, uint64_t from, size_t n) const {
+  size_t offset = static_cast<size_t>(from % capacity_);
+  size_t first = std::min(n, capacity_ - offset);
+  std::memcpy(data, recv_data_ + offset, first);
+  if (n > first) std::memcpy(data + first, recv_data_, n - first);
+}
+
 size_t ShmChannel::try_recv(void* data, size_t length) {
   uint64_t tail = recv_ring_->tail.load(std::memory_order_relaxed);
   uint64_t head = recv_ring_->head.load(std::memory_order_acquire);
   size_t n = std::min(length, static_cast<size_t>(head - tail));
   if (n == 0) return 0;
-  size_t offset = static_cast<size_t>(tail % capacity_);
-  size_t first = std::min(n, capacity_ - offset);
-  std::memcpy(data, recv_data_ + offset, first);
-  if (n > first) std::memcpy(static_cast<char*>(data) + first, recv_data_, n - first);
+  copy_out(static_cast<char*>(data), tail, n);
+  recv_ring_->tail.store(tail + n, std::memory_order_release);
+  ring_peer_doorbell();  // the peer may be waiting for room
+  return n;
+}
+
+size_t ShmChannel::try_recv_with(size_t length, size_t granule, const RecvConsumer& consume) {
+  constexpr size_t kMaxHandOver = 256 << 10;
+  uint64_t tail = recv_ring_->tail.load(std::memory_order_relaxed);
+  uint64_t head = recv_ring_->head.load(std::memory_order_acquire);
+  size_t n = std::min({length, static_cast<size_t>(head - tail), kMaxHandOver});
+  n -= n % granule;  // a partial element stays in the ring until the rest of it arrives
+  if (n == 0) return 0;
+  const size_t offset = static_cast<size_t>(tail % capacity_);
+  if (offset % granule == 0 && capacity_ % granule == 0) {
+    // In place: the ring data is cache-line aligned, so the offset decides the alignment, and an aligned
+    // stream never splits an element at the wrap.
+    const size_t first = std::min(n, capacity_ - offset);
+    consume(recv_data_ + offset, first);
+    if (n > first) consume(recv_data_, n - first);
+  } else {
+    // The stream is misaligned for this element size (an odd-length message went before): go through a small
+    // aligned buffer, which stays in L1.
+    alignas(64) char bounce[16 << 10];
+    for (size_t done = 0; done < n;) {
+      const size_t m = std::min(sizeof(bounce) - sizeof(bounce) % granule, n - done);
+      copy_out(bounce, tail + done, m);
+      consume(bounce, m);
+      done += m;
+    }
+  }
   recv_ring_->tail.store(tail + n, std::memory_order_release);
   ring_peer_doorbell();  // the peer may be waiting for room
   return n;
