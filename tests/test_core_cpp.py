@@ -1,4 +1,4 @@
-"""Builds and runs the core's C++ unit tests (validation, response cache, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place)."""
+"""Builds and runs the core's C++ unit tests (validation, response cache, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes)."""
 import os
 import shutil
 import subprocess
@@ -11,7 +11,7 @@ SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cach
            "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "collectives/cost_model.cc",
            "transport/lost_peers.cc", "common/ordered_worker.cc",
            "collectives/allreduce_table.cc", "transport/channel.cc", "transport/shm_channel.cc",
-           "transport/shm_segment.cc", "common/wait.cc"]
+           "transport/shm_segment.cc", "common/wait.cc", "common/copy_bytes.cc"]
 
 
 @pytest.mark.timeout(180)

@@ -13,6 +13,7 @@
 #include "collectives/allreduce_table.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
+#include "common/copy_bytes.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
 #include "common/ordered_worker.h"
@@ -503,7 +504,39 @@ static void test_receive_in_place() {
     }
     CHECK(received == bytes && got == values && aligned && whole);
   }
+  // align_stream: after 5 stray bytes both ends skip to the next multiple of 8, so what follows is handed over in
+  // place (pointers into the ring, not a bounce buffer), and the stream stays in step.
+  const char* ring_begin = inbox.ring_data(1);
+  bool in_ring = true;
+  const RecvConsumer in_place = [&](const char* data, size_t n) {
+    in_ring = in_ring && data >= ring_begin && data + n <= ring_begin + 1024;
+    collect(data, n);
+  };
+  char stray[5] = {9, 9, 9, 9, 9}, back[5] = {};
+  CHECK(loop.try_send(stray, 5) == 5 && loop.try_recv(back, 5) == 5);
+  CHECK(loop.align_stream(false) == false);  // the receiver cannot skip bytes not yet written
+  CHECK(loop.align_stream(true) && loop.align_stream(false));
+  got.clear();
+  CHECK(loop.try_send(values.data(), 512) == 512 && loop.try_recv_with(512, sizeof(double), in_place) == 512);
+  CHECK(in_ring && got.size() == 64 && std::memcmp(got.data(), values.data(), 512) == 0);
+  CHECK(loop.try_send(stray, 3) == 3 && loop.try_recv(back, 3) == 3 && back[2] == 9);
   inbox.unlink();
+}
+
+static void test_copy_bytes() {
+  // Every distance around the avoided window (and none), sizes around the thresholds and the 64-byte loop's tail.
+  std::vector<unsigned char> source(80000 + 4096), target(80000 + 8192);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t distance : {0, 1, 7, 15, 16, 63, 64, 65, 4095}) {
+    for (size_t n : {0, 1, 63, 64, 65, 2047, 2048, 2049, 5000, 70001}) {
+      std::fill(target.begin(), target.end(), 0xEE);
+      const unsigned char* from = source.data() + 3;
+      unsigned char* to = target.data() + 3 + distance;
+      copy_bytes(to, from, n);
+      CHECK(std::memcmp(to, from, n) == 0);
+      CHECK(to[n] == 0xEE && to[-1] == 0xEE);  // nothing written outside
+    }
+  }
 }
 
 int main() {
@@ -519,6 +552,7 @@ int main() {
   test_ordered_worker();
   test_allreduce_table();
   test_receive_in_place();
+  test_copy_bytes();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 
 #include "backends/backend.h"
 #include "collectives/algorithms.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 namespace {
@@ -43,7 +44,7 @@ class BuiltinBackend : public Backend {
     for (int i = 0; i < comm.rank(); ++i) offset += counts[i];
     const size_t esize = dtype_size(dtype);
     if (counts[comm.rank()] > 0) {
-      std::memcpy(mine, static_cast<char*>(work) + offset * esize, counts[comm.rank()] * esize);
+      copy_bytes(mine, static_cast<char*>(work) + offset * esize, counts[comm.rank()] * esize);
     }
   }
 

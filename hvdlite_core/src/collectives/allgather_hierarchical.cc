@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 namespace {
@@ -66,7 +67,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     if (i < my_local) my_offset += local_blocks[i];
   }
   char* my_host_data = staging + host_base[my_host];
-  if (local_blocks[my_local] > 0) std::memcpy(my_host_data + my_offset, input, local_blocks[my_local]);
+  if (local_blocks[my_local] > 0) copy_bytes(my_host_data + my_offset, input, local_blocks[my_local]);
   allgather_ring(local, my_host_data, local_blocks);
 
   // 2. Across hosts: slice my_local of every host's data.
@@ -75,7 +76,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     cross_blocks[h] = slice_size(host_bytes[h], L, my_local);
     if (h > 0) cross_offsets[h] = cross_offsets[h - 1] + cross_blocks[h - 1];
   }
-  std::memcpy(cross_buffer + cross_offsets[my_host], my_host_data + slice_begin(host_bytes[my_host], L, my_local),
+  copy_bytes(cross_buffer + cross_offsets[my_host], my_host_data + slice_begin(host_bytes[my_host], L, my_local),
               cross_blocks[my_host]);
   allgather_ring(cross, cross_buffer, cross_blocks);
 
@@ -89,7 +90,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
   size_t at = mine_at;
   for (int h = 0; h < H; ++h) {
     if (h == my_host) continue;
-    std::memcpy(local_buffer + at, cross_buffer + cross_offsets[h], cross_blocks[h]);
+    copy_bytes(local_buffer + at, cross_buffer + cross_offsets[h], cross_blocks[h]);
     at += cross_blocks[h];
   }
   allgather_ring(local, local_buffer, from_others);
@@ -98,7 +99,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     for (int h = 0; h < H; ++h) {
       if (h == my_host) continue;
       const size_t size = slice_size(host_bytes[h], L, i);
-      std::memcpy(staging + host_base[h] + slice_begin(host_bytes[h], L, i), local_buffer + at, size);
+      copy_bytes(staging + host_base[h] + slice_begin(host_bytes[h], L, i), local_buffer + at, size);
       at += size;
     }
   }
@@ -111,7 +112,7 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
   for (int h = 0; h < H; ++h) {
     at = host_base[h];
     for (int m : hosts[h]) {
-      if (block_bytes[m] > 0) std::memcpy(out + member_offset[m], staging + at, block_bytes[m]);
+      if (block_bytes[m] > 0) copy_bytes(out + member_offset[m], staging + at, block_bytes[m]);
       at += block_bytes[m];
     }
   }

@@ -14,6 +14,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/single_copy.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 namespace {
@@ -37,7 +38,7 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
   for (size_t done = 0; done < segments[r]; done += chunk_elements) {
     size_t elements = std::min(chunk_elements, segments[r] - done);
     size_t offset = offsets[r] + done * esize;
-    if (out != in) std::memcpy(out + offset, in + offset, elements * esize);
+    if (out != in) copy_bytes(out + offset, in + offset, elements * esize);
     for (int step = 1; step < n; ++step) {
       int peer = (r + step) % n;
       read_peer(comm, peer, peers[peer].input + offset, incoming, elements * esize);
@@ -62,7 +63,7 @@ void allgather_single_copy(Communicator& comm, const void* input, void* output, 
   for (int i = 1; i < n; ++i) offsets[i] = offsets[i - 1] + block_bytes[i - 1];
   std::vector<PublishedBuffers> peers = exchange_addresses(comm, input, output);
   char* out = static_cast<char*>(output);
-  if (block_bytes[r] > 0) std::memcpy(out + offsets[r], input, block_bytes[r]);
+  if (block_bytes[r] > 0) copy_bytes(out + offsets[r], input, block_bytes[r]);
   for (int step = 1; step < n; ++step) {
     int peer = (r + step) % n;
     if (block_bytes[peer] > 0) read_peer(comm, peer, peers[peer].input, out + offsets[peer], block_bytes[peer]);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 
@@ -17,7 +18,7 @@ void alltoall_pairwise(Communicator& comm, const void* input, const std::vector<
   }
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
-  if (send_bytes[r] > 0) std::memcpy(out + recv_offsets[r], in + send_offsets[r], send_bytes[r]);
+  if (send_bytes[r] > 0) copy_bytes(out + recv_offsets[r], in + send_offsets[r], send_bytes[r]);
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n;
     int from = (r - k + n) % n;

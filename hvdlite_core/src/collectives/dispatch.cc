@@ -9,6 +9,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 
@@ -62,7 +63,7 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
   const size_t bytes = count * dtype_size(dtype);
   if (comm.size() > 1 && count > 0) {
     if (use_hierarchical_allreduce(comm, bytes)) {
-      if (input != output) std::memcpy(output, input, bytes);
+      if (input != output) copy_bytes(output, input, bytes);
       allreduce_hierarchical(comm, output, count, dtype, kind);
     } else {
       const AllreduceAlgorithm algorithm = flat_allreduce_choice(comm, bytes, count);
@@ -70,12 +71,12 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
         allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
         return;
       }
-      if (input != output) std::memcpy(output, input, bytes);
+      if (input != output) copy_bytes(output, input, bytes);
       run_flat(comm, algorithm, output, count, dtype, kind, postscale);
       return;
     }
   } else if (input != output && bytes > 0) {
-    std::memcpy(output, input, bytes);
+    copy_bytes(output, input, bytes);
   }
   if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
 }
@@ -134,7 +135,7 @@ void allgather(Communicator& comm, const void* input, void* output, const std::v
   }
   size_t offset = 0;
   for (int i = 0; i < comm.rank(); ++i) offset += block_bytes[i];
-  if (block_bytes[comm.rank()] > 0) std::memcpy(static_cast<char*>(output) + offset, input, block_bytes[comm.rank()]);
+  if (block_bytes[comm.rank()] > 0) copy_bytes(static_cast<char*>(output) + offset, input, block_bytes[comm.rank()]);
   if (comm.size() > 1) allgather_ring(comm, output, block_bytes);
 }
 

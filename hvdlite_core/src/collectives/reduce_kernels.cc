@@ -6,6 +6,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/copy_bytes.h"
+
 namespace hvdlite {
 namespace {
 
@@ -104,7 +106,11 @@ void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_
 void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double factor) {
   if (count == 0) return;  // empty tensors may have null buffers
   if (factor == 1.0 || dtype == DType::kBool) {
-    if (dst != src) std::memmove(dst, src, count * dtype_size(dtype));
+    const size_t bytes = count * dtype_size(dtype);
+    const char* d = static_cast<const char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    if (d + bytes <= s || s + bytes <= d) copy_bytes(dst, src, bytes);  // disjoint (fusion copies)
+    else if (dst != src) std::memmove(dst, src, bytes);
     return;
   }
   switch (dtype) {

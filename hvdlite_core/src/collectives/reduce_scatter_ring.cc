@@ -38,9 +38,14 @@ void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<siz
       if (scale) scale_in_place(dtype, destination + landed, count, postscale);
       landed += bytes;
     };
-    Transfer step[2] = {
-        Transfer::Send(next, base + offsets[send_segment], segment_counts[send_segment] * esize).per_pass(kPieceBytes),
-        Transfer::RecvInto(prev, segment_counts[recv_segment] * esize, esize, &reduce).per_pass(kPieceBytes)};
+    // Both ends start the segment at an aligned stream offset, so the reduction reads the shm ring in place
+    // rather than through an aligned bounce buffer (streams carry odd-length control messages too).
+    Transfer step[2] = {Transfer::Send(next, base + offsets[send_segment], segment_counts[send_segment] * esize)
+                            .per_pass(kPieceBytes)
+                            .aligned_start(),
+                        Transfer::RecvInto(prev, segment_counts[recv_segment] * esize, esize, &reduce)
+                            .per_pass(kPieceBytes)
+                            .aligned_start()};
     comm.progress().run(step, 2);
   }
 }

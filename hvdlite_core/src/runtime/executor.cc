@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "runtime/fusion.h"
 #include "runtime/gpu_executor.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 namespace {
@@ -186,7 +187,7 @@ void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry*
     input = output;
   }
   if (r.reduce_op == ReduceOp::kAdasum) {
-    if (input != output && bytes > 0) std::memcpy(output, input, bytes);
+    if (input != output && bytes > 0) copy_bytes(output, input, bytes);
     backend_.adasum(r.process_set, comm, output, {count}, r.dtype);
     if (r.postscale != 1.0) scale_in_place(r.dtype, output, count, r.postscale);
     return;
@@ -296,7 +297,7 @@ void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry*
   int root_index = -1;
   for (int i = 0; i < comm.size(); ++i) if (comm.global_rank(i) == r.root_rank) root_index = i;
   void* buffer = e ? e->output : fusion_buffer(bytes);
-  if (rank_ == r.root_rank && e && e->input != e->output && bytes > 0) std::memcpy(e->output, e->input, bytes);
+  if (rank_ == r.root_rank && e && e->input != e->output && bytes > 0) copy_bytes(e->output, e->input, bytes);
   backend_.broadcast(r.process_set, comm, buffer, bytes, root_index);
 }
 

@@ -25,6 +25,11 @@ class Channel {
   // The default receives into a bounce buffer (holding a partial granule until the rest arrives); shared
   // memory hands over its ring in place, saving a copy per byte.
   virtual size_t try_recv_with(size_t length, size_t granule, const RecvConsumer& consume);
+  // Moves this end of the stream to the next multiple of 8 bytes (the sender skips ahead, the receiver skips the
+  // same bytes), so that a message both ends mark alike starts aligned whatever odd-length messages went before.
+  // False while that cannot happen yet (no room to skip, or the skipped bytes not yet written); call again.
+  // Only shared memory needs it (its ring is handed over in place); elsewhere a no-op.
+  virtual bool align_stream(bool sending) { return true; }
   // Socket to poll for readiness; -1 when the channel is not socket-based.
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).

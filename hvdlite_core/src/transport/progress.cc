@@ -23,6 +23,13 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   for (size_t i = 0; i < count; ++i) {
     Transfer& t = transfers[i];
     // Keep pushing on one transfer while it moves (fewer passes, bigger copies), up to its per-pass budget.
+    if (t.align && !t.aligned && t.done < t.length) {
+      if (!t.channel->align_stream(t.is_send)) {
+        done = false;
+        continue;
+      }
+      t.aligned = moved = true;
+    }
     size_t budget = t.max_per_pass;
     while (t.done < t.length && budget > 0) {
       size_t want = std::min(t.length - t.done, budget);

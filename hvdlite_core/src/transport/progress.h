@@ -23,6 +23,10 @@ struct Transfer {
   // Bytes moved per pass over the transfers before the engine turns to the next one (default: as many as the
   // channel takes). A send capped like this alternates with a consuming receive, so both sides pipeline.
   size_t max_per_pass = SIZE_MAX;
+  // Start at an 8-byte boundary of the channel's stream (Channel::align_stream). Both ends must mark the matching
+  // send and receive alike; the ring reduce-scatter does, so its reductions read the shm ring in place.
+  bool align = false;
+  bool aligned = false;  // align_stream has succeeded for this transfer
 
   static Transfer Send(Channel* c, const void* data, size_t length) {
     return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};
@@ -38,6 +42,10 @@ struct Transfer {
   }
   Transfer& per_pass(size_t bytes) {
     max_per_pass = bytes;
+    return *this;
+  }
+  Transfer& aligned_start() {
+    align = true;
     return *this;
   }
 };

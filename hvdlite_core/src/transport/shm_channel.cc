@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "common/wait.h"
+#include "common/copy_bytes.h"
 
 namespace hvdlite {
 
@@ -34,8 +35,8 @@ size_t ShmChannel::try_send(const void* data, size_t length) {
   if (n == 0) return 0;
   size_t offset = static_cast<size_t>(head % capacity_);
   size_t first = std::min(n, capacity_ - offset);
-  std::memcpy(send_data_ + offset, data, first);
-  if (n > first) std::memcpy(send_data_, static_cast<const char*>(data) + first, n - first);
+  copy_bytes(send_data_ + offset, data, first);
+  if (n > first) copy_bytes(send_data_, static_cast<const char*>(data) + first, n - first);
   send_ring_->head.store(head + n, std::memory_order_release);
   ring_peer_doorbell();
   return n;
@@ -44,8 +45,8 @@ size_t ShmChannel::try_send(const void* data, size_t length) {
 void ShmChannel::copy_out(char* data, uint64_t from, size_t n) const {
   size_t offset = static_cast<size_t>(from % capacity_);
   size_t first = std::min(n, capacity_ - offset);
-  std::memcpy(data, recv_data_ + offset, first);
-  if (n > first) std::memcpy(data + first, recv_data_, n - first);
+  copy_bytes(data, recv_data_ + offset, first);
+  if (n > first) copy_bytes(data + first, recv_data_, n - first);
 }
 
 size_t ShmChannel::try_recv(void* data, size_t length) {
@@ -87,6 +88,27 @@ size_t ShmChannel::try_recv_with(size_t length, size_t granule, const RecvConsum
   recv_ring_->tail.store(tail + n, std::memory_order_release);
   ring_peer_doorbell();  // the peer may be waiting for room
   return n;
+}
+
+bool ShmChannel::align_stream(bool sending) {
+  if (sending) {
+    const uint64_t head = send_ring_->head.load(std::memory_order_relaxed);
+    const uint64_t skip = (8 - head % 8) % 8;
+    if (skip == 0) return true;
+    const uint64_t tail = send_ring_->tail.load(std::memory_order_acquire);
+    if (capacity_ - static_cast<size_t>(head - tail) < skip) return false;
+    send_ring_->head.store(head + skip, std::memory_order_release);  // the skipped bytes are never read
+    ring_peer_doorbell();
+    return true;
+  }
+  const uint64_t tail = recv_ring_->tail.load(std::memory_order_relaxed);
+  const uint64_t skip = (8 - tail % 8) % 8;
+  if (skip == 0) return true;
+  const uint64_t head = recv_ring_->head.load(std::memory_order_acquire);
+  if (head - tail < skip) return false;
+  recv_ring_->tail.store(tail + skip, std::memory_order_release);
+  ring_peer_doorbell();
+  return true;
 }
 
 Channel::PeerState ShmChannel::peer_state() const {

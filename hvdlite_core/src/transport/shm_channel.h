@@ -16,6 +16,7 @@ class ShmChannel : public Channel {
   // Hands the ring's bytes over in place, at most kMaxHandOver per call so the sender gets room back as the
   // consumer goes (a reduction from the ring then overlaps with the peer's next copy in).
   size_t try_recv_with(size_t length, size_t granule, const RecvConsumer& consume) override;
+  bool align_stream(bool sending) override;
   int poll_fd() const override { return -1; }
   void check_alive() override;
   PeerState peer_state() const override;
