@@ -22,7 +22,7 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   bool done = true;
   for (size_t i = 0; i < count; ++i) {
     Transfer& t = transfers[i];
-    // Keep pushing on one transfer while it moves (fewer passes, bigger copies), up to its per-pass budget.
+    // A transfer marked for an aligned start first moves its end of the stream to an 8-byte boundary.
     if (t.align && !t.aligned && t.done < t.length) {
       if (!t.channel->align_stream(t.is_send)) {
         done = false;
@@ -30,6 +30,7 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
       }
       t.aligned = moved = true;
     }
+    // Keep pushing on one transfer while it moves (fewer passes, bigger copies), up to its per-pass budget.
     size_t budget = t.max_per_pass;
     while (t.done < t.length && budget > 0) {
       size_t want = std::min(t.length - t.done, budget);

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/copy_bytes.h"
 #include "common/status.h"
 #include "common/wait.h"
-#include "common/copy_bytes.h"
 
 namespace hvdlite {
 
