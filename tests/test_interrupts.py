@@ -12,6 +12,7 @@ INTERRUPTED_WAITS = """
 import os, signal, threading, time
 import torch
 import hvdlite.torch as hvd
+from hvdlite.common import ops as core_ops
 
 hvd.init()
 me = hvd.rank()
@@ -65,6 +66,25 @@ if me == 1:
     while inplace.tolist() != [6.0] * 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert inplace.tolist() == [6.0] * 5, inplace
+    # 4. The same with the alarm inside the first wait slice: allreduce_ is then still in its one call that
+    #    enqueues and waits, and the exception comes the moment that call returns.
+    early = torch.full((2,), 1.5)
+    signal.setitimer(signal.ITIMER_REAL, 0.02)
+    try:
+        hvd.allreduce_(early, name="inplace-early", op=hvd.Sum)
+    except Alarm:
+        pass
+    else:
+        raise AssertionError("the alarm never interrupted allreduce_ in its first slice")
+    # abandoned, not leaked: its buffer is held and its handle released once it finishes
+    assert core_ops.release_finished_abandoned() == 1
+    deadline = time.monotonic() + 10
+    while early.tolist() != [3.0] * 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert early.tolist() == [3.0] * 2, early
+    while core_ops.release_finished_abandoned() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert core_ops.release_finished_abandoned() == 0
 else:
     time.sleep(3)
     assert hvd.allreduce(torch.ones(4), name="late", op=hvd.Sum).tolist() == [2.0] * 4
@@ -72,6 +92,8 @@ else:
     assert hvd.allreduce(torch.full((3,), 2.0), name="later", op=hvd.Sum).tolist() == [4.0] * 3
     time.sleep(1)
     assert hvd.allreduce(torch.full((5,), 3.0), name="inplace-late", op=hvd.Sum).tolist() == [6.0] * 5
+    time.sleep(1)
+    assert hvd.allreduce(torch.full((2,), 1.5), name="inplace-early", op=hvd.Sum).tolist() == [3.0] * 2
 # The abandoned synchronous allreduce finished in the background; later collectives work as usual.
 for step in range(20):
     assert hvd.allreduce(torch.ones(2) * step, name="after", op=hvd.Sum).tolist() == [2.0 * step] * 2

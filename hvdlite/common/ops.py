@@ -220,6 +220,36 @@ def wait_and_release(handle: int, keep_alive) -> None:
         lib.hvdlite_handle_release(handle)
 
 
+def enqueue_and_wait(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int,
+                     output_ptr: int, root_rank: int, reduce_op: int, prescale: float, postscale: float,
+                     process_set_id: int, keep_alive) -> None:
+    """enqueue() then wait_and_release() for a synchronous host-memory operation whose result lands in the
+    caller's buffers, in one call into the core when it finishes within a wait slice (an 8-byte allreduce: two
+    fewer foreign calls and no handle bookkeeping in Python)."""
+    if not name or len(shape) > _MAX_DIMS:
+        wait_and_release(enqueue(op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale,
+                                 postscale, process_set_id), keep_alive)
+        return
+    shape = shape if isinstance(shape, tuple) else tuple(shape)  # torch.Size is a tuple: no copy needed
+    request = _prepared_request((op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale,
+                                 postscale, process_set_id))
+    handle = _request_buffers()[2]
+    try:
+        status = lib.hvdlite_enqueue_and_wait(request, WAIT_SLICE_SECONDS, handle)
+        if status == 0:
+            return  # finished, and the core released the handle
+        if handle[0] == 0:
+            check(status)  # refused at enqueue
+        live = handle[0]
+    except BaseException:
+        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns: the operation may still
+        # be running on the caller's buffers.
+        if handle[0] != 0:
+            abandon([handle[0]], keep_alive)
+        raise
+    wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
+
+
 # Operations whose waiter was interrupted and gave them up: their buffers stay referenced until they finish
 # (every pending operation finishes: executed, failed, or aborted by shutdown), then their handles are released.
 _abandoned_lock = threading.Lock()

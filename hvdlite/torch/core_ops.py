@@ -144,8 +144,14 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         # Synchronous and in place: no Python handle is needed, so the handle table is skipped (a third of the
         # Python cost of a small allreduce, e.g. a metric averaged every step).
         op = _resolve_op(op, average)
-        ops.wait_and_release(_allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor,
-                                                process_set), keep_alive=tensor)
+        if _placement(tensor, name) is _HOST:
+            ptr = tensor.data_ptr()
+            ops.enqueue_and_wait(OP_ALLREDUCE, name, _dtype_code(tensor, name), tensor.shape, ptr, ptr, -1,
+                                 ops.core_reduce_op(op), prescale_factor, postscale_factor,
+                                 _process_set_id(process_set), tensor)
+        else:
+            ops.wait_and_release(_allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                                                    process_set), keep_alive=tensor)
         return tensor
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 

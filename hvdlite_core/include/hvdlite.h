@@ -104,6 +104,11 @@ int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t
 int hvdlite_poll(int64_t handle);
 /* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */
 int hvdlite_wait(int64_t handle, double timeout_seconds);
+/* hvdlite_enqueue, then hvdlite_wait up to timeout_seconds, in one call: a synchronous collective's path.
+ * Finished successfully: returns 0 with the handle already released (*handle_out = 0). Otherwise returns the
+ * status and *handle_out is the live handle to wait on (still running: HVDLITE_TIMEOUT) or to read the
+ * error of, then release; *handle_out = 0 when the request was refused (the error is in hvdlite_last_error). */
+int hvdlite_enqueue_and_wait(const hvdlite_request* request, double timeout_seconds, int64_t* handle_out);
 int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity);
 /* Results the core owns (allgather, alltoall, reducescatter): shape first, then a copy into caller memory. */
 int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity, int32_t* ndim_out);

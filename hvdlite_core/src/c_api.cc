@@ -203,6 +203,29 @@ HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
   });
 }
 
+HVDLITE_EXPORT int hvdlite_enqueue_and_wait(const hvdlite_request* request, double timeout_seconds,
+                                            int64_t* handle_out) {
+  return guarded([&] {
+    if (handle_out) *handle_out = 0;
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
+    int64_t handle = 0;
+    std::vector<std::shared_ptr<HandleState>> states;
+    Status queued = rt->enqueue(request, 1, &handle, &states);
+    if (!queued.ok()) return report(queued);
+    *handle_out = handle;
+    int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
+    if (!rt->wait(*states[0], timeout_us)) {
+      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
+    }
+    if (!states[0]->status.ok()) return report(states[0]->status);
+    g_handles.release(handle);
+    *handle_out = 0;
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
 HVDLITE_EXPORT int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity) {
   auto state = find_handle(handle);
   if (!state) return unknown_handle(handle);

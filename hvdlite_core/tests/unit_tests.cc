@@ -142,6 +142,23 @@ static void test_cache() {
   Request other = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "c");
   other.process_set = 1;
   CHECK(cache.lookup(other, 0, &position) == ResponseCache::Lookup::kMiss);
+
+  // occupied_end: one past the highest occupied position, kept through puts, evictions and erases.
+  ResponseCache wide(8);
+  CHECK(wide.occupied_end() == 0);
+  for (int i = 0; i < 5; ++i) wide.put(resp("t" + std::to_string(i), 4), &displaced);
+  CHECK(wide.occupied_end() == 5);
+  wide.erase(2);
+  CHECK(wide.occupied_end() == 5);  // a hole below the top changes nothing
+  wide.erase(4);
+  CHECK(wide.occupied_end() == 4);
+  wide.erase(3);
+  CHECK(wide.occupied_end() == 2);  // down past the hole at 2
+  CHECK(wide.put(resp("u", 4), &displaced) == 2 && wide.occupied_end() == 3);
+  wide.erase(0);
+  wide.erase(1);
+  wide.erase(2);
+  CHECK(wide.occupied_end() == 0);
 }
 
 static void test_fusion() {

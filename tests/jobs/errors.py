@@ -69,6 +69,7 @@ for cached in (False, True):
             hvd.allreduce(torch.ones(3), name="mm.prescale" + suffix, op=hvd.Sum)
             hvd.allreduce(torch.ones(3), name="mm.postscale" + suffix, op=hvd.Sum)
             hvd.allgather(torch.ones(2, 3), name="mm.agshape" + suffix)
+            hvd.allreduce_(torch.ones(3), name="mm.inplace" + suffix)
 
     dtype = torch.float32 if me == 0 else torch.int32
     expect_mismatch(f"dtype mismatch{suffix}", lambda: hvd.allreduce(torch.ones(3, dtype=dtype),
@@ -79,6 +80,10 @@ for cached in (False, True):
     firsts = "rank 0" if n == 2 else "ranks " + ", ".join(str(r) for r in range(n - 1))
     expect_mismatch(f"shape mismatch{suffix}", lambda: hvd.allreduce(torch.ones(shape), name="mm.shape" + suffix),
                     ["mm.shape" + suffix, "shape", f"{firsts}: [3]", f"{last}: [4]"])
+    # the synchronous in-place allreduce_ enqueues and waits in one call into the core: its error travels too
+    expect_mismatch(f"in-place shape mismatch{suffix}",
+                    lambda: hvd.allreduce_(torch.ones(shape), name="mm.inplace" + suffix),
+                    ["mm.inplace" + suffix, "shape", f"{firsts}: [3]", f"{last}: [4]"])
     expect_mismatch(f"op mismatch{suffix}",
                     lambda: (hvd.allreduce(torch.ones(3), name="mm.op" + suffix, op=hvd.Sum) if me == 0
                              else hvd.allgather(torch.ones(3), name="mm.op" + suffix)),
@@ -137,6 +142,8 @@ if me == 0:
                   op=hvd.Sum, match=["dup", "already in flight"])
     expect_raises("duplicate in-flight name (in place)", hvd.InvalidArgumentError, hvd.allreduce_async_, x.clone(),
                   name="dup", op=hvd.Sum, match=["dup", "already in flight"])
+    expect_raises("duplicate in-flight name (synchronous, in place)", hvd.InvalidArgumentError, hvd.allreduce_,
+                  x.clone(), name="dup", op=hvd.Sum, match=["dup", "already in flight"])
     hvd.barrier()
     check("first of the duplicates", hvd.synchronize(h), expected)
 else:

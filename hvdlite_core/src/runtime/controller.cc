@@ -70,13 +70,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   }
 
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
-  size_t positions = 0;
-  for (size_t p = cache_.capacity(); p > 0; --p) {
-    if (cache_.occupied(static_cast<int>(p - 1))) {
-      positions = p;
-      break;
-    }
-  }
+  const size_t positions = cache_.occupied_end();
   const size_t words = (positions + 63) / 64;
   std::vector<uint64_t> bits(1 + 2 * words, ~0ull);
   // The coordinator forces a round trip when a stalled tensor is due to fail: in a typical hang nobody submits

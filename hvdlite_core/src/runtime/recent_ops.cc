@@ -16,21 +16,15 @@ std::string human_bytes(int64_t n) {
 
 void RecentOps::submitted(const TensorEntry& entry) {
   const Request& q = entry.request;
-  Op op;
-  op.key = entry_key(q.process_set, q.name);
-  op.what = std::string(op_name(q.op)) + " '" + q.name + "' (";
-  if (q.op != OpType::kBarrier && q.op != OpType::kJoin) {
-    op.what += human_bytes(element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype))) + ", ";
-  }
-  if (q.process_set != 0) op.what += "process set " + std::to_string(q.process_set) + ", ";
-  ops_.push_back(std::move(op));
-  if (ops_.size() > kKept) ops_.pop_front();
+  const int64_t bytes = element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype));
+  if (ops_.size() == kKept) ops_.pop_front();
+  ops_.push_back(Op{q.op, q.process_set, q.name, bytes, "pending"});
 }
 
 void RecentOps::finished(const TensorEntry& entry, bool ok) {
-  std::string key = entry_key(entry.request.process_set, entry.request.name);
+  const Request& q = entry.request;
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
-    if (it->key == key) {
+    if (it->process_set == q.process_set && it->name == q.name) {
       it->state = ok ? "done" : "failed";
       return;
     }
@@ -41,7 +35,13 @@ std::string RecentOps::report(int rank) const {
   if (ops_.empty()) return "";
   std::string text = "last " + std::to_string(ops_.size()) + " collectives on rank " + std::to_string(rank) +
                      ", oldest first: ";
-  for (size_t i = 0; i < ops_.size(); ++i) text += (i ? ", " : "") + ops_[i].what + ops_[i].state + ")";
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const Op& op = ops_[i];
+    text += (i ? ", " : "") + std::string(op_name(op.op)) + " '" + op.name + "' (";
+    if (op.op != OpType::kBarrier && op.op != OpType::kJoin) text += human_bytes(op.bytes) + ", ";
+    if (op.process_set != 0) text += "process set " + std::to_string(op.process_set) + ", ";
+    text += std::string(op.state) + ")";
+  }
   return text;
 }
 

@@ -19,10 +19,13 @@ class RecentOps {
   std::string report(int rank) const;
 
  private:
+  // Kept raw and described only in report(): recording runs for every collective, reporting after a failure.
   struct Op {
-    std::string key;  // entry_key: names repeat every step, the newest record of a key is the live one
-    std::string what;
-    const char* state = "pending";
+    OpType op;
+    int32_t process_set;
+    std::string name;  // with process_set, the key: names repeat every step, the newest record is the live one
+    int64_t bytes;
+    const char* state;
   };
   std::deque<Op> ops_;
 };

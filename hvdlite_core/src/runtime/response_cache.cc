@@ -1,5 +1,7 @@
 #include "runtime/response_cache.h"
 
+#include <algorithm>
+
 namespace hvdlite {
 
 ResponseCache::ResponseCache(size_t capacity) : slots_(capacity), recency_pos_(capacity) {}
@@ -41,6 +43,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_pos_[position] = recency_.begin();
   }
   slots_[position].reset(new Response(response));
+  occupied_end_ = std::max(occupied_end_, static_cast<size_t>(position) + 1);
   touch(position);
   return position;
 }
@@ -50,6 +53,7 @@ void ResponseCache::erase(int position) {
   by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
   recency_.erase(recency_pos_[position]);
   slots_[position].reset();
+  while (occupied_end_ > 0 && !slots_[occupied_end_ - 1]) --occupied_end_;
 }
 
 void ResponseCache::touch(int position) {

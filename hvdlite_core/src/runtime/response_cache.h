@@ -21,6 +21,9 @@ class ResponseCache {
  public:
   explicit ResponseCache(size_t capacity);
   size_t capacity() const { return slots_.size(); }
+  // One past the highest occupied position (0 when empty): negotiation exchanges bits only up to it, and
+  // scanning a 1024-slot cache for it on every cycle cost a microsecond of an 8-byte allreduce.
+  size_t occupied_end() const { return occupied_end_; }
 
   enum class Lookup { kMiss, kHit, kConflict };
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
@@ -40,6 +43,7 @@ class ResponseCache {
   std::unordered_map<std::string, int> by_key_;
   std::list<int> recency_;  // front: most recently used
   std::vector<std::list<int>::iterator> recency_pos_;
+  size_t occupied_end_ = 0;
 };
 
 }  // namespace hvdlite

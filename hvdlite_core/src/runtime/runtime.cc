@@ -362,7 +362,8 @@ Status Runtime::check_device_request(const hvdlite_request& q, Request& out,
   return Status::Ok();
 }
 
-Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out) {
+Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
+                        std::vector<std::shared_ptr<HandleState>>* states_out) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   std::vector<TensorEntry> entries(count);
   for (int i = 0; i < count; ++i) {
@@ -402,6 +403,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     return status;
   }
   for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
+  if (states_out) *states_out = std::move(states);
   return Status::Ok();
 }
 

@@ -30,7 +30,9 @@ class Runtime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Validates every request, then queues all of them or none (grouped collectives are atomic).
-  Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out);
+  // states_out (optional): the handles' states, for a caller that waits on them at once.
+  Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
+                 std::vector<std::shared_ptr<HandleState>>* states_out = nullptr);
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of

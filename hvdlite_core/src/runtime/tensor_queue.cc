@@ -7,11 +7,11 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return closed_status_;
-    std::unordered_set<std::string> batch;
+    std::unordered_set<std::string> batch;  // only a grouped submission can repeat a name within itself
     for (const TensorEntry& entry : entries) {
       if (entry.request.name.empty()) continue;
       std::string key = entry_key(entry.request.process_set, entry.request.name);
-      if (in_flight_.count(key) || !batch.insert(key).second) {
+      if (in_flight_.count(key) || (entries.size() > 1 && !batch.insert(key).second)) {
         return Status(StatusCode::kInvalidArgument,
                       "a collective named '" + entry.request.name + "' is already in flight on this rank" +
                           (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set)
