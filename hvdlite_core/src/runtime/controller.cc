@@ -65,8 +65,9 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   // A cached tensor that some member never submits would wait on its hit bit forever, out of the coordinator's
   // sight: past the stall time it is invalidated (a conflict: erased everywhere, its hits resent as requests),
   // so that the coordinator reports it and fails it like any stalled tensor.
+  const auto now = Clock::now();  // one reading for the cycle's age checks
   for (const auto& hit : hits_) {
-    if (stalled_hit(pending_.at(hit.second))) conflicts.push_back(hit.first);
+    if (stalled_hit(pending_.at(hit.second), now)) conflicts.push_back(hit.first);
   }
 
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
@@ -75,7 +76,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   std::vector<uint64_t> bits(1 + 2 * words, ~0ull);
   // The coordinator forces a round trip when a stalled tensor is due to fail: in a typical hang nobody submits
   // anything new, and the error responses still have to reach the members.
-  const bool stall_due = rank_ == 0 && stall_deadline_passed();
+  const bool stall_due = rank_ == 0 && stall_deadline_passed(now);
   uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
   bits[0] = ~flags;
@@ -133,12 +134,12 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   return outcome;
 }
 
-bool Controller::stalled_hit(const TensorEntry& entry) const {
+bool Controller::stalled_hit(const TensorEntry& entry, Clock::time_point now) const {
   double limit = 0;  // the shortest of the limits that are on
   for (double l : {config_.stall_warning_seconds, config_.stall_shutdown_seconds, config_.desync_timeout_seconds}) {
     if (l > 0 && (limit <= 0 || l < limit)) limit = l;
   }
-  return limit > 0 && std::chrono::duration<double>(Clock::now() - entry.enqueued).count() > limit;
+  return limit > 0 && std::chrono::duration<double>(now - entry.enqueued).count() > limit;
 }
 
 void Controller::remember(const std::vector<Response>& responses) {
@@ -351,8 +352,7 @@ void Controller::report_out_of_step(std::vector<Response>& out) {
   arrival_order_.swap(keep);
 }
 
-bool Controller::stall_deadline_passed() {
-  auto now = std::chrono::steady_clock::now();
+bool Controller::stall_deadline_passed(Clock::time_point now) {
   if (now - last_stall_check_ < std::chrono::milliseconds(100)) return false;
   last_stall_check_ = now;
   bool due = false;

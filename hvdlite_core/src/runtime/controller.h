@@ -64,10 +64,10 @@ class Controller {
   // Keys of those collectives (and, when message is given, their description); empty when none.
   std::vector<std::string> out_of_step(std::string* message);
   // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled or out of step.
-  bool stall_deadline_passed();
+  bool stall_deadline_passed(Clock::time_point now);
   void remember(const std::vector<Response>& responses);
   // A cache hit waiting longer than the shortest of STALL_CHECK, STALL_SHUTDOWN and DESYNC_TIMEOUT.
-  bool stalled_hit(const TensorEntry& entry) const;
+  bool stalled_hit(const TensorEntry& entry, Clock::time_point now) const;
 
   const Config& config_;
   int rank_;

@@ -172,13 +172,15 @@ bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
 
 bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
   auto start = Clock::now();
+  bool first = true;  // the clock is read only after a first try: a small collective finishes in one cycle
   while (!handle.finished()) {
-    if (timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    if (!first && timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
     uint32_t epoch = progress_epoch_.load(std::memory_order_seq_cst);
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
     if (lock.owns_lock()) {
       while (!handle.finished() && !stopped_) {
-        if (timeout_us >= 0 && micros_since(start) >= timeout_us) break;
+        if (!first && timeout_us >= 0 && micros_since(start) >= timeout_us) break;
+        first = false;
         run_cycle();
       }
       lock.unlock();
