@@ -144,7 +144,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         # Synchronous and in place: no Python handle is needed, so the handle table is skipped (a third of the
         # Python cost of a small allreduce, e.g. a metric averaged every step).
         op = _resolve_op(op, average)
-        if tensor.is_cpu:  # the checks inline: a metric averaged every step pays each call
+        if _placement(tensor, name) is _HOST:  # checks inline: a metric averaged every step pays each call
             dtype_code, set_id = _DTYPES.get(tensor.dtype), process_set.process_set_id
             if dtype_code is None or set_id is None:  # raise their errors
                 dtype_code, set_id = _dtype_code(tensor, name), _process_set_id(process_set)
