@@ -158,6 +158,21 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    """The reduced copy of tensor, waited for: the synchronous, non-differentiable allreduce (a metric, a loss).
+    Host tensors take the one-call path of allreduce_; the rest go through a handle."""
+    source = _contiguous(tensor)
+    if _placement(source, name) is not _HOST:
+        return synchronize(allreduce_async(source, None, name, op, prescale_factor, postscale_factor, process_set))
+    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    dtype_code, set_id = _DTYPES.get(source.dtype), process_set.process_set_id
+    if dtype_code is None or set_id is None:  # raise their errors
+        dtype_code, set_id = _dtype_code(source, name), _process_set_id(process_set)
+    ops.enqueue_and_wait(OP_ALLREDUCE, name, dtype_code, source.shape, source.data_ptr(), output.data_ptr(), -1,
+                         ops.core_reduce_op(op), prescale_factor, postscale_factor, set_id, (source, output))
+    return output
+
+
 def _group_names(name, count):
     return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
 

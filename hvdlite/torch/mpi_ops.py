@@ -14,12 +14,12 @@ from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 from hvdlite.torch.autograd import (AllgatherFunction, AllreduceFunction, AlltoallFunction, BroadcastFunction, GroupedAllgatherFunction, GroupedAllreduceFunction, GroupedReducescatterFunction, ReducescatterFunction)
 from hvdlite.torch.compression import Compression
-from hvdlite.torch.core_ops import (SparseAllreduceHandle, _compressor, _differentiable, _resolve_op,
-                                    allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async,
-                                    barrier, broadcast_, broadcast_async, broadcast_async_, grouped_allgather_async,
-                                    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-                                    grouped_reducescatter_async, join, poll, reducescatter_async,
-                                    sparse_allreduce_async, synchronize)  # noqa: F401 - re-exported
+from hvdlite.torch.core_ops import (SparseAllreduceHandle, _allreduce_sync, _compressor, _differentiable,  # noqa: F401
+                                    _resolve_op, allgather_async, allreduce_, allreduce_async, allreduce_async_,
+                                    alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_,
+                                    grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
+                                    grouped_allreduce_async_, grouped_reducescatter_async, join, poll,
+                                    reducescatter_async, sparse_allreduce_async, synchronize)  # noqa: F401 - re-exported
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -32,7 +32,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     if _differentiable(wire):
         reduced = AllreduceFunction.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
     else:
-        reduced = synchronize(allreduce_async(wire, None, name, op, prescale_factor, postscale_factor, process_set))
+        reduced = _allreduce_sync(wire, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set) -> List[torch.Tensor]:
