@@ -100,10 +100,11 @@ void Progress::run(Transfer* transfers, size_t count) {
   const auto timeout = std::chrono::duration<double>(timeout_s_);
   const int64_t spin_us = t_spin_override >= 0 ? t_spin_override : spin_us_;
   while (true) {
-    if (advance(transfers, count, &done)) last_move = Clock::now();
+    const bool moved = advance(transfers, count, &done);
     if (done) return;
-    auto now = Clock::now();
-    if (micros_since(last_move) < spin_us) {
+    const auto now = Clock::now();  // one reading per spin: it is most of a spin's cost in a VM
+    if (moved) last_move = now;
+    if (now - last_move < std::chrono::microseconds(spin_us)) {
       cpu_relax();
       continue;
     }
