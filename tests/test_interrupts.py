@@ -52,39 +52,31 @@ if me == 1:
     assert not hvd.poll(handle)
     print("INTERRUPTED BOTH", flush=True)
     assert hvd.synchronize(handle).tolist() == [4.0] * 3
-    # 3. The same for the synchronous in-place allreduce_ (no Python handle): the tensor stays in use and
-    #    receives the result once rank 0 submits.
-    inplace = torch.full((5,), 3.0)
-    signal.setitimer(signal.ITIMER_REAL, 0.3)
-    try:
-        hvd.allreduce_(inplace, name="inplace-late", op=hvd.Sum)
-    except Alarm:
-        pass
-    else:
-        raise AssertionError("the alarm never interrupted allreduce_")
-    deadline = time.monotonic() + 10
-    while inplace.tolist() != [6.0] * 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert inplace.tolist() == [6.0] * 5, inplace
-    # 4. The same with the alarm inside the first wait slice: allreduce_ is then still in its one call that
-    #    enqueues and waits, and the exception comes the moment that call returns.
-    early = torch.full((2,), 1.5)
-    signal.setitimer(signal.ITIMER_REAL, 0.02)
-    try:
-        hvd.allreduce_(early, name="inplace-early", op=hvd.Sum)
-    except Alarm:
-        pass
-    else:
-        raise AssertionError("the alarm never interrupted allreduce_ in its first slice")
-    # abandoned, not leaked: its buffer is held and its handle released once it finishes
-    assert core_ops.release_finished_abandoned() == 1
-    deadline = time.monotonic() + 10
-    while early.tolist() != [3.0] * 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert early.tolist() == [3.0] * 2, early
-    while core_ops.release_finished_abandoned() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert core_ops.release_finished_abandoned() == 0
+    def interrupted_allreduce_(tensor, name, alarm_after):
+        # allreduce_ interrupted by an alarm: the tensor stays in use and receives rank 0's late result
+        expected = (tensor * 2).tolist()
+        signal.setitimer(signal.ITIMER_REAL, alarm_after)
+        try:
+            hvd.allreduce_(tensor, name=name, op=hvd.Sum)
+        except Alarm:
+            pass
+        else:
+            raise AssertionError(f"the alarm never interrupted allreduce_ of {name}")
+        # abandoned, not leaked: its buffer is held and its handle released once it finishes
+        assert core_ops.release_finished_abandoned() == 1
+        deadline = time.monotonic() + 10
+        while tensor.tolist() != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tensor.tolist() == expected, tensor
+        while core_ops.release_finished_abandoned() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert core_ops.release_finished_abandoned() == 0
+
+    # 3. The same for the synchronous in-place allreduce_ (no Python handle), interrupted in a later wait slice
+    interrupted_allreduce_(torch.full((5,), 3.0), "inplace-late", 0.3)
+    # 4. and inside the first slice: allreduce_ is then still in its one call that enqueues and waits, and the
+    #    exception comes the moment that call returns
+    interrupted_allreduce_(torch.full((2,), 1.5), "inplace-early", 0.02)
 else:
     time.sleep(3)
     assert hvd.allreduce(torch.ones(4), name="late", op=hvd.Sum).tolist() == [2.0] * 4
