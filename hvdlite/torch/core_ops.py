@@ -144,18 +144,23 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         # Synchronous and in place: no Python handle is needed, so the handle table is skipped (a third of the
         # Python cost of a small allreduce, e.g. a metric averaged every step).
         op = _resolve_op(op, average)
-        if _placement(tensor, name) is _HOST:  # checks inline: a metric averaged every step pays each call
-            dtype_code, set_id = _DTYPES.get(tensor.dtype), process_set.process_set_id
-            if dtype_code is None or set_id is None:  # raise their errors
-                dtype_code, set_id = _dtype_code(tensor, name), _process_set_id(process_set)
-            ptr = tensor.data_ptr()
-            ops.enqueue_and_wait(OP_ALLREDUCE, name, dtype_code, tensor.shape, ptr, ptr, -1, ops.core_reduce_op(op),
-                                 prescale_factor, postscale_factor, set_id, tensor)
+        if _placement(tensor, name) is _HOST:
+            _allreduce_host_now(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set, tensor)
         else:
             ops.wait_and_release(_allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor,
                                                     process_set), keep_alive=tensor)
         return tensor
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def _allreduce_host_now(source, output, name, op, prescale_factor, postscale_factor, process_set, keep_alive):
+    """Allreduces contiguous host tensors and waits, in one call into the core. A metric averaged every step pays
+    this on each call, so the dtype and process-set checks are inline."""
+    dtype_code, set_id = _DTYPES.get(source.dtype), process_set.process_set_id
+    if dtype_code is None or set_id is None:  # raise their errors
+        dtype_code, set_id = _dtype_code(source, name), _process_set_id(process_set)
+    ops.enqueue_and_wait(OP_ALLREDUCE, name, dtype_code, source.shape, source.data_ptr(), output.data_ptr(), -1,
+                         ops.core_reduce_op(op), prescale_factor, postscale_factor, set_id, keep_alive)
 
 
 def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -165,11 +170,7 @@ def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process
     if _placement(source, name) is not _HOST:
         return synchronize(allreduce_async(source, None, name, op, prescale_factor, postscale_factor, process_set))
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
-    dtype_code, set_id = _DTYPES.get(source.dtype), process_set.process_set_id
-    if dtype_code is None or set_id is None:  # raise their errors
-        dtype_code, set_id = _dtype_code(source, name), _process_set_id(process_set)
-    ops.enqueue_and_wait(OP_ALLREDUCE, name, dtype_code, source.shape, source.data_ptr(), output.data_ptr(), -1,
-                         ops.core_reduce_op(op), prescale_factor, postscale_factor, set_id, (source, output))
+    _allreduce_host_now(source, output, name, op, prescale_factor, postscale_factor, process_set, (source, output))
     return output
 
 
