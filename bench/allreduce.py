@@ -18,9 +18,11 @@ against hvdlite pairs the rounds (same turn) and reports their median and worst.
 one turn and not the next: before and after every run, a framework-free 2 MB ping-pong between two processes
 (bench/probes/pingpong.py) times its cross-core copies, and the report lists them and marks the runs that fell in a
 slow period (a probe 1.3x above the fastest), so a worst round can be told apart from a worse library
-(docs/benchmarks.md, the slow mode).
+(docs/benchmarks.md, the slow mode). A cache-line ping-pong (bench/probes/cacheline_pingpong.c, compiled once)
+beside it shows where the host ran the two vCPUs, which decides the small-message mode on a VM.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -160,6 +162,33 @@ def machine_probe():
     return float(out.split(":")[1].split("us")[0])
 
 
+def placement_probe():
+    """Nanoseconds of one cache-line round trip between two processes (bench/probes/cacheline_pingpong.c): on a VM
+    it tells where the host runs the two vCPUs right now (docs/benchmarks.md: about 48 ns when they share a
+    physical core, about 105 on two cores, about 480 farther apart), which decides the small-message mode.
+    None when there is no C compiler. The probe is compiled once per source version, under ~/.cache/hvdlite."""
+    source = os.path.join(HERE, "probes", "cacheline_pingpong.c")
+    with open(source, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    binary = os.path.join(cache, "hvdlite", f"cacheline_pingpong-{digest}")
+    if not os.path.exists(binary):
+        compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if compiler is None:
+            return None
+        os.makedirs(os.path.dirname(binary), exist_ok=True)
+        partial = f"{binary}.{os.getpid()}"
+        subprocess.run([compiler, "-O2", "-o", partial, source], check=True, timeout=120)
+        os.replace(partial, binary)  # atomic: a concurrent run never executes a half-written file
+    if len(os.sched_getaffinity(0)) < 2:
+        return None  # two busy-waiting processes on one CPU would pass the line once per scheduler slice
+    try:
+        out = subprocess.run([binary, "20000"], capture_output=True, text=True, timeout=60).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    return float(out.split("median")[1].split(",")[0])
+
+
 def slow_runs(runs):
     """(peer, round index) of the runs whose ping-pong before or after was SLOW_PERIOD_FACTOR above the fastest."""
     probes = [us for run in runs.values() for pair in run["pingpong_us"] for us in pair]
@@ -178,7 +207,8 @@ def combine_rounds(rounds):
         results.append({"bytes": r["bytes"], "median_s": statistics.median(times), "worst_s": max(times),
                         "rounds_s": times, "iters": r["iters"]})
     return {"peer": first["peer"], "ranks": first["ranks"], "results": results,
-            "pingpong_us": [run["pingpong_us"] for run in rounds]}
+            "pingpong_us": [run["pingpong_us"] for run in rounds],
+            "cacheline_ns": [run["cacheline_ns"] for run in rounds]}
 
 
 def report(runs, out_dir, np_, sizes, rounds=1):
@@ -203,11 +233,17 @@ def report(runs, out_dir, np_, sizes, rounds=1):
         lines.append("| " + " | ".join(row) + " |")
     probes = "; ".join(f"{peer} " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in run["pingpong_us"])
                        for peer, run in runs.items())
+    placements = "; ".join(f"{peer} " + ", ".join("/".join("-" if ns is None else f"{ns:.0f}" for ns in pair)
+                                                  for pair in run["cacheline_ns"])
+                           for peer, run in runs.items())
     slow = slow_runs(runs)
     lines += ["", f"Machine state: a 2 MB ping-pong between two processes before/after each run, us, by round: {probes}. "
               + ("Runs in a slow period of the machine (a probe over "
                  f"{SLOW_PERIOD_FACTOR}x the fastest): " + ", ".join(f"{p} round {i + 1}" for p, i in slow)
-                 if slow else "No run fell in a slow period of the machine.")]
+                 if slow else "No run fell in a slow period of the machine."),
+              "", "Where the host ran the two vCPUs: a cache-line round trip between two processes before/after each "
+              f"run, ns, by round (about 48: one physical core; about 105: two cores; about 480: farther apart): "
+              f"{placements}."]
     table = f"{machine_line()}, {np_} ranks, {rounds} round(s) of every peer, interleaved\n\n" + "\n".join(lines)
     print(table)
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
@@ -285,12 +321,13 @@ def main():
         for peer in peers:
             out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
             print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
-            before = machine_probe()
+            before, placed_before = machine_probe(), placement_probe()
             rc = launch(peer, args.np, out_path, sizes)
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
-                rounds[peer].append(dict(json.load(f), pingpong_us=[before, machine_probe()]))
+                rounds[peer].append(dict(json.load(f), pingpong_us=[before, machine_probe()],
+                                         cacheline_ns=[placed_before, placement_probe()]))
             os.remove(out_path)
     runs = {peer: combine_rounds(rounds[peer]) for peer in peers}
     report(runs, args.out_dir, args.np, sizes, args.rounds)

@@ -24,11 +24,13 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
         assert [r["bytes"] for r in run["results"]] == sizes and run["ranks"] == 2
         assert all(0 < r["median_s"] <= r["worst_s"] < 1 and len(r["rounds_s"]) == 2 for r in run["results"])
         assert len(run["pingpong_us"]) == 2 and all(0 < us < 1e5 for pair in run["pingpong_us"] for us in pair)
+        # a C compiler is part of the set-up contract, so the placement probe always runs here
+        assert len(run["cacheline_ns"]) == 2 and all(0 < ns < 1e5 for pair in run["cacheline_ns"] for ns in pair)
     table = (tmp_path / "allreduce.md").read_text()
     assert table.startswith("machine: ") and "2 round(s)" in table
     assert "hvdlite / mpi, median (worst)" in table and "hvdlite / hvdlite-mpi" in table
     assert "| 8 B |" in table and "| 64 KB |" in table
-    assert "Machine state: a 2 MB ping-pong" in table
+    assert "Machine state: a 2 MB ping-pong" in table and "Where the host ran the two vCPUs" in table
     import matplotlib.image
 
     png = tmp_path / "allreduce.png"
