@@ -14,7 +14,7 @@ from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 from hvdlite.torch.autograd import (AllgatherFunction, AllreduceFunction, AlltoallFunction, BroadcastFunction, GroupedAllgatherFunction, GroupedAllreduceFunction, GroupedReducescatterFunction, ReducescatterFunction)
 from hvdlite.torch.compression import Compression
-from hvdlite.torch.core_ops import (SparseAllreduceHandle, _allreduce_sync, _compressor, _differentiable,  # noqa: F401
+from hvdlite.torch.core_ops import (SparseAllreduceHandle, _allreduce_sync, _compressor, _differentiable,
                                     _resolve_op, allgather_async, allreduce_, allreduce_async, allreduce_async_,
                                     alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_,
                                     grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,

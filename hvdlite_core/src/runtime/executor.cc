@@ -5,10 +5,10 @@
 #include <memory>
 
 #include "collectives/algorithms.h"
+#include "common/copy_bytes.h"
 #include "common/log.h"
 #include "runtime/fusion.h"
 #include "runtime/gpu_executor.h"
-#include "common/copy_bytes.h"
 
 namespace hvdlite {
 namespace {

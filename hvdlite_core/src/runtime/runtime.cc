@@ -172,15 +172,19 @@ bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
 
 bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
   auto start = Clock::now();
-  bool first = true;  // the clock is read only after a first try: a small collective finishes in one cycle
+  // The deadline is checked only after a first try (a small collective finishes in one cycle, and the check
+  // reads the clock); every try after that checks it, whether it ran cycles or slept.
+  bool tried = false;
   while (!handle.finished()) {
-    if (!first && timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    if (tried && timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    tried = true;
     uint32_t epoch = progress_epoch_.load(std::memory_order_seq_cst);
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
     if (lock.owns_lock()) {
+      bool first_cycle = true;
       while (!handle.finished() && !stopped_) {
-        if (!first && timeout_us >= 0 && micros_since(start) >= timeout_us) break;
-        first = false;
+        if (!first_cycle && timeout_us >= 0 && micros_since(start) >= timeout_us) break;
+        first_cycle = false;
         run_cycle();
       }
       lock.unlock();
