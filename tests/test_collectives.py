@@ -94,6 +94,27 @@ def test_many_in_flight_fusion_and_cache(case):
     assert_job_ok(result, np, min_count=6 * 60)
 
 
+# Eager small allreduces (runtime/eager.h): the default budget (some small tensors ride along, the rest take the
+# usual path), a budget that holds them all, the path off, and TCP with a non-power-of-two job.
+# (id, np, host_ids, env, expect_eager, budget)
+EAGER = [
+    ("default-np2", 2, None, {}, "on", 256),
+    ("all-fit-np3", 3, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "4096"}, "on", 4096),
+    ("all-fit-tcp-np3", 3, [0, 1, 2], {"HVDLITE_EAGER_ALLREDUCE_BYTES": "4096"}, "on", 4096),
+    ("off-np2", 2, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "0"}, "off", 0),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", EAGER, ids=[c[0] for c in EAGER])
+def test_eager_small_allreduces(case, tmp_path):
+    _, np, host_ids, env, expect, budget = case
+    env = dict(env, HVDLITE_TIMELINE=str(tmp_path / "timeline.json"))
+    result = run_job(job_source("eager.py"), np=np, host_ids=host_ids, env=env, args=[expect, str(budget)],
+                     timeout=100)
+    assert_job_ok(result, np, min_count=300 + 6 * 50)
+
+
 # The ring's reduction reads incoming bytes in place: streams shifted by stray bytes, on shared memory (ring
 # forced, no single copy) and on TCP (bounce buffer, elements split across receives). Rings of more members
 # on shared memory run in the sweeps above (default-np3, ring-always-np4).

@@ -1,4 +1,4 @@
-"""Builds and runs the core's C++ unit tests (validation, response cache, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes)."""
+"""Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes)."""
 import os
 import shutil
 import subprocess
@@ -7,7 +7,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "hvdlite_core")
-SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cache.cc", "runtime/fusion.cc", "runtime/desync.cc", "runtime/recent_ops.cc",
+SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cache.cc", "runtime/eager.cc", "runtime/fusion.cc", "runtime/desync.cc", "runtime/recent_ops.cc",
            "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "collectives/cost_model.cc",
            "transport/lost_peers.cc", "common/ordered_worker.cc",
            "collectives/allreduce_table.cc", "transport/channel.cc", "transport/shm_channel.cc",

@@ -18,6 +18,7 @@
 #include "common/hmac_sha256.h"
 #include "common/ordered_worker.h"
 #include "runtime/desync.h"
+#include "runtime/eager.h"
 #include "runtime/fusion.h"
 #include "runtime/recent_ops.h"
 #include "runtime/response_cache.h"
@@ -159,6 +160,60 @@ static void test_cache() {
   wide.erase(1);
   wide.erase(2);
   CHECK(wide.occupied_end() == 0);
+}
+
+static void test_eager_layout() {
+  // Eligible entries in position order while they fit the budget; the layout follows the cache's contents.
+  ResponseCache cache(8);
+  int displaced = -1;
+  cache.put(resp("a", 2), &displaced);                   // 8 bytes
+  cache.put(resp("b", 3, DType::kFloat16), &displaced);  // 6 bytes, padded to 8
+  Response other_set = resp("c", 1, DType::kFloat32, 1);
+  cache.put(other_set, &displaced);                      // not the global set: never eager
+  Response gather = resp("d", 1);
+  gather.op = OpType::kAllgather;
+  cache.put(gather, &displaced);
+  Response adasum = resp("e", 1);
+  adasum.reduce_op = ReduceOp::kAdasum;
+  cache.put(adasum, &displaced);
+  cache.put(resp("f", 100), &displaced);                 // 400 bytes: over the budget
+  Response maxed = resp("g", 1, DType::kInt64);
+  maxed.reduce_op = ReduceOp::kMax;
+  cache.put(maxed, &displaced);                          // fits after f was skipped
+  EagerLayout layout;
+  layout.update(cache, 24);
+  CHECK(layout.segments().size() == 3);
+  CHECK(layout.words() == 3);
+  CHECK(layout.find(0) && layout.find(0)->offset == 0 && layout.find(0)->count == 2);
+  CHECK(layout.find(1) && layout.find(1)->offset == 8 && layout.find(1)->dtype == DType::kFloat16);
+  for (int p : {2, 3, 4, 5}) CHECK(layout.find(p) == nullptr);
+  CHECK(layout.find(6) && layout.find(6)->offset == 16 && layout.find(6)->kind == ReduceKind::kMax);
+  CHECK(layout.find(7) == nullptr && layout.find(100) == nullptr);
+  cache.erase(0);  // a change of contents rebuilds the layout: b moves to the front of the region
+  layout.update(cache, 24);
+  CHECK(layout.find(0) == nullptr && layout.find(1)->offset == 0 && layout.find(6)->offset == 8);
+  cache.touch(1);  // recency is not contents: no rebuild (and nothing would change)
+  layout.update(cache, 24);
+  CHECK(layout.words() == 2);
+  layout.update(cache, 0);  // budget 0: off
+  CHECK(layout.segments().empty() && layout.words() == 0);
+
+  // The region reduces each segment with its own dtype and op.
+  std::vector<EagerSegment> segments = {{0, 0, 2, DType::kFloat32, ReduceKind::kSum},
+                                        {1, 8, 1, DType::kInt64, ReduceKind::kMax}};
+  alignas(8) char dst[16], src[16];
+  float a[2] = {1.5f, 2.0f}, b[2] = {0.25f, -4.0f};
+  int64_t x = 7, y = 9;
+  std::memcpy(dst, a, 8);
+  std::memcpy(dst + 8, &x, 8);
+  std::memcpy(src, b, 8);
+  std::memcpy(src + 8, &y, 8);
+  reduce_eager(segments, dst, src);
+  float sum[2];
+  int64_t most;
+  std::memcpy(sum, dst, 8);
+  std::memcpy(&most, dst + 8, 8);
+  CHECK(sum[0] == 1.75f && sum[1] == -2.0f && most == 9);
 }
 
 static void test_fusion() {
@@ -559,6 +614,7 @@ static void test_copy_bytes() {
 int main() {
   test_validation();
   test_cache();
+  test_eager_layout();
   test_fusion();
   test_dtypes();
   test_hmac();

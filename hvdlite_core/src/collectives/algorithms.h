@@ -6,6 +6,7 @@
 // where ordering requires it.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -34,6 +35,10 @@ bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes);
 
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// dst (op)= src over a whole buffer of bytes; op must be commutative, so that every member ends bit-identical.
+using BufferReducer = std::function<void(void* dst, const void* src)>;
+// The same over a buffer of mixed contents (the negotiation's bits and eager allreduces, runtime/eager.h).
+void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes, const BufferReducer& reduce);
 // postscale multiplies each member's segment as its last reduction lands, so the result needs no extra pass.
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
                     double postscale = 1.0);

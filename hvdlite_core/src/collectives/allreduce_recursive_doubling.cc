@@ -11,9 +11,13 @@
 namespace hvdlite {
 
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+  allreduce_recursive_doubling(comm, buffer, count * dtype_size(dtype),
+                               [=](void* dst, const void* src) { reduce_into(dtype, kind, dst, src, count); });
+}
+
+void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes, const BufferReducer& reduce) {
   const int n = comm.size();
   const int r = comm.rank();
-  const size_t bytes = count * dtype_size(dtype);
   char* incoming = comm.scratch(bytes);
   Progress& progress = comm.progress();
   int p = 1;
@@ -31,7 +35,7 @@ void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count
     }
     Transfer recv = Transfer::Recv(comm.channel(r - 1), incoming, bytes);
     progress.run(&recv, 1);
-    reduce_into(dtype, kind, buffer, incoming, count);
+    reduce(buffer, incoming);
     virtual_rank = r / 2;
   } else {
     virtual_rank = r - rem;
@@ -41,7 +45,7 @@ void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count
     int partner = partner_virtual < rem ? partner_virtual * 2 + 1 : partner_virtual + rem;
     Channel* channel = comm.channel(partner);
     progress.sendrecv(channel, buffer, bytes, channel, incoming, bytes);
-    reduce_into(dtype, kind, buffer, incoming, count);
+    reduce(buffer, incoming);
   }
   if (r < 2 * rem) {  // odd member: return the result to the even neighbour that sat out
     Transfer send = Transfer::Send(comm.channel(r - 1), buffer, bytes);

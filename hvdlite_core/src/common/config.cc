@@ -85,6 +85,7 @@ const std::vector<Knob>& knobs() {
       number_knob("CYCLE_TIME", &Config::cycle_time_ms),
       number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms),
       number_knob("CACHE_CAPACITY", &Config::cache_capacity),
+      number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
       number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds),
       number_knob("DESYNC_TIMEOUT_SECONDS", &Config::desync_timeout_seconds),

@@ -23,6 +23,7 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"FUSION_THRESHOLD", [](const Config& c) { return static_cast<double>(c.fusion_threshold_bytes); }},
       {"FUSION_TENSOR_LIMIT", [](const Config& c) { return static_cast<double>(c.fusion_tensor_limit_bytes); }},
       {"CACHE_CAPACITY", [](const Config& c) { return static_cast<double>(c.cache_capacity); }},
+      {"EAGER_ALLREDUCE_BYTES", [](const Config& c) { return static_cast<double>(c.eager_allreduce_bytes); }},
       {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
       {"ALLREDUCE_ALGORITHMS", [](const Config& c) { return static_cast<double>(c.allreduce_algorithms); }},

@@ -26,10 +26,18 @@ int Controller::member_index(int process_set) const {
   return comm ? comm->rank() : -1;
 }
 
-void Controller::exchange_bits(std::vector<uint64_t>& words) {
+void Controller::exchange_bits(size_t bit_words) {
   Communicator* world = sets_.get(0);
   if (world->size() == 1) return;
-  allreduce_recursive_doubling(*world, words.data(), words.size(), DType::kInt64, ReduceKind::kBitwiseAnd);
+  if (eager_.segments().empty()) {
+    allreduce_recursive_doubling(*world, bits_.data(), bits_.size(), DType::kInt64, ReduceKind::kBitwiseAnd);
+    return;
+  }
+  const std::vector<EagerSegment>& segments = eager_.segments();
+  allreduce_recursive_doubling(*world, bits_.data(), bits_.size() * 8, [&](void* dst, const void* src) {
+    reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, dst, src, bit_words);
+    reduce_eager(segments, static_cast<char*>(dst) + bit_words * 8, static_cast<const char*>(src) + bit_words * 8);
+  });
 }
 
 Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown,
@@ -73,27 +81,37 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
   const size_t positions = cache_.occupied_end();
   const size_t words = (positions + 63) / 64;
-  std::vector<uint64_t> bits(1 + 2 * words, ~0ull);
+  const size_t bit_words = 1 + 2 * words;
+  if (cache_enabled_) eager_.update(cache_, config_.eager_allreduce_bytes);
+  bits_.assign(bit_words, ~0ull);
+  bits_.resize(bit_words + eager_.words(), 0);
+  char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
   // The coordinator forces a round trip when a stalled tensor is due to fail: in a typical hang nobody submits
   // anything new, and the error responses still have to reach the members.
   const bool stall_due = rank_ == 0 && stall_deadline_passed(now);
   uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
-  bits[0] = ~flags;
-  for (int p : conflicts) bits[1 + p / 64] &= ~(1ull << (p % 64));
+  bits_[0] = ~flags;
+  for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));
   for (size_t p = 0; p < positions; ++p) {
     bool vote = false;
     if (cache_.occupied(static_cast<int>(p))) {
       vote = hits_.count(static_cast<int>(p)) > 0 || member_index(cache_.at(static_cast<int>(p)).process_set) < 0;
     }
-    if (!vote) bits[1 + words + p / 64] &= ~(1ull << (p % 64));
+    if (!vote) bits_[1 + words + p / 64] &= ~(1ull << (p % 64));
   }
-  exchange_bits(bits);
+  for (const EagerSegment& segment : eager_.segments()) {  // the others' segments stay zero
+    auto hit = hits_.find(segment.position);
+    if (hit == hits_.end()) continue;
+    copy_scaled(segment.dtype, eager_region + segment.offset, pending_.at(hit->second).input, segment.count,
+                cache_.at(segment.position).prescale);
+  }
+  exchange_bits(bit_words);
 
-  const uint64_t any = ~bits[0];
+  const uint64_t any = ~bits_[0];
   bool any_conflict = false;
   for (size_t p = 0; p < positions; ++p) {
-    if (bits[1 + p / 64] & (1ull << (p % 64))) continue;
+    if (bits_[1 + p / 64] & (1ull << (p % 64))) continue;
     any_conflict = true;
     auto hit = hits_.find(static_cast<int>(p));
     if (hit != hits_.end()) {
@@ -112,8 +130,10 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     hits_.clear();
   } else {
     for (size_t p = 0; p < positions; ++p) {
-      if (!(bits[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
-      outcome.responses.push_back(cache_.at(static_cast<int>(p)));
+      if (!(bits_[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
+      const EagerSegment* eager = eager_.find(static_cast<int>(p));
+      if (eager) outcome.eager.push_back({cache_.at(static_cast<int>(p)), eager_region + eager->offset});
+      else outcome.responses.push_back(cache_.at(static_cast<int>(p)));
       cache_.touch(static_cast<int>(p));
       hits_.erase(static_cast<int>(p));
     }
@@ -130,7 +150,8 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
       else outcome.responses.push_back(std::move(r));
     }
   }
-  outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && pending_.empty() && resend_.empty();
+  outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && outcome.eager.empty() &&
+                 pending_.empty() && resend_.empty();
   return outcome;
 }
 

@@ -8,6 +8,8 @@
 //      requests for the coordinator, wants to shut down or has joined (OR, via inverted bits); which cache
 //      positions conflict somewhere (erased on every rank); which cached tensors are ready everywhere (AND;
 //      ranks outside a tensor's process set vote yes).
+//      Cached allreduces of a few bytes carry their data in the same exchange and are then already reduced
+//      (runtime/eager.h).
 //   3. Only if some rank has requests (or conflicts, or joins) do the ranks send them to the coordinator,
 //      which matches them by (process set, name), validates complete sets (validation.h) and broadcasts the
 //      ordered response list. Steady-state training never reaches this step.
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "runtime/eager.h"
 #include "runtime/entry.h"
 #include "runtime/process_sets.h"
 #include "runtime/response_cache.h"
@@ -33,6 +36,7 @@ class Controller {
 
   struct Outcome {
     std::vector<Response> responses;
+    std::vector<EagerResult> eager;  // reduced in the exchange: only to be copied out (valid until the next cycle)
     bool shutdown = false;
     std::string peer_failure;  // with shutdown: why the rank(s) that left did so, when they said ("" if not)
     // Nothing happened anywhere: no rank sent a request or a flag, nothing became ready, and this rank has
@@ -54,7 +58,8 @@ class Controller {
 
  private:
   int member_index(int process_set) const;
-  void exchange_bits(std::vector<uint64_t>& words);
+  // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced.
+  void exchange_bits(size_t bit_words);
   std::vector<Response> coordinate(const std::vector<Request>& mine);
   void ingest(const Request& request);
   std::vector<Response> decide();
@@ -75,6 +80,8 @@ class Controller {
   ProcessSetRegistry& sets_;
   ResponseCache cache_;
   bool cache_enabled_;
+  EagerLayout eager_;
+  std::vector<uint64_t> bits_;  // the exchanged words: flags, conflict bits, ready bits, eager region
 
   std::unordered_map<std::string, TensorEntry> pending_;  // by entry_key
   std::map<int, std::string> hits_;                       // cache position -> pending key, awaiting readiness

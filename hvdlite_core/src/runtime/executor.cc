@@ -13,15 +13,6 @@
 namespace hvdlite {
 namespace {
 
-ReduceKind kind_of(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMin: return ReduceKind::kMin;
-    case ReduceOp::kMax: return ReduceKind::kMax;
-    case ReduceOp::kProduct: return ReduceKind::kProduct;
-    default: return ReduceKind::kSum;
-  }
-}
-
 double effective_postscale(const Response& r, int n) {
   return r.reduce_op == ReduceOp::kAverage ? r.postscale / n : r.postscale;
 }
@@ -106,6 +97,19 @@ void Executor::execute(const std::vector<Response>& responses) {
   }
   if (allreduced > 0) {
     tuner_.record(allreduced, [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
+  }
+}
+
+void Executor::finish_eager(const std::vector<EagerResult>& results) {
+  const int n = sets_.get(0)->size();
+  for (const EagerResult& done : results) {
+    const Response& r = done.response;
+    TensorEntry entry;
+    if (!controller_.take_pending(r, &entry)) continue;  // not reached: every rank had submitted it
+    TimelineSpan span(timeline_, r.name, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
+    copy_scaled(r.dtype, entry.output, done.data, static_cast<size_t>(element_count(r.shape)),
+                effective_postscale(r, n));
+    queue_.finish(entry, Status::Ok());
   }
 }
 
@@ -196,7 +200,7 @@ void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry*
     if (r.postscale != 1.0) scale_in_place(r.dtype, output, count, r.postscale);
     return;
   }
-  backend_.allreduce(r.process_set, comm, input, output, count, r.dtype, kind_of(r.reduce_op),
+  backend_.allreduce(r.process_set, comm, input, output, count, r.dtype, reduce_kind(r.reduce_op),
                      effective_postscale(r, comm.size()));
 }
 
@@ -231,7 +235,7 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   }
   try {
     if (head.reduce_op == ReduceOp::kAdasum) backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
-    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, kind_of(head.reduce_op), 1.0);
+    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op), 1.0);
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
     for (size_t i = 0; i < group.size(); ++i) if (have[i]) controller_.return_pending(std::move(entries[i]));
     throw;
@@ -343,7 +347,7 @@ void Executor::run_reducescatter(Communicator& comm, const Response& r, TensorEn
   char* output = e->handle->allocate_output(mine * esize);
   e->handle->output_shape = r.shape;
   e->handle->output_shape[0] = static_cast<int64_t>(rows[comm.rank()]);
-  backend_.reduce_scatter(r.process_set, comm, work, output, counts, r.dtype, kind_of(r.reduce_op));
+  backend_.reduce_scatter(r.process_set, comm, work, output, counts, r.dtype, reduce_kind(r.reduce_op));
   const double post = effective_postscale(r, n);
   if (post != 1.0) scale_in_place(r.dtype, output, mine, post);
 }

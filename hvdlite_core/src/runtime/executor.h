@@ -22,6 +22,8 @@ class Executor {
            Timeline& timeline, Backend& backend, GpuContext& gpu_context);
   ~Executor();
   void execute(const std::vector<Response>& responses);
+  // Eager allreduces (runtime/eager.h): reduced during negotiation; copies each result out and finishes it.
+  void finish_eager(const std::vector<EagerResult>& results);
   // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
   void abort_device_work(const Status& why);
   const Autotuner& tuner() const { return tuner_; }

@@ -43,6 +43,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_pos_[position] = recency_.begin();
   }
   slots_[position].reset(new Response(response));
+  ++generation_;
   occupied_end_ = std::max(occupied_end_, static_cast<size_t>(position) + 1);
   touch(position);
   return position;
@@ -53,6 +54,7 @@ void ResponseCache::erase(int position) {
   by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
   recency_.erase(recency_pos_[position]);
   slots_[position].reset();
+  ++generation_;
   while (occupied_end_ > 0 && !slots_[occupied_end_ - 1]) --occupied_end_;
 }
 

@@ -24,6 +24,9 @@ class ResponseCache {
   // One past the highest occupied position (0 when empty): negotiation exchanges bits only up to it, and
   // scanning a 1024-slot cache for it on every cycle cost a microsecond of an 8-byte allreduce.
   size_t occupied_end() const { return occupied_end_; }
+  // Changes whenever an entry is put or erased (not on touch): what is derived from the contents, such as the
+  // eager layout (runtime/eager.h), is rebuilt only then.
+  uint64_t generation() const { return generation_; }
 
   enum class Lookup { kMiss, kHit, kConflict };
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
@@ -44,6 +47,7 @@ class ResponseCache {
   std::list<int> recency_;  // front: most recently used
   std::vector<std::list<int>::iterator> recency_pos_;
   size_t occupied_end_ = 0;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace hvdlite

@@ -139,7 +139,8 @@ bool Runtime::run_cycle() {
     const bool leaving = shutdown_requested_.load();
     Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
     idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
-    if (!outcome.responses.empty()) timeline_.mark_cycle();
+    if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
+    executor_->finish_eager(outcome.eager);
     executor_->execute(outcome.responses);
     if (outcome.shutdown) {
       std::string why = "another rank shut hvdlite down before this operation completed";

@@ -1,0 +1,67 @@
+// Eager small allreduces: a cached allreduce of a few bytes rides on the negotiation's bit exchange.
+//
+// In steady state a cached allreduce costs two exchanges between the ranks: the negotiation's bitwise-AND
+// allreduce finds it ready everywhere, then the executor reduces it. For a tensor of a few bytes both are pure
+// latency (docs/benchmarks.md: two of the ~5 µs of an 8-byte allreduce on two ranks), so its data goes along with
+// the first. After the bit words, the negotiation buffer holds one segment per eligible cached response: a rank
+// that has submitted the tensor puts its (prescaled) input there, any other rank zeros, and the exchange reduces
+// each segment with the tensor's own dtype and op. When the ready bits then say that every rank had submitted the
+// tensor, its segment holds the finished reduction and the executor only copies it out with the postscale;
+// otherwise the segment is ignored and the rank contributes again next cycle, from its still-pending input.
+//
+// The layout depends only on the response cache, which is identical on every rank (response_cache.h): eligible
+// responses in position order while they fit EAGER_ALLREDUCE_BYTES. It is rebuilt when the cache's contents
+// change. Eligible: allreduces of the global process set in host memory with no joined ranks, any reduce op
+// but Adasum (which is not an element-wise reduction).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/reduce_kernels.h"
+#include "runtime/message.h"
+#include "runtime/response_cache.h"
+
+namespace hvdlite {
+
+// The element-wise reduction a reduce op performs (Average: Sum, then the executor's postscale).
+ReduceKind reduce_kind(ReduceOp op);
+
+struct EagerSegment {
+  int position;   // in the response cache
+  size_t offset;  // bytes from the start of the eager region; a multiple of 8
+  size_t count;   // elements
+  DType dtype;
+  ReduceKind kind;
+};
+
+// An eager allreduce that every rank had submitted: data holds the reduction (before the postscale) until the
+// next negotiation.
+struct EagerResult {
+  Response response;
+  const char* data;
+};
+
+class EagerLayout {
+ public:
+  // Rebuilds the layout from the cache if the cache has changed since the last call (or budget_bytes has).
+  void update(const ResponseCache& cache, int64_t budget_bytes);
+  const std::vector<EagerSegment>& segments() const { return segments_; }
+  size_t words() const { return bytes_ / 8; }  // 8-byte words the eager region takes
+  // The segment of a cache position, or nullptr when that position does not ride along.
+  const EagerSegment* find(int position) const;
+
+  static bool eligible(const Response& r);
+
+ private:
+  std::vector<EagerSegment> segments_;
+  std::vector<int> index_of_;  // by cache position: index into segments_, or -1
+  size_t bytes_ = 0;
+  uint64_t generation_ = ~0ull;
+  int64_t budget_ = -1;
+};
+
+// dst (op)= src for every segment; dst and src point at the start of an eager region.
+void reduce_eager(const std::vector<EagerSegment>& segments, char* dst, const char* src);
+
+}  // namespace hvdlite

@@ -1,0 +1,81 @@
+# Job script: eager small allreduces (runtime/eager.h), whose data rides on the negotiation exchange once their
+# response is cached. Every dtype and reduce op, pre/postscale, ranks that submit in their own order and lag
+# behind each other (cycles in which only some ranks have a tensor: its reduced segment must be thrown away and
+# contributed again), a synchronous loop whose values change every step (a stale or partial result shows), and
+# tensors too big for the eager region next to ones that fit.
+# argv[1]: "on" or "off": whether rank 0's timeline (HVDLITE_TIMELINE) must show eager spans;
+# argv[2]: HVDLITE_EAGER_ALLREDUCE_BYTES as set for the job (the budget the layout fills).
+import os
+import sys
+import time
+
+import torch
+
+import hvdlite.timeline
+import hvdlite.torch as hvd
+from hvdjob import ALL_DTYPES, FLOAT_DTYPES, check, make, reduce_reference, value_range
+
+EXPECT = sys.argv[1]
+BUDGET = int(sys.argv[2])
+hvd.init()
+n, me = hvd.size(), hvd.rank()
+OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Max": hvd.Max, "Min": hvd.Min, "Product": hvd.Product}
+SCALES = [(1.0, 1.0), (0.5, 3.0)]
+count = 0
+
+specs = []  # (name, shape, dtype, op, prescale, postscale)
+for i, dtype in enumerate(ALL_DTYPES):
+    for j, opname in enumerate(OPS):
+        if dtype == torch.bool and opname == "Average":
+            continue
+        pre, post = SCALES[(i + j) % 2] if dtype != torch.bool else (1.0, 1.0)
+        specs.append((f"e.{dtype}.{opname}", ((i + j) % 3 + 1,), dtype, opname, pre, post))
+specs.append(("big", (1000,), torch.float32, "Sum", 1.0, 1.0))  # 4000 bytes: never in the eager region
+
+# First (so that it takes cache position 0, inside any budget): a synchronous loop in place, as a training
+# loop's loss or metric, with a new value every step and one rank behind now and then. A result left over from a
+# cycle in which not every rank had the tensor would show.
+t = torch.zeros(2, dtype=torch.float64)
+for step in range(300):
+    t.copy_(torch.tensor([step * (me + 1), me - step], dtype=torch.float64))
+    if step % 37 == me:
+        time.sleep(0.002)
+    hvd.allreduce_(t, name="loss", op=hvd.Sum)
+    ranks = range(n)
+    check(f"loss step {step}", t, torch.tensor([step * sum(r + 1 for r in ranks), sum(ranks) - n * step],
+                                               dtype=torch.float64))
+    count += 1
+
+for rep in range(6):
+    handles = []
+    order = specs[me * 5 % len(specs):] + specs[:me * 5 % len(specs)]
+    for k, (name, shape, dtype, opname, pre, post) in enumerate(order):
+        lo, hi = value_range(opname, dtype)
+        inputs = [make(r, (name, rep), shape, dtype, lo, hi) for r in range(n)]
+        expected = reduce_reference(inputs, opname, dtype, pre, post)
+        exact = opname != "Average" or dtype not in FLOAT_DTYPES
+        handles.append((name, expected, exact, hvd.allreduce_async(inputs[me], name=name, op=OPS[opname],
+                                                                   prescale_factor=pre, postscale_factor=post)))
+        if (k + rep + me) % 9 == 0:
+            time.sleep(0.003 * (me + 1))  # the ranks fall out of step: some cycles see a tensor on some ranks only
+    for name, expected, exact, handle in handles:
+        check(f"{name} rep {rep}", hvd.synchronize(handle), expected, exact)
+        count += 1
+
+hvd.shutdown()
+if me == 0:
+    events = hvdlite.timeline.load(os.environ["HVDLITE_TIMELINE"])
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    eager = {rows[e["pid"]] for e in events if e.get("ph") == "B" and e.get("name") == "ALLREDUCE (eager)"}
+    if EXPECT == "off":
+        assert not eager, f"eager spans with the eager path off: {sorted(eager)}"
+    else:
+        assert "loss" in eager, sorted(eager)
+        assert "big" not in eager, "a 4000-byte tensor went through the eager region"
+        # Every tensor that fits the budget on its own, in position order, must have ridden along at least once.
+        small = [s for s in specs if s[0] != "big"]
+        riding = [s[0] for s in small if s[0] in eager]
+        assert len(riding) >= min(len(small), 4), f"only {riding} went eagerly"
+        if BUDGET >= sum(-(-(s[1][0] * s[2].itemsize) // 8) * 8 for s in small) + 8:
+            assert set(s[0] for s in small) <= eager, sorted(set(s[0] for s in small) - eager)
+print(f"OK {count}", flush=True)
