@@ -10,6 +10,27 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+
+def test_placement_table_counts_slow_rounds_by_placement(tmp_path):
+    """bench/placement_vs_slow_rounds.py on rounds made up to land in each cell of its table."""
+    def results(one_mb_us, four_mb_us):
+        return [{"bytes": 1 << 20, "rounds_s": [u * 1e-6 for u in one_mb_us]},
+                {"bytes": 4 << 20, "rounds_s": [u * 1e-6 for u in four_mb_us]}]
+    runs = {
+        # near and fast, near and slow (4 MB), far (after) and slow (1 MB), far (before) and fast
+        "hvdlite": {"cacheline_ns": [[105, 110], [48, 112], [104, 497], [512, 101]],
+                    "results": results([70, 90, 470, 80], [300, 1900, 350, 320])},
+        "mpi": {"cacheline_ns": [[101, 99], [None, 108]], "results": results([110, 120], [330, 340])},
+    }
+    path = tmp_path / "allreduce.json"
+    path.write_text(json.dumps(runs))
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "placement_vs_slow_rounds.py"), str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "hvdlite: near placement (2 rounds): 1 slow", "hvdlite: far placement (2 rounds): 1 slow",
+        "mpi: near placement (2 rounds): 0 slow", "mpi: far placement (0 rounds): 0 slow"]
+
 @pytest.mark.timeout(300)
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
     sizes = [8, 65536]
