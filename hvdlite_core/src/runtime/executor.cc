@@ -235,7 +235,8 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   }
   try {
     if (head.reduce_op == ReduceOp::kAdasum) backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
-    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op), 1.0);
+    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op),
+                            1.0);
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
     for (size_t i = 0; i < group.size(); ++i) if (have[i]) controller_.return_pending(std::move(entries[i]));
     throw;
