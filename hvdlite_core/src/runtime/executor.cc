@@ -72,7 +72,8 @@ char* Executor::fusion_buffer(size_t bytes) {
   return fusion_.data();
 }
 
-void Executor::execute(const std::vector<Response>& responses) {
+void Executor::execute(const std::vector<Response>& responses, const std::vector<EagerResult>& eager) {
+  finish_eager(eager);
   const int64_t threshold = tuner_.fusion_threshold_bytes();
   for (const std::vector<size_t>& group : plan_fusion(responses, threshold, config_.fusion_tensor_limit_bytes)) {
     const Response& head = responses[group[0]];
@@ -88,12 +89,13 @@ void Executor::execute(const std::vector<Response>& responses) {
       run_fused(members);
     }
   }
-  // The autotuner's windows count every allreduce of the negotiated stream, member or not: the same on every rank.
+  // The autotuner's windows count every allreduce of the negotiated stream, member or not, eager ones too (a
+  // window sized to a training step's gradients must close once per step): the same on every rank.
+  auto bytes_of = [](const Response& r) { return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype)); };
   int64_t allreduced = 0;
+  for (const EagerResult& done : eager) allreduced += bytes_of(done.response);
   for (const Response& r : responses) {
-    if (!r.is_error && r.op == OpType::kAllreduce) {
-      allreduced += element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
-    }
+    if (!r.is_error && r.op == OpType::kAllreduce) allreduced += bytes_of(r);
   }
   if (allreduced > 0) {
     tuner_.record(allreduced, [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });

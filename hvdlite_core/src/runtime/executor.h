@@ -21,14 +21,15 @@ class Executor {
   Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
            Timeline& timeline, Backend& backend, GpuContext& gpu_context);
   ~Executor();
-  void execute(const std::vector<Response>& responses);
-  // Eager allreduces (runtime/eager.h): reduced during negotiation; copies each result out and finishes it.
-  void finish_eager(const std::vector<EagerResult>& results);
+  // eager: allreduces already reduced during negotiation (runtime/eager.h), finished first.
+  void execute(const std::vector<Response>& responses, const std::vector<EagerResult>& eager);
   // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
   void abort_device_work(const Status& why);
   const Autotuner& tuner() const { return tuner_; }
 
  private:
+  // Copies each eager result out (with the postscale) and finishes its entry.
+  void finish_eager(const std::vector<EagerResult>& results);
   void run_single(const Response& response);
   void run_fused(const std::vector<const Response*>& group);
   void run_allreduce(Communicator& comm, const Response& r, TensorEntry* entry);

@@ -140,8 +140,7 @@ bool Runtime::run_cycle() {
     Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
     idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
-    executor_->finish_eager(outcome.eager);
-    executor_->execute(outcome.responses);
+    executor_->execute(outcome.responses, outcome.eager);
     if (outcome.shutdown) {
       std::string why = "another rank shut hvdlite down before this operation completed";
       if (shutdown_requested_) why = "hvdlite was shut down before this operation completed";
