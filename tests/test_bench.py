@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from multiproc import run_job
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -30,6 +32,24 @@ def test_placement_table_counts_slow_rounds_by_placement(tmp_path):
     assert result.stdout.splitlines() == [
         "hvdlite: near placement (2 rounds): 1 slow", "hvdlite: far placement (2 rounds): 1 slow",
         "mpi: near placement (2 rounds): 0 slow", "mpi: far placement (0 rounds): 0 slow"]
+
+
+@pytest.mark.timeout(120)
+def test_rank_cpus_probe_reports_every_window(tmp_path):
+    """bench/probes/rank_cpus_over_time.py as a smoke run: two ranks bound apart, two short windows each."""
+    with open(os.path.join(ROOT, "bench", "probes", "rank_cpus_over_time.py")) as f:
+        source = f.read()
+    result = run_job(source, np=2, args=["--place", "bind", "--windows", "2", "--per-window", "4", "--warmup", "1"],
+                     timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cpus = os.sched_getaffinity(0)
+    for rank in (0, 1):
+        (line,) = [x.split(": ", 1)[1] for x in result.stdout.splitlines() if x.startswith(f"[{rank}]<stdout>: ")]
+        label, *windows = line.split()
+        assert label == str(rank) and len(windows) == 2, line
+        for window in windows:
+            micros, seen = window.split("/")
+            assert float(micros) > 0 and {int(c) for c in seen.split(",")} <= cpus, line
 
 @pytest.mark.timeout(300)
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
