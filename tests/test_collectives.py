@@ -115,6 +115,13 @@ def test_eager_small_allreduces(case, tmp_path):
     assert_job_ok(result, np, min_count=300 + 6 * 50)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("np", [2, 3])
+def test_repeated_inplace_allreduce_takes_no_stale_request(np):
+    result = run_job(job_source("inplace_repeat.py"), np=np, timeout=100)
+    assert_job_ok(result, np, min_count=50 + 6 + 4 + 12 + 5 + 3 + 3 + 1 + 1)
+
+
 # The ring's reduction reads incoming bytes in place: streams shifted by stray bytes, on shared memory (ring
 # forced, no single copy) and on TCP (bounce buffer, elements split across receives). Rings of more members
 # on shared memory run in the sweeps above (default-np3, ring-always-np4).

@@ -58,7 +58,7 @@ _prepared: Dict[tuple, tuple] = {}
 _PREPARED_LIMIT = 4096
 
 
-def _prepared_request(key: tuple):
+def _prepared_request(key: tuple) -> tuple:
     entry = _prepared.get(key)
     if entry is None:
         op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale, postscale, ps = key
@@ -76,7 +76,7 @@ def _prepared_request(key: tuple):
         if len(_prepared) >= _PREPARED_LIMIT:
             _prepared.clear()
         entry = _prepared[key] = (request, shape_buf, name_buf)
-    return entry[0]
+    return entry
 
 
 def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
@@ -88,7 +88,7 @@ def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], inpu
     0: the legacy default stream), and the NCCL data plane runs the operation."""
     if splits is None and name and len(shape) <= _MAX_DIMS and device < 0:
         request = _prepared_request((op, name, dtype, tuple(shape), input_ptr, output_ptr, root_rank, reduce_op,
-                                     prescale, postscale, process_set_id))
+                                     prescale, postscale, process_set_id))[0]
         handle = _request_buffers()[2]
         check(lib.hvdlite_enqueue(request, handle))
         return handle[0]
@@ -225,18 +225,26 @@ _enqueue_and_wait = lib.hvdlite_enqueue_and_wait  # bound once: a cffi attribute
 
 def enqueue_and_wait(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int,
                      output_ptr: int, root_rank: int, reduce_op: int, prescale: float, postscale: float,
-                     process_set_id: int, keep_alive) -> None:
+                     process_set_id: int, keep_alive) -> Optional[tuple]:
     """enqueue() then wait_and_release() for a synchronous host-memory operation whose result lands in the
     caller's buffers, in one call into the core when it finishes within a wait slice (an 8-byte allreduce: two
-    fewer foreign calls and no handle bookkeeping in Python)."""
+    fewer foreign calls and no handle bookkeeping in Python). Returns the prepared request it submitted, which a
+    caller may keep under a cheaper key of its own and submit again with run_prepared(); None for an unnamed
+    operation or one of over 64 dimensions, which are not prepared."""
     if not name or len(shape) > _MAX_DIMS:
         wait_and_release(enqueue(op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale,
                                  postscale, process_set_id), keep_alive)
-        return
+        return None
     key = (op, name, dtype, shape if isinstance(shape, tuple) else tuple(shape),  # torch.Size is a tuple
            input_ptr, output_ptr, root_rank, reduce_op, prescale, postscale, process_set_id)
-    prepared = _prepared.get(key)
-    request = prepared[0] if prepared is not None else _prepared_request(key)
+    prepared = _prepared.get(key) or _prepared_request(key)
+    run_prepared(prepared[0], keep_alive)
+    return prepared
+
+
+def run_prepared(request, keep_alive) -> None:
+    """Submits a prepared request (enqueue_and_wait's return) and waits for it: one foreign call when the
+    operation finishes within a wait slice."""
     try:
         handle = _local.handle
     except AttributeError:

@@ -210,19 +210,19 @@ HVDLITE_EXPORT int hvdlite_enqueue_and_wait(const hvdlite_request* request, doub
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
-    int64_t handle = 0;
     std::vector<std::shared_ptr<HandleState>> states;
-    Status queued = rt->enqueue(request, 1, &handle, &states);
+    Status queued = rt->enqueue(request, 1, nullptr, &states);
     if (!queued.ok()) return report(queued);
-    *handle_out = handle;
     int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
-    if (!rt->wait(*states[0], timeout_us)) {
-      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
+    const bool finished = rt->wait(*states[0], timeout_us);
+    if (finished && states[0]->status.ok()) return static_cast<int>(HVDLITE_OK);
+    // Still running, or failed: only now does the operation need a handle, for the caller to wait on or to read
+    // the error from (a hash-table insert and erase less for the common case).
+    *handle_out = g_handles.add(states[0]);
+    if (!finished) {
+      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(*handle_out));
     }
-    if (!states[0]->status.ok()) return report(states[0]->status);
-    g_handles.release(handle);
-    *handle_out = 0;
-    return static_cast<int>(HVDLITE_OK);
+    return report(states[0]->status);
   });
 }
 

@@ -132,7 +132,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     for (size_t p = 0; p < positions; ++p) {
       if (!(bits_[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
       const EagerSegment* eager = eager_.find(static_cast<int>(p));
-      if (eager) outcome.eager.push_back({cache_.at(static_cast<int>(p)), eager_region + eager->offset});
+      if (eager) outcome.eager.push_back({cache_.shared_at(static_cast<int>(p)), eager_region + eager->offset});
       else outcome.responses.push_back(cache_.at(static_cast<int>(p)));
       cache_.touch(static_cast<int>(p));
       hits_.erase(static_cast<int>(p));

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
@@ -38,7 +39,7 @@ struct EagerSegment {
 // An eager allreduce that every rank had submitted: data holds the reduction (before the postscale) until the
 // next negotiation.
 struct EagerResult {
-  Response response;
+  std::shared_ptr<const Response> response;  // the cached response (the cycle's puts may replace its slot)
   const char* data;
 };
 

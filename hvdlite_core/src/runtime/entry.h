@@ -2,6 +2,7 @@
 // handle through which the caller learns the outcome.
 #pragma once
 #include <atomic>
+#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -44,11 +45,19 @@ struct TensorEntry {
   void* ready = nullptr;        // CUDA memory: an event recorded on stream at enqueue; the data plane's stream waits
                                 // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
-  Clock::time_point enqueued = Clock::now();  // for the timeline
+  Clock::time_point enqueued;  // set by Runtime::enqueue, for the timeline and the stall checks
 };
 
+// The key of an in-flight tensor, built three times per operation: one allocation at most, no formatting
+// machinery (std::to_string and operator+ made a temporary per part; snprintf cost more than all of them).
 inline std::string entry_key(int32_t process_set, const std::string& name) {
-  return std::to_string(process_set) + "/" + name;
+  char prefix[16];
+  char* end = std::to_chars(prefix, prefix + sizeof prefix - 1, process_set).ptr;
+  *end++ = '/';
+  std::string key;
+  key.reserve(static_cast<size_t>(end - prefix) + name.size());
+  key.append(prefix, end).append(name);
+  return key;
 }
 
 }  // namespace hvdlite

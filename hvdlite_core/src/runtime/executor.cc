@@ -93,7 +93,7 @@ void Executor::execute(const std::vector<Response>& responses, const std::vector
   // window sized to a training step's gradients must close once per step): the same on every rank.
   auto bytes_of = [](const Response& r) { return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype)); };
   int64_t allreduced = 0;
-  for (const EagerResult& done : eager) allreduced += bytes_of(done.response);
+  for (const EagerResult& done : eager) allreduced += bytes_of(*done.response);
   for (const Response& r : responses) {
     if (!r.is_error && r.op == OpType::kAllreduce) allreduced += bytes_of(r);
   }
@@ -105,7 +105,7 @@ void Executor::execute(const std::vector<Response>& responses, const std::vector
 void Executor::finish_eager(const std::vector<EagerResult>& results) {
   const int n = sets_.get(0)->size();
   for (const EagerResult& done : results) {
-    const Response& r = done.response;
+    const Response& r = *done.response;
     TensorEntry entry;
     if (!controller_.take_pending(r, &entry)) continue;  // not reached: every rank had submitted it
     TimelineSpan span(timeline_, r.name, timeline_.enabled() ? "ALLREDUCE (eager)" : "");

@@ -42,7 +42,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_.push_front(position);
     recency_pos_[position] = recency_.begin();
   }
-  slots_[position].reset(new Response(response));
+  slots_[position] = std::make_shared<const Response>(response);
   ++generation_;
   occupied_end_ = std::max(occupied_end_, static_cast<size_t>(position) + 1);
   touch(position);

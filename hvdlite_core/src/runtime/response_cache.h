@@ -34,6 +34,7 @@ class ResponseCache {
   Lookup lookup(const Request& request, int member_index, int* position) const;
   bool occupied(int position) const { return slots_[position] != nullptr; }
   const Response& at(int position) const { return *slots_[position]; }
+  const std::shared_ptr<const Response>& shared_at(int position) const { return slots_[position]; }
   // Inserts (or replaces the entry of the same name); returns the position. *displaced is the position whose
   // previous entry was evicted to make room or replaced, or -1: ranks holding a hit on it must renegotiate.
   int put(const Response& response, int* displaced);
@@ -42,7 +43,9 @@ class ResponseCache {
 
  private:
   static std::string key(int32_t process_set, const std::string& name);
-  std::vector<std::unique_ptr<Response>> slots_;
+  // Shared: an eager result holds its response through the rest of the cycle, after the cycle's puts may have
+  // replaced the slot.
+  std::vector<std::shared_ptr<const Response>> slots_;
   std::unordered_map<std::string, int> by_key_;
   std::list<int> recency_;  // front: most recently used
   std::vector<std::list<int>::iterator> recency_pos_;

@@ -372,6 +372,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
                         std::vector<std::shared_ptr<HandleState>>* states_out) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   std::vector<TensorEntry> entries(count);
+  const Clock::time_point now = Clock::now();
   for (int i = 0; i < count; ++i) {
     TensorEntry& entry = entries[i];
     Status status = check_request(requests[i], &entry.request, &entry.splits);
@@ -379,6 +380,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     entry.input = requests[i].input;
     entry.output = requests[i].output;
     entry.handle = std::make_shared<HandleState>();
+    entry.enqueued = now;
   }
   // CUDA tensors: the data plane's stream must wait for the work that produces them on the caller's stream.
   auto release_events = [&]() {
@@ -397,6 +399,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     }
   }
   std::vector<std::shared_ptr<HandleState>> states;
+  states.reserve(entries.size());
   for (const TensorEntry& entry : entries) states.push_back(entry.handle);
   // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
   // in the same order agree on them, even when other sets run unnamed collectives in between.
@@ -408,7 +411,9 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     release_events();
     return status;
   }
-  for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
+  if (handles_out) {
+    for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
+  }
   if (states_out) *states_out = std::move(states);
   return Status::Ok();
 }

@@ -30,7 +30,8 @@ class Runtime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Validates every request, then queues all of them or none (grouped collectives are atomic).
-  // states_out (optional): the handles' states, for a caller that waits on them at once.
+  // states_out (optional): the handles' states, for a caller that waits on them at once. handles_out may then be
+  // null: the operations get no handle (hvdlite_enqueue_and_wait registers one only when it must return it).
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
                  std::vector<std::shared_ptr<HandleState>>* states_out = nullptr);
   ProcessSetRegistry& process_sets() { return *sets_; }
