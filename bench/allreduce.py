@@ -6,7 +6,8 @@
 
 Peers: hvdlite (built-in backend, started by hvdlite's own launcher; its allreduce algorithms per size come from
 the machine's measured table, cached under ~/.cache/hvdlite), hvdlite-fixed (the same with the fixed rules,
-HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-mpi (hvdlite with the MPI data plane, HVDLITE_CPU_OPERATIONS=mpi,
+HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-static (the measured table alone, without the online choice of large
+allreduces: HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0), hvdlite-mpi (hvdlite with the MPI data plane, HVDLITE_CPU_OPERATIONS=mpi,
 started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
 Each peer runs as its own 2-process job with the same sizes and iteration rules; the peers take turns, and the
 whole turn is repeated --rounds times, so a slow period of the shared machine hits every peer alike and a bimodal
@@ -77,8 +78,9 @@ def worker_hvdlite():
                      lambda n: torch.ones(n, dtype=torch.float32), hvd.rank())
     check = hvd.allreduce(torch.ones(3), name="check", op=hvd.Sum)
     assert check.tolist() == [float(hvd.size())] * 3, check
-    if hvd.rank() == 0:  # which algorithms ran: the measured table (cached or not) or the fixed rules
-        print("hvdlite " + ";".join(f for f in hvd.build_info().split(";") if f.startswith("allreduce_")),
+    if hvd.rank() == 0:  # which algorithms ran: the measured table (cached or not) or the fixed rules, and how
+        # often the online choice ran each one above ADAPTIVE_ALLREDUCE_BYTES
+        print("hvdlite " + ";".join(f for f in hvd.build_info().split(";") if f.startswith(("allreduce_", "adaptive_"))),
               flush=True)
     return hvd.rank(), hvd.size(), result
 
@@ -106,7 +108,8 @@ def worker_mpi():
 
 
 def run_worker(name, out_path):
-    workers = {"hvdlite": worker_hvdlite, "hvdlite-fixed": worker_hvdlite, "hvdlite-mpi": worker_hvdlite,
+    workers = {"hvdlite": worker_hvdlite, "hvdlite-fixed": worker_hvdlite, "hvdlite-static": worker_hvdlite,
+               "hvdlite-mpi": worker_hvdlite,
                "torch-gloo": worker_torch, "mpi": worker_mpi}
     rank, size, result = workers[name]()
     if rank == 0:
@@ -118,9 +121,11 @@ def launch(peer, np_, out_path, sizes):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes))
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer in ("hvdlite", "hvdlite-fixed"):
+    if peer in ("hvdlite", "hvdlite-fixed", "hvdlite-static"):
         if peer == "hvdlite-fixed":
             env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
+        if peer == "hvdlite-static":
+            env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=900).returncode
     if peer in ("mpi", "hvdlite-mpi"):

@@ -75,7 +75,8 @@ def test_measured_by_the_first_job_read_by_the_next_and_obeyed(tmp_path):
     assert three["allreduce_table"] == "measured" and three["allreduce_table_file"] != path, three
 
     # A table written by hand is what every rank runs, algorithm by algorithm (the results are checked above
-    # against the reference for each); the timeline names the algorithm each allreduce ran.
+    # against the reference for each; large sizes are not chosen online here); the timeline names the algorithm
+    # each allreduce ran.
     from hvdlite.timeline import activities, load
     for bands, expected in (("ring@0", {1: "rd", 1000: "ring", (4 << 20) + 5: "ring"}),
                             ("rd@0,single_copy@16384", {1000: "rd", 9000: "single_copy", 1 << 20: "single_copy"}),
@@ -83,7 +84,7 @@ def test_measured_by_the_first_job_read_by_the_next_and_obeyed(tmp_path):
         with open(path, "w") as f:
             f.write("%s\n%s\n%s\n" % (header, key, bands))
         timeline = tmp_path / "timeline.json"
-        forced = run(2, tmp_path, HVDLITE_TIMELINE=str(timeline))
+        forced = run(2, tmp_path, HVDLITE_TIMELINE=str(timeline), HVDLITE_ADAPTIVE_ALLREDUCE_BYTES="0")
         assert forced["allreduce_table"] == "cached" and forced["allreduce_algorithms"] == bands, forced
         ran = activities(load(str(timeline)), "ALLREDUCE")
         for count, algorithm in expected.items():  # float32: 4 bytes an element
@@ -112,13 +113,68 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     assert run(2, blocked / "sub")["allreduce_table"] == "measured"
 
 
-def test_ranks_must_agree_on_the_choice(tmp_path):
-    script = prelude() + """
+ADAPTIVE_JOB = prelude() + """
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
+from hvdlite.common import basics
+from numpy_collectives import allreduce
+basics.init()
+n, me = basics.size(), basics.rank()
+# Integer values in float32: exact in any order of summation, so ring and single copy give the same bits.
+checked = 0
+for step in range(int(os.environ["STEPS"])):
+    for count in (70000, 300001, 1 << 20):  # 280 KB, 1.2 MB, 4 MB: three bands
+        inputs = [((np.arange(count) * (r + 3) + step) % 1009 - 500).astype(np.float32) for r in range(n)]
+        out = allreduce(inputs[me].copy(), "a.%d" % count)
+        assert np.array_equal(out, sum(inputs)), (step, count)
+        checked += 1
+small = allreduce(np.arange(1000, dtype=np.float32), "small")  # below the adaptive sizes
+assert np.array_equal(small, n * np.arange(1000, dtype=np.float32))
+info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
+print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("adaptive_")})), flush=True)
+print("OK %d" % checked, flush=True)
+basics.shutdown()
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("np_", [2, 3])
+def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, np_):
+    """Every rank runs the algorithm rank 0 chose, allreduce by allreduce, trials included: the same sequence in
+    every rank's timeline, right results, and both algorithms run (the other one is tried now and then)."""
+    steps = 30
+    timeline = tmp_path / "timeline-{rank}.json"
+    result = run_job(ADAPTIVE_JOB, np_, timeout=200,
+                     env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path), "STEPS": str(steps),
+                          "HVDLITE_TIMELINE": str(timeline)})
+    assert_job_ok(result, np_, min_count=3 * steps)
+    found = infos(result)
+    assert sorted(found) == list(range(np_)), result.stdout
+    assert all(found[r] == found[0] for r in found), found  # the same runs and switches on every rank
+    runs = dict(kv.split(":") for kv in found[0]["adaptive_runs"].split(","))
+    assert found[0]["adaptive_allreduce"] == str(256 << 10), found
+    assert int(runs["ring"]) + int(runs["single_copy"]) == 3 * steps, found  # the 4 KB one is not among them
+    assert int(runs["ring"]) > 0 and int(runs["single_copy"]) > 0, found  # each band tried the other algorithm
+    from hvdlite.timeline import load, spans
+    sequences = [[(tensor, activity) for tensor, activity, _, _ in spans(load(str(tmp_path / f"timeline-{r}.json")))
+                  if tensor.startswith("a.") and activity.startswith("ALLREDUCE")] for r in range(np_)]
+    assert len(sequences[0]) == 3 * steps, sequences[0][:10]
+    assert all(seq == sequences[0] for seq in sequences), [seq[:12] for seq in sequences]
+    assert {a for _, a in sequences[0]} == {"ALLREDUCE (ring)", "ALLREDUCE (single_copy)"}, sequences[0]
+
+
+@pytest.mark.parametrize("knob,value,differs", [
+    ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
+    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 262144 on rank 0"),
+])
+def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):
+    script = prelude() + f"""
 import os
 from hvdlite.common import basics
 from hvdlite.common.errors import InvalidArgumentError
 if int(os.environ["HOROVOD_RANK"]):
-    os.environ["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
+    os.environ["HVDLITE_{knob}"] = "{value}"
 try:
     basics.init()
 except InvalidArgumentError as error:
@@ -128,7 +184,7 @@ except InvalidArgumentError as error:
     refused = [line for line in result.stdout.splitlines() if "REFUSED" in line]
     assert len(refused) == 2, result.stdout + result.stderr
     for line in refused:
-        assert "HVDLITE_ALLREDUCE_ALGORITHMS differs between ranks: measured on rank 0, fixed on rank 1" in line, line
+        assert f"HVDLITE_{knob} differs between ranks: {differs}" in line, line
 
 
 def test_an_unknown_setting_is_refused_by_name(tmp_path):

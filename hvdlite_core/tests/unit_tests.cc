@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_adaptive.h"
 #include "collectives/allreduce_table.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
@@ -513,6 +514,74 @@ static void test_allreduce_table() {
   }
 }
 
+// One cycle of the adaptive choice as rank 0 lives it: propose, apply the (own) word, run the band once.
+static AllreduceAlgorithm adaptive_cycle(AdaptiveAllreduce& a, int band, size_t bytes, double ring_s, double copy_s) {
+  a.apply(a.propose());
+  AllreduceAlgorithm algorithm = a.take(band);
+  a.observe(band, bytes, algorithm, algorithm == AllreduceAlgorithm::kRing ? ring_s : copy_s);
+  return algorithm;
+}
+
+static void test_adaptive_allreduce() {
+  using A = AllreduceAlgorithm;
+  const size_t mb = 1 << 20;
+  AdaptiveAllreduce a(256 << 10, AllreduceTable());
+  // Bands: a factor of 4 from the minimum; below it nothing is chosen online.
+  CHECK(a.band(0) == -1 && a.band((256 << 10) - 1) == -1);
+  CHECK(a.band(256 << 10) == 0 && a.band(mb - 1) == 0 && a.band(mb) == 1 && a.band(16 * mb) == 3);
+  CHECK(a.band(size_t{1} << 62) == AdaptiveAllreduce::kBands - 1);
+  CHECK(AdaptiveAllreduce(0, AllreduceTable()).band(size_t{1} << 30) == -1);
+  // Starts from the table's choice (the ring without one), tries the other after kMinTrialInterval runs, and
+  // moves to it when the trial is clearly faster; every later run takes it.
+  int ring_runs = 0;
+  for (int i = 0; i < AdaptiveAllreduce::kMinTrialInterval; ++i) ring_runs += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
+  CHECK(ring_runs == AdaptiveAllreduce::kMinTrialInterval);
+  CHECK(adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kSingleCopy);  // the trial
+  int early_ring = 0;
+  for (int i = 0; i < 20; ++i) early_ring += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
+  CHECK(early_ring >= 1 && early_ring <= 3);  // trials after 4, then 8 runs
+  // A losing trial keeps the choice and doubles the pause before the next one: over 200 runs with the ring
+  // 2.3x slower, it runs a handful of times, not once in five.
+  int trials = 0;
+  for (int i = 0; i < 200; ++i) trials += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
+  CHECK(trials >= 2 && trials <= 8);
+  // The machine changes: single copy suddenly runs 3x slower than its estimate, so the ring is tried soon, wins
+  // and takes over within a few runs.
+  int runs_until_ring = 0;
+  while (adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) != A::kRing && runs_until_ring < 100) ++runs_until_ring;
+  CHECK(runs_until_ring <= AdaptiveAllreduce::kMinTrialInterval + 1);
+  int ring_after = 0;
+  for (int i = 0; i < 10; ++i) ring_after += adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) == A::kRing;
+  CHECK(ring_after >= 9);
+  // Near ties keep the choice (within kSwitchMargin), and bands are independent: band 0 never left the ring.
+  int tie_copy_runs = 0;
+  for (int i = 0; i < 50; ++i) tie_copy_runs += adaptive_cycle(a, 3, 16 * mb, 2e-3, 1.95e-3) == A::kSingleCopy;
+  CHECK(tie_copy_runs >= 1 && tie_copy_runs <= 4);  // the trials only
+  CHECK(a.peek(0) == A::kRing);
+  // One trial per cycle: a cycle with three runs of a band in trial runs the other algorithm once.
+  AdaptiveAllreduce b(256 << 10, AllreduceTable());
+  for (int i = 0; i < AdaptiveAllreduce::kMinTrialInterval; ++i) adaptive_cycle(b, 1, mb, 1e-3, 2e-3);
+  b.apply(b.propose());
+  CHECK(b.peek(1) == A::kSingleCopy && b.take(1) == A::kSingleCopy);
+  b.observe(1, mb, A::kSingleCopy, 2e-3);
+  CHECK(b.take(1) == A::kRing && b.take(1) == A::kRing);
+  // Every rank applies the same word, so a rank that is not the decider follows it whatever its own timings.
+  AdaptiveAllreduce follower(256 << 10, AllreduceTable());
+  follower.apply(1u << 2);
+  CHECK(follower.take(2) == A::kSingleCopy && follower.take(0) == A::kRing);
+  follower.apply((1u << 2) | (1u << (16 + 2)));
+  CHECK(follower.take(2) == A::kRing && follower.take(2) == A::kSingleCopy);
+  follower.observe(2, 4 * mb, A::kRing, 1e-3);
+  follower.observe(2, 4 * mb, A::kSingleCopy, 1e-3);
+  follower.observe(2, 4 * mb, A::kSingleCopy, 1e-3);
+  CHECK(follower.describe() == "adaptive_allreduce=262144;adaptive_runs=ring:1,single_copy:2;adaptive_switches=1");
+  // A table that runs single copy at a band's lower end starts the band there.
+  AllreduceTable table;
+  CHECK(AllreduceTable::parse("rd@0,ring@11585,single_copy@4194304", &table));
+  AdaptiveAllreduce c(256 << 10, table);
+  CHECK(c.peek(1) == A::kRing && c.peek(2) == A::kSingleCopy && c.peek(5) == A::kSingleCopy);
+}
+
 // A channel that delivers at most 3 bytes per receive, so elements arrive split (try_recv_with's default path).
 class TrickleChannel : public Channel {
  public:
@@ -624,6 +693,7 @@ int main() {
   test_lost_peers();
   test_ordered_worker();
   test_allreduce_table();
+  test_adaptive_allreduce();
   test_receive_in_place();
   test_copy_bytes();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);

@@ -4,12 +4,15 @@
 // every page on every call. Where the crossovers lie differs from one processor to the next, so a job on one
 // host takes them from a table measured on this machine (allreduce_table.h, cached by runtime/algorithm_cache.h);
 // other communicators, and jobs that set SMALL_MESSAGE_BYTES or SINGLE_COPY_ALLREDUCE, use those fixed rules.
+// Where the table was measured, allreduces from ADAPTIVE_ALLREDUCE_BYTES up take the ring or single copy as the
+// job's own runs show faster (allreduce_adaptive.h): the placement of a VM's vCPUs changes which one wins.
 // Allgather and broadcast, which copy and do not reduce, keep the single-copy path.
 #include <cstring>
 
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "common/copy_bytes.h"
+#include "common/wait.h"
 
 namespace hvdlite {
 
@@ -22,7 +25,10 @@ std::vector<size_t> even_split(size_t count, int n) {
 AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes, size_t count) {
   const size_t small = static_cast<size_t>(comm.config().small_message_bytes);
   AllreduceAlgorithm algorithm;
-  if (!comm.allreduce_table().empty()) {
+  const int band = comm.adaptive() ? comm.adaptive()->band(bytes) : -1;
+  if (band >= 0) {
+    algorithm = comm.adaptive()->peek(band);
+  } else if (!comm.allreduce_table().empty()) {
     algorithm = comm.allreduce_table().choose(bytes);
   } else if (comm.config().single_copy_allreduce && bytes >= small) {
     algorithm = AllreduceAlgorithm::kSingleCopy;
@@ -66,13 +72,20 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
       if (input != output) copy_bytes(output, input, bytes);
       allreduce_hierarchical(comm, output, count, dtype, kind);
     } else {
-      const AllreduceAlgorithm algorithm = flat_allreduce_choice(comm, bytes, count);
+      // Large allreduces on one host: the adaptive choice for this cycle, timed for rank 0's next choices.
+      AdaptiveAllreduce* adaptive = comm.adaptive();
+      const int band = adaptive ? adaptive->band(bytes) : -1;
+      const AllreduceAlgorithm algorithm = band >= 0 ? adaptive->take(band) : flat_allreduce_choice(comm, bytes, count);
+      const Clock::time_point start = band >= 0 ? Clock::now() : Clock::time_point();
       if (algorithm == AllreduceAlgorithm::kSingleCopy) {
         allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
-        return;
+      } else {
+        if (input != output) copy_bytes(output, input, bytes);
+        run_flat(comm, algorithm, output, count, dtype, kind, postscale);
       }
-      if (input != output) copy_bytes(output, input, bytes);
-      run_flat(comm, algorithm, output, count, dtype, kind, postscale);
+      if (band >= 0) {
+        adaptive->observe(band, bytes, algorithm, std::chrono::duration<double>(Clock::now() - start).count());
+      }
       return;
     }
   } else if (input != output && bytes > 0) {

@@ -99,6 +99,7 @@ const std::vector<Knob>& knobs() {
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
       choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms, {{"measured", 0}, {"auto", 0}, {"fixed", 1}},
                   "it takes measured (choose per size from this machine's figures) or fixed"),
+      number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes),
       {"ALGORITHM_CACHE_DIR", [](Config& c, const char* text) { c.algorithm_cache_dir = text; },
        [](const Config& c) { return c.algorithm_cache_dir; }},
       {"HIERARCHICAL_ALLREDUCE",

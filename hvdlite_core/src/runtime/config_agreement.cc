@@ -27,6 +27,8 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
       {"ALLREDUCE_ALGORITHMS", [](const Config& c) { return static_cast<double>(c.allreduce_algorithms); }},
+      // Rank 0 decides the adaptive choice and the others follow: they must all be choosing the same sizes.
+      {"ADAPTIVE_ALLREDUCE_BYTES", [](const Config& c) { return static_cast<double>(c.adaptive_allreduce_bytes); }},
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
       {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
       {"HIERARCHICAL_PIPELINE_BYTES",

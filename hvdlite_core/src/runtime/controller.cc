@@ -11,6 +11,7 @@
 namespace hvdlite {
 namespace {
 constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
+constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0 (the other half: see negotiate)
 }
 
 Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets)
@@ -91,7 +92,11 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   const bool stall_due = rank_ == 0 && stall_deadline_passed(now);
   uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
-  bits_[0] = ~flags;
+  bits_[0] = ~flags & kFlagWordMask;
+  // The high half carries rank 0's choice of large-allreduce algorithms for this cycle (allreduce_adaptive.h);
+  // the other ranks' ones leave it as it is through the AND.
+  AdaptiveAllreduce* adaptive = sets_.get(0)->adaptive();
+  bits_[0] |= static_cast<uint64_t>(adaptive && rank_ == 0 ? adaptive->propose() : 0xffffffffu) << 32;
   for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));
   for (size_t p = 0; p < positions; ++p) {
     bool vote = false;
@@ -108,7 +113,8 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   }
   exchange_bits(bit_words);
 
-  const uint64_t any = ~bits_[0];
+  const uint64_t any = ~bits_[0] & kFlagWordMask;
+  if (adaptive) adaptive->apply(static_cast<uint32_t>(bits_[0] >> 32));
   bool any_conflict = false;
   for (size_t p = 0; p < positions; ++p) {
     if (bits_[1 + p / 64] & (1ull << (p % 64))) continue;

@@ -9,7 +9,8 @@
 //      positions conflict somewhere (erased on every rank); which cached tensors are ready everywhere (AND;
 //      ranks outside a tensor's process set vote yes).
 //      Cached allreduces of a few bytes carry their data in the same exchange and are then already reduced
-//      (runtime/eager.h).
+//      (runtime/eager.h). The flag word's high half carries rank 0's choice of algorithm for this cycle's large
+//      allreduces (collectives/allreduce_adaptive.h).
 //   3. Only if some rank has requests (or conflicts, or joins) do the ranks send them to the coordinator,
 //      which matches them by (process set, name), validates complete sets (validation.h) and broadcasts the
 //      ordered response list. Steady-state training never reaches this step.

@@ -40,6 +40,9 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   if (size_ > 1 && world->host_count() == 1 && config_.allreduce_algorithms == 0 && config_.cpu_operations == 0) {
     EstablishedTable established = establish_allreduce_table(*world, config_);
     world->set_allreduce_table(established.table);
+    if (config_.adaptive_allreduce_bytes > 0 && world->single_copy_local()) {
+      world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes));
+    }
     allreduce_table_origin_ = established.origin;
     allreduce_table_path_ = established.path;
   }
@@ -424,8 +427,9 @@ std::string Runtime::describe() const {
   const std::string algorithms = "allreduce_table=" + (table.empty() ? std::string("fixed") : allreduce_table_origin_) +
                                  (table.empty() ? "" : ";allreduce_algorithms=" + table.serialize() +
                                                            ";allreduce_table_file=" + allreduce_table_path_);
+  const std::string adaptive = sets_->get(0)->adaptive() ? sets_->get(0)->adaptive()->describe() + ";" : "";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
-         ";" + config_.Describe();
+         ";" + adaptive + config_.Describe();
 }
 
 }  // namespace hvdlite
