@@ -147,13 +147,14 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
     timeline = tmp_path / "timeline-{rank}.json"
     result = run_job(ADAPTIVE_JOB, np_, timeout=200,
                      env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path), "STEPS": str(steps),
+                          "HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": str(256 << 10),
                           "HVDLITE_TIMELINE": str(timeline)})
     assert_job_ok(result, np_, min_count=3 * steps)
     found = infos(result)
     assert sorted(found) == list(range(np_)), result.stdout
     assert all(found[r] == found[0] for r in found), found  # the same runs and switches on every rank
     runs = dict(kv.split(":") for kv in found[0]["adaptive_runs"].split(","))
-    assert found[0]["adaptive_allreduce"] == str(256 << 10), found
+    assert found[0]["adaptive_allreduce"] == str(256 << 10), found  # as set: three bands
     assert int(runs["ring"]) + int(runs["single_copy"]) == 3 * steps, found  # the 4 KB one is not among them
     assert int(runs["ring"]) > 0 and int(runs["single_copy"]) > 0, found  # each band tried the other algorithm
     from hvdlite.timeline import load, spans
@@ -166,7 +167,7 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
 
 @pytest.mark.parametrize("knob,value,differs", [
     ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
-    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 262144 on rank 0"),
+    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 2097152 on rank 0"),
 ])
 def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):
     script = prelude() + f"""

@@ -522,51 +522,70 @@ static AllreduceAlgorithm adaptive_cycle(AdaptiveAllreduce& a, int band, size_t 
   return algorithm;
 }
 
+static int switches_of(const AdaptiveAllreduce& a) {
+  const std::string text = a.describe();
+  return std::stoi(text.substr(text.find("adaptive_switches=") + 18));
+}
+
 static void test_adaptive_allreduce() {
   using A = AllreduceAlgorithm;
   const size_t mb = 1 << 20;
-  AdaptiveAllreduce a(256 << 10, AllreduceTable());
+  const int first = AdaptiveAllreduce::kMinTrialInterval, trial = AdaptiveAllreduce::kTrialRuns;
+  AdaptiveAllreduce a(256 << 10, AllreduceTable(), 0);
   // Bands: a factor of 4 from the minimum; below it nothing is chosen online.
   CHECK(a.band(0) == -1 && a.band((256 << 10) - 1) == -1);
   CHECK(a.band(256 << 10) == 0 && a.band(mb - 1) == 0 && a.band(mb) == 1 && a.band(16 * mb) == 3);
   CHECK(a.band(size_t{1} << 62) == AdaptiveAllreduce::kBands - 1);
-  CHECK(AdaptiveAllreduce(0, AllreduceTable()).band(size_t{1} << 30) == -1);
-  // Starts from the table's choice (the ring without one), tries the other after kMinTrialInterval runs, and
-  // moves to it when the trial is clearly faster; every later run takes it.
+  CHECK(AdaptiveAllreduce(0, AllreduceTable(), 0).band(size_t{1} << 30) == -1);
+  // Starts from the ring (no table), tries single copy for kTrialRuns runs after kMinTrialInterval, and moves to
+  // it when the trial's median is clearly lower; the next trial (of the ring) comes kMinTrialInterval runs later.
+  std::vector<A> ran;
+  for (int i = 0; i < first + trial + first + trial; ++i) ran.push_back(adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3));
+  for (int i = 0; i < (int)ran.size(); ++i) {
+    const bool ring_expected = i < first || i >= first + trial + first;
+    CHECK((ran[i] == A::kRing) == ring_expected);
+  }
+  CHECK(switches_of(a) == 1);
+  // Losing trials double the pause, up to kMaxTrialInterval: over 600 runs with the ring 2.3x slower, the ring runs
+  // in 6 trials (after 16, 32, 64, 128, 128 and 128 runs), not in one run of every few.
   int ring_runs = 0;
-  for (int i = 0; i < AdaptiveAllreduce::kMinTrialInterval; ++i) ring_runs += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
-  CHECK(ring_runs == AdaptiveAllreduce::kMinTrialInterval);
-  CHECK(adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kSingleCopy);  // the trial
-  int early_ring = 0;
-  for (int i = 0; i < 20; ++i) early_ring += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
-  CHECK(early_ring >= 1 && early_ring <= 3);  // trials after 4, then 8 runs
-  // A losing trial keeps the choice and doubles the pause before the next one: over 200 runs with the ring
-  // 2.3x slower, it runs a handful of times, not once in five.
-  int trials = 0;
-  for (int i = 0; i < 200; ++i) trials += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
-  CHECK(trials >= 2 && trials <= 8);
-  // The machine changes: single copy suddenly runs 3x slower than its estimate, so the ring is tried soon, wins
-  // and takes over within a few runs.
-  int runs_until_ring = 0;
-  while (adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) != A::kRing && runs_until_ring < 100) ++runs_until_ring;
-  CHECK(runs_until_ring <= AdaptiveAllreduce::kMinTrialInterval + 1);
+  for (int i = 0; i < 600; ++i) ring_runs += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
+  CHECK(ring_runs == 6 * trial);
+  CHECK(switches_of(a) == 1);
+  // The machine changes: single copy runs 3x slower from now on. Three slow runs in a row show it (it was 128 runs
+  // before the next trial), the ring is tried at once and takes over.
+  int until_ring = 0;
+  while (adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) != A::kRing && until_ring < 1000) ++until_ring;
+  CHECK(until_ring == 3);
   int ring_after = 0;
-  for (int i = 0; i < 10; ++i) ring_after += adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) == A::kRing;
-  CHECK(ring_after >= 9);
-  // Near ties keep the choice (within kSwitchMargin), and bands are independent: band 0 never left the ring.
-  int tie_copy_runs = 0;
-  for (int i = 0; i < 50; ++i) tie_copy_runs += adaptive_cycle(a, 3, 16 * mb, 2e-3, 1.95e-3) == A::kSingleCopy;
-  CHECK(tie_copy_runs >= 1 && tie_copy_runs <= 4);  // the trials only
+  for (int i = 0; i < 40; ++i) ring_after += adaptive_cycle(a, 3, 16 * mb, 2e-3, 9e-3) == A::kRing;
+  CHECK(ring_after >= 40 - 2 * trial);  // trial runs of single copy only
+  CHECK(switches_of(a) == 2);
+  // Noise: figures jumping by up to +-40% from run to run. Around a 30% difference the ring keeps its place (single
+  // copy runs in its trials only); around a 5% one, where either choice costs little, the choice flips rarely.
+  for (double copy_over_ring : {1.3, 1.05}) {
+    AdaptiveAllreduce noisy(256 << 10, AllreduceTable(), 0);
+    int noisy_copy_runs = 0;
+    for (int i = 0; i < 400; ++i) {
+      const double jitter = 1 + 0.4 * ((i * 7919) % 13 - 6) / 6.0;
+      const double other = 1 + 0.4 * ((i * 104729) % 11 - 5) / 5.0;
+      noisy_copy_runs +=
+          adaptive_cycle(noisy, 0, mb / 2, 1e-4 * jitter, 1e-4 * copy_over_ring * other) == A::kSingleCopy;
+    }
+    CHECK(switches_of(noisy) <= 2);
+    if (copy_over_ring > 1.2) CHECK(switches_of(noisy) == 0 && noisy_copy_runs <= 6 * trial);
+  }
+  // Bands are independent: band 0 of `a` never left the ring.
   CHECK(a.peek(0) == A::kRing);
-  // One trial per cycle: a cycle with three runs of a band in trial runs the other algorithm once.
-  AdaptiveAllreduce b(256 << 10, AllreduceTable());
-  for (int i = 0; i < AdaptiveAllreduce::kMinTrialInterval; ++i) adaptive_cycle(b, 1, mb, 1e-3, 2e-3);
+  // One trial run per cycle: a cycle with three runs of a band in trial runs the other algorithm once.
+  AdaptiveAllreduce b(256 << 10, AllreduceTable(), 0);
+  for (int i = 0; i < first; ++i) adaptive_cycle(b, 1, mb, 1e-3, 2e-3);
   b.apply(b.propose());
   CHECK(b.peek(1) == A::kSingleCopy && b.take(1) == A::kSingleCopy);
   b.observe(1, mb, A::kSingleCopy, 2e-3);
   CHECK(b.take(1) == A::kRing && b.take(1) == A::kRing);
   // Every rank applies the same word, so a rank that is not the decider follows it whatever its own timings.
-  AdaptiveAllreduce follower(256 << 10, AllreduceTable());
+  AdaptiveAllreduce follower(256 << 10, AllreduceTable(), 0);
   follower.apply(1u << 2);
   CHECK(follower.take(2) == A::kSingleCopy && follower.take(0) == A::kRing);
   follower.apply((1u << 2) | (1u << (16 + 2)));
@@ -575,10 +594,15 @@ static void test_adaptive_allreduce() {
   follower.observe(2, 4 * mb, A::kSingleCopy, 1e-3);
   follower.observe(2, 4 * mb, A::kSingleCopy, 1e-3);
   CHECK(follower.describe() == "adaptive_allreduce=262144;adaptive_runs=ring:1,single_copy:2;adaptive_switches=1");
+  // Warm-up: no trial before the chosen algorithms have moved warm_bytes (here 8 MB: 32 runs of 256 KB).
+  AdaptiveAllreduce warming(256 << 10, AllreduceTable(), 8 * mb);
+  int first_trial = 0;
+  while (adaptive_cycle(warming, 0, 256 << 10, 3e-4, 1e-4) == A::kRing && first_trial < 1000) ++first_trial;
+  CHECK(first_trial == 32);
   // A table that runs single copy at a band's lower end starts the band there.
   AllreduceTable table;
   CHECK(AllreduceTable::parse("rd@0,ring@11585,single_copy@4194304", &table));
-  AdaptiveAllreduce c(256 << 10, table);
+  AdaptiveAllreduce c(256 << 10, table, 0);
   CHECK(c.peek(1) == A::kRing && c.peek(2) == A::kSingleCopy && c.peek(5) == A::kSingleCopy);
 }
 

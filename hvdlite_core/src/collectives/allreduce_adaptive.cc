@@ -4,9 +4,34 @@
 
 namespace hvdlite {
 
-AdaptiveAllreduce::AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial) : min_bytes_(min_bytes) {
+void AdaptiveAllreduce::Recent::add(double figure) {
+  figures[next] = figure;
+  next = (next + 1) % kWindow;
+  if (count < kWindow) ++count;
+}
+
+double AdaptiveAllreduce::Recent::median(int skip, int last) const {
+  const int n = std::min(last, count - skip);
+  if (n <= 0) return -1;
+  double values[kWindow];
+  for (int i = 0; i < n; ++i) values[i] = figures[(next - 1 - skip - i + 2 * kWindow) % kWindow];
+  std::sort(values, values + n);
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double AdaptiveAllreduce::Recent::lowest(int last) const {
+  double low = -1;
+  for (int i = 0; i < std::min(last, count); ++i) {
+    const double figure = figures[(next - 1 - i + kWindow) % kWindow];
+    if (low < 0 || figure < low) low = figure;
+  }
+  return low;
+}
+
+AdaptiveAllreduce::AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial, size_t warm_bytes)
+    : min_bytes_(min_bytes), warm_bytes_left_(warm_bytes) {
   for (int b = 0; b < kBands; ++b) {
-    // Start from what the init-time table (or the fixed rules) runs at the band's lower end.
+    // Start from what the init-time table (or the fixed rules: the ring) runs at the band's lower end.
     const size_t bytes = min_bytes_ << std::min(2 * b, 40);
     const bool single_copy = !initial.empty() && initial.choose(bytes) == AllreduceAlgorithm::kSingleCopy;
     bands_[b].chosen = single_copy ? 1 : 0;
@@ -22,12 +47,11 @@ int AdaptiveAllreduce::band(size_t bytes) const {
   return b;
 }
 
-uint32_t AdaptiveAllreduce::propose() {
+uint32_t AdaptiveAllreduce::propose() const {
   uint32_t word = 0;
   for (int b = 0; b < kBands; ++b) {
-    Band& band = bands_[b];
-    if (band.chosen) word |= 1u << b;
-    if (band.runs_since_trial >= band.trial_interval) word |= 1u << (16 + b);
+    if (bands_[b].chosen) word |= 1u << b;
+    if (bands_[b].trial_left > 0) word |= 1u << (16 + b);
   }
   return word;
 }
@@ -55,31 +79,46 @@ void AdaptiveAllreduce::observe(int b, size_t bytes, AllreduceAlgorithm a, doubl
   runs_[slot(a)].fetch_add(1, std::memory_order_relaxed);
   if (bytes == 0) return;
   Band& band = bands_[b];
-  const int s = slot(a);
   const double per_byte = seconds / static_cast<double>(bytes);
-  if (!band.trial_running) {
-    // A run of the chosen algorithm (on rank 0, always the band's choice: only rank 0's view decides).
-    double& estimate = band.estimate[s];
-    if (estimate > 0 && per_byte > kSurprise * estimate) {
-      band.trial_interval = kMinTrialInterval;  // the machine changed under us: look at the other one soon
-      band.runs_since_trial = std::max(band.runs_since_trial, band.trial_interval);
-    } else {
-      ++band.runs_since_trial;
-    }
-    estimate = estimate < 0 ? per_byte : kWeight * per_byte + (1 - kWeight) * estimate;
-    return;
+  warm_bytes_left_ -= std::min(warm_bytes_left_, bytes);
+  if (band.trial_running) {
+    band.trial_running = false;
+    after_trial_run(band, slot(a), per_byte);
+  } else {
+    after_chosen_run(band, slot(a), per_byte);
   }
-  // A trial: its figure replaces the algorithm's estimate (which is old by now), then the two are compared.
-  band.trial_running = false;
-  band.runs_since_trial = 0;
-  band.estimate[s] = per_byte;
-  const int other = 1 - s;
-  if (band.chosen != s && (band.estimate[other] < 0 || per_byte < kSwitchMargin * band.estimate[other])) {
+}
+
+void AdaptiveAllreduce::after_chosen_run(Band& band, int s, double per_byte) {
+  Recent& recent = band.recent[s];
+  recent.add(per_byte);
+  ++band.runs_since_trial;
+  if (band.trial_left > 0 || s != band.chosen) return;
+  // The machine changed under us when the last 3 runs are much slower than the ones before them: look at the
+  // other algorithm soon, and keep looking often.
+  const bool surprised = recent.count == kWindow && recent.lowest(3) > kSurprise * recent.median(3, kWindow - 3);
+  if (surprised) band.trial_interval = kMinTrialInterval;
+  if (warm_bytes_left_ > 0) return;
+  if (surprised || band.runs_since_trial >= band.trial_interval) {
+    band.trial_left = kTrialRuns;
+    band.recent[1 - s].clear();  // its old figures are from another time
+    band.runs_since_trial = 0;
+  }
+}
+
+void AdaptiveAllreduce::after_trial_run(Band& band, int s, double per_byte) {
+  band.recent[s].add(per_byte);
+  if (band.trial_left == 0 || --band.trial_left > 0 || s == band.chosen) return;
+  // The trial is complete: its median against the chosen algorithm's recent median.
+  const double trial = band.recent[s].median(0, kTrialRuns);
+  const double incumbent = band.recent[band.chosen].median();
+  if (incumbent < 0 || trial < kSwitchMargin * incumbent) {
     band.chosen = s;
     band.trial_interval = kMinTrialInterval;
   } else {
     band.trial_interval = std::min(2 * band.trial_interval, kMaxTrialInterval);
   }
+  band.runs_since_trial = 0;
 }
 
 std::string AdaptiveAllreduce::describe() const {

@@ -1,26 +1,29 @@
 // Online choice between the ring and single copy for large allreduces on one host (issue 11).
 //
 // Why: on a virtual machine the host moves the vCPUs about every few seconds, and which of the two algorithms is
-// faster moves with it (docs/benchmarks.md, "the far placement": with the two vCPUs far apart, 16 MB took 7.7 ms by
-// the ring and 3.2 ms in Open MPI's single-copy path; with them close, the ring wins). A table measured at init
-// (allreduce_table.h) fixes one answer for the job, so large messages are instead chosen from the job's own runs.
+// faster moves with it (docs/benchmarks.md, "the ring and single copy by placement": with the two vCPUs far apart,
+// single copy took 64 MB in 16-17 ms and the ring in 30-31; with them close, the ring wins up to 1-4 MB). A table
+// measured at init (allreduce_table.h) fixes one answer for the whole job, so large messages are instead chosen
+// from the job's own runs.
 //
 // How the ranks agree: rank 0 decides and every rank applies its decision, which travels in the negotiation's bit
 // exchange (runtime/controller.cc puts it in the flag word; the other ranks contribute ones to the AND). The
 // decision holds for the allreduces executed in that cycle, so every rank runs the same algorithm for the same
 // response. Rank 0 decides from its own timings: an allreduce ends on every rank at about the same time.
 //
-// The policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm with the lower
-// recent seconds per byte; now and then run one allreduce of the band with the other one, to see whether it has
-// become the faster. The pause between such trials doubles each time a trial confirms the choice (up to
-// kMaxTrialInterval runs of the band) and starts short again when the choice flips or when the chosen algorithm
-// suddenly runs much slower than its estimate (the machine changed). A losing trial costs one allreduce: with the
-// ring 2.4x slower than single copy, that is under 3% of the band's time at the longest interval.
+// The policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm whose recent runs
+// have the lower median seconds per byte; now and then run a trial of kTrialRuns allreduces of the band with the
+// other one (one per negotiation cycle), and move to it when the trial's median is clearly lower. Single runs
+// are too noisy to decide on: the first version compared one trial run against a running mean and flipped 11-29
+// times in a 768-allreduce benchmark, losing 35% at 256 KB. The pause between trials doubles each time a trial
+// confirms the choice (up to kMaxTrialInterval runs of the band) and starts short again when the choice flips or
+// when the chosen algorithm's last runs are much slower than before (the machine changed). No trial starts before
+// the job has allreduced warm_bytes (twice the shared-memory ring): the ring's first runs fault the rings' pages
+// in and take about 3x their steady time at 256 KB, so single copy won every early trial.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "collectives/allreduce_table.h"
@@ -30,26 +33,28 @@ namespace hvdlite {
 class AdaptiveAllreduce {
  public:
   static constexpr int kBands = 16;
-  static constexpr int kMinTrialInterval = 4;   // runs of a band between trials of the other algorithm, at first
-  static constexpr int kMaxTrialInterval = 64;  // and at most
-  static constexpr double kSwitchMargin = 0.95;  // the other algorithm takes over below this share of the time
-  static constexpr double kSurprise = 1.5;        // a run this much slower than its estimate calls a trial soon
-  static constexpr double kWeight = 0.5;          // of the newest run in a band's running estimate
+  static constexpr int kWindow = 8;              // recent runs kept per algorithm and band
+  static constexpr int kTrialRuns = 3;           // runs of the other algorithm in one trial
+  static constexpr int kMinTrialInterval = 8;    // runs of a band between trials, at first
+  static constexpr int kMaxTrialInterval = 128;  // and at most: a losing trial then costs 3 runs in 131
+  static constexpr double kSwitchMargin = 0.9;   // the other algorithm takes over below this share of the time
+  static constexpr double kSurprise = 1.5;       // each of the last 3 runs this much slower than before: a trial
 
-  // min_bytes: the smallest allreduce chosen online (0: none). initial(bytes): the algorithm to start from.
-  AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial);
+  // min_bytes: the smallest allreduce chosen online (0: none). initial: where each band starts. warm_bytes: the
+  // bytes the chosen algorithms move before the first trial.
+  AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial, size_t warm_bytes);
 
   // The band of an allreduce of this many bytes, or -1 when it is not chosen online.
   int band(size_t bytes) const;
 
   // Rank 0, before each negotiation: the decision word for this cycle.
-  uint32_t propose();
+  uint32_t propose() const;
   // Every rank, after the exchange: the agreed word (rank 0's proposal).
   void apply(uint32_t word);
-  // The algorithm for the next allreduce of this band in this cycle; take() also uses up the cycle's trial.
+  // The algorithm for the next allreduce of this band in this cycle; take() also uses up the cycle's trial run.
   AllreduceAlgorithm peek(int band) const;
   AllreduceAlgorithm take(int band);
-  // After each allreduce of a band: this rank's seconds (rank 0's feed its proposals).
+  // After each allreduce of a band (taken with take()): this rank's seconds. Rank 0's feed its proposals.
   void observe(int band, size_t bytes, AllreduceAlgorithm algorithm, double seconds);
 
   // "adaptive_allreduce=<min bytes>;adaptive_runs=ring:N,single_copy:M;adaptive_switches=K" for build_info
@@ -57,20 +62,38 @@ class AdaptiveAllreduce {
   std::string describe() const;
 
  private:
-  static int slot(AllreduceAlgorithm a) { return a == AllreduceAlgorithm::kSingleCopy ? 1 : 0; }
   static AllreduceAlgorithm algorithm(int slot) {
     return slot == 1 ? AllreduceAlgorithm::kSingleCopy : AllreduceAlgorithm::kRing;
   }
+  static int slot(AllreduceAlgorithm a) { return a == AllreduceAlgorithm::kSingleCopy ? 1 : 0; }
 
-  struct Band {
-    int chosen = 0;                     // slot of the algorithm in use (rank 0's view)
-    double estimate[2] = {-1, -1};      // running seconds per byte of each algorithm; -1: not run yet
-    int runs_since_trial = 0;
-    int trial_interval = kMinTrialInterval;
-    bool trial_running = false;         // the run between take() and observe() is a trial
+  // The last kWindow figures (seconds per byte) of one algorithm in one band.
+  struct Recent {
+    double figures[kWindow];
+    int count = 0;  // valid figures, up to kWindow
+    int next = 0;   // where the next one goes
+    void add(double figure);
+    void clear() { count = next = 0; }
+    // The median of `last` figures after skipping the `skip` newest (all the rest when last is larger); -1 when
+    // there are none.
+    double median(int skip = 0, int last = kWindow) const;
+    double lowest(int last) const;  // of the newest `last` figures; -1 when there are none
   };
 
+  struct Band {
+    int chosen = 0;  // slot of the algorithm in use (what rank 0 proposes)
+    Recent recent[2];
+    int runs_since_trial = 0;
+    int trial_interval = kMinTrialInterval;
+    int trial_left = 0;          // runs of the current trial still to come (rank 0 proposes a trial while > 0)
+    bool trial_running = false;  // the run between take() and observe() is a trial run
+  };
+
+  void after_chosen_run(Band& band, int s, double per_byte);
+  void after_trial_run(Band& band, int s, double per_byte);
+
   size_t min_bytes_;
+  size_t warm_bytes_left_;
   Band bands_[kBands];
   // The applied word: bit b = band b's algorithm slot; bit 16 + b = the first allreduce of band b this cycle
   // runs the other one.

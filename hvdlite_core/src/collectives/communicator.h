@@ -40,7 +40,9 @@ class Communicator {
   void set_allreduce_table(const AllreduceTable& table) { allreduce_table_ = table; }
   // Large allreduces chosen while the job runs (allreduce_adaptive.h); null: the table or fixed rules decide.
   AdaptiveAllreduce* adaptive() const { return adaptive_.get(); }
-  void enable_adaptive(size_t min_bytes) { adaptive_.reset(new AdaptiveAllreduce(min_bytes, allreduce_table_)); }
+  void enable_adaptive(size_t min_bytes, size_t warm_bytes) {
+    adaptive_.reset(new AdaptiveAllreduce(min_bytes, allreduce_table_, warm_bytes));
+  }
   // With tiers: member indices on each host, hosts in cross() order, each host's members in local() order.
   const std::vector<std::vector<int>>& host_members() const { return host_members_; }
 

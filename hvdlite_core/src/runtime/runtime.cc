@@ -41,7 +41,8 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
     EstablishedTable established = establish_allreduce_table(*world, config_);
     world->set_allreduce_table(established.table);
     if (config_.adaptive_allreduce_bytes > 0 && world->single_copy_local()) {
-      world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes));
+      world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes),
+                             2 * static_cast<size_t>(config_.shm_ring_bytes));
     }
     allreduce_table_origin_ = established.origin;
     allreduce_table_path_ = established.path;
