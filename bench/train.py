@@ -130,6 +130,8 @@ def launch(kind, warmup, steps, out, model_name, image_size):
         return code
     if kind == "hvdlite-during-backward":
         env["HVDLITE_REDUCE_DURING_BACKWARD"] = "1"
+    if kind == "hvdlite-static":
+        env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
     if kind.startswith("hvdlite"):
@@ -156,6 +158,9 @@ def main():
     parser.add_argument("--during-backward", action="store_true",
                         help="add a row for hvdlite reducing each gradient during backward "
                              "(HVDLITE_REDUCE_DURING_BACKWARD=1), whatever the automatic choice is")
+    parser.add_argument("--static-algorithms", action="store_true",
+                        help="add a row for hvdlite with the measured algorithm table alone, without the online "
+                             "choice of large allreduces (HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0)")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -165,7 +170,8 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
     kinds = ("single", "independent", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + (
-        ("hvdlite-during-backward",) if args.during_backward else ()) + tuple(
+        ("hvdlite-during-backward",) if args.during_backward else ()) + (
+        ("hvdlite-static",) if args.static_algorithms else ()) + tuple(
         f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
     for r in range(args.rounds):
         for kind in kinds:
@@ -200,6 +206,9 @@ def main():
     if args.during_backward:
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1 | {best['hvdlite-during-backward']:.2f} | "
                      f"{eff['hvdlite-during-backward']:.1%} |")
+    if args.static_algorithms:
+        lines.append(f"| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 | {best['hvdlite-static']:.2f} | "
+                     f"{eff['hvdlite-static']:.1%} |")
     for kind in kinds:
         if kind.startswith("hvdlite-fusion"):
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")

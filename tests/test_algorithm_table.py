@@ -167,7 +167,7 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
 
 @pytest.mark.parametrize("knob,value,differs", [
     ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
-    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 2097152 on rank 0"),
+    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 16777216 on rank 0"),
 ])
 def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):
     script = prelude() + f"""

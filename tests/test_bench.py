@@ -35,6 +35,23 @@ def test_placement_table_counts_slow_rounds_by_placement(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.timeout(120)
+def test_algorithms_vs_placement_probe_times_both_algorithms(tmp_path):
+    """bench/probes/algorithms_vs_placement.py as a smoke run: one block, two sizes, both algorithms."""
+    out = tmp_path / "blocks.json"
+    result = subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--", sys.executable,
+                             os.path.join(ROOT, "bench", "probes", "algorithms_vs_placement.py"), "--blocks", "1",
+                             "--sizes", "262144,2097152", "--json", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if "placement_ns=" in x]
+    assert "ring:256K=" in line and "single_copy:2048K=" in line, line
+    (block,) = json.loads(out.read_text())["blocks"]
+    assert set(block["us"]) == {"ring", "single_copy"}
+    assert all(0 < us < 1e6 for figures in block["us"].values() for us in figures.values()), block
+    assert len(block["placement_ns"]) == 2 and all(0 < ns < 1e5 for ns in block["placement_ns"]), block
+
+
 def test_rank_cpus_probe_reports_every_window(tmp_path):
     """bench/probes/rank_cpus_over_time.py as a smoke run: two ranks bound apart, two short windows each."""
     with open(os.path.join(ROOT, "bench", "probes", "rank_cpus_over_time.py")) as f:
@@ -100,19 +117,22 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), DDP, hvdlite and hvdlite with the autotuner all train."""
+    ceiling), DDP, hvdlite, hvdlite with the autotuner and hvdlite without the online algorithm choice all train."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
                              "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
-                             "--autotune", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=240)
+                             "--autotune", "--static-algorithms", "--out-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "train.json").read_text())
-    assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune"}
+    assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune",
+                                                     "hvdlite-static"}
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
     assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])
     assert report["machine"].startswith("machine: ")
     table = (tmp_path / "train.md").read_text()
     assert "| hvdlite, 2 ranks |" in table and "load average" in table and "(the ceiling)" in table
+    assert "| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 |" in table
     assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -43,7 +43,7 @@ struct Config {
                                               // from this machine's figures (runtime/algorithm_cache.h); "fixed"
                                               // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting
                                               // either of those implies fixed)
-  int64_t adaptive_allreduce_bytes = 2 << 20;    // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
+  int64_t adaptive_allreduce_bytes = 16 << 20;   // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
                                               // from this size choose between the ring and single copy from the
                                               // job's own runs (collectives/allreduce_adaptive.h); 0: off
   std::string algorithm_cache_dir;            // ALGORITHM_CACHE_DIR: where measured tables are kept ("":
