@@ -236,7 +236,7 @@ def label(kind, short=False):
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
     return {"single": "single process", "independent": "2 independent", "ddp": "torch DDP, 2 ranks",
             "hvdlite": "hvdlite, 2 ranks", "hvdlite-autotune": "hvdlite, autotuned",
-            "hvdlite-during-backward": "hvdlite, during bwd"}[kind]
+            "hvdlite-during-backward": "hvdlite, during bwd", "hvdlite-static": "hvdlite, static algorithms"}[kind]
 
 
 def plot(rounds, best, out_dir):
