@@ -45,7 +45,7 @@ def test_algorithms_vs_placement_probe_times_both_algorithms(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=100)
     assert result.returncode == 0, result.stdout + result.stderr
     (line,) = [x for x in result.stdout.splitlines() if "placement_ns=" in x]
-    assert "ring:256K=" in line and "single_copy:2048K=" in line, line
+    assert " ring:256K=" in line and " single_copy:256K=" in line and line.count(",2048K=") == 2, line
     (block,) = json.loads(out.read_text())["blocks"]
     assert set(block["us"]) == {"ring", "single_copy"}
     assert all(0 < us < 1e6 for figures in block["us"].values() for us in figures.values()), block
