@@ -2,7 +2,7 @@
 //
 // Why: on a virtual machine the host moves the vCPUs about every few seconds, and which of the two algorithms is
 // faster moves with it (docs/benchmarks.md, "the ring and single copy by placement": with the two vCPUs far apart,
-// single copy took 64 MB in 16-17 ms and the ring in 30-31; with them close, the ring wins up to 1-4 MB). A table
+// single copy took 64 MB in 16-17 ms and the ring in 30-31; up to 1 MB the ring won in every placement). A table
 // measured at init (allreduce_table.h) fixes one answer for the whole job, so large messages are instead chosen
 // from the job's own runs.
 //
