@@ -35,7 +35,6 @@ def test_placement_table_counts_slow_rounds_by_placement(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.timeout(120)
 def test_algorithms_vs_placement_probe_times_both_algorithms(tmp_path):
     """bench/probes/algorithms_vs_placement.py as a smoke run: one block, two sizes, both algorithms."""
     out = tmp_path / "blocks.json"
@@ -50,6 +49,21 @@ def test_algorithms_vs_placement_probe_times_both_algorithms(tmp_path):
     assert set(block["us"]) == {"ring", "single_copy"}
     assert all(0 < us < 1e6 for figures in block["us"].values() for us in figures.values()), block
     assert len(block["placement_ns"]) == 2 and all(0 < ns < 1e5 for ns in block["placement_ns"]), block
+
+
+@pytest.mark.timeout(120)
+def test_table_stability_probe_measures_three_times_per_group(tmp_path):
+    """bench/probes/table_stability.py as a smoke run: one group of three jobs, one with a busy loop beside it."""
+    out = tmp_path / "groups.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "table_stability.py"), "--groups",
+                             "1", "--busy", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (group,) = json.loads(out.read_text())["groups"]
+    assert len(group["measurements"]) == 3 and len(group["single_tables"]) == 3, group
+    for table in group["single_tables"] + [group["combined_table"], group["median_table"], group["fastest_table"]]:
+        assert table.split(",")[0].endswith("@0"), group
+    assert all(probe[1] > 0 for m in group["measurements"] for probe in m.values()), group  # the ring, every size
+    assert "summary" in result.stdout and "vote:" in result.stdout
 
 
 def test_rank_cpus_probe_reports_every_window(tmp_path):

@@ -512,6 +512,36 @@ static void test_allreduce_table() {
     AllreduceTable untouched = table;
     CHECK(!AllreduceTable::parse(bad, &untouched) && untouched.serialize() == table.serialize());
   }
+  // Measurements as cache lines: a round trip, and nothing but that form.
+  std::vector<AllreduceProbe> read;
+  CHECK(serialize_probes({{4096, {1.5e-6, 2e-6, -1}}, {32768, {5e-6, 4e-6, 3e-6}}}) ==
+        "4096:1.5e-06,2e-06,-1;32768:5e-06,4e-06,3e-06");
+  CHECK(parse_probes(serialize_probes(probes), &read) && serialize_probes(read) == serialize_probes(probes));
+  for (const char* bad : {"", "4096:1,2", "4096:1,2,3;", "4096:1,2,3;4096:1,2,3", "4096:1,2,-2", "4096:1,2,nan",
+                          "4096:1,2,3x", "x4096:1,2,3", "-1:1,2,3", "4096;1,2,3", "4096:1,,3"}) {
+    std::vector<AllreduceProbe> untouched = {{1, {1, 1, 1}}};
+    CHECK(!parse_probes(bad, &untouched) && untouched.size() == 1 && untouched[0].bytes == 1);
+  }
+  // Several measurements vote per probe: more than half must agree, else the fixed rules hold. Here single copy
+  // wins clearly in two of three at 2 MB (the loaded one says ring), and the three disagree at 256 KB.
+  const std::vector<AllreduceProbe> quiet = {{262144, {-1, 30e-6, 20e-6}}, {2 << 20, {-1, 1000e-6, 850e-6}}};
+  const std::vector<AllreduceProbe> loaded = {{262144, {-1, 90e-6, 120e-6}}, {2 << 20, {-1, 2000e-6, 2400e-6}}};
+  const std::vector<AllreduceProbe> far = {{262144, {-1, 50e-6, 60e-6}}, {2 << 20, {-1, 1100e-6, 800e-6}}};
+  CHECK(AllreduceTable::from_probes(quiet, 64 << 10).serialize() == "single_copy@0");
+  CHECK(AllreduceTable::from_measurements({quiet, loaded, far}, 64 << 10).serialize() ==
+        "ring@0,single_copy@741455");
+  CHECK(AllreduceTable::from_measurements({quiet, loaded}, 64 << 10).serialize() == "ring@0");  // 1 of 2: no
+  CHECK(AllreduceTable::from_measurements({quiet, far}, 64 << 10).serialize() == "ring@0,single_copy@741455");
+  CHECK(AllreduceTable::from_measurements({quiet}, 64 << 10).serialize() == "single_copy@0");
+  // Below the small-message size the fixed rule is recursive doubling: it holds when the ring wins only once.
+  const std::vector<AllreduceProbe> a = {{32768, {5e-6, 4e-6, -1}}}, b = {{32768, {5e-6, 5e-6, -1}}};
+  CHECK(AllreduceTable::from_measurements({a, b, b}, 64 << 10).serialize() == "rd@0");
+  CHECK(AllreduceTable::from_measurements({a, a, b}, 64 << 10).serialize() == "ring@0");
+  // Measurements of different probes, or of different candidates, are not weighed together.
+  CHECK(probes_match({quiet, loaded, far}) && probes_match({quiet}));
+  CHECK(!probes_match({quiet, {{262144, {-1, 1, 1}}}}) && !probes_match({a, {{32768, {5e-6, 4e-6, 1}}}}));
+  CHECK(!probes_match({quiet, {}}) && !probes_match({}) && !probes_match({{}}));
+  CHECK(AllreduceTable::from_measurements({quiet, a}, 64 << 10).empty());
 }
 
 // One cycle of the adaptive choice as rank 0 lives it: propose, apply the (own) word, run the band once.

@@ -21,6 +21,14 @@ struct AllreduceProbe {
   double seconds[3];  // indexed by AllreduceAlgorithm
 };
 
+// One measurement (a list of probes, ascending) as one line of text and back: "4096:1.2e-05,2.5e-05,-1;32768:..."
+// (bytes, then the seconds of rd, ring and single copy). parse_probes() accepts exactly that form.
+std::string serialize_probes(const std::vector<AllreduceProbe>& probes);
+bool parse_probes(const std::string& text, std::vector<AllreduceProbe>* probes);
+
+// Whether measurements can be weighed together: the same probe sizes, each with the same candidates.
+bool probes_match(const std::vector<std::vector<AllreduceProbe>>& measurements);
+
 class AllreduceTable {
  public:
   struct Band {
@@ -34,6 +42,13 @@ class AllreduceTable {
   // Probes in ascending size.
   static constexpr double kClearMargin = 0.9;
   static AllreduceTable from_probes(const std::vector<AllreduceProbe>& probes, size_t small_message_bytes);
+  // Several measurements (probes_match) vote: at each probe, the algorithm that more than half of them chose by the
+  // rule above, else the fixed rules' one. A loaded moment or a far vCPU placement during one measurement then
+  // cannot decide the table, and where the measurements disagree the defaults hold. (Each figure's median and
+  // each figure's fastest were weighed too: where they missed the machine's usual table they ran single copy at
+  // 256 KB, 1.2-1.3x slower than the ring; the vote's misses were the fixed rules' choice; docs/benchmarks.md.)
+  static AllreduceTable from_measurements(const std::vector<std::vector<AllreduceProbe>>& measurements,
+                                          size_t small_message_bytes);
   // "rd@0,ring@11585,single_copy@724077": the cache's and build_info's form. parse() accepts exactly what
   // serialize() writes (bands ascending, the first at 0) and returns false on anything else.
   std::string serialize() const;

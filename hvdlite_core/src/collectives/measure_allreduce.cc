@@ -38,7 +38,7 @@ void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data
 
 }  // namespace
 
-AllreduceTable measure_allreduce_table(Communicator& comm) {
+std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
   std::vector<AllreduceProbe> probes;
   std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
   std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
@@ -89,7 +89,7 @@ AllreduceTable measure_allreduce_table(Communicator& comm) {
     }
     HVD_LOG(kInfo, "allreduce algorithms measured (slowest rank's median):" << figures_text.str());
   }
-  return AllreduceTable::from_probes(probes, static_cast<size_t>(comm.config().small_message_bytes));
+  return probes;
 }
 
 }  // namespace hvdlite

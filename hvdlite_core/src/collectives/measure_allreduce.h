@@ -1,11 +1,14 @@
 // The init-time measurement behind AllreduceTable (allreduce_table.h). Collective over comm, whose members must
-// all be on one host; about 0.1-0.8 s on 2-8 ranks (HVDLITE_LOG_LEVEL=info prints the figures).
+// all be on one host; about 0.1-0.8 s on 2-8 ranks (HVDLITE_LOG_LEVEL=info prints the figures). Every member
+// returns the same probes (the slowest member's figures).
 #pragma once
+#include <vector>
+
 #include "collectives/allreduce_table.h"
 #include "collectives/communicator.h"
 
 namespace hvdlite {
 
-AllreduceTable measure_allreduce_table(Communicator& comm);
+std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm);
 
 }  // namespace hvdlite

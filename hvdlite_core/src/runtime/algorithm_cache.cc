@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "collectives/algorithms.h"
@@ -20,8 +21,9 @@
 namespace hvdlite {
 namespace {
 
-constexpr const char* kHeader = "hvdlite allreduce table v1";
-constexpr size_t kWireBytes = 1024;  // the broadcast table: far more than 3 algorithms x a few bands need
+constexpr const char* kHeader = "hvdlite allreduce table v2";
+constexpr const char* kMeasurementPrefix = "measured ";
+constexpr size_t kWireBytes = 1024;  // the broadcast decision: far more than 3 algorithms x a few bands need
 
 std::string processor_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -66,14 +68,29 @@ bool make_dirs(const std::string& path) {
   return true;
 }
 
-bool read_cache(const std::string& path, const std::string& key, AllreduceTable* table) {
+struct CacheFile {
+  AllreduceTable table;
+  std::vector<std::vector<AllreduceProbe>> measurements;
+};
+
+// The whole file or nothing: a header, key or table line that does not match, a measurement that does not parse,
+// more measurements than are kept, or measurements of different probes all mean "measure from scratch".
+bool read_cache(const std::string& path, const std::string& key, CacheFile* file) {
   std::ifstream in(path);
   std::string header, stored_key, bands;
   if (!std::getline(in, header) || !std::getline(in, stored_key) || !std::getline(in, bands)) return false;
-  return header == kHeader && stored_key == key && AllreduceTable::parse(bands, table);
+  if (header != kHeader || stored_key != key || !AllreduceTable::parse(bands, &file->table)) return false;
+  const std::string prefix = kMeasurementPrefix;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<AllreduceProbe> probes;
+    if (line.compare(0, prefix.size(), prefix) != 0 || !parse_probes(line.substr(prefix.size()), &probes)) return false;
+    file->measurements.push_back(probes);
+  }
+  if (file->measurements.size() > static_cast<size_t>(kMeasurementsKept)) return false;
+  return file->measurements.empty() || probes_match(file->measurements);
 }
 
-void write_cache(const std::string& path, const std::string& key, const AllreduceTable& table) {
+void write_cache(const std::string& path, const std::string& key, const CacheFile& file) {
   const size_t slash = path.rfind('/');
   const std::string temporary = path + ".tmp." + std::to_string(getpid());
   {
@@ -83,7 +100,10 @@ void write_cache(const std::string& path, const std::string& key, const Allreduc
       return;
     }
     std::ofstream out(temporary);
-    out << kHeader << "\n" << key << "\n" << table.serialize() << "\n";
+    out << kHeader << "\n" << key << "\n" << file.table.serialize() << "\n";
+    for (const std::vector<AllreduceProbe>& probes : file.measurements) {
+      out << kMeasurementPrefix << serialize_probes(probes) << "\n";
+    }
     if (!out) {
       HVD_LOG(kWarning, "cannot write " << temporary << " (the allreduce table will be measured again next time)");
       std::remove(temporary.c_str());
@@ -105,29 +125,59 @@ std::string cache_path(const std::string& key, const Config& config) {
   return dir + "/" + name;
 }
 
+// Rank 0's decision, broadcast as text so that every rank takes the same one: "T<measurements> <bands>" runs that
+// table, "M" measures.
+std::string broadcast_decision(Communicator& world, const std::string& text) {
+  std::vector<char> wire(kWireBytes, '\0');
+  if (world.rank() == 0 && text.size() < kWireBytes) std::memcpy(wire.data(), text.data(), text.size());
+  broadcast(world, wire.data(), wire.size(), 0);
+  return std::string(wire.data());
+}
+
+bool parse_decision(const std::string& text, EstablishedTable* result) {
+  const size_t space = text.find(' ');
+  if (text.size() < 2 || text[0] != 'T' || space == std::string::npos) return false;
+  result->measurements = std::atoi(text.c_str() + 1);
+  return AllreduceTable::parse(text.substr(space + 1), &result->table);
+}
+
+std::string table_decision(const CacheFile& file) {
+  return "T" + std::to_string(file.measurements.size()) + " " + file.table.serialize();
+}
+
 }  // namespace
 
 EstablishedTable establish_allreduce_table(Communicator& world, const Config& config) {
   EstablishedTable result;
   const std::string key = key_text(world, config);
   result.path = cache_path(key, config);
-  // Rank 0's cached table, or nothing: broadcast as text so every rank takes the same decision.
-  std::vector<char> wire(kWireBytes, '\0');
+  CacheFile file;  // rank 0's
+  std::string decision = "M";
   if (world.rank() == 0 && !result.path.empty()) {
-    AllreduceTable cached;
-    if (read_cache(result.path, key, &cached)) {
-      const std::string text = cached.serialize();
-      if (text.size() < kWireBytes) std::memcpy(wire.data(), text.data(), text.size());
+    if (!read_cache(result.path, key, &file)) file = CacheFile();
+    const size_t kept = file.measurements.size();
+    if (!file.table.empty() && (kept == 0 || kept >= static_cast<size_t>(kMeasurementsKept))) {
+      decision = table_decision(file);
     }
   }
-  broadcast(world, wire.data(), wire.size(), 0);
-  if (wire[0] != '\0' && AllreduceTable::parse(std::string(wire.data()), &result.table)) {
+  if (parse_decision(broadcast_decision(world, decision), &result)) {
     result.origin = "cached";
     return result;
   }
-  result.table = measure_allreduce_table(world);
+  // Measure, add the figures to the file's, and run the table they vote for.
+  const std::vector<AllreduceProbe> probes = measure_allreduce_probes(world);
+  if (world.rank() == 0) {
+    file.measurements.push_back(probes);
+    if (!probes_match(file.measurements)) file.measurements = {probes};  // older figures of other probes: dropped
+    file.table = AllreduceTable::from_measurements(file.measurements, static_cast<size_t>(config.small_message_bytes));
+    if (!result.path.empty()) write_cache(result.path, key, file);
+    decision = table_decision(file);
+  }
+  if (!parse_decision(broadcast_decision(world, decision), &result)) {
+    // Not reachable with a table of a few bands; every rank sees the same text, so all fail alike.
+    throw std::runtime_error("the measured allreduce table did not reach every rank: '" + decision + "'");
+  }
   result.origin = "measured";
-  if (world.rank() == 0 && !result.path.empty()) write_cache(result.path, key, result.table);
   return result;
 }
 

@@ -6,6 +6,11 @@
 // library version, the number of ranks, and the transport settings (shared-memory ring size, shm and cross-memory
 // attach disabled or not). Rank 0 reads it and broadcasts the table, so every rank runs the same algorithms; a
 // missing, unreadable or malformed file means a measurement, never an error.
+//
+// The file holds the table in force and the measurements it came from, one line each. The first jobs on a machine
+// each add a measurement until there are kMeasurementsKept, and the table is what most of them vote for
+// (AllreduceTable::from_measurements): one measurement taken while the machine was loaded (a CI run beside it, say) used to decide
+// the table for good. A file with a table and no measurement lines was written by hand and is obeyed as it is.
 #pragma once
 #include <string>
 
@@ -15,10 +20,13 @@
 
 namespace hvdlite {
 
+constexpr int kMeasurementsKept = 3;
+
 struct EstablishedTable {
   AllreduceTable table;
-  std::string origin;  // "cached" or "measured"
-  std::string path;    // the cache file (rank 0's view)
+  std::string origin;    // "cached" or "measured" (this job measured, and the table includes its figures)
+  std::string path;      // the cache file (rank 0's view)
+  int measurements = 0;  // how many measurements the table comes from (0: a table written by hand)
 };
 
 // Collective over world (every rank on one host, at least two ranks).

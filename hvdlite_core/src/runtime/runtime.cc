@@ -46,6 +46,7 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
     }
     allreduce_table_origin_ = established.origin;
     allreduce_table_path_ = established.path;
+    allreduce_table_measurements_ = established.measurements;
   }
   backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
@@ -427,7 +428,9 @@ std::string Runtime::describe() const {
   const AllreduceTable& table = sets_->get(0)->allreduce_table();
   const std::string algorithms = "allreduce_table=" + (table.empty() ? std::string("fixed") : allreduce_table_origin_) +
                                  (table.empty() ? "" : ";allreduce_algorithms=" + table.serialize() +
-                                                           ";allreduce_table_file=" + allreduce_table_path_);
+                                                           ";allreduce_table_file=" + allreduce_table_path_ +
+                                                           ";allreduce_table_measurements=" +
+                                                           std::to_string(allreduce_table_measurements_));
   const std::string adaptive = sets_->get(0)->adaptive() ? sets_->get(0)->adaptive()->describe() + ";" : "";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
          ";" + adaptive + config_.Describe();

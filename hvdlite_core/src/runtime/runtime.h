@@ -80,6 +80,7 @@ class Runtime {
   std::mutex abort_reason_mutex_;
   std::string allreduce_table_origin_;  // "measured" or "cached" when the world set has a table
   std::string allreduce_table_path_;
+  int allreduce_table_measurements_ = 0;  // how many measurements the table comes from (algorithm_cache.h)
   std::string abort_reason_;  // written before shutdown_requested_ is set, read by the cycle after it is
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;
