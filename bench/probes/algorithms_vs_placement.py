@@ -59,10 +59,21 @@ def main():
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--sizes", default="262144,1048576,4194304,16777216,67108864")
     parser.add_argument("--candidates", default=",".join(CANDIDATES))
+    parser.add_argument("--ring-bytes", default="",
+                        help="also the ring with these shared-memory ring sizes (HVDLITE_SHM_RING_BYTES), as "
+                             "candidates ring<KiB>K, interleaved with the others")
     parser.add_argument("--json", help="rank 0 writes every block here")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     candidates = args.candidates.split(",")
+    # Every candidate names its ring size, so that one candidate's size does not carry over to the next.
+    default_ring = os.environ.get("HVDLITE_SHM_RING_BYTES", str(1 << 20))  # the default (config.h)
+    for env in CANDIDATES.values():
+        env.setdefault("HVDLITE_SHM_RING_BYTES", default_ring)
+    for ring_bytes in filter(None, args.ring_bytes.split(",")):
+        name = f"ring{int(ring_bytes) >> 10}K"
+        CANDIDATES[name] = dict(CANDIDATES["ring"], HVDLITE_SHM_RING_BYTES=ring_bytes)
+        candidates.append(name)
     buffer = np.ones(max(sizes) // 4, dtype=np.float32)
     blocks = []
     basics.init()

@@ -24,7 +24,8 @@ struct Config {
                                               // heartbeat this long is lost, busy or not (0: kernel defaults)
   double start_timeout_seconds = 60.0;        // START_TIMEOUT: connecting the mesh at init
   int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
-  int64_t shm_ring_bytes = 4 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size
+  int64_t shm_ring_bytes = 1 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size (1 MiB: the
+                                              // data cycles through less cache than with 4; docs/benchmarks.md)
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span
