@@ -66,6 +66,7 @@ def test_table_stability_probe_measures_three_times_per_group(tmp_path):
     assert "summary" in result.stdout and "vote:" in result.stdout
 
 
+@pytest.mark.timeout(120)
 def test_rank_cpus_probe_reports_every_window(tmp_path):
     """bench/probes/rank_cpus_over_time.py as a smoke run: two ranks bound apart, two short windows each."""
     with open(os.path.join(ROOT, "bench", "probes", "rank_cpus_over_time.py")) as f:

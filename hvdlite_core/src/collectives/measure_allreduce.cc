@@ -42,8 +42,8 @@ std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
   std::vector<AllreduceProbe> probes;
   std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
   std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
-  // First touch: the shared-memory rings (SHM_RING_BYTES each) are mapped but not yet faulted in, and the first bytes that
-  // pass through a ring pay a page fault per 4 KB on both sides. Left in, that made the ring and recursive
+  // First touch: the shared-memory rings (SHM_RING_BYTES each) are mapped but not yet faulted in, and the first
+  // bytes that pass through a ring pay a page fault per 4 KB on both sides. Left in, that made the ring and recursive
   // doubling look 2-7x slower at 32-256 KB than they run once warm, and single copy win where it loses. So every
   // algorithm first moves the largest probe once, which pushes more than a ring's worth through every channel
   // it uses (recursive doubling's partners included).

@@ -9,8 +9,9 @@
 //
 // The file holds the table in force and the measurements it came from, one line each. The first jobs on a machine
 // each add a measurement until there are kMeasurementsKept, and the table is what most of them vote for
-// (AllreduceTable::from_measurements): one measurement taken while the machine was loaded (a CI run beside it, say) used to decide
-// the table for good. A file with a table and no measurement lines was written by hand and is obeyed as it is.
+// (AllreduceTable::from_measurements): one measurement taken while the machine was loaded (a CI run beside it,
+// say) used to decide the table for good. A file with a table and no measurement lines was written by hand and is
+// obeyed as it is.
 #pragma once
 #include <string>
 
