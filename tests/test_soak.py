@@ -1,6 +1,13 @@
 """Soak: tens of thousands of collectives of random kinds, sizes, dtypes and process sets on 4 ranks
-(tests/jobs/soak.py): every result right, resident memory flat after warm-up (< 5% growth), no file descriptor
-and no shared-memory segment left over.
+(tests/jobs/soak.py): every result right, resident memory flat after warm-up, no file descriptor and no
+shared-memory segment left over.
+
+"Flat" compares the median resident size of the last third of the samples taken after warm-up (one per 500
+operations) with the median of the first third: at most 5% growth. One sample against another is not a measure: in a
+job that does not grow (60,000 operations, sampled every 2,500), two samples of one rank differed by up to 4.7 MB of
+about 60 MB, as glibc keeps or returns the heap under the largest operations' 1.2 MB buffers, and a CI run failed
+the old one-sample check at +5.1%. The medians are about 13,000 operations apart: a leak of a 250-byte bytearray
+per operation, put into the job by hand, failed this check (+6.1% on rank 0).
 
 CI runs 30,000 operations (warm-up: the first 10,000); ``HVDLITE_SOAK_OPS=100000`` gives the full run whose figures
 docs/faults.md records."""
@@ -8,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 
 import pytest
 
@@ -16,6 +24,13 @@ from multiproc import run_job
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "soak.py")
 OPS = int(os.environ.get("HVDLITE_SOAK_OPS", "30000"))
+
+
+def resident_medians(samples: list) -> tuple:
+    """(median of the first third, median of the last third) of the resident-size samples."""
+    assert len(samples) >= 6, f"too few resident-size samples after warm-up: {samples}"
+    third = len(samples) // 3
+    return statistics.median(samples[:third]), statistics.median(samples[-third:])
 
 
 def shm_entries() -> set:
@@ -34,7 +49,11 @@ def test_soak_keeps_results_right_and_resources_flat():
     assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3], out[-3000:]
     for r in reports:
         assert r["ops"] >= OPS
-        assert r["rss_end"] <= r["rss_warm"] * 1.05, f"rank {r['rank']} grew after warm-up: {r}"
+        early, late = resident_medians(r["rss_samples"])
+        assert late <= early * 1.05, (f"rank {r['rank']} grew after warm-up: median resident size {early} bytes in "
+                                      f"the first third of the samples, {late} in the last; samples {r['rss_samples']}")
         assert r["fds_end"] == r["fds_warm"], f"rank {r['rank']} leaked file descriptors: {r}"
     assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
+    for r in reports:
+        r["rss_samples"] = len(r["rss_samples"])
     print("soak:", json.dumps(reports))
