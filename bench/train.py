@@ -132,6 +132,8 @@ def launch(kind, warmup, steps, out, model_name, image_size):
         env["HVDLITE_REDUCE_DURING_BACKWARD"] = "1"
     if kind == "hvdlite-static":
         env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
+    if kind == "hvdlite-no-streaming":
+        env["HVDLITE_STREAMING_STORE_BYTES"] = "0"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
     if kind.startswith("hvdlite"):
@@ -161,6 +163,9 @@ def main():
     parser.add_argument("--static-algorithms", action="store_true",
                         help="add a row for hvdlite with the measured algorithm table alone, without the online "
                              "choice of large allreduces (HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0)")
+    parser.add_argument("--no-streaming", action="store_true",
+                        help="add a row for hvdlite without streaming stores into large results "
+                             "(HVDLITE_STREAMING_STORE_BYTES=0)")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -171,7 +176,8 @@ def main():
     rounds = []
     kinds = ("single", "independent", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + (
         ("hvdlite-during-backward",) if args.during_backward else ()) + (
-        ("hvdlite-static",) if args.static_algorithms else ()) + tuple(
+        ("hvdlite-static",) if args.static_algorithms else ()) + (
+        ("hvdlite-no-streaming",) if args.no_streaming else ()) + tuple(
         f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
     for r in range(args.rounds):
         for kind in kinds:
@@ -209,6 +215,9 @@ def main():
     if args.static_algorithms:
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 | {best['hvdlite-static']:.2f} | "
                      f"{eff['hvdlite-static']:.1%} |")
+    if args.no_streaming:
+        lines.append(f"| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 | {best['hvdlite-no-streaming']:.2f} | "
+                     f"{eff['hvdlite-no-streaming']:.1%} |")
     for kind in kinds:
         if kind.startswith("hvdlite-fusion"):
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
@@ -236,7 +245,8 @@ def label(kind, short=False):
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
     return {"single": "single process", "independent": "2 independent", "ddp": "torch DDP, 2 ranks",
             "hvdlite": "hvdlite, 2 ranks", "hvdlite-autotune": "hvdlite, autotuned",
-            "hvdlite-during-backward": "hvdlite, during bwd", "hvdlite-static": "hvdlite, static algorithms"}[kind]
+            "hvdlite-during-backward": "hvdlite, during bwd", "hvdlite-static": "hvdlite, static algorithms",
+            "hvdlite-no-streaming": "hvdlite, no streaming stores"}[kind]
 
 
 def plot(rounds, best, out_dir):

@@ -45,8 +45,10 @@ SWEEPS = [
     # threshold 1 byte: single-copy (or, without CMA, the ring) even for 1-element tensors
     ("single-copy-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"},
      "small"),
+    # ... and with streaming stores into every result (STREAMING_STORE_BYTES=1: 16 MiB by default, so that only
+    # this sweep's sizes and edges, down to one element, go through them)
     ("ring-always-np4", 4, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_CMA_DISABLE": "1",
-                                  "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
+                                  "HVDLITE_STREAMING_STORE_BYTES": "1", "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
     # huge threshold: recursive doubling / binomial tree even for the large tensors
     ("latency-algos-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": str(1 << 30)}, "small"),
 ]

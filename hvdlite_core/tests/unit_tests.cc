@@ -732,6 +732,18 @@ static void test_copy_bytes() {
       CHECK(to[n] == 0xEE && to[-1] == 0xEE);  // nothing written outside
     }
   }
+  // Streaming stores: every destination alignment within a cache line, lengths around the aligned head and the
+  // 64-byte loop.
+  for (size_t shift = 0; shift < 64; ++shift) {
+    for (size_t n : {0, 1, 15, 63, 64, 65, 127, 128, 129, 4096, 70001}) {
+      std::fill(target.begin(), target.end(), 0xEE);
+      const unsigned char* from = source.data() + 5;
+      unsigned char* to = target.data() + 64 + shift;
+      copy_bytes_streaming(to, from, n);
+      CHECK(std::memcmp(to, from, n) == 0);
+      CHECK(to[n] == 0xEE && to[-1] == 0xEE);
+    }
+  }
 }
 
 int main() {

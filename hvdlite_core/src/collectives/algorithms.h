@@ -52,7 +52,11 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
 // reduction of that segment over all members, multiplied by postscale. Other segments hold partial sums.
 void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<size_t>& segment_counts, DType dtype,
                          ReduceKind kind, double postscale = 1.0);
-void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes);
+// cold_output: output is too large to stay in cache; blocks are received into it with streaming stores.
+void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes,
+                    bool cold_output = false);
+// Whether a collective whose result is `bytes` long writes it with streaming stores (STREAMING_STORE_BYTES).
+bool result_is_cold(const Communicator& comm, size_t bytes);
 // Allgather in each host, across hosts by the members of equal local index (a slice each), in each host again;
 // needs comm.local()/cross().
 void allgather_hierarchical(Communicator& comm, const void* input, void* output,

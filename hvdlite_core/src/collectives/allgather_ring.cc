@@ -5,7 +5,12 @@
 
 namespace hvdlite {
 
-void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes) {
+bool result_is_cold(const Communicator& comm, size_t bytes) {
+  const int64_t from = comm.config().streaming_store_bytes;
+  return from > 0 && bytes >= static_cast<size_t>(from);
+}
+
+void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes, bool cold_output) {
   const int n = comm.size();
   const int r = comm.rank();
   std::vector<size_t> offsets(n, 0);
@@ -17,7 +22,7 @@ void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>&
     int send_block = ((r - s) % n + n) % n;
     int recv_block = ((r - s - 1) % n + n) % n;
     comm.progress().sendrecv(next, base + offsets[send_block], block_bytes[send_block], prev,
-                             base + offsets[recv_block], block_bytes[recv_block]);
+                             base + offsets[recv_block], block_bytes[recv_block], cold_output);
   }
 }
 

@@ -149,7 +149,7 @@ void allgather(Communicator& comm, const void* input, void* output, const std::v
   size_t offset = 0;
   for (int i = 0; i < comm.rank(); ++i) offset += block_bytes[i];
   if (block_bytes[comm.rank()] > 0) copy_bytes(static_cast<char*>(output) + offset, input, block_bytes[comm.rank()]);
-  if (comm.size() > 1) allgather_ring(comm, output, block_bytes);
+  if (comm.size() > 1) allgather_ring(comm, output, block_bytes, result_is_cold(comm, total));
 }
 
 void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index) {

@@ -26,6 +26,9 @@ struct Config {
   int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
   int64_t shm_ring_bytes = 1 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size (1 MiB: the
                                               // data cycles through less cache than with 4; docs/benchmarks.md)
+  int64_t streaming_store_bytes = 16 << 20;   // STREAMING_STORE_BYTES: a ring allreduce or allgather of at least
+                                              // this many bytes receives into its result with streaming stores
+                                              // (0: never; docs/benchmarks.md)
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span

@@ -13,4 +13,8 @@ namespace hvdlite {
 
 void copy_bytes(void* dst, const void* src, size_t n);
 
+// Copies with non-temporal (streaming) stores, then fences them: for a destination that is not in cache and will
+// not be read soon, this saves the read of every destination line before it is written.
+void copy_bytes_streaming(void* dst, const void* src, size_t n);
+
 }  // namespace hvdlite

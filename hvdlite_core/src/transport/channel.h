@@ -20,6 +20,8 @@ class Channel {
   virtual ~Channel() = default;
   virtual size_t try_send(const void* data, size_t length) = 0;
   virtual size_t try_recv(void* data, size_t length) = 0;
+  // The same into a destination that is large and cold (streaming stores where the channel copies itself).
+  virtual size_t try_recv_cold(void* data, size_t length) { return try_recv(data, length); }
   // Receives without a destination buffer: hands what has arrived to consume, in whole granules (an element
   // size; length is a multiple of it) and returns the bytes handed over. The data passed is aligned to granule.
   // The default receives into a bounce buffer (holding a partial granule until the rest arrives); shared

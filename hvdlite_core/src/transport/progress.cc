@@ -41,7 +41,7 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
         want -= want % t.granule;  // the length is whole granules; a budget need not be
         n = want > 0 ? t.channel->try_recv_with(want, t.granule, *t.consumer) : 0;
       } else {
-        n = t.channel->try_recv(t.data + t.done, want);
+        n = t.cold ? t.channel->try_recv_cold(t.data + t.done, want) : t.channel->try_recv(t.data + t.done, want);
       }
       if (n == 0) break;
       t.done += n;
@@ -131,8 +131,9 @@ void Progress::run(Transfer* transfers, size_t count) {
 }
 
 void Progress::sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv,
-                        size_t recv_bytes) {
+                        size_t recv_bytes, bool cold_recv) {
   Transfer t[2] = {Transfer::Send(to, send, send_bytes), Transfer::Recv(from, recv, recv_bytes)};
+  t[1].cold = cold_recv;
   run(t, 2);
 }
 

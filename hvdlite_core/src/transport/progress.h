@@ -27,6 +27,9 @@ struct Transfer {
   // send and receive alike; the ring reduce-scatter does, so its reductions read the shm ring in place.
   bool align = false;
   bool aligned = false;  // align_stream has succeeded for this transfer
+  // A receive into a destination too large to stay in cache: the channel may write it with streaming stores
+  // (Channel::try_recv_cold), which skip reading each destination line before overwriting it.
+  bool cold = false;
 
   static Transfer Send(Channel* c, const void* data, size_t length) {
     return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};
@@ -65,7 +68,9 @@ class Progress {
   void stamp_alive();
   void run(Transfer* transfers, size_t count);
   void run(std::vector<Transfer>& transfers) { run(transfers.data(), transfers.size()); }
-  void sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv, size_t recv_bytes);
+  // cold_recv: the receive buffer is too large to stay in cache (Transfer::cold).
+  void sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv, size_t recv_bytes,
+                bool cold_recv = false);
 
  private:
   bool advance(Transfer* transfers, size_t count, bool* all_done);

@@ -42,19 +42,23 @@ size_t ShmChannel::try_send(const void* data, size_t length) {
   return n;
 }
 
-void ShmChannel::copy_out(char* data, uint64_t from, size_t n) const {
+void ShmChannel::copy_out(char* data, uint64_t from, size_t n, bool streaming) const {
   size_t offset = static_cast<size_t>(from % capacity_);
   size_t first = std::min(n, capacity_ - offset);
-  copy_bytes(data, recv_data_ + offset, first);
-  if (n > first) copy_bytes(data + first, recv_data_, n - first);
+  auto copy = streaming ? copy_bytes_streaming : copy_bytes;
+  copy(data, recv_data_ + offset, first);
+  if (n > first) copy(data + first, recv_data_, n - first);
 }
 
-size_t ShmChannel::try_recv(void* data, size_t length) {
+size_t ShmChannel::try_recv(void* data, size_t length) { return recv(data, length, false); }
+size_t ShmChannel::try_recv_cold(void* data, size_t length) { return recv(data, length, true); }
+
+size_t ShmChannel::recv(void* data, size_t length, bool streaming) {
   uint64_t tail = recv_ring_->tail.load(std::memory_order_relaxed);
   uint64_t head = recv_ring_->head.load(std::memory_order_acquire);
   size_t n = std::min(length, static_cast<size_t>(head - tail));
   if (n == 0) return 0;
-  copy_out(static_cast<char*>(data), tail, n);
+  copy_out(static_cast<char*>(data), tail, n, streaming);
   recv_ring_->tail.store(tail + n, std::memory_order_release);
   ring_peer_doorbell();  // the peer may be waiting for room
   return n;

@@ -13,6 +13,7 @@ class ShmChannel : public Channel {
              int my_slot_in_theirs, int control_fd);
   size_t try_send(const void* data, size_t length) override;
   size_t try_recv(void* data, size_t length) override;
+  size_t try_recv_cold(void* data, size_t length) override;
   // Hands the ring's bytes over in place, at most kMaxHandOver per call so the sender gets room back as the
   // consumer goes (a reduction from the ring then overlaps with the peer's next copy in).
   size_t try_recv_with(size_t length, size_t granule, const RecvConsumer& consume) override;
@@ -25,7 +26,8 @@ class ShmChannel : public Channel {
  private:
   void ring_peer_doorbell();
   // Copies n bytes that start at stream position `from` out of the receive ring (handling its wrap).
-  void copy_out(char* data, uint64_t from, size_t n) const;
+  void copy_out(char* data, uint64_t from, size_t n, bool streaming = false) const;
+  size_t recv(void* data, size_t length, bool streaming);
   RingHeader* send_ring_;
   char* send_data_;
   RingHeader* recv_ring_;
