@@ -10,7 +10,8 @@ void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype,
   std::vector<size_t> segment_bytes(segments.size());
   for (size_t i = 0; i < segments.size(); ++i) segment_bytes[i] = segments[i] * dtype_size(dtype);
   // A result larger than the cache is written with streaming stores as it arrives: the allgather's receives would
-  // otherwise read every destination line from memory only to overwrite it (docs/benchmarks.md, 16 MB 1.34x).
+  // otherwise read every destination line from memory only to overwrite it (docs/benchmarks.md: 16 and 64 MB
+  // 1.19x on 2 ranks).
   allgather_ring(comm, buffer, segment_bytes, result_is_cold(comm, count * dtype_size(dtype)));
 }
 
