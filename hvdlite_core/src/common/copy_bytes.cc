@@ -17,18 +17,28 @@ constexpr uintptr_t kNearDistance = 64;
 constexpr size_t kRepMovsbFrom = 2048;  // below this glibc copies with vector moves itself
 
 #if defined(__x86_64__)
-void copy_vectors(char* dst, const char* src, size_t n) {
+// Copies whole 64-byte blocks with 16-byte vector moves and returns the bytes copied; kStreaming stores them
+// non-temporally (the destination must then be 16-byte aligned).
+template <bool kStreaming>
+size_t copy_blocks(char* dst, const char* src, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16 * k));
+    for (int k = 0; k < 4; ++k) {
+      auto* to = reinterpret_cast<__m128i*>(dst + i + 16 * k);
+      if (kStreaming) {
+        _mm_stream_si128(to, v[k]);
+      } else {
+        _mm_storeu_si128(to, v[k]);
+      }
+    }
   }
+  return i;
+}
+
+void copy_vectors(char* dst, const char* src, size_t n) {
+  const size_t i = copy_blocks<false>(dst, src, n);
   if (i < n) std::memcpy(dst + i, src + i, n - i);  // under 64 bytes: no rep movsb
 }
 #endif
@@ -41,17 +51,7 @@ void copy_bytes_streaming(void* dst, const void* src, size_t n) {
   const char* s = static_cast<const char*>(src);
   const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
   if (head) std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
+  const size_t i = head + copy_blocks<true>(d + head, s + head, n - head);
   if (i < n) std::memcpy(d + i, s + i, n - i);
   _mm_sfence();  // streaming stores are weakly ordered: make them visible before the transfer is marked done
 #else
