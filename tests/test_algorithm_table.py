@@ -215,3 +215,16 @@ except InvalidArgumentError as error:
 """, 1, env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"}, timeout=60)
     assert ("REFUSED HVDLITE_ALLREDUCE_ALGORITHMS (or HOROVOD_ALLREDUCE_ALGORITHMS) is 'sometimes'; it takes measured"
             in result.stdout), result.stdout + result.stderr
+
+
+def test_the_suite_measures_into_its_own_directory_not_the_users_cache():
+    """Tables measured while the suite loads the machine must not reach ~/.cache/hvdlite, where a later training job
+    or benchmark would trust them (tests/conftest.py gives the suite a directory of its own)."""
+    suite_cache = os.environ.get("HVDLITE_ALGORITHM_CACHE_DIR", "")
+    assert os.path.basename(suite_cache).startswith("hvdlite-suite-algorithms-") and os.path.isdir(suite_cache)
+    home_cache = os.path.join(os.path.expanduser("~"), ".cache", "hvdlite")
+    assert not os.path.realpath(suite_cache).startswith(os.path.realpath(home_cache))
+    result = run_job(JOB, 2, env={"QUICK_CHECK": "1"}, timeout=120)  # the suite's environment, nothing added
+    assert_job_ok(result, 2)
+    path = infos(result)[0]["allreduce_table_file"]
+    assert os.path.dirname(path) == suite_cache and os.path.exists(path), path

@@ -289,6 +289,44 @@ static void test_dtypes() {
   CHECK(w1[0] == 0x000f);
 }
 
+// reduce_into_scaled must give exactly what reduce_into followed by scale_in_place gives, for every dtype and op, on
+// lengths around its 4 KB blocks (it runs the same two operations a block at a time).
+static void test_reduce_into_scaled() {
+  const DType dtypes[] = {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32, DType::kInt64,
+                          DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kBool};
+  const ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMin, ReduceKind::kMax, ReduceKind::kProduct};
+  for (DType dtype : dtypes) {
+    const size_t esize = dtype_size(dtype);
+    for (size_t count : {size_t(0), size_t(1), size_t(7), 4096 / esize - 1, 4096 / esize, 4096 / esize + 1,
+                         3 * 4096 / esize + 5}) {
+      std::vector<uint8_t> a(count * esize), b(count * esize);
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = static_cast<uint8_t>((i * 37 + 11) % 251);
+        b[i] = static_cast<uint8_t>((i * 91 + 3) % 241);
+      }
+      if (dtype == DType::kBool) {
+        for (size_t i = 0; i < a.size(); ++i) a[i] &= 1, b[i] &= 1;
+      }
+      if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {  // keep the halves finite and not NaN
+        for (size_t i = 1; i < a.size(); i += 2) a[i] &= 0x3f, b[i] &= 0x3f;
+      }
+      if (dtype == DType::kFloat32 || dtype == DType::kFloat64) {
+        for (size_t i = esize - 1; i < a.size(); i += esize) a[i] &= 0x3f, b[i] &= 0x3f;
+      }
+      for (ReduceKind kind : kinds) {
+        for (double factor : {1.0, 0.5, 1.0 / 3}) {
+          if (dtype == DType::kBool && factor != 1.0) continue;  // bool takes no scale factor
+          std::vector<uint8_t> two_passes = a, one_pass = a;
+          reduce_into(dtype, kind, two_passes.data(), b.data(), count);
+          if (factor != 1.0) scale_in_place(dtype, two_passes.data(), count, factor);
+          reduce_into_scaled(dtype, kind, one_pass.data(), b.data(), count, factor);
+          CHECK(one_pass == two_passes);
+        }
+      }
+    }
+  }
+}
+
 static std::string hex(const Digest& d) {
   static const char* digits = "0123456789abcdef";
   std::string s;
@@ -752,6 +790,7 @@ int main() {
   test_eager_layout();
   test_fusion();
   test_dtypes();
+  test_reduce_into_scaled();
   test_hmac();
   test_out_of_step();
   test_recent_ops();

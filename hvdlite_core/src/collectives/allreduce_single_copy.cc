@@ -42,9 +42,10 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
     for (int step = 1; step < n; ++step) {
       int peer = (r + step) % n;
       read_peer(comm, peer, peers[peer].input + offset, incoming, elements * esize);
-      reduce_into(dtype, kind, out + offset, incoming, elements);
+      // The last peer's contribution completes the chunk: scale it in the same pass.
+      reduce_into_scaled(dtype, kind, out + offset, incoming, elements, step == n - 1 ? postscale : 1.0);
     }
-    if (postscale != 1.0) scale_in_place(dtype, out + offset, elements, postscale);
+    if (n == 1 && postscale != 1.0) scale_in_place(dtype, out + offset, elements, postscale);
   }
   barrier_dissemination(comm);
   for (int step = 1; step < n; ++step) {

@@ -134,4 +134,23 @@ void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double f
 
 void scale_in_place(DType dtype, void* data, size_t count, double factor) { copy_scaled(dtype, data, data, count, factor); }
 
+void reduce_into_scaled(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count, double factor) {
+  if (factor == 1.0) {
+    reduce_into(dtype, kind, dst, src, count);
+    return;
+  }
+  // The same two passes as reduce_into + scale_in_place, so the results are bit-identical, but a block at a time:
+  // the scaling pass then reads and writes L1 instead of a second trip through L2 or memory.
+  constexpr size_t kBlockBytes = 4096;
+  const size_t esize = dtype_size(dtype);
+  const size_t block = kBlockBytes / esize;
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  for (size_t done = 0; done < count; done += block) {
+    const size_t n = std::min(block, count - done);
+    reduce_into(dtype, kind, d + done * esize, s + done * esize, n);
+    scale_in_place(dtype, d + done * esize, n, factor);
+  }
+}
+
 }  // namespace hvdlite

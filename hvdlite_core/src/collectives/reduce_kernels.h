@@ -18,6 +18,8 @@ enum class ReduceKind { kSum, kMin, kMax, kProduct, kBitwiseAnd };
 
 // dst[i] = dst[i] (op) src[i]
 void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count);
+// dst[i] = (dst[i] (op) src[i]) * factor: the two operations above, bit for bit, in one pass over the data
+void reduce_into_scaled(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count, double factor);
 // data[i] *= factor (integers: truncated toward zero; bool: unchanged)
 void scale_in_place(DType dtype, void* data, size_t count, double factor);
 // dst[i] = src[i] * factor, in one pass (used when copying into and out of the fusion buffer)

@@ -34,8 +34,7 @@ void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<siz
     size_t landed = 0;
     const RecvConsumer reduce = [&](const char* data, size_t bytes) {
       const size_t count = bytes / esize;
-      reduce_into(dtype, kind, destination + landed, data, count);
-      if (scale) scale_in_place(dtype, destination + landed, count, postscale);
+      reduce_into_scaled(dtype, kind, destination + landed, data, count, scale ? postscale : 1.0);
       landed += bytes;
     };
     // Both ends start the segment at an aligned stream offset, so the reduction reads the shm ring in place
