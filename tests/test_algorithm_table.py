@@ -33,7 +33,9 @@ for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else coun
             assert np.array_equal(out, expected), (count, dtype, op)
             checked += 1
 info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
-print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("allreduce_")})), flush=True)
+streaming = ("streaming_store_bytes_from", "STREAMING_STORE_BYTES")
+print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming})),
+      flush=True)
 print("OK %d" % checked, flush=True)
 basics.shutdown()
 """
@@ -65,9 +67,14 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
     path = first["allreduce_table_file"]
     assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path), first
     header, key, bands, measurement = open(path).read().splitlines()
-    assert header == "hvdlite allreduce table v2" and "ranks=2" in key and "processor=" in key, key
+    assert header == "hvdlite allreduce table v3" and "ranks=2" in key and "processor=" in key, key
     assert bands == first["allreduce_algorithms"] and bands.startswith(("rd@0", "ring@0", "single_copy@0")), bands
-    assert measurement.startswith("measured 4096:"), measurement
+    assert measurement.startswith("measured 4096:") and " streaming 16777216:" in measurement, measurement
+    # The ring's store mode was measured too: streaming stores from the probe's 16 MiB, or from 64 MiB where
+    # ordinary stores were clearly faster at 16 MiB (collectives/streaming_choice.h).
+    plain, streamed = (float(x) for x in measurement.split(" streaming 16777216:")[1].split(","))
+    assert first["streaming_store_bytes_from"] == "measured", first
+    assert first["STREAMING_STORE_BYTES"] == str((64 if plain < 0.9 * streamed else 16) << 20), (first, measurement)
 
     # The next two jobs each add a measurement (a loaded moment cannot decide alone); then the table is read.
     for count in (2, 3):
@@ -78,7 +85,7 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
         assert lines[:2] == [header, key] and lines[2] == again["allreduce_algorithms"], lines
         assert len(lines) == 3 + count and lines[3] == measurement, lines  # the older figures are kept
     fourth = run(2, tmp_path)
-    assert fourth == dict(again, allreduce_table="cached"), (again, fourth)
+    assert fourth == dict(again, allreduce_table="cached", streaming_store_bytes_from="cached"), (again, fourth)
 
     # Another job size is another key: measured for itself.
     three = run(3, tmp_path)
@@ -97,6 +104,7 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
         forced = run(2, tmp_path, HVDLITE_TIMELINE=str(timeline), HVDLITE_ADAPTIVE_ALLREDUCE_BYTES="0")
         assert forced["allreduce_table"] == "cached" and forced["allreduce_algorithms"] == bands, forced
         assert forced["allreduce_table_measurements"] == "0", forced  # written by hand: obeyed, never re-measured
+        assert forced["streaming_store_bytes_from"] == "default", forced  # and no store-mode figures in it
         ran = activities(load(str(timeline)), "ALLREDUCE")
         for count, algorithm in expected.items():  # float32: 4 bytes an element
             assert ran["t.%d.float32.1" % count] == {"ALLREDUCE (%s)" % algorithm}, (bands, count, ran)
@@ -112,7 +120,9 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     for damage in ("", "hvdlite allreduce table v1\nsomething else\nring@0\n", good.replace("@0", "@5", 1),
                    "garbage@@\n\n", good + "measured 4096:1,2\n", good + "by hand\n",
                    good + (measurement + "\n") * 3,  # more than are kept
-                   good + measurement.replace("4096:", "8192:") + "\n"):  # other probes
+                   good + measurement.replace("4096:", "8192:") + "\n",  # other probes
+                   good + measurement.split(" streaming ")[0] + "\n",  # a v2 line: no store-mode figures
+                   good + measurement.replace("streaming 16777216:", "streaming 16777216:-") + "\n"):
         with open(path, "w") as f:
             f.write(damage)
         again = run(2, tmp_path)
@@ -122,7 +132,11 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     # The fixed-rule knobs keep a user's tuning; ALLREDUCE_ALGORITHMS=fixed asks for the fixed rules outright.
     for env in ({"HVDLITE_SINGLE_COPY_ALLREDUCE": "1"}, {"HOROVOD_SMALL_MESSAGE_BYTES": "1024"},
                 {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"}):
-        assert run(2, tmp_path, **env) == {"allreduce_table": "fixed"}, env
+        assert run(2, tmp_path, **env) == {"allreduce_table": "fixed", "streaming_store_bytes_from": "default",
+                                           "STREAMING_STORE_BYTES": str(16 << 20)}, env
+    # STREAMING_STORE_BYTES given: obeyed, whatever the measurement says.
+    given = run(2, tmp_path, HVDLITE_STREAMING_STORE_BYTES="12345")
+    assert given["streaming_store_bytes_from"] == "knob" and given["STREAMING_STORE_BYTES"] == "12345", given
     # An unwritable cache directory costs a measurement each time, never the job.
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")

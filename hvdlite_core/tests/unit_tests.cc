@@ -14,6 +14,7 @@
 #include "collectives/allreduce_table.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/streaming_choice.h"
 #include "common/copy_bytes.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
@@ -324,6 +325,31 @@ static void test_reduce_into_scaled() {
         }
       }
     }
+  }
+}
+
+// The streaming-store vote: streaming holds at the probe unless more than half the measurements find ordinary stores
+// clearly (10%) faster there; then it starts 4x further up. Figures as cache text and back, and nothing else.
+static void test_streaming_choice() {
+  const size_t mb16 = 16 << 20;
+  const StreamingProbe loses{mb16, 2.6e-3, 3.1e-3}, wins{mb16, 3.4e-3, 2.9e-3}, tie{mb16, 3.0e-3, 3.2e-3};
+  CHECK(streaming_loses(loses) && !streaming_loses(wins) && !streaming_loses(tie));
+  CHECK(!streaming_loses(StreamingProbe{}));
+  CHECK(streaming_store_bytes_from({}) == -1);
+  CHECK(streaming_store_bytes_from({StreamingProbe{}}) == -1);
+  CHECK(streaming_store_bytes_from({loses}) == int64_t(64) << 20);
+  CHECK(streaming_store_bytes_from({wins}) == int64_t(mb16) && streaming_store_bytes_from({tie}) == int64_t(mb16));
+  CHECK(streaming_store_bytes_from({loses, loses, wins}) == int64_t(64) << 20);
+  CHECK(streaming_store_bytes_from({loses, tie, wins}) == int64_t(mb16));  // one of three: the default holds
+  CHECK(streaming_store_bytes_from({loses, StreamingProbe{1 << 20, 1, 2}}) == -1);  // other sizes: not weighed
+  StreamingProbe read;
+  CHECK(serialize_streaming(loses) == "16777216:0.0026,0.0031");
+  CHECK(parse_streaming(serialize_streaming(loses), &read) && read.bytes == mb16 && read.plain == 2.6e-3 &&
+        read.streamed == 3.1e-3);
+  for (const char* bad : {"", "16777216:1", "16777216:1,2,3", "0:1,2", "-5:1,2", "16777216:-1,2", "16777216:nan,1",
+                          "16777216;1,2", "16777216:1,2x", "x16777216:1,2", "16777216:1,"}) {
+    StreamingProbe untouched{7, 1, 1};
+    CHECK(!parse_streaming(bad, &untouched) && untouched.bytes == 7);
   }
 }
 
@@ -798,6 +824,7 @@ int main() {
   test_lost_peers();
   test_ordered_worker();
   test_allreduce_table();
+  test_streaming_choice();
   test_adaptive_allreduce();
   test_receive_in_place();
   test_copy_bytes();

@@ -42,6 +42,9 @@ void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes
 // postscale multiplies each member's segment as its last reduction lands, so the result needs no extra pass.
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
                     double postscale = 1.0);
+// The same with the allgather's store mode given (cold_output: streaming stores) instead of STREAMING_STORE_BYTES's.
+void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale,
+                    bool cold_output);
 // Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
 // Pipelined over chunks of about HIERARCHICAL_PIPELINE_BYTES (cost_model.h's hierarchical_pipeline_chunks).
 void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);

@@ -5,14 +5,19 @@
 namespace hvdlite {
 
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale) {
+  // A result larger than the cache is written with streaming stores as it arrives: the allgather's receives would
+  // otherwise read every destination line from memory only to overwrite it (docs/benchmarks.md: 16 and 64 MB
+  // 1.19x on 2 ranks of an EPYC). Where "larger than the cache" starts is measured per machine (streaming_choice.h).
+  allreduce_ring(comm, buffer, count, dtype, kind, postscale, result_is_cold(comm, count * dtype_size(dtype)));
+}
+
+void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale,
+                    bool cold_output) {
   std::vector<size_t> segments = even_split(count, comm.size());
   reduce_scatter_ring(comm, buffer, segments, dtype, kind, postscale);
   std::vector<size_t> segment_bytes(segments.size());
   for (size_t i = 0; i < segments.size(); ++i) segment_bytes[i] = segments[i] * dtype_size(dtype);
-  // A result larger than the cache is written with streaming stores as it arrives: the allgather's receives would
-  // otherwise read every destination line from memory only to overwrite it (docs/benchmarks.md: 16 and 64 MB
-  // 1.19x on 2 ranks).
-  allgather_ring(comm, buffer, segment_bytes, result_is_cold(comm, count * dtype_size(dtype)));
+  allgather_ring(comm, buffer, segment_bytes, cold_output);
 }
 
 }  // namespace hvdlite

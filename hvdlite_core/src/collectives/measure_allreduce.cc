@@ -22,13 +22,22 @@ constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 2
 constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;  // it sends the whole buffer log2(n) times: not above
 constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
 
-void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data, size_t count) {
+// A probe from this size starts each run with its buffer just written, as a fusion buffer or a fresh gradient is:
+// otherwise a run after a ring with streaming stores would find it evicted and look slower than it runs in a job.
+constexpr size_t kRewriteFromBytes = 2 << 20;
+
+void rewrite(float* data, size_t count) {
+  if (count * sizeof(float) >= kRewriteFromBytes) std::fill(data, data + count, 1.0f);
+}
+
+// streaming: the ring's store mode (the other candidates do not receive through a ring).
+void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data, size_t count, bool streaming) {
   switch (algorithm) {
     case AllreduceAlgorithm::kRecursiveDoubling:
       allreduce_recursive_doubling(comm, data, count, DType::kFloat32, ReduceKind::kMax);
       break;
     case AllreduceAlgorithm::kRing:
-      allreduce_ring(comm, data, count, DType::kFloat32, ReduceKind::kMax);
+      allreduce_ring(comm, data, count, DType::kFloat32, ReduceKind::kMax, 1.0, streaming);
       break;
     case AllreduceAlgorithm::kSingleCopy:
       allreduce_single_copy(comm, data, data, count, DType::kFloat32, ReduceKind::kMax, 1.0);
@@ -36,10 +45,38 @@ void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data
   }
 }
 
+// The median of each column; every member then holds the slowest member's (a max-allreduce).
+std::vector<double> slowest_medians(Communicator& comm, std::vector<std::vector<double>> seconds) {
+  std::vector<double> medians;
+  for (std::vector<double>& s : seconds) {
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    medians.push_back(s[s.size() / 2]);
+  }
+  allreduce_recursive_doubling(comm, medians.data(), medians.size(), DType::kFloat64, ReduceKind::kMax);
+  return medians;
+}
+
+// The ring at the largest probe with ordinary and with streaming stores, interleaved (streaming_choice.h).
+StreamingProbe measure_streaming(Communicator& comm, float* data, size_t count) {
+  constexpr int kRepeats = 5;
+  std::vector<std::vector<double>> seconds(2);
+  for (int repeat = -1; repeat < kRepeats; ++repeat) {
+    for (int streaming = 0; streaming < 2; ++streaming) {
+      rewrite(data, count);
+      auto start = Clock::now();
+      run_candidate(comm, AllreduceAlgorithm::kRing, data, count, streaming == 1);
+      if (repeat >= 0) seconds[streaming].push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  const std::vector<double> medians = slowest_medians(comm, seconds);
+  return StreamingProbe{count * sizeof(float), medians[0], medians[1]};
+}
+
 }  // namespace
 
-std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
-  std::vector<AllreduceProbe> probes;
+AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
+  AllreduceMeasurement measurement;
+  std::vector<AllreduceProbe>& probes = measurement.probes;
   std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
   std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
   // First touch: the shared-memory rings (SHM_RING_BYTES each) are mapped but not yet faulted in, and the first
@@ -47,9 +84,12 @@ std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
   // doubling look 2-7x slower at 32-256 KB than they run once warm, and single copy win where it loses. So every
   // algorithm first moves the largest probe once, which pushes more than a ring's worth through every channel
   // it uses (recursive doubling's partners included).
-  run_candidate(comm, AllreduceAlgorithm::kRecursiveDoubling, data.data(), data.size());
-  run_candidate(comm, AllreduceAlgorithm::kRing, data.data(), data.size());
-  if (comm.single_copy_local()) run_candidate(comm, AllreduceAlgorithm::kSingleCopy, data.data(), data.size());
+  run_candidate(comm, AllreduceAlgorithm::kRecursiveDoubling, data.data(), data.size(), false);
+  run_candidate(comm, AllreduceAlgorithm::kRing, data.data(), data.size(), false);
+  if (comm.single_copy_local()) run_candidate(comm, AllreduceAlgorithm::kSingleCopy, data.data(), data.size(), false);
+  // Then the store mode, so that the ring competes below in the mode this measurement found faster.
+  measurement.streaming = measure_streaming(comm, data.data(), data.size());
+  const bool streaming_pays = !streaming_loses(measurement.streaming);
   for (size_t bytes : kProbeBytes) {
     AllreduceProbe probe{bytes, {-1, -1, -1}};
     const size_t count = bytes / sizeof(float);
@@ -61,8 +101,9 @@ std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
     std::vector<std::vector<double>> seconds(candidates.size());
     for (int repeat = -1; repeat < repeats; ++repeat) {  // -1: the warm-up (first touch, ring set-up)
       for (size_t c = 0; c < candidates.size(); ++c) {
+        rewrite(data.data(), count);
         auto start = Clock::now();
-        run_candidate(comm, candidates[c], data.data(), count);
+        run_candidate(comm, candidates[c], data.data(), count, streaming_pays && bytes >= measurement.streaming.bytes);
         if (repeat >= 0) seconds[c].push_back(std::chrono::duration<double>(Clock::now() - start).count());
       }
     }
@@ -88,8 +129,11 @@ std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm) {
       }
     }
     HVD_LOG(kInfo, "allreduce algorithms measured (slowest rank's median):" << figures_text.str());
+    HVD_LOG(kInfo, "ring of " << measurement.streaming.bytes << " B with ordinary stores: "
+                              << measurement.streaming.plain * 1e6 << "us, with streaming stores: "
+                              << measurement.streaming.streamed * 1e6 << "us (slowest rank's median)");
   }
-  return probes;
+  return measurement;
 }
 
 }  // namespace hvdlite

@@ -6,9 +6,15 @@
 
 #include "collectives/allreduce_table.h"
 #include "collectives/communicator.h"
+#include "collectives/streaming_choice.h"
 
 namespace hvdlite {
 
-std::vector<AllreduceProbe> measure_allreduce_probes(Communicator& comm);
+struct AllreduceMeasurement {
+  std::vector<AllreduceProbe> probes;  // the algorithms at each probe size
+  StreamingProbe streaming;            // the ring at the largest probe, with ordinary and with streaming stores
+};
+
+AllreduceMeasurement measure_allreduce_probes(Communicator& comm);
 
 }  // namespace hvdlite

@@ -157,6 +157,7 @@ Config Config::FromEnvironment() {
   if (!lookup("ALLREDUCE_ALGORITHMS") && (lookup("SMALL_MESSAGE_BYTES") || lookup("SINGLE_COPY_ALLREDUCE"))) {
     config.allreduce_algorithms = 1;
   }
+  config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;

@@ -28,7 +28,9 @@ struct Config {
                                               // data cycles through less cache than with 4; docs/benchmarks.md)
   int64_t streaming_store_bytes = 16 << 20;   // STREAMING_STORE_BYTES: a ring allreduce or allgather of at least
                                               // this many bytes receives into its result with streaming stores
-                                              // (0: never; docs/benchmarks.md)
+                                              // (0: never; docs/benchmarks.md). Unset, a job on one host takes
+                                              // the measured value (collectives/streaming_choice.h)
+  bool streaming_store_bytes_set = false;     // whether the knob was given (then no measurement overrides it)
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span

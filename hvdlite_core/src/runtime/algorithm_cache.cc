@@ -20,8 +20,9 @@
 namespace hvdlite {
 namespace {
 
-constexpr const char* kHeader = "hvdlite allreduce table v2";
+constexpr const char* kHeader = "hvdlite allreduce table v3";
 constexpr const char* kMeasurementPrefix = "measured ";
+constexpr const char* kStreamingSeparator = " streaming ";  // a measurement line's second part (v3)
 constexpr size_t kWireBytes = 1024;  // the broadcast decision: far more than 3 algorithms x a few bands need
 
 std::string processor_model() {
@@ -70,6 +71,7 @@ bool make_dirs(const std::string& path) {
 struct CacheFile {
   AllreduceTable table;
   std::vector<std::vector<AllreduceProbe>> measurements;
+  std::vector<StreamingProbe> streaming;  // one per measurement, in the same order
 };
 
 // The whole file or nothing: a header, key or table line that does not match, a measurement that does not parse,
@@ -82,8 +84,15 @@ bool read_cache(const std::string& path, const std::string& key, CacheFile* file
   const std::string prefix = kMeasurementPrefix;
   for (std::string line; std::getline(in, line);) {
     std::vector<AllreduceProbe> probes;
-    if (line.compare(0, prefix.size(), prefix) != 0 || !parse_probes(line.substr(prefix.size()), &probes)) return false;
+    StreamingProbe streaming;
+    const size_t split = line.find(kStreamingSeparator);
+    if (line.compare(0, prefix.size(), prefix) != 0 || split == std::string::npos ||
+        !parse_probes(line.substr(prefix.size(), split - prefix.size()), &probes) ||
+        !parse_streaming(line.substr(split + std::strlen(kStreamingSeparator)), &streaming)) {
+      return false;
+    }
     file->measurements.push_back(probes);
+    file->streaming.push_back(streaming);
   }
   if (file->measurements.size() > static_cast<size_t>(kMeasurementsKept)) return false;
   return file->measurements.empty() || probes_match(file->measurements);
@@ -100,8 +109,9 @@ void write_cache(const std::string& path, const std::string& key, const CacheFil
     }
     std::ofstream out(temporary);
     out << kHeader << "\n" << key << "\n" << file.table.serialize() << "\n";
-    for (const std::vector<AllreduceProbe>& probes : file.measurements) {
-      out << kMeasurementPrefix << serialize_probes(probes) << "\n";
+    for (size_t i = 0; i < file.measurements.size(); ++i) {
+      out << kMeasurementPrefix << serialize_probes(file.measurements[i]) << kStreamingSeparator
+          << serialize_streaming(file.streaming[i]) << "\n";
     }
     if (!out) {
       HVD_LOG(kWarning, "cannot write " << temporary << " (the allreduce table will be measured again next time)");
@@ -133,15 +143,19 @@ std::string broadcast_decision(Communicator& world, const std::string& text) {
   return std::string(wire.data());
 }
 
+// "T<measurements> <streaming store bytes, -1: not measured> <bands>"
 bool parse_decision(const std::string& text, EstablishedTable* result) {
-  const size_t space = text.find(' ');
-  if (text.size() < 2 || text[0] != 'T' || space == std::string::npos) return false;
+  const size_t first = text.find(' ');
+  const size_t second = first == std::string::npos ? std::string::npos : text.find(' ', first + 1);
+  if (text.size() < 2 || text[0] != 'T' || second == std::string::npos) return false;
   result->measurements = std::atoi(text.c_str() + 1);
-  return AllreduceTable::parse(text.substr(space + 1), &result->table);
+  result->streaming_store_bytes = std::atoll(text.c_str() + first + 1);
+  return AllreduceTable::parse(text.substr(second + 1), &result->table);
 }
 
 std::string table_decision(const CacheFile& file) {
-  return "T" + std::to_string(file.measurements.size()) + " " + file.table.serialize();
+  return "T" + std::to_string(file.measurements.size()) + " " +
+         std::to_string(streaming_store_bytes_from(file.streaming)) + " " + file.table.serialize();
 }
 
 }  // namespace
@@ -164,10 +178,15 @@ EstablishedTable establish_allreduce_table(Communicator& world, const Config& co
     return result;
   }
   // Measure, add the figures to the file's, and run the table they vote for.
-  const std::vector<AllreduceProbe> probes = measure_allreduce_probes(world);
+  const AllreduceMeasurement measured = measure_allreduce_probes(world);
+  const std::vector<AllreduceProbe>& probes = measured.probes;
   if (world.rank() == 0) {
     file.measurements.push_back(probes);
-    if (!probes_match(file.measurements)) file.measurements = {probes};  // older figures of other probes: dropped
+    file.streaming.push_back(measured.streaming);
+    if (!probes_match(file.measurements)) {  // older figures of other probes: dropped
+      file.measurements = {probes};
+      file.streaming = {measured.streaming};
+    }
     file.table = AllreduceTable::from_measurements(file.measurements, static_cast<size_t>(config.small_message_bytes));
     if (!result.path.empty()) write_cache(result.path, key, file);
     decision = table_decision(file);

@@ -12,7 +12,13 @@
 // (AllreduceTable::from_measurements): one measurement taken while the machine was loaded (a CI run beside it,
 // say) used to decide the table for good. A file with a table and no measurement lines was written by hand and is
 // obeyed as it is.
+//
+// Format v3: header, key, bands, then one line per measurement: "measured <probes> streaming <ring's store modes>"
+// (serialize_probes, serialize_streaming). The store-mode figures vote on STREAMING_STORE_BYTES as the probes vote on
+// the bands (collectives/streaming_choice.h); the vote is recomputed from them when the file is read, so a table
+// written by hand, with no measurement, leaves STREAMING_STORE_BYTES at its default.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "collectives/allreduce_table.h"
@@ -28,6 +34,8 @@ struct EstablishedTable {
   std::string origin;    // "cached" or "measured" (this job measured, and the table includes its figures)
   std::string path;      // the cache file (rank 0's view)
   int measurements = 0;  // how many measurements the table comes from (0: a table written by hand)
+  // STREAMING_STORE_BYTES as the measurements voted (collectives/streaming_choice.h); -1: none was measured.
+  int64_t streaming_store_bytes = -1;
 };
 
 // Collective over world (every rank on one host, at least two ranks).

@@ -44,6 +44,11 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
       world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes),
                              2 * static_cast<size_t>(config_.shm_ring_bytes));
     }
+    // Every rank has the same figure (rank 0's decision); set before any collective runs.
+    if (!config_.streaming_store_bytes_set && established.streaming_store_bytes >= 0) {
+      config_.streaming_store_bytes = established.streaming_store_bytes;
+      streaming_store_origin_ = established.origin;
+    }
     allreduce_table_origin_ = established.origin;
     allreduce_table_path_ = established.path;
     allreduce_table_measurements_ = established.measurements;
@@ -431,9 +436,11 @@ std::string Runtime::describe() const {
                                                            ";allreduce_table_file=" + allreduce_table_path_ +
                                                            ";allreduce_table_measurements=" +
                                                            std::to_string(allreduce_table_measurements_));
+  const std::string streaming = "streaming_store_bytes_from=" +
+                                (config_.streaming_store_bytes_set ? std::string("knob") : streaming_store_origin_) + ";";
   const std::string adaptive = sets_->get(0)->adaptive() ? sets_->get(0)->adaptive()->describe() + ";" : "";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
-         ";" + adaptive + config_.Describe();
+         ";" + streaming + adaptive + config_.Describe();
 }
 
 }  // namespace hvdlite

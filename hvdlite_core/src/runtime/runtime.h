@@ -80,7 +80,10 @@ class Runtime {
   std::mutex abort_reason_mutex_;
   std::string allreduce_table_origin_;  // "measured" or "cached" when the world set has a table
   std::string allreduce_table_path_;
-  int allreduce_table_measurements_ = 0;  // how many measurements the table comes from (algorithm_cache.h)
+  int allreduce_table_measurements_ = 0;
+  // Where STREAMING_STORE_BYTES came from when the knob was not given: "measured" or "cached" (the one-host
+  // measurement's vote), else "default" (16 MiB: several hosts, the fixed rules or no measurement).
+  std::string streaming_store_origin_ = "default";  // how many measurements the table comes from (algorithm_cache.h)
   std::string abort_reason_;  // written before shutdown_requested_ is set, read by the cycle after it is
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;
