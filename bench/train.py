@@ -134,6 +134,8 @@ def launch(kind, warmup, steps, out, model_name, image_size):
         env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
     if kind == "hvdlite-no-streaming":
         env["HVDLITE_STREAMING_STORE_BYTES"] = "0"
+    if kind == "hvdlite-fixed":
+        env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
     if kind.startswith("hvdlite"):
@@ -166,6 +168,9 @@ def main():
     parser.add_argument("--no-streaming", action="store_true",
                         help="add a row for hvdlite without streaming stores into large results "
                              "(HVDLITE_STREAMING_STORE_BYTES=0)")
+    parser.add_argument("--fixed-algorithms", action="store_true",
+                        help="add a row for hvdlite with the fixed rules instead of the machine's measurements "
+                             "(HVDLITE_ALLREDUCE_ALGORITHMS=fixed: the ring, streaming stores from 16 MiB)")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -177,7 +182,8 @@ def main():
     kinds = ("single", "independent", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + (
         ("hvdlite-during-backward",) if args.during_backward else ()) + (
         ("hvdlite-static",) if args.static_algorithms else ()) + (
-        ("hvdlite-no-streaming",) if args.no_streaming else ()) + tuple(
+        ("hvdlite-no-streaming",) if args.no_streaming else ()) + (
+        ("hvdlite-fixed",) if args.fixed_algorithms else ()) + tuple(
         f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
     for r in range(args.rounds):
         for kind in kinds:
@@ -218,6 +224,9 @@ def main():
     if args.no_streaming:
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 | {best['hvdlite-no-streaming']:.2f} | "
                      f"{eff['hvdlite-no-streaming']:.1%} |")
+    if args.fixed_algorithms:
+        lines.append(f"| hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed | {best['hvdlite-fixed']:.2f} | "
+                     f"{eff['hvdlite-fixed']:.1%} |")
     for kind in kinds:
         if kind.startswith("hvdlite-fusion"):
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
@@ -246,7 +255,7 @@ def label(kind, short=False):
     return {"single": "single process", "independent": "2 independent", "ddp": "torch DDP, 2 ranks",
             "hvdlite": "hvdlite, 2 ranks", "hvdlite-autotune": "hvdlite, autotuned",
             "hvdlite-during-backward": "hvdlite, during bwd", "hvdlite-static": "hvdlite, static algorithms",
-            "hvdlite-no-streaming": "hvdlite, no streaming stores"}[kind]
+            "hvdlite-no-streaming": "hvdlite, no streaming stores", "hvdlite-fixed": "hvdlite, fixed rules"}[kind]
 
 
 def plot(rounds, best, out_dir):

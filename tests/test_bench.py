@@ -132,16 +132,16 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), DDP, hvdlite, hvdlite with the autotuner, hvdlite without the online algorithm choice and hvdlite without
-    streaming stores all train."""
+    ceiling), DDP, hvdlite, hvdlite with the autotuner, hvdlite without the online algorithm choice, hvdlite without
+    streaming stores and hvdlite on the fixed rules all train."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
                              "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
-                             "--autotune", "--static-algorithms", "--no-streaming", "--out-dir", str(tmp_path)],
+                             "--autotune", "--static-algorithms", "--no-streaming", "--fixed-algorithms", "--out-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "train.json").read_text())
     assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune",
-                                                     "hvdlite-static", "hvdlite-no-streaming"}
+                                                     "hvdlite-static", "hvdlite-no-streaming", "hvdlite-fixed"}
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
     assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])
@@ -166,3 +166,17 @@ def test_step_timeline_draws_both_ranks(tmp_path):
     assert all(s["allreduce_executing_ms"] > 0 and s["backward"] > 0 for s in report["steps"]), report
     assert (tmp_path / "step_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path)) == ["step_timeline.json", "step_timeline.md", "step_timeline.png"]
+
+
+@pytest.mark.timeout(180)
+def test_env_ab_probe_alternates_configurations(tmp_path):
+    """bench/probes/env_ab.py as a smoke run: two settings, two turns, one size; every figure kept."""
+    out = tmp_path / "ab.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "env_ab.py"), "--sizes", "65536",
+                             "--turns", "2", "--out", str(out), "base:", "nostream:HVDLITE_STREAMING_STORE_BYTES=0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = json.loads(out.read_text())["figures"]
+    assert sorted(figures) == ["base", "nostream"] and all(len(turns) == 2 for turns in figures.values()), figures
+    assert all(0 < turn["65536"] < 1 for turns in figures.values() for turn in turns), figures
+    assert "base: 64 KB" in result.stdout and "nostream: 64 KB" in result.stdout, result.stdout

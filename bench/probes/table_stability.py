@@ -34,8 +34,9 @@ JOB = "from hvdlite.common import basics; basics.init(); basics.shutdown()"
 
 
 def parse_measurement(line):
+    """'measured <probes> streaming <ring's store modes>' (cache v3) -> the probes."""
     probes = []
-    for item in line.split(" ", 1)[1].split(";"):
+    for item in line.split(" ", 1)[1].split(" streaming ")[0].split(";"):
         size, figures = item.split(":")
         probes.append((int(size), [float(x) for x in figures.split(",")]))
     return probes
