@@ -21,7 +21,7 @@ def test_core_unit_tests(tmp_path):
     assert compiler, "a C++ compiler is required to build hvdlite"
     binary = tmp_path / "unit_tests"
     subprocess.run([compiler, "-std=c++17", "-O1", "-Wall", f"-I{CORE}/include", f"-I{CORE}/src",
-                    os.path.join(CORE, "tests", "unit_tests.cc")] + [os.path.join(CORE, "src", s) for s in SOURCES]
+                    os.path.join(CORE, "tests", "unit_tests.cc"), os.path.join(CORE, "tests", "algorithm_choice_tests.cc")] + [os.path.join(CORE, "src", s) for s in SOURCES]
                    + ["-o", str(binary)], check=True)
     result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
     print(result.stdout)

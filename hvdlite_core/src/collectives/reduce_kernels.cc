@@ -18,13 +18,37 @@ void bitwise_and(T* __restrict__ dst, const T* __restrict__ src, size_t n) {
   }
 }
 
+// Integer sums and products wrap, as the hardware's do, but computed in an unsigned type at least as wide as
+// unsigned int: a signed overflow (int32 sums, or int16 and uint16 products after promotion to int) is undefined
+// behaviour in C++, and UBSan found it. The same instructions come out for the common cases.
+template <typename T>
+using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+template <typename T>
+T add(T a, T b) {
+  if constexpr (std::is_integral<T>::value) {
+    return static_cast<T>(static_cast<WrapType<T>>(a) + static_cast<WrapType<T>>(b));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+
+template <typename T>
+T multiply(T a, T b) {
+  if constexpr (std::is_integral<T>::value) {
+    return static_cast<T>(static_cast<WrapType<T>>(a) * static_cast<WrapType<T>>(b));
+  } else {
+    return static_cast<T>(a * b);
+  }
+}
+
 template <typename T>
 void reduce_native(ReduceKind kind, T* __restrict__ dst, const T* __restrict__ src, size_t n) {
   switch (kind) {
-    case ReduceKind::kSum: for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] + src[i]); break;
+    case ReduceKind::kSum: for (size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]); break;
     case ReduceKind::kMin: for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]); break;
     case ReduceKind::kMax: for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]); break;
-    case ReduceKind::kProduct: for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] * src[i]); break;
+    case ReduceKind::kProduct: for (size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]); break;
     case ReduceKind::kBitwiseAnd: bitwise_and(dst, src, n); break;
   }
 }
