@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import subprocess
+import re
 import sys
 import tempfile
 
@@ -28,7 +29,8 @@ def parse_config(text):
     checkout = ROOT
     if "@" in name:
         name, checkout = name.split("@", 1)
-    env = dict(item.split("=", 1) for item in settings.split(",") if item)
+    # A comma starts a new setting only before VAR=, so a value may hold commas (an algorithm table).
+    env = dict(item.split("=", 1) for item in re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", settings) if item)
     return name, os.path.abspath(checkout), env
 
 

@@ -17,8 +17,11 @@
 namespace hvdlite {
 namespace {
 
-// 4 KiB to 16 MiB, a factor of 8 apart: latency-bound, cache-sized and memory-bound messages.
-constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20};
+// 4 KiB to 16 MiB: a factor of 8 apart where messages are latency-bound, a factor of 2 from 1 MiB, where a buffer
+// outgrows a core's cache and the ring (two copies through a staging ring) falls behind single copy. A coarser grid
+// (2 MiB, then 16 MiB) missed that step on a Xeon with 2 MB of L2 a core: the ring ran 4 MB allreduces 1.47x slower
+// than single copy, because the band boundary sat halfway between the probes (docs/benchmarks.md).
+constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20};
 constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;  // it sends the whole buffer log2(n) times: not above
 constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
 
@@ -73,6 +76,8 @@ StreamingProbe measure_streaming(Communicator& comm, float* data, size_t count) 
 }
 
 }  // namespace
+
+std::vector<size_t> allreduce_probe_bytes() { return std::vector<size_t>(std::begin(kProbeBytes), std::end(kProbeBytes)); }
 
 AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
   AllreduceMeasurement measurement;

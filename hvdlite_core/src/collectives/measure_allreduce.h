@@ -17,4 +17,8 @@ struct AllreduceMeasurement {
 
 AllreduceMeasurement measure_allreduce_probes(Communicator& comm);
 
+// The probe sizes this build measures, ascending. Figures cached for other sizes came from another build's grid:
+// the cache measures afresh rather than keep a table made on it.
+std::vector<size_t> allreduce_probe_bytes();
+
 }  // namespace hvdlite

@@ -74,8 +74,15 @@ struct CacheFile {
   std::vector<StreamingProbe> streaming;  // one per measurement, in the same order
 };
 
+std::vector<size_t> probe_sizes(const std::vector<AllreduceProbe>& probes) {
+  std::vector<size_t> sizes;
+  for (const AllreduceProbe& probe : probes) sizes.push_back(probe.bytes);
+  return sizes;
+}
+
 // The whole file or nothing: a header, key or table line that does not match, a measurement that does not parse,
-// more measurements than are kept, or measurements of different probes all mean "measure from scratch".
+// more measurements than are kept, or measurements of different probes (from each other or from this build's
+// grid) all mean "measure from scratch".
 bool read_cache(const std::string& path, const std::string& key, CacheFile* file) {
   std::ifstream in(path);
   std::string header, stored_key, bands;
@@ -95,7 +102,8 @@ bool read_cache(const std::string& path, const std::string& key, CacheFile* file
     file->streaming.push_back(streaming);
   }
   if (file->measurements.size() > static_cast<size_t>(kMeasurementsKept)) return false;
-  return file->measurements.empty() || probes_match(file->measurements);
+  if (file->measurements.empty()) return true;  // a table written by hand
+  return probes_match(file->measurements) && probe_sizes(file->measurements.front()) == allreduce_probe_bytes();
 }
 
 void write_cache(const std::string& path, const std::string& key, const CacheFile& file) {
