@@ -1,5 +1,5 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies (the algorithm choices:
+// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer (the algorithm choices:
 // algorithm_choice_tests.cc). Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
 #include <algorithm>
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "common/copy_bytes.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
+#include "common/huge_page_buffer.h"
 #include "common/ordered_worker.h"
 #include "runtime/desync.h"
 #include "runtime/eager.h"
@@ -582,6 +583,32 @@ static void test_copy_bytes() {
   }
 }
 
+static void test_huge_page_buffer() {
+  constexpr size_t kHuge = 2 << 20;
+  HugePageBuffer buffer;
+  CHECK(buffer.data() == nullptr && buffer.capacity() == 0);
+  char* first = buffer.reserve(1000);
+  CHECK(first != nullptr && buffer.capacity() == kHuge);
+  CHECK(reinterpret_cast<uintptr_t>(first) % kHuge == 0);  // whole huge pages, or the advice cannot take
+  for (size_t i = 0; i < kHuge; i += 4093) first[i] = static_cast<char>(i % 251);
+  CHECK(buffer.reserve(kHuge) == first);  // fits: the same memory
+  char* grown = buffer.reserve(5 * kHuge + 1);
+  CHECK(buffer.capacity() == 6 * kHuge && reinterpret_cast<uintptr_t>(grown) % kHuge == 0);
+  bool kept = true;
+  for (size_t i = 0; i < kHuge; i += 4093) kept = kept && grown[i] == static_cast<char>(i % 251);
+  CHECK(kept);  // growing keeps the contents
+  std::memset(grown, 7, buffer.capacity());  // all of it is writable
+  CHECK(grown[buffer.capacity() - 1] == 7);
+  // Where the kernel offers transparent huge pages on request, the advice is taken.
+  char mode[128] = {0};
+  if (FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+    if (std::fgets(mode, sizeof(mode), f) && (contains(mode, "[always]") || contains(mode, "[madvise]"))) {
+      CHECK(buffer.advised());
+    }
+    std::fclose(f);
+  }
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -600,6 +627,7 @@ int main() {
   test_adaptive_allreduce();
   test_receive_in_place();
   test_copy_bytes();
+  test_huge_page_buffer();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -68,8 +68,7 @@ std::string upper(const char* text) {
 }  // namespace
 
 char* Executor::fusion_buffer(size_t bytes) {
-  if (fusion_.size() < bytes) fusion_.resize(bytes);
-  return fusion_.data();
+  return fusion_.reserve(bytes);
 }
 
 void Executor::execute(const std::vector<Response>& responses, const std::vector<EagerResult>& eager) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "common/huge_page_buffer.h"
 #include "common/timeline.h"
 #include "gpu/gpu_context.h"
 #include "runtime/autotuner.h"
@@ -51,7 +52,7 @@ class Executor {
   GpuContext& gpu_context_;
   std::unique_ptr<GpuExecutor> gpu_;  // made by the first CUDA collective
   Autotuner tuner_;                   // HVDLITE_AUTOTUNE: the fusion threshold in use
-  std::vector<char> fusion_;
+  HugePageBuffer fusion_;  // on huge pages: a peer's single copy reads it (common/huge_page_buffer.h)
   std::vector<char> zeros_;  // stand-in input of a joined rank
 };
 
