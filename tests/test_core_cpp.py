@@ -1,4 +1,4 @@
-"""Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes, the huge-page buffer, the allreduce table, the streaming-store vote and
+"""Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes, the huge-page buffer and promotion, the allreduce table, the streaming-store vote and
 the adaptive allreduce choice)."""
 import os
 import shutil
@@ -12,7 +12,8 @@ SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cach
            "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "collectives/cost_model.cc",
            "transport/lost_peers.cc", "common/ordered_worker.cc",
            "collectives/allreduce_table.cc", "collectives/streaming_choice.cc", "collectives/allreduce_adaptive.cc", "transport/channel.cc", "transport/shm_channel.cc",
-           "transport/shm_segment.cc", "common/wait.cc", "common/copy_bytes.cc", "common/huge_page_buffer.cc"]
+           "transport/shm_segment.cc", "common/wait.cc", "common/copy_bytes.cc", "common/huge_page_buffer.cc",
+           "common/huge_page_promotion.cc"]
 
 
 @pytest.mark.timeout(180)

@@ -1,5 +1,5 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer (the algorithm choices:
+// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer and promotion (the algorithm choices:
 // algorithm_choice_tests.cc). Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
 #include <algorithm>
 #include <cmath>
@@ -20,6 +20,7 @@
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
 #include "common/huge_page_buffer.h"
+#include "common/huge_page_promotion.h"
 #include "common/ordered_worker.h"
 #include "runtime/desync.h"
 #include "runtime/eager.h"
@@ -609,6 +610,53 @@ static void test_huge_page_buffer() {
   }
 }
 
+static void test_huge_page_promotion() {
+  constexpr uintptr_t kHuge = 2 << 20;
+  std::vector<std::pair<uintptr_t, size_t>> calls;
+  int answer = 0;
+  double now = 0, collapse_takes = 6 * 15e-6;  // 15 us a page: a fast answer
+  HugePagePromoter promoter(
+      [&](void* address, size_t bytes) {
+        calls.push_back({reinterpret_cast<uintptr_t>(address), bytes});
+        now += collapse_takes;
+        return answer;
+      },
+      [&] { return now; });
+  const uintptr_t base = 1000 * kHuge + 4096;  // not aligned at either end: the interior is huge pages [1001, 1007)
+  const void* buffer = reinterpret_cast<const void*>(base);
+  const size_t bytes = 8 * kHuge - 8192;
+  promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.empty());  // the first use: maybe a one-off buffer
+  promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.size() == 1 && calls[0].first == 1001 * kHuge && calls[0].second == 6 * kHuge);
+  CHECK(promoter.collapsed() == 1);
+  for (int use = 3; use < HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.size() == 1);  // left alone between re-checks
+  promoter.note_use(buffer, bytes, 4 << 20);  // use 64: a fast re-check, still huge
+  CHECK(calls.size() == 2 && promoter.given_up() == 0);
+  collapse_takes = 6 * 25e-6;  // the next re-check is slow (25 us a page): the memory was mapped afresh
+  for (int use = 0; use < HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.size() == 3 && promoter.given_up() == 1);
+  for (int use = 0; use < 3 * HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.size() == 3);  // given up: never collapsed again
+  // Too small, or no whole huge page inside: ignored however often used.
+  for (int use = 0; use < 5; ++use) {
+    promoter.note_use(reinterpret_cast<const void*>(base), 1 << 20, 4 << 20);
+    promoter.note_use(reinterpret_cast<const void*>(base), 2 * kHuge - 8192, 1 << 20);
+  }
+  CHECK(calls.size() == 3);
+  // A refusal (EINVAL: no MADV_COLLAPSE, EAGAIN: no huge page free) leaves that buffer alone from then on.
+  answer = EAGAIN;
+  const void* other = reinterpret_cast<const void*>(3000 * kHuge);
+  for (int use = 0; use < 2 * HugePagePromoter::kRecheckEvery + 2; ++use) promoter.note_use(other, 4 * kHuge, 4 << 20);
+  CHECK(calls.size() == 4 && promoter.refused() == 1 && promoter.collapsed() == 1);
+  // The same address with another length is another buffer.
+  answer = 0;
+  promoter.note_use(other, 6 * kHuge, 4 << 20);
+  promoter.note_use(other, 6 * kHuge, 4 << 20);
+  CHECK(calls.size() == 5 && calls.back().second == 6 * kHuge && promoter.collapsed() == 2);
+}
+
 int main() {
   test_validation();
   test_cache();
@@ -628,6 +676,7 @@ int main() {
   test_receive_in_place();
   test_copy_bytes();
   test_huge_page_buffer();
+  test_huge_page_promotion();
   std::printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

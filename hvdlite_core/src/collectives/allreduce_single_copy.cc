@@ -8,13 +8,15 @@
 // Bytes moved per member for S bytes: S/n·(n-1) read remotely + S/n local for the reduction, (n-1)/n·S read
 // remotely for the gather: about 2S of memory traffic against 4-5S for a ring through shared-memory rings,
 // which copies every byte into and out of a staging buffer. Each segment is reduced by exactly one member, so
-// all members get bit-identical results.
+// all members get bit-identical results. A reused buffer is moved onto huge pages first, which makes the peers'
+// reads of it cheaper (common/huge_page_promotion.h).
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/algorithms.h"
 #include "collectives/single_copy.h"
 #include "common/copy_bytes.h"
+#include "common/huge_page_promotion.h"
 
 namespace hvdlite {
 namespace {
@@ -29,6 +31,14 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
   std::vector<size_t> segments = even_split(count, n);
   std::vector<size_t> offsets(n, 0);
   for (int i = 1; i < n; ++i) offsets[i] = offsets[i - 1] + segments[i - 1] * esize;
+  // The peers read my input, then my output: where they are reused, put them on huge pages first.
+  if (comm.config().huge_page_bytes > 0) {
+    if (HugePagePromoter* promoter = huge_page_promoter()) {
+      const size_t bytes = count * esize, min_bytes = static_cast<size_t>(comm.config().huge_page_bytes);
+      promoter->note_use(input, bytes, min_bytes);
+      if (output != input) promoter->note_use(output, bytes, min_bytes);
+    }
+  }
   std::vector<PublishedBuffers> peers = exchange_addresses(comm, input, output);
 
   const size_t chunk_elements = std::max<size_t>(1, kChunkBytes / esize);

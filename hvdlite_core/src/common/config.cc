@@ -95,6 +95,7 @@ const std::vector<Knob>& knobs() {
       number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes),
       number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes),
       number_knob("STREAMING_STORE_BYTES", &Config::streaming_store_bytes),
+      number_knob("HUGE_PAGE_BYTES", &Config::huge_page_bytes),
       bool_knob("SHM_DISABLE", &Config::shm_disable),
       bool_knob("CMA_DISABLE", &Config::cma_disable),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),

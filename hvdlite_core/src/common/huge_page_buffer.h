@@ -12,7 +12,7 @@ namespace hvdlite {
 
 class HugePageBuffer {
  public:
-  HugePageBuffer() = default;
+  explicit HugePageBuffer(bool advise = true) : advise_(advise) {}
   ~HugePageBuffer();
   HugePageBuffer(const HugePageBuffer&) = delete;
   HugePageBuffer& operator=(const HugePageBuffer&) = delete;
@@ -27,6 +27,7 @@ class HugePageBuffer {
  private:
   char* data_ = nullptr;
   size_t capacity_ = 0;
+  bool advise_;
   bool advised_ = false;
 };
 

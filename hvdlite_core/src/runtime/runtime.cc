@@ -6,6 +6,7 @@
 #include "backends/mpi_backend.h"
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
+#include "common/huge_page_promotion.h"
 #include "common/log.h"
 #include "runtime/algorithm_cache.h"
 #include "runtime/config_agreement.h"
@@ -439,8 +440,14 @@ std::string Runtime::describe() const {
   const std::string streaming = "streaming_store_bytes_from=" +
                                 (config_.streaming_store_bytes_set ? std::string("knob") : streaming_store_origin_) + ";";
   const std::string adaptive = sets_->get(0)->adaptive() ? sets_->get(0)->adaptive()->describe() + ";" : "";
+  const HugePagePromoter* promoter = huge_page_promoter();
+  const std::string huge_pages =
+      promoter ? "huge_page_buffers=" + std::to_string(promoter->collapsed()) + " collapsed, " +
+                     std::to_string(promoter->refused()) + " refused, " + std::to_string(promoter->given_up()) +
+                     " given up;"
+               : "huge_page_buffers=off (transparent huge pages are off);";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
-         ";" + streaming + adaptive + config_.Describe();
+         ";" + streaming + adaptive + huge_pages + config_.Describe();
 }
 
 }  // namespace hvdlite

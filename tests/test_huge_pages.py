@@ -1,0 +1,138 @@
+"""Reused buffers that peers read by single copy are moved onto transparent huge pages (common/huge_page_promotion.h),
+across real processes: results stay exact, a buffer is collapsed on its second use (in place: one buffer; out of
+place: input and output), the kernel's smaps shows huge pages under it, HUGE_PAGE_BYTES=0 or a larger threshold
+turns it off, and a buffer allocated afresh for every use is collapsed at most once per address (the policy's
+re-checks and giving up are unit-tested with a fake kernel in hvdlite_core/tests/unit_tests.cc)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hvdjob import assert_job_ok, prelude
+from multiproc import run_job
+
+JOB = prelude() + """
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
+from hvdlite.common import basics
+from numpy_collectives import allreduce
+basics.init()
+n, me = basics.size(), basics.rank()
+HUGE = 2 << 20
+COUNT = 3 << 20  # float32: 12 MB, five or six whole huge pages inside
+
+
+def huge_kb_under(address, nbytes):
+    # AnonHugePages of the mappings that overlap the buffer (/proc/self/smaps; collapsing splits a mapping at the
+    # huge-page boundaries).
+    overlaps, huge = False, 0
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            overlaps = lo < address + nbytes and address < hi
+        elif overlaps and fields and fields[0] == "AnonHugePages:":
+            huge += int(fields[1])
+    return huge
+
+
+def expected(i):
+    return n * (i + 1) + n * (n - 1) / 2  # every rank r contributes r + 1 + i
+
+
+def info():
+    return dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)["huge_page_buffers"]
+
+
+checked = 0
+# Reused in place: the same buffer four times.
+buffer = np.empty(COUNT, np.float32)
+for i in range(4):
+    buffer[:] = me + 1 + i
+    assert np.all(allreduce(buffer, "inplace") == expected(i)), i
+    checked += 1
+interior = ((buffer.ctypes.data + buffer.nbytes) // HUGE - -(-buffer.ctypes.data // HUGE)) * HUGE
+report = {"in_place": info(), "huge_kb": huge_kb_under(buffer.ctypes.data, buffer.nbytes), "interior_kb": interior // 1024}
+# Reused out of place: input and output are both read by the peers.
+source, result = np.empty(COUNT, np.float32), np.empty(COUNT, np.float32)
+for i in range(3):
+    source[:] = me + 1 + i
+    assert np.all(allreduce(source, "outofplace", out=result) == expected(i)), i
+    assert np.all(source == me + 1 + i)
+    checked += 1
+report["out_of_place"] = info()
+# A fresh array each use: numpy maps a 12 MB array afresh, often at the address the last one had.
+addresses = set()
+for i in range(2 * 64 + 2):
+    fresh = np.full(COUNT, me + 1 + i, np.float32)
+    addresses.add(fresh.ctypes.data)
+    assert np.all(allreduce(fresh, "fresh") == expected(i)), i
+    checked += 1
+    del fresh
+report["fresh"] = info()
+report["fresh_addresses"] = len(addresses)
+print("REPORT %d %s" % (me, json.dumps(report)), flush=True)
+print("OK %d" % checked, flush=True)
+basics.shutdown()
+"""
+
+# Single copy for every allreduce (the fixed rules with single copy on), so the sizes need no measured table.
+SINGLE_COPY = {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"}
+
+
+def reports(env):
+    result = run_job(JOB, 2, env={**SINGLE_COPY, **env}, timeout=120)
+    assert_job_ok(result, 2)
+    found = {}
+    for line in result.stdout.splitlines():
+        if "REPORT " in line:
+            rank, rest = line.split("REPORT ", 1)[1].split(" ", 1)
+            found[int(rank)] = json.loads(rest)
+    assert sorted(found) == [0, 1], result.stdout
+    return found
+
+
+def counts(text):
+    # "3 collapsed, 0 refused, 1 given up" -> (3, 0, 1)
+    parts = [p.split() for p in text.split(",")]
+    return tuple(int(p[0]) for p in parts)
+
+
+def thp_mode():
+    try:
+        return open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return "[never]"
+
+
+@pytest.mark.timeout(200)
+def test_reused_buffers_move_onto_huge_pages():
+    if "[never]" in thp_mode():
+        for report in reports({}).values():
+            assert report["in_place"].startswith("off"), report
+        return
+    for rank, report in reports({}).items():
+        collapsed, refused, given_up = counts(report["in_place"])
+        assert (collapsed + refused, given_up) == (1, 0), report  # the in-place buffer, on its second use
+        if refused == 0:  # the kernel moved it: its smaps says so
+            assert report["huge_kb"] >= report["interior_kb"] > 0, report
+        collapsed, refused, given_up = counts(report["out_of_place"])
+        assert collapsed + refused == 3 and given_up == 0, report  # plus the input and the output
+        collapsed, refused, given_up = counts(report["fresh"])
+        # A fresh array each use: collapsed at most once per address it came at (on its second use there), never at
+        # every use. Where malloc kept the memory between uses the pages stay huge; where it gave them back, the
+        # re-check finds small pages and gives that buffer up.
+        assert 0 <= collapsed + refused - 3 <= report["fresh_addresses"], report
+        assert given_up <= report["fresh_addresses"], report
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("setting", ["0", str(64 << 20)])
+def test_huge_page_bytes_turns_it_off(setting):
+    for report in reports({"HVDLITE_HUGE_PAGE_BYTES": setting}).values():
+        if "[never]" in thp_mode():
+            assert report["fresh"].startswith("off"), report
+        else:
+            assert counts(report["fresh"]) == (0, 0, 0), report
