@@ -14,6 +14,7 @@ the load average at its start. Writes train.md, train.json and train.png (img/s 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,8 +94,10 @@ def worker(kind, warmup, steps, out, model_name, image_size):
     seconds = timed_loop(step, warmup, steps, sync)
     if rank == 0:
         result = {"kind": kind, "ranks": size, "seconds": seconds, "steps": steps, "img_per_s": size * 8 * steps / seconds}
-        if kind == "hvdlite-autotune":
+        if kind.startswith("hvdlite"):
             info = dict(kv.split("=", 1) for kv in hvd.build_info().split(";") if "=" in kv)
+            result["knobs"] = {k: v for k, v in info.items() if k.isupper()}  # the settings this row ran with
+        if kind == "hvdlite-autotune":
             result["tuned"] = {k: info.get(k) for k in ("autotune", "tuned_fusion_threshold", "tuned_cycle_time_ms")}
         with open(out, "w") as f:
             json.dump(result, f)
@@ -102,6 +105,19 @@ def worker(kind, warmup, steps, out, model_name, image_size):
         import torch.distributed as dist
 
         dist.destroy_process_group()
+
+
+# --env-row rows: kind "hvdlite-env<i>" -> the variables it sets (a row of hvdlite with other settings, in the same
+# rounds as the default row).
+ENV_ROWS = {}
+
+
+def parse_env_row(text):
+    """VAR=VALUE[,VAR=VALUE...]; a comma starts a new setting only before VAR=, so values may hold commas."""
+    items = [item for item in re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", text) if item]
+    if not items or any("=" not in item for item in items):
+        raise argparse.ArgumentTypeError(f"--env-row takes VAR=VALUE[,VAR=VALUE...], not {text!r}")
+    return dict(item.split("=", 1) for item in items)
 
 
 def launch(kind, warmup, steps, out, model_name, image_size):
@@ -138,6 +154,7 @@ def launch(kind, warmup, steps, out, model_name, image_size):
         env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
+    env.update(ENV_ROWS.get(kind, {}))
     if kind.startswith("hvdlite"):
         return subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env,
                               timeout=1800).returncode
@@ -171,6 +188,9 @@ def main():
     parser.add_argument("--fixed-algorithms", action="store_true",
                         help="add a row for hvdlite with the fixed rules instead of the machine's measurements "
                              "(HVDLITE_ALLREDUCE_ALGORITHMS=fixed: the ring, streaming stores from 16 MiB)")
+    parser.add_argument("--env-row", action="append", default=[], type=parse_env_row, metavar="VAR=VALUE[,...]",
+                        help="add a row for hvdlite with these environment settings (repeatable), e.g. "
+                             "--env-row HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=2965820")
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -185,6 +205,9 @@ def main():
         ("hvdlite-no-streaming",) if args.no_streaming else ()) + (
         ("hvdlite-fixed",) if args.fixed_algorithms else ()) + tuple(
         f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
+    for i, settings in enumerate(args.env_row):
+        ENV_ROWS[f"hvdlite-env{i + 1}"] = settings
+    kinds += tuple(ENV_ROWS)
     for r in range(args.rounds):
         for kind in kinds:
             path = os.path.join(args.out_dir, f".raw-train-{kind}.json")
@@ -228,7 +251,7 @@ def main():
         lines.append(f"| hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed | {best['hvdlite-fixed']:.2f} | "
                      f"{eff['hvdlite-fixed']:.1%} |")
     for kind in kinds:
-        if kind.startswith("hvdlite-fusion"):
+        if kind.startswith("hvdlite-fusion") or kind in ENV_ROWS:
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
     lines += [
         "",
@@ -249,6 +272,9 @@ def main():
 
 
 def label(kind, short=False):
+    if kind in ENV_ROWS:
+        settings = ", ".join(f"{k}={v}" for k, v in ENV_ROWS[kind].items())
+        return f"hvdlite, {kind[len('hvdlite-'):]}" if short else f"hvdlite, 2 ranks, {settings}"
     if kind.startswith("hvdlite-fusion"):
         mb = kind[len("hvdlite-fusion"):]
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"

@@ -133,15 +133,22 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
     ceiling), DDP, hvdlite, hvdlite with the autotuner, hvdlite without the online algorithm choice, hvdlite without
-    streaming stores and hvdlite on the fixed rules all train."""
+    streaming stores, hvdlite on the fixed rules and hvdlite with settings of its own (--env-row) all train."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
                              "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
-                             "--autotune", "--static-algorithms", "--no-streaming", "--fixed-algorithms", "--out-dir", str(tmp_path)],
+                             "--autotune", "--static-algorithms", "--no-streaming", "--fixed-algorithms",
+                             "--env-row", "HVDLITE_FUSION_THRESHOLD=1048576,HVDLITE_CYCLE_TIME=2",
+                             "--out-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "train.json").read_text())
     assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune",
-                                                     "hvdlite-static", "hvdlite-no-streaming", "hvdlite-fixed"}
+                                                     "hvdlite-static", "hvdlite-no-streaming", "hvdlite-fixed",
+                                                     "hvdlite-env1"}
+    # An --env-row row ran with its settings, the default row without them.
+    knobs = {r["kind"]: r["knobs"] for r in report["rounds"] if r["kind"].startswith("hvdlite")}
+    assert knobs["hvdlite-env1"]["FUSION_THRESHOLD"] == "1048576" and knobs["hvdlite-env1"]["CYCLE_TIME"] == "2", knobs
+    assert knobs["hvdlite"]["FUSION_THRESHOLD"] != "1048576", knobs
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
     assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])
@@ -150,6 +157,7 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     assert "| hvdlite, 2 ranks |" in table and "load average" in table and "(the ceiling)" in table
     assert "| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 |" in table
     assert "| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 |" in table
+    assert "| hvdlite, 2 ranks, HVDLITE_FUSION_THRESHOLD=1048576, HVDLITE_CYCLE_TIME=2 |" in table
     assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

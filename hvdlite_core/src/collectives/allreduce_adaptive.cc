@@ -79,14 +79,13 @@ void AdaptiveAllreduce::observe(int b, size_t bytes, AllreduceAlgorithm a, doubl
   runs_[slot(a)].fetch_add(1, std::memory_order_relaxed);
   if (bytes == 0) return;
   Band& band = bands_[b];
-  const double per_byte = seconds / static_cast<double>(bytes);
   warm_bytes_left_ -= std::min(warm_bytes_left_, bytes);
-  if (band.trial_running) {
-    band.trial_running = false;
-    after_trial_run(band, slot(a), per_byte);
-  } else {
-    after_chosen_run(band, slot(a), per_byte);
-  }
+  const bool trial = band.trial_running;
+  band.trial_running = false;
+  if (seconds < 0) return;  // not a figure of the algorithm; a trial run is proposed again next cycle
+  const double per_byte = seconds / static_cast<double>(bytes);
+  if (trial) after_trial_run(band, slot(a), per_byte);
+  else after_chosen_run(band, slot(a), per_byte);
 }
 
 void AdaptiveAllreduce::after_chosen_run(Band& band, int s, double per_byte) {

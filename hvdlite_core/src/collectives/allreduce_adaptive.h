@@ -55,6 +55,8 @@ class AdaptiveAllreduce {
   AllreduceAlgorithm peek(int band) const;
   AllreduceAlgorithm take(int band);
   // After each allreduce of a band (taken with take()): this rank's seconds. Rank 0's feed its proposals.
+  // seconds < 0: the run took place but its time is not the algorithm's (it also moved its buffers onto huge
+  // pages); it counts as a run and teaches nothing, and an unfinished trial still owes that run.
   void observe(int band, size_t bytes, AllreduceAlgorithm algorithm, double seconds);
 
   // "adaptive_allreduce=<min bytes>;adaptive_runs=ring:N,single_copy:M;adaptive_switches=K" for build_info

@@ -12,6 +12,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "common/copy_bytes.h"
+#include "common/huge_page_promotion.h"
 #include "common/wait.h"
 
 namespace hvdlite {
@@ -77,14 +78,20 @@ void allreduce(Communicator& comm, const void* input, void* output, size_t count
       const int band = adaptive ? adaptive->band(bytes) : -1;
       const AllreduceAlgorithm algorithm = band >= 0 ? adaptive->take(band) : flat_allreduce_choice(comm, bytes, count);
       const Clock::time_point start = band >= 0 ? Clock::now() : Clock::time_point();
+      HugePagePromoter* promoter = band >= 0 ? huge_page_promoter() : nullptr;
+      const int64_t collapses_before = promoter ? promoter->attempts() : 0;
       if (algorithm == AllreduceAlgorithm::kSingleCopy) {
         allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
       } else {
         if (input != output) copy_bytes(output, input, bytes);
         run_flat(comm, algorithm, output, count, dtype, kind, postscale);
       }
+      // A run that also moved its buffers onto huge pages (common/huge_page_promotion.h) is not a figure of the
+      // algorithm, or single copy would look several times slower than it runs.
       if (band >= 0) {
-        adaptive->observe(band, bytes, algorithm, std::chrono::duration<double>(Clock::now() - start).count());
+        const bool figure = !promoter || promoter->attempts() == collapses_before;
+        adaptive->observe(band, bytes, algorithm,
+                          figure ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0);
       }
       return;
     }

@@ -38,6 +38,7 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   const bool first_collapse = entry.state == State::kSeenOnce && entry.uses == 2;
   const bool recheck = entry.state == State::kHuge && entry.uses % kRecheckEvery == 0;
   if (!first_collapse && !recheck) return;
+  attempts_.fetch_add(1, std::memory_order_relaxed);
   const double began = seconds_();
   const int error = collapse_(reinterpret_cast<void*>(first), last - first);
   if (first_collapse) {

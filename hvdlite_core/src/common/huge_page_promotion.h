@@ -17,6 +17,7 @@
 // be collapsed, no huge page free) leaves that buffer as it is. Nothing is done where the administrator turned
 // transparent huge pages off ("never").
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,6 +47,9 @@ class HugePagePromoter {
   int64_t collapsed() const { return collapsed_; }  // buffers moved onto huge pages
   int64_t refused() const { return refused_; }      // buffers the kernel would not move (left as they are)
   int64_t given_up() const { return given_up_; }    // buffers found on small pages again at a re-check
+  // Collapses attempted so far (first ones and re-checks): a caller timing an allreduce compares it before and
+  // after, since a run that moved memory onto huge pages says nothing about the algorithm's speed.
+  int64_t attempts() const { return attempts_.load(std::memory_order_relaxed); }
 
  private:
   enum class State { kSeenOnce, kHuge, kLeftAlone };
@@ -58,6 +62,7 @@ class HugePagePromoter {
   std::mutex mu_;
   std::map<std::pair<uintptr_t, size_t>, Entry> buffers_;
   int64_t collapsed_ = 0, refused_ = 0, given_up_ = 0;
+  std::atomic<int64_t> attempts_{0};
 };
 
 // The process's promoter (the real madvise and clock), or nullptr where transparent huge pages are off.
