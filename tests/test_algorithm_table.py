@@ -34,8 +34,8 @@ for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else coun
             checked += 1
 info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
 streaming = ("streaming_store_bytes_from", "STREAMING_STORE_BYTES")
-print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming})),
-      flush=True)
+shown = {k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming or k == "adaptive_allreduce"}
+print("INFO %d %s" % (me, json.dumps(shown)), flush=True)
 print("OK %d" % checked, flush=True)
 basics.shutdown()
 """
@@ -75,6 +75,10 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
     plain, streamed = (float(x) for x in measurement.split(" streaming 16777216:")[1].split(","))
     assert first["streaming_store_bytes_from"] == "measured", first
     assert first["STREAMING_STORE_BYTES"] == str((64 if plain < 0.9 * streamed else 16) << 20), (first, measurement)
+    # The online choice of large allreduces starts where the table first runs single copy (1-16 MiB), else 16 MiB.
+    starts = [int(band.split("@")[1]) for band in bands.split(",") if band.startswith("single_copy@")]
+    expected = min(16 << 20, max(1 << 20, starts[0])) if starts else 16 << 20
+    assert first["adaptive_allreduce"] == str(expected), (first, bands)
 
     # The next two jobs each add a measurement (a loaded moment cannot decide alone); then the table is read.
     for count in (2, 3):

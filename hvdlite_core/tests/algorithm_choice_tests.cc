@@ -250,6 +250,19 @@ void test_adaptive_allreduce() {
   }
   CHECK((d.propose() & (1u << 1)) != 0);  // after kTrialRuns measured runs, single copy takes over
   CHECK(d.describe() == "adaptive_allreduce=262144;adaptive_runs=ring:8,single_copy:4;adaptive_switches=0");
+  // Unset, the online choice starts where the table first runs single copy (at least 1 MiB, at most the fallback).
+  const size_t fallback = 16 * mb;
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, size_t>>{
+           {"rd@0,ring@92681,single_copy@2965820", 2965820},
+           {"rd@0,ring@11585", fallback},
+           {"rd@0,ring@11585,single_copy@67108864", fallback},
+           {"single_copy@0", mb},
+           {"rd@0,single_copy@16384,ring@1000000", mb}}) {
+    AllreduceTable parsed;
+    CHECK(AllreduceTable::parse(text, &parsed));
+    CHECK(default_adaptive_bytes(parsed, fallback) == expected);
+  }
+  CHECK(default_adaptive_bytes(AllreduceTable(), fallback) == fallback);  // no table: the fixed rules' ring
   // A table that runs single copy at a band's lower end starts the band there.
   AllreduceTable table;
   CHECK(AllreduceTable::parse("rd@0,ring@11585,single_copy@4194304", &table));

@@ -28,6 +28,16 @@ double AdaptiveAllreduce::Recent::lowest(int last) const {
   return low;
 }
 
+size_t default_adaptive_bytes(const AllreduceTable& table, size_t fallback) {
+  constexpr size_t kFloor = 1 << 20;  // below, single runs are too short to time against each other
+  for (const AllreduceTable::Band& band : table.bands()) {
+    if (band.algorithm == AllreduceAlgorithm::kSingleCopy) {
+      return std::min(fallback, std::max(kFloor, band.min_bytes));
+    }
+  }
+  return fallback;
+}
+
 AdaptiveAllreduce::AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial, size_t warm_bytes)
     : min_bytes_(min_bytes), warm_bytes_left_(warm_bytes) {
   for (int b = 0; b < kBands; ++b) {

@@ -159,6 +159,7 @@ Config Config::FromEnvironment() {
     config.allreduce_algorithms = 1;
   }
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
+  config.adaptive_allreduce_bytes_set = lookup("ADAPTIVE_ALLREDUCE_BYTES") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;

@@ -55,7 +55,10 @@ struct Config {
                                               // either of those implies fixed)
   int64_t adaptive_allreduce_bytes = 16 << 20;   // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
                                               // from this size choose between the ring and single copy from the
-                                              // job's own runs (collectives/allreduce_adaptive.h); 0: off
+                                              // job's own runs (collectives/allreduce_adaptive.h); 0: off. Unset:
+                                              // from where the table first runs single copy, if below 16 MiB
+                                              // (default_adaptive_bytes)
+  bool adaptive_allreduce_bytes_set = false;  // whether the knob was given
   std::string algorithm_cache_dir;            // ALGORITHM_CACHE_DIR: where measured tables are kept ("":
                                               // $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)
   int cpu_operations = 0;                     // CPU_OPERATIONS: data plane for host tensors: builtin (Horovod's

@@ -5,6 +5,7 @@
 
 #include "backends/mpi_backend.h"
 #include "collectives/algorithms.h"
+#include "collectives/allreduce_adaptive.h"
 #include "collectives/cost_model.h"
 #include "common/huge_page_promotion.h"
 #include "common/log.h"
@@ -41,6 +42,10 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   if (size_ > 1 && world->host_count() == 1 && config_.allreduce_algorithms == 0 && config_.cpu_operations == 0) {
     EstablishedTable established = establish_allreduce_table(*world, config_);
     world->set_allreduce_table(established.table);
+    if (!config_.adaptive_allreduce_bytes_set && config_.adaptive_allreduce_bytes > 0) {
+      config_.adaptive_allreduce_bytes = static_cast<int64_t>(
+          default_adaptive_bytes(established.table, static_cast<size_t>(config_.adaptive_allreduce_bytes)));
+    }
     if (config_.adaptive_allreduce_bytes > 0 && world->single_copy_local()) {
       world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes),
                              2 * static_cast<size_t>(config_.shm_ring_bytes));
