@@ -14,9 +14,9 @@ between the arms. Prints each configuration's median time per size, its speedup 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
-import re
 import sys
 import tempfile
 

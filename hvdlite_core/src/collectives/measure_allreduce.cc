@@ -83,7 +83,9 @@ StreamingProbe measure_streaming(Communicator& comm, float* data, size_t count) 
 
 }  // namespace
 
-std::vector<size_t> allreduce_probe_bytes() { return std::vector<size_t>(std::begin(kProbeBytes), std::end(kProbeBytes)); }
+std::vector<size_t> allreduce_probe_bytes() {
+  return std::vector<size_t>(std::begin(kProbeBytes), std::end(kProbeBytes));
+}
 
 AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
   AllreduceMeasurement measurement;

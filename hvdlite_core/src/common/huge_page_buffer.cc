@@ -34,7 +34,8 @@ char* HugePageBuffer::reserve(size_t bytes) {
   if (bytes <= capacity_ && data_) return data_;
   const size_t capacity = round_up(bytes == 0 ? 1 : bytes);
   char* fresh = map_aligned(capacity);
-  advised_ = advise_ && madvise(fresh, capacity, MADV_HUGEPAGE) == 0;  // before the first touch, so its faults map huge pages
+  // Before the first touch, so that its page faults map huge pages.
+  advised_ = advise_ && madvise(fresh, capacity, MADV_HUGEPAGE) == 0;
   if (data_) {
     std::memcpy(fresh, data_, capacity_);
     munmap(data_, capacity_);

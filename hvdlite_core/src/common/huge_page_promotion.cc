@@ -44,7 +44,8 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   if (first_collapse) {
     entry.state = error == 0 ? State::kHuge : State::kLeftAlone;
     ++(error == 0 ? collapsed_ : refused_);
-  } else if (error != 0 || seconds_() - began > kSlowRecheckSecondsPerPage * static_cast<double>((last - first) / kHugePage)) {
+  } else if (error != 0 ||
+             seconds_() - began > kSlowRecheckSecondsPerPage * static_cast<double>((last - first) / kHugePage)) {
     entry.state = State::kLeftAlone;
     ++given_up_;
   }
@@ -56,7 +57,10 @@ HugePagePromoter* huge_page_promoter() {
           ? nullptr
           : new HugePagePromoter(
                 [](void* address, size_t bytes) { return madvise(address, bytes, MADV_COLLAPSE) == 0 ? 0 : errno; },
-                [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); });
+                [] {
+                  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+                  return std::chrono::duration<double>(now).count();
+                });
   return promoter;
 }
 

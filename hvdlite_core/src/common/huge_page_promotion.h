@@ -10,12 +10,12 @@
 //
 // What is done: the buffer's 2 MB-aligned interior is collapsed (MADV_COLLAPSE, Linux 6.1+) on its second use; the
 // kernel copies the contents into huge pages, so the tensor's values and address do not change. It cost 4-13 ms per
-// 16 MB once, and up to 0.14 s for 64 MB when the kernel first had to compact memory. Every kRecheckEvery-th use collapses again:
-// memory still on huge pages answers in microseconds; a slow answer means the buffer was given back and mapped
-// afresh between uses (a tensor freed and allocated again at the same address), and that buffer is left alone from
-// then on, so no buffer costs a collapse per step. Any error (no MADV_COLLAPSE in this kernel, memory that cannot
-// be collapsed, no huge page free) leaves that buffer as it is. Nothing is done where the administrator turned
-// transparent huge pages off ("never").
+// 16 MB once, and up to 0.14 s for 64 MB when the kernel first had to compact memory. Every kRecheckEvery-th use
+// collapses again: memory still on huge pages answers in microseconds; a slow answer means the buffer was given back
+// and mapped afresh between uses (a tensor freed and allocated again at the same address), and that buffer is left
+// alone from then on, so no buffer costs a collapse per step. Any error (no MADV_COLLAPSE in this kernel, memory
+// that cannot be collapsed, no huge page free) leaves that buffer as it is. Nothing is done where the administrator
+// turned transparent huge pages off ("never").
 #pragma once
 #include <atomic>
 #include <cstddef>
