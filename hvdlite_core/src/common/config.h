@@ -33,8 +33,8 @@ struct Config {
   bool streaming_store_bytes_set = false;     // whether the knob was given (then no measurement overrides it)
   int64_t huge_page_bytes = 4 << 20;         // HUGE_PAGE_BYTES: a reused buffer of at least this many bytes that
                                               // peers read by single copy is moved onto transparent huge pages
-                                              // (common/huge_page_promotion.h); 0: never, and the fusion buffer
-                                              // does not ask for them either
+                                              // (common/huge_page_promotion.h); the fusion buffer asks for them
+                                              // from this size; 0: neither
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host
   bool cma_disable = false;                   // CMA_DISABLE: no single-copy cross-memory attach on one host
   int hierarchical_allreduce = -1;            // HIERARCHICAL_ALLREDUCE: 1 two-tier allreduce when ranks span
