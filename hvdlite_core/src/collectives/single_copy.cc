@@ -43,4 +43,21 @@ void read_peer(Communicator& comm, int member, uint64_t remote_address, void* lo
   }
 }
 
+void write_peer(Communicator& comm, int member, const void* local, uint64_t remote_address, size_t bytes) {
+  const char* src = static_cast<const char*>(local);
+  while (bytes > 0) {
+    struct iovec l = {const_cast<char*>(src), bytes};
+    struct iovec r = {reinterpret_cast<void*>(remote_address), bytes};
+    ssize_t n = process_vm_writev(comm.pid(member), &l, 1, &r, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      throw Error(StatusCode::kRemoteError, "writing the memory of rank " + std::to_string(comm.global_rank(member)) +
+                                                " failed (did it exit?): " + strerror(errno));
+    }
+    src += n;
+    remote_address += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 }  // namespace hvdlite

@@ -18,5 +18,7 @@ struct PublishedBuffers {
 std::vector<PublishedBuffers> exchange_addresses(Communicator& comm, const void* input, const void* output);
 // Copies bytes from member's address space at remote_address into local memory. Throws on failure.
 void read_peer(Communicator& comm, int member, uint64_t remote_address, void* local, size_t bytes);
+// Copies bytes from local memory into member's address space at remote_address. Throws on failure.
+void write_peer(Communicator& comm, int member, const void* local, uint64_t remote_address, size_t bytes);
 
 }  // namespace hvdlite
