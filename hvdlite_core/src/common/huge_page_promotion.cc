@@ -35,7 +35,7 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   if (buffers_.size() >= kMaxTracked && !buffers_.count({start, bytes})) buffers_.clear();
   Entry& entry = buffers_[{start, bytes}];
   ++entry.uses;
-  const bool first_collapse = entry.state == State::kSeenOnce && entry.uses == 2;
+  const bool first_collapse = entry.state == State::kCounting && entry.uses == kCollapseAtUse;
   const bool recheck = entry.state == State::kHuge && entry.uses % kRecheckEvery == 0;
   if (!first_collapse && !recheck) return;
   attempts_.fetch_add(1, std::memory_order_relaxed);

@@ -1,16 +1,21 @@
-// Moving a reused buffer that peers read by single copy onto 2 MB transparent huge pages.
+// Moving a reused buffer that peers read or write by single copy onto 2 MB transparent huge pages.
 //
-// Single copy (collectives/single_copy.h) reads a peer's tensor with process_vm_readv, which pins and maps the
-// peer's memory one page at a time. A tensor the framework allocated sits on 4 KB pages (most kernels hand out huge
+// Single copy (collectives/single_copy.h) reads and writes a peer's tensor with process_vm_readv/writev, which pin
+// and map the peer's memory one page at a time. A tensor the framework allocated sits on 4 KB pages (most kernels hand out huge
 // pages only on request), and on a 2-vCPU Xeon that cost a third of a large allreduce: the same tensors moved onto
 // huge pages with MADV_COLLAPSE ran 16 MB allreduces 1.46-1.59x and 64 MB 1.26-1.35x faster (docs/benchmarks.md).
-// Gradients and parameters are reused step after step (at the same addresses from the second step on in the runs
-// looked at, even where torch frees and allocates the gradients each step), so a buffer seen a second time is worth
-// moving.
+// A collapse is not cheap: 4-13 ms per 16 MB in a benchmark, and 11-22 ms for one 4-9 MB gradient inside ResNet-50
+// training, where memory is fragmented and the kernel must compact it first; the saving is about 22 us per MB each
+// time a peer reads or writes the buffer. So only a buffer that has been used kCollapseAtUse times at one address is
+// moved. Torch frees and allocates gradients every step (zero_grad), and malloc hands a gradient one of 2-9
+// addresses in turn, staying at one for 1 to 29 steps: moving every buffer on its second use cost ResNet-50 training
+// about 0.4 collapses a step over its first 20 steps, and the training benchmark ran 2-5% slower with it than without
+// (docs/benchmarks.md). A buffer an application really reuses (a bucket, a parameter, the allreduce benchmark's
+// tensor) reaches that count within its first steps.
 //
-// What is done: the buffer's 2 MB-aligned interior is collapsed (MADV_COLLAPSE, Linux 6.1+) on its second use; the
-// kernel copies the contents into huge pages, so the tensor's values and address do not change. It cost 4-13 ms per
-// 16 MB once, and up to 0.14 s for 64 MB when the kernel first had to compact memory. Every kRecheckEvery-th use
+// What is done: the buffer's 2 MB-aligned interior is collapsed (MADV_COLLAPSE, Linux 6.1+) at its kCollapseAtUse-th
+// use; the kernel copies the contents into huge pages, so the tensor's values and address do not change. It cost up
+// to 0.14 s for 64 MB when the kernel first had to compact memory. Every kRecheckEvery-th use
 // collapses again: memory still on huge pages answers in microseconds; a slow answer means the buffer was given back
 // and mapped afresh between uses (a tensor freed and allocated again at the same address), and that buffer is left
 // alone from then on, so no buffer costs a collapse per step. Any error (no MADV_COLLAPSE in this kernel, memory
@@ -32,6 +37,7 @@ class HugePagePromoter {
   // collapse(address, bytes) -> 0 or an errno; returns after doing it. seconds() is a monotonic clock.
   using CollapseFn = std::function<int(void*, size_t)>;
   using ClockFn = std::function<double()>;
+  static constexpr int kCollapseAtUse = 8;
   static constexpr int kRecheckEvery = 64;
   // A re-check slower than this per huge page found small pages: a range already on huge pages answered in about
   // 0.5 us a page, and collapsing small pages copies 2 MB a page (about 100 us).
@@ -52,10 +58,10 @@ class HugePagePromoter {
   int64_t attempts() const { return attempts_.load(std::memory_order_relaxed); }
 
  private:
-  enum class State { kSeenOnce, kHuge, kLeftAlone };
+  enum class State { kCounting, kHuge, kLeftAlone };
   struct Entry {
     int64_t uses = 0;
-    State state = State::kSeenOnce;
+    State state = State::kCounting;
   };
   CollapseFn collapse_;
   ClockFn seconds_;
