@@ -627,14 +627,12 @@ static void test_huge_page_promotion() {
   const uintptr_t base = 1000 * kHuge + 4096;  // not aligned at either end: the interior is huge pages [1001, 1007)
   const void* buffer = reinterpret_cast<const void*>(base);
   const size_t bytes = 8 * kHuge - 8192;
-  for (int use = 1; use < HugePagePromoter::kCollapseAtUse; ++use) promoter.note_use(buffer, bytes, 4 << 20);
-  CHECK(calls.empty());  // not yet shown to stay at this address
+  promoter.note_use(buffer, bytes, 4 << 20);
+  CHECK(calls.empty());  // the first use: maybe a one-off buffer
   promoter.note_use(buffer, bytes, 4 << 20);
   CHECK(calls.size() == 1 && calls[0].first == 1001 * kHuge && calls[0].second == 6 * kHuge);
   CHECK(promoter.collapsed() == 1);
-  for (int use = HugePagePromoter::kCollapseAtUse + 1; use < HugePagePromoter::kRecheckEvery; ++use) {
-    promoter.note_use(buffer, bytes, 4 << 20);
-  }
+  for (int use = 3; use < HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
   CHECK(calls.size() == 1);  // left alone between re-checks
   promoter.note_use(buffer, bytes, 4 << 20);  // use 64: a fast re-check, still huge
   CHECK(calls.size() == 2 && promoter.given_up() == 0);
@@ -644,7 +642,7 @@ static void test_huge_page_promotion() {
   for (int use = 0; use < 3 * HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
   CHECK(calls.size() == 3);  // given up: never collapsed again
   // Too small, or no whole huge page inside: ignored however often used.
-  for (int use = 0; use < 2 * HugePagePromoter::kCollapseAtUse; ++use) {
+  for (int use = 0; use < 5; ++use) {
     promoter.note_use(reinterpret_cast<const void*>(base), 1 << 20, 4 << 20);
     promoter.note_use(reinterpret_cast<const void*>(base), 2 * kHuge - 8192, 1 << 20);
   }
@@ -656,16 +654,38 @@ static void test_huge_page_promotion() {
   CHECK(calls.size() == 4 && promoter.refused() == 1 && promoter.collapsed() == 1);
   // The same address with another length is another buffer.
   answer = 0;
-  for (int use = 0; use < HugePagePromoter::kCollapseAtUse; ++use) promoter.note_use(other, 6 * kHuge, 4 << 20);
+  promoter.note_use(other, 6 * kHuge, 4 << 20);
+  promoter.note_use(other, 6 * kHuge, 4 << 20);
   CHECK(calls.size() == 5 && calls.back().second == 6 * kHuge && promoter.collapsed() == 2);
-  // Gradients freed and allocated every step come back at one of a few addresses in turn: with fewer than
-  // kCollapseAtUse uses at each, nothing is collapsed.
-  for (int step = 0; step < HugePagePromoter::kCollapseAtUse - 1; ++step) {
-    for (uintptr_t slot = 0; slot < 3; ++slot) {
-      promoter.note_use(reinterpret_cast<const void*>((5000 + 10 * slot) * kHuge), 4 * kHuge, 4 << 20);
+  CHECK(promoter.wasted() == 0);  // the first buffer was used far more than kPaidBackUses times after its collapse
+
+  // Gradients freed and allocated every step come back at one of a few addresses in turn. Each new address is
+  // collapsed on its second use; one left for kAbandonedAfter uses of others, having been used fewer than
+  // kPaidBackUses times since, was wasted work. After kWasteTolerance of those, nothing more is collapsed.
+  calls.clear();
+  HugePagePromoter rotating(
+      [&](void* address, size_t bytes) {
+        calls.push_back({reinterpret_cast<uintptr_t>(address), bytes});
+        return 0;
+      },
+      [&] { return now; });
+  auto use = [&](uintptr_t slot) {
+    rotating.note_use(reinterpret_cast<const void*>((5000 + 10 * slot) * kHuge), 4 * kHuge, 4 << 20);
+  };
+  const void* stable = reinterpret_cast<const void*>(4000 * kHuge);  // a bucket reused at one address throughout
+  uintptr_t slot = 0;
+  for (int step = 0; step < 40; ++step) {
+    rotating.note_use(stable, 4 * kHuge, 4 << 20);
+    if (step % 2 == 0) ++slot;  // each gradient address serves two steps, then the next one
+    use(slot);
+    for (int other = 0; other < HugePagePromoter::kAbandonedAfter / 4; ++other) {
+      rotating.note_use(stable, 4 * kHuge, 4 << 20);
     }
   }
-  CHECK(calls.size() == 5);
+  CHECK(rotating.wasted() == HugePagePromoter::kWasteTolerance && rotating.stopped());
+  // The stable buffer and the first kWasteTolerance + 1 gradient addresses were collapsed, nothing after.
+  CHECK(rotating.collapsed() == 1 + HugePagePromoter::kWasteTolerance + 1);
+  CHECK(static_cast<int64_t>(calls.size()) >= rotating.collapsed());
 }
 
 int main() {

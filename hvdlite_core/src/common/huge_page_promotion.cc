@@ -35,7 +35,12 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   if (buffers_.size() >= kMaxTracked && !buffers_.count({start, bytes})) buffers_.clear();
   Entry& entry = buffers_[{start, bytes}];
   ++entry.uses;
-  const bool first_collapse = entry.state == State::kCounting && entry.uses == kCollapseAtUse;
+  entry.last_use = ++uses_;
+  bool first_collapse = entry.state == State::kCounting && entry.uses == 2;
+  if (first_collapse) {
+    if (!stopped()) count_waste();
+    if (stopped()) return;  // the application moves its buffers: stays counting, never collapsed
+  }
   const bool recheck = entry.state == State::kHuge && entry.uses % kRecheckEvery == 0;
   if (!first_collapse && !recheck) return;
   attempts_.fetch_add(1, std::memory_order_relaxed);
@@ -43,11 +48,22 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   const int error = collapse_(reinterpret_cast<void*>(first), last - first);
   if (first_collapse) {
     entry.state = error == 0 ? State::kHuge : State::kLeftAlone;
+    entry.uses_at_collapse = entry.uses;
     ++(error == 0 ? collapsed_ : refused_);
   } else if (error != 0 ||
              seconds_() - began > kSlowRecheckSecondsPerPage * static_cast<double>((last - first) / kHugePage)) {
     entry.state = State::kLeftAlone;
     ++given_up_;
+  }
+}
+
+void HugePagePromoter::count_waste() {
+  for (auto& [key, entry] : buffers_) {
+    if (entry.state != State::kHuge || entry.counted_as_waste) continue;
+    if (uses_ - entry.last_use > kAbandonedAfter && entry.uses - entry.uses_at_collapse < kPaidBackUses) {
+      entry.counted_as_waste = true;
+      ++wasted_;
+    }
   }
 }
 

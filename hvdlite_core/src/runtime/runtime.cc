@@ -449,7 +449,8 @@ std::string Runtime::describe() const {
   const std::string huge_pages =
       promoter ? "huge_page_buffers=" + std::to_string(promoter->collapsed()) + " collapsed, " +
                      std::to_string(promoter->refused()) + " refused, " + std::to_string(promoter->given_up()) +
-                     " given up;"
+                     " given up, " + std::to_string(promoter->wasted()) + " wasted" +
+                     (promoter->stopped() ? " (stopped: the application moves its buffers);" : ";")
                : "huge_page_buffers=off (transparent huge pages are off);";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
          ";" + streaming + adaptive + huge_pages + config_.Describe();
