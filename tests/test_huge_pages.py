@@ -2,7 +2,8 @@
 across real processes: results stay exact, a buffer is collapsed on its second use (in place: one buffer; out of
 place: input and output), the kernel's smaps shows huge pages under it, HUGE_PAGE_BYTES=0 or a larger threshold
 turns it off, and a buffer allocated afresh for every use is collapsed at most once per address (the policy's
-re-checks, giving up and stopping after wasted collapses are unit-tested with a fake kernel in hvdlite_core/tests/unit_tests.cc)."""
+re-checks, giving up and stopping after wasted collapses are unit-tested with a fake kernel in
+hvdlite_core/tests/unit_tests.cc)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 // Helpers for single-copy algorithms on one host: publish buffer addresses to every member through the
-// channels (which doubles as an arrival barrier), and read a peer's memory with process_vm_readv.
+// channels (which doubles as an arrival barrier), and read or write a peer's memory with process_vm_readv/writev.
 #pragma once
 #include <cstdint>
 #include <vector>

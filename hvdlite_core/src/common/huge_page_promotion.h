@@ -1,9 +1,10 @@
 // Moving a reused buffer that peers read or write by single copy onto 2 MB transparent huge pages.
 //
 // Single copy (collectives/single_copy.h) reads and writes a peer's tensor with process_vm_readv/writev, which pin
-// and map the peer's memory one page at a time. A tensor the framework allocated sits on 4 KB pages (most kernels hand out huge
-// pages only on request), and on a 2-vCPU Xeon that cost a third of a large allreduce: the same tensors moved onto
-// huge pages with MADV_COLLAPSE ran 16 MB allreduces 1.46-1.59x and 64 MB 1.26-1.35x faster (docs/benchmarks.md).
+// and map the peer's memory one page at a time. A tensor the framework allocated sits on 4 KB pages (most kernels
+// hand out huge pages only on request), and on a 2-vCPU Xeon that cost a third of a large allreduce: the same
+// tensors moved onto huge pages with MADV_COLLAPSE ran 16 MB allreduces 1.46-1.59x and 64 MB 1.26-1.35x faster
+// (docs/benchmarks.md).
 // A collapse is not cheap: 4-13 ms per 16 MB in a benchmark, up to 0.14 s for 64 MB, and 11-22 ms for one 4-9 MB
 // gradient inside ResNet-50 training, where the kernel must compact memory first; the saving is about 22 us per MB
 // each time a peer touches the buffer. A buffer used again and again at one address (a bucket, a parameter, the

@@ -24,16 +24,19 @@
 namespace hvdlite {
 namespace {
 
-// A word whose address peers read with process_vm_readv to prove cross-memory attach works.
+// A word whose address peers read with process_vm_readv, and write back unchanged with process_vm_writev, to prove
+// cross-memory attach works both ways (single-copy allreduce writes its result into the peers; a seccomp profile
+// may allow one call and not the other).
 volatile uint64_t g_cma_probe = 0x636d612d70726f62ull;
 
-bool cma_read_works(pid_t pid, uint64_t address) {
+bool cma_works(pid_t pid, uint64_t address) {
   uint64_t value = 0;
   struct iovec local = {&value, sizeof(value)};
   struct iovec remote = {reinterpret_cast<void*>(address), sizeof(value)};
   // Refused (ptrace policy, containers) or a wrong value both mean "not usable": we keep to the rings.
   ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-  return n == static_cast<ssize_t>(sizeof(value)) && value == g_cma_probe;
+  if (n != static_cast<ssize_t>(sizeof(value)) || value != g_cma_probe) return false;
+  return process_vm_writev(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof(value));
 }
 
 }  // namespace
@@ -191,11 +194,11 @@ void Mesh::build_channels() {
 }
 
 void Mesh::exchange_status_bytes(Clock::time_point deadline) {
-  // Byte: bit 0 = "I mapped every co-located inbox", bit 1 = "I can read every co-located peer's memory".
+  // Byte: bit 0 = "I mapped every co-located inbox", bit 1 = "I can read and write every co-located peer's memory".
   bool cma_all = !config_.cma_disable && local_ranks_.size() > 1;
   for (int r : local_ranks_) {
     if (r != rank_ && cma_all && peer_inboxes_[r].header()) {
-      cma_all = cma_read_works(peers_[r].pid, peer_inboxes_[r].header()->cma_probe_address);
+      cma_all = cma_works(peers_[r].pid, peer_inboxes_[r].header()->cma_probe_address);
     } else if (r != rank_) {
       cma_all = false;
     }
