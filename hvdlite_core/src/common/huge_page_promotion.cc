@@ -36,7 +36,7 @@ void HugePagePromoter::note_use(const void* address, size_t bytes, size_t min_by
   Entry& entry = buffers_[{start, bytes}];
   ++entry.uses;
   entry.last_use = ++uses_;
-  bool first_collapse = entry.state == State::kCounting && entry.uses == 2;
+  const bool first_collapse = entry.state == State::kCounting && entry.uses == 2;
   if (first_collapse) {
     if (!stopped()) count_waste();
     if (stopped()) return;  // the application moves its buffers: stays counting, never collapsed
