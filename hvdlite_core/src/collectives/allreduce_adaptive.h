@@ -33,9 +33,10 @@ namespace hvdlite {
 // Where the online choice starts when ADAPTIVE_ALLREDUCE_BYTES is not given: at `fallback` (16 MiB), or lower, from
 // the first size the measured table runs single copy at (but not below 1 MiB). The table is measured on an idle
 // machine, one algorithm at a time; inside training on 2 cores, where each rank's background thread shares its core
-// with the compute thread, the ring ran ResNet-50's 3-9 MB gradients faster than single copy, whose three rendezvous
-// per allreduce wait for the peer's thread to be scheduled (docs/benchmarks.md). Where the table chose single copy,
-// the job's own runs decide.
+// with the compute thread, the ring ran ResNet-50's 3-9 MB gradients faster than the first single copy, whose three
+// rendezvous per allreduce waited for the peer's thread to be scheduled (docs/benchmarks.md). Single copy now has
+// two and won in training too (2026-11-26), but the idle table still cannot see that contention: where it chose
+// single copy, the job's own runs decide.
 size_t default_adaptive_bytes(const AllreduceTable& table, size_t fallback);
 
 class AdaptiveAllreduce {

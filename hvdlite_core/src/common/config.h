@@ -32,7 +32,7 @@ struct Config {
                                               // the measured value (collectives/streaming_choice.h)
   bool streaming_store_bytes_set = false;     // whether the knob was given (then no measurement overrides it)
   int64_t huge_page_bytes = 4 << 20;         // HUGE_PAGE_BYTES: a reused buffer of at least this many bytes that
-                                              // peers read by single copy is moved onto transparent huge pages
+                                              // peers read or write by single copy is moved onto transparent huge pages
                                               // (common/huge_page_promotion.h); the fusion buffer asks for them
                                               // from this size; 0: neither
   bool shm_disable = false;                   // SHM_DISABLE: use TCP even between ranks on one host

@@ -52,7 +52,8 @@ bool is_transport_failure(const Error& e) {
 Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
                    Timeline& timeline, Backend& backend, GpuContext& gpu_context)
     : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline),
-      backend_(backend), gpu_context_(gpu_context), tuner_(config, rank), fusion_(static_cast<size_t>(std::max<int64_t>(0, config.huge_page_bytes))) {}
+      backend_(backend), gpu_context_(gpu_context), tuner_(config, rank),
+      fusion_(static_cast<size_t>(std::max<int64_t>(0, config.huge_page_bytes))) {}
 
 Executor::~Executor() = default;
 
