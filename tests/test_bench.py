@@ -7,81 +7,9 @@ import sys
 
 import pytest
 
-from multiproc import run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-
-def test_placement_table_counts_slow_rounds_by_placement(tmp_path):
-    """bench/placement_vs_slow_rounds.py on rounds made up to land in each cell of its table."""
-    def results(one_mb_us, four_mb_us):
-        return [{"bytes": 1 << 20, "rounds_s": [u * 1e-6 for u in one_mb_us]},
-                {"bytes": 4 << 20, "rounds_s": [u * 1e-6 for u in four_mb_us]}]
-    runs = {
-        # near and fast, near and slow (4 MB), far (after) and slow (1 MB), far (before) and fast
-        "hvdlite": {"cacheline_ns": [[105, 110], [48, 112], [104, 497], [512, 101]],
-                    "results": results([70, 90, 470, 80], [300, 1900, 350, 320])},
-        "mpi": {"cacheline_ns": [[101, 99], [None, 108]], "results": results([110, 120], [330, 340])},
-    }
-    path = tmp_path / "allreduce.json"
-    path.write_text(json.dumps(runs))
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "placement_vs_slow_rounds.py"), str(path)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
-        "hvdlite: near placement (2 rounds): 1 slow", "hvdlite: far placement (2 rounds): 1 slow",
-        "mpi: near placement (2 rounds): 0 slow", "mpi: far placement (0 rounds): 0 slow"]
-
-
-@pytest.mark.timeout(120)
-def test_algorithms_vs_placement_probe_times_both_algorithms(tmp_path):
-    """bench/probes/algorithms_vs_placement.py as a smoke run: one block, two sizes, both algorithms."""
-    out = tmp_path / "blocks.json"
-    result = subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--", sys.executable,
-                             os.path.join(ROOT, "bench", "probes", "algorithms_vs_placement.py"), "--blocks", "1",
-                             "--sizes", "262144,2097152", "--json", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=100)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (line,) = [x for x in result.stdout.splitlines() if "placement_ns=" in x]
-    assert " ring:256K=" in line and " single_copy:256K=" in line and line.count(",2048K=") == 2, line
-    (block,) = json.loads(out.read_text())["blocks"]
-    assert set(block["us"]) == {"ring", "single_copy"}
-    assert all(0 < us < 1e6 for figures in block["us"].values() for us in figures.values()), block
-    assert len(block["placement_ns"]) == 2 and all(0 < ns < 1e5 for ns in block["placement_ns"]), block
-
-
-@pytest.mark.timeout(120)
-def test_table_stability_probe_measures_three_times_per_group(tmp_path):
-    """bench/probes/table_stability.py as a smoke run: one group of three jobs, one with a busy loop beside it."""
-    out = tmp_path / "groups.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "table_stability.py"), "--groups",
-                             "1", "--busy", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=100)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (group,) = json.loads(out.read_text())["groups"]
-    assert len(group["measurements"]) == 3 and len(group["single_tables"]) == 3, group
-    for table in group["single_tables"] + [group["combined_table"], group["median_table"], group["fastest_table"]]:
-        assert table.split(",")[0].endswith("@0"), group
-    assert all(probe[1] > 0 for m in group["measurements"] for probe in m.values()), group  # the ring, every size
-    assert "summary" in result.stdout and "vote:" in result.stdout
-
-
-@pytest.mark.timeout(120)
-def test_rank_cpus_probe_reports_every_window(tmp_path):
-    """bench/probes/rank_cpus_over_time.py as a smoke run: two ranks bound apart, two short windows each."""
-    with open(os.path.join(ROOT, "bench", "probes", "rank_cpus_over_time.py")) as f:
-        source = f.read()
-    result = run_job(source, np=2, args=["--place", "bind", "--windows", "2", "--per-window", "4", "--warmup", "1"],
-                     timeout=90)
-    assert result.returncode == 0, result.stdout + result.stderr
-    cpus = os.sched_getaffinity(0)
-    for rank in (0, 1):
-        (line,) = [x.split(": ", 1)[1] for x in result.stdout.splitlines() if x.startswith(f"[{rank}]<stdout>: ")]
-        label, *windows = line.split()
-        assert label == str(rank) and len(windows) == 2, line
-        for window in windows:
-            micros, seen = window.split("/")
-            assert float(micros) > 0 and {int(c) for c in seen.split(",")} <= cpus, line
 
 @pytest.mark.timeout(300)
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
@@ -174,17 +102,3 @@ def test_step_timeline_draws_both_ranks(tmp_path):
     assert all(s["allreduce_executing_ms"] > 0 and s["backward"] > 0 for s in report["steps"]), report
     assert (tmp_path / "step_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path)) == ["step_timeline.json", "step_timeline.md", "step_timeline.png"]
-
-
-@pytest.mark.timeout(180)
-def test_env_ab_probe_alternates_configurations(tmp_path):
-    """bench/probes/env_ab.py as a smoke run: two settings, two turns, one size; every figure kept."""
-    out = tmp_path / "ab.json"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "env_ab.py"), "--sizes", "65536",
-                             "--turns", "2", "--out", str(out), "base:", "nostream:HVDLITE_STREAMING_STORE_BYTES=0"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=170)
-    assert result.returncode == 0, result.stdout + result.stderr
-    figures = json.loads(out.read_text())["figures"]
-    assert sorted(figures) == ["base", "nostream"] and all(len(turns) == 2 for turns in figures.values()), figures
-    assert all(0 < turn["65536"] < 1 for turns in figures.values() for turn in turns), figures
-    assert "base: 64 KB" in result.stdout and "nostream: 64 KB" in result.stdout, result.stdout
