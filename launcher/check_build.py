@@ -20,9 +20,9 @@ def _has_module(name: str) -> bool:
 def report() -> str:
     import hvdlite
 
-    from hvdlite.common.build_queries import build_facts
+    from hvdlite.common.build_queries import mpi_facts
 
-    info = build_facts()
+    info = mpi_facts()
     backends = set(filter(None, info.get("backends", "").split(",")))
 
     def section(title: str, rows: List[Tuple[str, bool]]) -> List[str]:

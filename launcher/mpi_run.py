@@ -60,22 +60,20 @@ def implementation(mpirun: str) -> str:
 
 def mpi_data_plane() -> Optional[str]:
     """None when this installation can move tensors through MPI, else why not."""
-    from hvdlite.common.build_queries import build_facts
+    from hvdlite.common.build_queries import mpi_facts
 
-    info = build_facts()
+    info = mpi_facts()
     return None if info.get("mpi") == "1" else info.get("mpi_missing", "no MPI plugin")
 
 
-def rank_environment(settings: Settings, environ: Mapping[str, str],
-                     mpi_missing: Optional[str] = None) -> Dict[str, str]:
+def rank_environment(settings: Settings, environ: Mapping[str, str]) -> Dict[str, str]:
     """mpirun's environment, which it passes on to the ranks: ours and the tuning knobs, without launcher or
     MPI runtime variables. Host tensors go through MPI (HVDLITE_CPU_OPERATIONS=mpi) unless the user chose a
-    backend or this installation has no MPI data plane (mpi_missing says why; the job then uses the built-in
-    one, and the launcher says so)."""
+    backend."""
     env = {key: value for key, value in environ.items()
            if key not in LAUNCHER_VARIABLES and not key.startswith(_MPI_PREFIXES)}
     env.update(settings.knob_env())
-    if "HVDLITE_CPU_OPERATIONS" not in env and "HOROVOD_CPU_OPERATIONS" not in env and mpi_missing is None:
+    if "HVDLITE_CPU_OPERATIONS" not in env and "HOROVOD_CPU_OPERATIONS" not in env:
         env["HVDLITE_CPU_OPERATIONS"] = "mpi"
     # Not PYTHONUNBUFFERED (unlike the built-in mode, which forwards whole lines): unbuffered, print() writes
     # the text and its newline separately, and Open MPI's --tag-output then mixes ranks within one line.
@@ -126,12 +124,17 @@ def exec_mpirun(settings: Settings, command: Sequence[str], environ: Optional[Ma
     """Replaces this process with mpirun (its exit code and signal handling become the job's)."""
     settings.validate()
     mpirun = find_mpirun(mpirun_name)
-    environ = os.environ if environ is None else environ
-    missing = mpi_data_plane()
-    if missing is not None and "HVDLITE_CPU_OPERATIONS" not in environ and "HOROVOD_CPU_OPERATIONS" not in environ:
-        print("hvdlite-run --mpi: mpirun starts the ranks, but tensors move through the built-in backend: %s"
-              % missing, file=sys.stderr, flush=True)
-    env = rank_environment(settings, environ, missing)
+    # Copied before the plugin is found: the path this process exports is this host's, and each rank finds
+    # its own host's (built once per machine, then cached).
+    environ = dict(os.environ if environ is None else environ)
+    if "HVDLITE_CPU_OPERATIONS" not in environ and "HOROVOD_CPU_OPERATIONS" not in environ:
+        # Found or built here before mpirun starts the ranks, so a machine without MPI's development files
+        # fails at once, not once per rank after they started.
+        missing = mpi_data_plane()
+        if missing is not None:
+            raise MpiError("--mpi moves tensors through MPI, but %s. (HVDLITE_CPU_OPERATIONS=gloo keeps mpirun "
+                           "starting the ranks with the built-in data plane.)" % missing)
+    env = rank_environment(settings, environ)
     cmd = mpirun_command(settings, command, env, mpirun, implementation(mpirun))
     if settings.verbose:
         print("hvdlite: running %s" % shlex.join(cmd), file=sys.stderr, flush=True)

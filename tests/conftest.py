@@ -26,6 +26,11 @@ from multiproc import run_job as _run_job  # noqa: E402
 SUITE_ALGORITHM_CACHE = tempfile.mkdtemp(prefix="hvdlite-suite-algorithms-")
 os.environ["HVDLITE_ALGORITHM_CACHE_DIR"] = SUITE_ALGORITHM_CACHE
 atexit.register(shutil.rmtree, SUITE_ALGORITHM_CACHE, True)
+# Likewise the MPI plugin, which the first MPI job compiles (hvdlite/common/mpi_plugin.py): every run of the suite
+# builds it from the sources under test, as a fresh machine does.
+SUITE_MPI_PLUGIN_CACHE = tempfile.mkdtemp(prefix="hvdlite-suite-mpi-plugin-")
+os.environ["HVDLITE_MPI_PLUGIN_CACHE"] = SUITE_MPI_PLUGIN_CACHE
+atexit.register(shutil.rmtree, SUITE_MPI_PLUGIN_CACHE, True)
 
 
 @pytest.fixture

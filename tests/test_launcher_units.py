@@ -128,8 +128,6 @@ def test_mpirun_moves_tensors_through_mpi_unless_told_otherwise():
     assert "HVDLITE_CPU_OPERATIONS" not in mpi_run.rank_environment(settings, {"HOROVOD_CPU_OPERATIONS": "gloo"})
     assert mpi_run.rank_environment(settings, {"HVDLITE_CPU_OPERATIONS": "builtin"})["HVDLITE_CPU_OPERATIONS"] == \
         "builtin"
-    # an installation without the MPI plugin keeps the built-in data plane (exec_mpirun says so on stderr)
-    assert "HVDLITE_CPU_OPERATIONS" not in mpi_run.rank_environment(settings, {}, mpi_missing="built without MPI")
 
 
 def test_mpirun_command_for_open_mpi_and_mpich():
@@ -138,14 +136,15 @@ def test_mpirun_command_for_open_mpi_and_mpich():
     # Started from inside another job's rank: that job's placement must not reach the MPI ranks.
     env = mpi_run.rank_environment(settings, {"PATH": "/bin", "HVDLITE_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
                                               "HOME": "/root", "HOROVOD_RANK": "1", "HOROVOD_HOSTNAME": "a",
-                                              "HOROVOD_FUSION_THRESHOLD": "1024"}, mpi_missing="not built")
+                                              "HOROVOD_FUSION_THRESHOLD": "1024", "HVDLITE_CPU_OPERATIONS": "gloo"})
     assert env == {"PATH": "/bin", "HOME": "/root", "HVDLITE_START_TIMEOUT": "60", "HVDLITE_CYCLE_TIME": "3",
+                   "HVDLITE_CPU_OPERATIONS": "gloo",
                    "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)
     assert cmd == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2", "--bind-to",
                    "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes -o ServerAliveInterval=1 -o ServerAliveCountMax=5", "-mca",
                    "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0", "--output-filename",
-                   "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CYCLE_TIME", "-x",
+                   "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CPU_OPERATIONS", "-x", "HVDLITE_CYCLE_TIME", "-x",
                    "HVDLITE_NETWORK_INTERFACE", "-x", "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y",
                    "python", "t.py"]
     settings.ssh = SshOptions()

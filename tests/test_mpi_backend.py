@@ -4,6 +4,10 @@ collectives themselves run on MPI in test_collectives.py, test_errors.py, test_p
 """
 from __future__ import annotations
 
+import shutil
+import sys
+import time
+
 import pytest
 
 from launcher_helpers import run_launcher
@@ -54,6 +58,52 @@ def test_a_missing_mpi_library_is_named_on_every_rank():
         assert "cannot open shared object file" in message
     assert outcomes(result, "BUILT") == {0: "False", 1: "False"}
     assert outcomes(result, "RETRIED") == {0: "[2.0, 2.0, 2.0]", 1: "[2.0, 2.0, 2.0]"}, result.stdout + result.stderr
+
+
+def _path_without_mpi(tmp_path, *keep):
+    """A PATH that holds only ``keep`` (linked from the real PATH): no MPI compiler wrapper, as on a machine where
+    MPI was installed without its development files, or not at all."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in keep:
+        (folder / name).symlink_to(shutil.which(name))
+    return str(folder)
+
+
+@pytest.mark.timeout(60)
+def test_without_mpi_compiler_wrappers_init_fails_at_once_naming_the_fix(tmp_path):
+    """The MPI plugin is compiled on first use with mpicc's flags; without mpicc every rank is refused before it
+    contacts a peer, with the command that fixes it, and stays usable."""
+    started = time.monotonic()
+    result = run_job(INIT, np=2, timeout=40, env={
+        "HVDLITE_CPU_OPERATIONS": "mpi", "RETRY_WITH_BUILTIN": "1", "PATH": _path_without_mpi(tmp_path),
+        "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache")})
+    elapsed = time.monotonic() - started
+    refused = outcomes(result, "REFUSED")
+    assert sorted(refused) == [0, 1], result.stdout + result.stderr
+    for message in refused.values():
+        assert message.startswith("HVDLITE_CPU_OPERATIONS=mpi, but hvdlite compiles its MPI plugin on first use"), \
+            message
+        assert "mpicc" in message and "apt-get install -y openmpi-bin libopenmpi-dev" in message, message
+    assert outcomes(result, "BUILT") == {0: "False", 1: "False"}
+    assert outcomes(result, "RETRIED") == {0: "[2.0, 2.0, 2.0]", 1: "[2.0, 2.0, 2.0]"}, result.stdout + result.stderr
+    assert elapsed < 30, elapsed  # no timeout was waited for
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.so"))
+
+
+@pytest.mark.timeout(60)
+def test_hvdlite_run_mpi_without_mpi_compiler_wrappers_fails_before_starting_ranks(tmp_path):
+    marker = tmp_path / "rank-started"
+    script = tmp_path / "job.py"
+    script.write_text("open(%r, 'w').close()\n" % str(marker))
+    result = run_launcher(["--mpi", "-np", "2", sys.executable, str(script)], timeout=30,
+                          env={"PATH": _path_without_mpi(tmp_path, "mpirun"),
+                               "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache")})
+    assert result.returncode != 0
+    assert "--mpi moves tensors through MPI, but hvdlite compiles its MPI plugin" in result.stderr, result.stderr
+    assert "apt-get install -y openmpi-bin libopenmpi-dev" in result.stderr, result.stderr
+    assert "HVDLITE_CPU_OPERATIONS=gloo" in result.stderr
+    assert not marker.exists()
 
 
 @pytest.mark.timeout(60)

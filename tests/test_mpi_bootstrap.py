@@ -99,6 +99,29 @@ def test_init_under_mpirun_and_with_a_communicator(tmp_path, backend):
     _check_output(result.stdout, prefixed=False)
 
 
+@pytest.mark.timeout(180)
+def test_the_mpi_plugin_is_compiled_once_on_first_use(tmp_path):
+    """Ranks that start together against an empty plugin cache: one compiles the plugin for this machine's MPI,
+    the other waits for it, and a later job loads it without compiling."""
+    _require_mpi()
+    script = write_script(tmp_path, SCRIPT)
+    cache = tmp_path / "cache"
+    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "EXPECT_BACKEND": "mpi",
+                   "HVDLITE_CPU_OPERATIONS": "mpi", "HVDLITE_MPI_PLUGIN_CACHE": str(cache)})
+    env.pop("HVDLITE_MPI_PLUGIN", None)
+    built = []
+    for _ in range(2):
+        result = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", PY, script], cwd=REPO_ROOT, env=env,
+                                capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stdout + result.stderr
+        _check_output(result.stdout, prefixed=False)
+        plugins = sorted(cache.glob("*/_hvdlite_mpi.so"))
+        assert len(plugins) == 1, plugins
+        built.append((plugins[0], plugins[0].stat().st_mtime_ns))
+        assert not list(cache.glob("*/.build-*")), list(cache.iterdir())  # no half-built leftovers
+    assert built[0] == built[1], built  # the second job compiled nothing
+
+
 @pytest.mark.timeout(120)
 def test_hvdlite_run_mpi_hands_the_job_to_mpirun(tmp_path):
     _require_mpi()

@@ -44,10 +44,6 @@ UNIT_TEST_SOURCES=$("$root/.venv/bin/python" -c "import sys; sys.path.insert(0, 
 "$out/unit_tests"
 echo "== multi-process suites on the $kind build"
 export HVDLITE_CORE_LIBRARY=$out/libhvdlite_core.so
-# The MPI plugin is looked for beside the core library; the sanitized core lives elsewhere, so point at the built one
-# (uninstrumented: a thin layer over libmpi), else the suites' MPI jobs would find no MPI backend.
-plugin=$(ls "$root"/hvdlite/_hvdlite_mpi*.so 2>/dev/null | head -1 || true)
-if [ -n "$plugin" ]; then export HVDLITE_MPI_PLUGIN=$plugin; fi
 # libstdc++ too: python does not link it, and the sanitizer must find the real __cxa_throw when it starts
 # (else "CHECK failed: ... real___cxa_throw" at the first C++ exception).
 LD_PRELOAD="$("$cxx" -print-file-name=$runtime) $("$cxx" -print-file-name=libstdc++.so.6)"

@@ -7,9 +7,9 @@ import threading
 import traceback
 from typing import List, Optional, Sequence
 
-from hvdlite.common import bootstrap, ops
+from hvdlite.common import bootstrap, mpi_plugin, ops
 from hvdlite.common.binding import check, ffi, lib
-from hvdlite.common.errors import NotInitializedError, error_for_status
+from hvdlite.common.errors import InvalidArgumentError, NotInitializedError, error_for_status
 
 OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 0, 1, 2, 3, 4
 OP_BARRIER, OP_JOIN, OP_ADD_PROCESS_SET, OP_REMOVE_PROCESS_SET = 5, 6, 7, 8
@@ -74,6 +74,11 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
     with _lock:
         if lib.hvdlite_is_initialized() == 1:  # running; 2: ended by a failure, which a new init replaces
             return
+        if mpi_plugin.requested():
+            # Before any peer is contacted: a machine without MPI fails here at once, naming the fix.
+            plugin, why_not = mpi_plugin.ensure()
+            if plugin is None:
+                raise InvalidArgumentError("HVDLITE_CPU_OPERATIONS=mpi, but " + why_not)
         placement = bootstrap.detect(comm=comm)
         config = ffi.new("hvdlite_init_config*")
         config.rank = placement.rank

@@ -3,6 +3,7 @@ framework adapter from what the core reports (``build_info()``): which backends 
 which one the running job uses. The built-in TCP/shared-memory backend plays Gloo's part."""
 from typing import Dict
 
+from hvdlite.common import mpi_plugin
 from hvdlite.common.basics import build_info
 
 
@@ -16,10 +17,21 @@ def build_facts() -> Dict[str, str]:
     return fields
 
 
+def mpi_facts() -> Dict[str, str]:
+    """build_facts() after the MPI plugin for this machine's MPI was found or built (its first call on a machine
+    compiles it: seconds); ``mpi_missing`` says why not and how to fix it."""
+    plugin, why_not = mpi_plugin.ensure()
+    facts = build_facts()
+    if plugin is None:
+        facts["mpi_missing"] = why_not
+    return facts
+
+
 def mpi_built() -> bool:
-    """True when this installation has the MPI data plane and its MPI library loads
-    (``hvdlite-run --check-build`` says why not, otherwise)."""
-    return build_facts().get("mpi") == "1"
+    """True when the MPI data plane can run here: the plugin is built for this machine's MPI (on the first call
+    on a machine: hvdlite/common/mpi_plugin.py) and its MPI library loads. ``hvdlite-run --check-build`` says
+    why not, otherwise."""
+    return mpi_facts().get("mpi") == "1"
 
 
 def mpi_enabled() -> bool:

@@ -1,6 +1,5 @@
 #include "backends/mpi_backend.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -16,40 +15,15 @@ namespace {
 
 std::atomic<bool> g_thread_multiple{false};
 
-// The folder of this library (the plugin is built beside it).
-std::string own_folder() {
-  Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return ".";
-  std::string path = info.dli_fname;
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// setup.py names it like a Python extension (_hvdlite_mpi.cpython-311-x86_64-linux-gnu.so).
-std::string find_plugin() {
-  const std::string folder = own_folder();
-  DIR* dir = opendir(folder.c_str());
-  if (!dir) return "";
-  std::string found;
-  while (dirent* entry = readdir(dir)) {
-    std::string name = entry->d_name;
-    if (name.rfind("_hvdlite_mpi", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) {
-      found = folder + "/" + name;
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
 const hvdlite_mpi_plugin* g_plugin = nullptr;
 
 MpiAvailability probe(const Config& config) {
   MpiAvailability a;
-  a.path = config.mpi_plugin.empty() ? find_plugin() : config.mpi_plugin;
+  a.path = config.mpi_plugin;
   if (a.path.empty()) {
-    a.why_not = "this hvdlite was built without MPI: no mpicxx/mpicc was found when it was built (install an MPI "
-                "with its compiler wrappers, e.g. apt-get install libopenmpi-dev, then reinstall hvdlite)";
+    // The Python package compiles the plugin for this machine's MPI and names it here (hvdlite/common/mpi_plugin.py).
+    a.why_not = "no MPI plugin was given (HVDLITE_MPI_PLUGIN); hvdlite compiles one on first use where an MPI's "
+                "compiler wrapper mpicc is on PATH: apt-get install -y openmpi-bin libopenmpi-dev";
     return a;
   }
   a.built = true;
@@ -170,10 +144,17 @@ class MpiBackend : public Backend {
 
 }  // namespace
 
-const MpiAvailability& mpi_availability(const Config& config) {
-  static std::once_flag once;
+// Probed again when asked about another plugin path, until one has loaded: the plugin may be built after a first
+// question (hvd.nccl_built() before hvd.mpi_built()). A loaded plugin stays: MPI cannot be started twice.
+MpiAvailability mpi_availability(const Config& config) {
+  static std::mutex mutex;
   static MpiAvailability availability;
-  std::call_once(once, [&] { availability = probe(config); });
+  static bool probed = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!probed || (!availability.usable && availability.path != config.mpi_plugin)) {
+    availability = probe(config);
+    probed = true;
+  }
   return availability;
 }
 

@@ -9,8 +9,8 @@
 
 namespace hvdlite {
 
-// What this installation can say about MPI without starting it: whether the plugin was built (found beside the
-// core or at MPI_PLUGIN), whether it loads (its MPI library is found), and if not, why.
+// What this installation can say about MPI without starting it: whether a plugin was given (MPI_PLUGIN), whether
+// it loads (its MPI library is found), and if not, why.
 struct MpiAvailability {
   bool built = false;
   bool usable = false;
@@ -18,7 +18,7 @@ struct MpiAvailability {
   std::string why_not;          // "" when usable
   std::string library_version;  // the MPI library's version line, when usable
 };
-const MpiAvailability& mpi_availability(const Config& config);
+MpiAvailability mpi_availability(const Config& config);
 
 // Starts the MPI backend for the job: collective over every rank. comm_address: address of the MPI_Comm whose
 // ranks are hvdlite's (NULL: MPI_COMM_WORLD). Every rank learns whether every other rank could load the plugin
