@@ -36,7 +36,7 @@ def _load():
     # Before the core reads its configuration: CUDA and NCCL from pip wheels, for CUDA tensors (NCCL data plane).
     export_wheel_libraries()
     library = os.environ.get("HVDLITE_CORE_LIBRARY") or _find(
-        [os.path.join(_PACKAGE_DIR, "_hvdlite_core*.so")], "the core library (_hvdlite_core*.so)")
+        [os.path.join(_PACKAGE_DIR, "_hvdlite_core.so")], "the core library (_hvdlite_core.so)")
     header = _find([os.path.join(_PACKAGE_DIR, "hvdlite.h"), _REPO_HEADER], "hvdlite.h")
     ffi = cffi.FFI()
     ffi.cdef(_declarations(header))
