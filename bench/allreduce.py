@@ -16,11 +16,11 @@ busbw = algbw * 2(n-1)/n, with algbw = bytes / time. Every peer reduces float32 
 the hvdlite.torch API with a named tensor, as DistributedOptimizer does). A round's time is the median over
 iterations on rank 0, after a warm-up; the table gives the median and the worst of the rounds, and each ratio
 against hvdlite pairs the rounds (same turn) and reports their median and worst. The machine's slow periods hit
-one turn and not the next: before and after every run, a framework-free 2 MB ping-pong between two processes
-(bench/probes/pingpong.py) times its cross-core copies, and the report lists them and marks the runs that fell in a
-slow period (a probe 1.3x above the fastest), so a worst round can be told apart from a worse library
-(docs/benchmarks.md, the slow mode). A cache-line ping-pong (bench/probes/cacheline_pingpong.c, compiled once)
-beside it shows where the host ran the two vCPUs, which decides the small-message mode on a VM.
+one turn and not the next: before and after every run, a framework-free 2 MB ping-pong between two
+processes (bench/machine_state/pingpong.py) times its cross-core copies, and the report lists them and marks the
+runs that fell in a slow period (a probe 1.3x above the fastest), so a worst round can be told apart from a worse
+library (docs/benchmarks.md, the slow mode). A cache-line ping-pong (bench/machine_state/cacheline_pingpong.c,
+compiled once) beside it shows where the host ran the two vCPUs, which decides the small-message mode on a VM.
 """
 import argparse
 import hashlib
@@ -162,17 +162,17 @@ SLOW_PERIOD_FACTOR = 1.3
 
 def machine_probe():
     """Microseconds of one 2 MB ping-pong round trip between two processes (the machine's cross-core state)."""
-    out = subprocess.run([sys.executable, os.path.join(HERE, "probes", "pingpong.py")], capture_output=True,
+    out = subprocess.run([sys.executable, os.path.join(HERE, "machine_state", "pingpong.py")], capture_output=True,
                          text=True, timeout=120).stdout
     return float(out.split(":")[1].split("us")[0])
 
 
 def placement_probe():
-    """Nanoseconds of one cache-line round trip between two processes (bench/probes/cacheline_pingpong.c): on a VM
-    it tells where the host runs the two vCPUs right now (docs/benchmarks.md: about 48 ns when they share a
+    """Nanoseconds of one cache-line round trip between two processes (bench/machine_state/cacheline_pingpong.c):
+    on a VM it tells where the host runs the two vCPUs right now (docs/benchmarks.md: about 48 ns when they share a
     physical core, about 105 on two cores, about 480 farther apart), which decides the small-message mode.
     None when there is no C compiler. The probe is compiled once per source version, under ~/.cache/hvdlite."""
-    source = os.path.join(HERE, "probes", "cacheline_pingpong.c")
+    source = os.path.join(HERE, "machine_state", "cacheline_pingpong.c")
     with open(source, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
