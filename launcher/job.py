@@ -113,12 +113,13 @@ class BuiltinJob:
         if local:
             if self.settings.verbose:
                 report("rank %d on %s (local): %s" % (rank, host.name, shlex.join(self.command)))
-            return functools.partial(start_rank, rank, self.command, env, output_dir=output_dir)
+            return functools.partial(start_rank, rank, self.command, env, output_dir=output_dir,
+                                     size=len(self.assignment))
         if self.settings.verbose:
             report("rank %d on %s over ssh: %s <<< [environment and command]"
                    % (rank, host.name, shlex.join(ssh_command(host.name, self.ssh))))
         return functools.partial(start_remote_rank, rank, host.name, self.command, env, os.getcwd(),
-                                 self.ssh, self.environ, output_dir=output_dir)
+                                 self.ssh, self.environ, output_dir=output_dir, size=len(self.assignment))
 
     def run(self) -> JobOutcome:
         if self.server is None:

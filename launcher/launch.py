@@ -16,8 +16,9 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from hvdlite.runner import knob_flags
 from hvdlite.runner.hosts import parse_hostfile, parse_hosts
-from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, LOG_LEVELS, Settings
+from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, Settings
 from hvdlite.runner.ssh import SshOptions
 
 #: Exit code when the job could not be started as asked (bad hosts, no route, no mpirun...).
@@ -52,41 +53,28 @@ def build_parser() -> argparse.ArgumentParser:
                             "[user@]host, IPv6 addresses in brackets")
     hosts.add_argument("-hostfile", "--hostfile", default=None, metavar="FILE",
                        help="file with one host per line: 'host slots=N'")
-    parser.add_argument("--start-timeout", type=float, default=_default_start_timeout(), metavar="SECONDS",
+    parser.add_argument("--start-timeout", "--gloo-timeout-seconds", dest="start_timeout", type=float,
+                        default=_default_start_timeout(), metavar="SECONDS",
                         help="how long ranks wait for each other at init, and ssh for a connection "
                              "(default: $HVDLITE_START_TIMEOUT or %(default)s)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop the whole job after this many seconds and exit 124 (default: no limit)")
-    parser.add_argument("--network-interface", "--network-interfaces", dest="nics", default=None,
+    parser.add_argument("--network-interface", "--network-interfaces", dest="nics", action="append", default=[],
                         metavar="NICS",
-                        help="comma-separated interfaces to use between hosts (e.g. eth0); each rank "
+                        help="interfaces to use between hosts (e.g. eth0), comma-separated or repeated; each rank "
                              "advertises the address of the first one it has")
     parser.add_argument("--output-filename", default=None, metavar="DIR",
-                        help="also keep each rank's raw output (as it wrote it) in DIR/rank.<r>/stdout and stderr")
+                        help="also keep each rank's raw output (as it wrote it) in DIR/rank.<r>/stdout and stderr, "
+                             "<r> zero-padded to the width of the largest rank")
+    parser.add_argument("--disable-cache", action="store_true",
+                        help="run the launcher's checks of the hosts every time: hvdlite-run always does, as "
+                             "horovodrun does with this flag (hvdlite keeps no such cache)")
     parser.add_argument("--verbose", action="store_true",
                         help="say what the launcher does: rendezvous address, where each rank runs, ssh")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None,
-                        help="log level of the ranks (HVDLITE_LOG_LEVEL); info shows each rank's bootstrap")
     parser.add_argument("-cb", "--check-build", action="store_true",
                         help="show which frameworks and backends this installation has, and exit")
 
-    tuning = parser.add_argument_group("tuning (passed to every rank as HVDLITE_* variables)")
-    tuning.add_argument("--fusion-threshold-mb", type=float, default=None, metavar="MB",
-                        help="fuse allreduces up to this many MiB (HVDLITE_FUSION_THRESHOLD; default 64)")
-    tuning.add_argument("--cycle-time-ms", type=float, default=None, metavar="MS",
-                        help="background cycle period in ms (HVDLITE_CYCLE_TIME; default 1)")
-    tuning.add_argument("--cache-capacity", type=int, default=None, metavar="N",
-                        help="response cache entries (HVDLITE_CACHE_CAPACITY; default 1024)")
-    tuning.add_argument("--disable-cache", action="store_true", help="same as --cache-capacity 0")
-    hierarchy = tuning.add_mutually_exclusive_group()
-    hierarchy.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
-                           const=True, default=None,
-                           help="always reduce in two tiers (in each host, then across hosts) when ranks span hosts "
-                                "(HVDLITE_HIERARCHICAL_ALLREDUCE=1; default: the cost model chooses per size)")
-    hierarchy.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
-                           const=False, help="always use the flat algorithms (HVDLITE_HIERARCHICAL_ALLREDUCE=0)")
-    tuning.add_argument("--timeline-filename", default=None, metavar="FILE",
-                        help="write a Chrome-trace timeline to FILE on rank 0 (HVDLITE_TIMELINE)")
+    knob_flags.add_to_parser(parser)
 
     ssh = parser.add_argument_group("ssh (remote hosts)")
     ssh.add_argument("-p", "--ssh-port", type=int, default=None, help="ssh port on every remote host")
@@ -107,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     elastic.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
                          help="program printing the usable hosts, one 'host' or 'host:slots' per line; "
                               "turns on elastic mode")
-    elastic.add_argument("--min-np", type=int, default=None, metavar="N",
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None, metavar="N",
                          help="the job stops when fewer workers than this can continue (default: -np)")
-    elastic.add_argument("--max-np", type=int, default=None, metavar="N",
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None, metavar="N",
                          help="never more workers than this (default: -np)")
-    elastic.add_argument("--slots-per-host", type=int, default=1, metavar="N",
+    elastic.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=1, metavar="N",
                          help="slots of a host the discovery script prints without ':slots' (default: 1)")
     elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
                          help="a host whose worker failed may be used again after a time drawn from "
@@ -134,12 +122,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         hosts = parse_hostfile(args.hostfile)
     settings = Settings(
         np=args.np, hosts=hosts, start_timeout=args.start_timeout, timeout=args.timeout,
-        network_interfaces=[nic.strip() for nic in (args.nics or "").split(",") if nic.strip()],
-        output_filename=args.output_filename, verbose=args.verbose, log_level=args.log_level,
-        fusion_threshold_mb=args.fusion_threshold_mb, cycle_time_ms=args.cycle_time_ms,
-        hierarchical_allreduce=args.hierarchical_allreduce,
-        cache_capacity=0 if args.disable_cache else args.cache_capacity,
-        timeline_filename=args.timeline_filename,
+        network_interfaces=[nic.strip() for value in args.nics for nic in value.split(",") if nic.strip()],
+        output_filename=args.output_filename, verbose=args.verbose, knobs=knob_flags.knob_values(args),
         ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,
                        config_file=args.ssh_config_file, options=list(args.ssh_option)),
         mpi_args=shlex.split(args.mpi_args))

@@ -254,15 +254,24 @@ def exit_code_from_returncode(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def rank_output_folder(output_dir: str, rank: int, size: Optional[int]) -> str:
+    """``output_dir/rank.<rank>``, the rank zero-padded to the width of the job's largest rank as horovodrun
+    pads it (rank.03 of 12), so the folders sort in rank order."""
+    width = len(str(size - 1)) if size and size > 1 else 1
+    return os.path.join(output_dir, "rank.%0*d" % (width, rank))
+
+
 def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
                output_dir: Optional[str] = None,
                cwd: Optional[str] = None,
                stdin_data: Optional[bytes] = None,
-               process_class: type = RankProcess) -> RankProcess:
+               process_class: type = RankProcess,
+               size: Optional[int] = None) -> RankProcess:
     """Start one rank in its own session and begin forwarding its output.
 
     With ``output_dir`` the rank's raw output is also written to
-    ``output_dir/rank.<rank>/stdout`` and ``.../stderr``.  With
+    ``output_dir/rank.<rank>/stdout`` and ``.../stderr`` (see :func:`rank_output_folder`; ``size`` is the
+    job's number of ranks).  With
     ``stdin_data`` the rank's stdin is a pipe that gets these bytes and then
     stays open (the remote starter uses it as a lifeline); otherwise stdin is
     ``/dev/null``.  ``process_class`` (a :class:`RankProcess` subclass) wraps
@@ -270,7 +279,7 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
     """
     log_dir = None
     if output_dir is not None:
-        log_dir = os.path.join(output_dir, "rank.%d" % rank)
+        log_dir = rank_output_folder(output_dir, rank, size)
         os.makedirs(log_dir, exist_ok=True)
     popen = subprocess.Popen(
         list(command), env=dict(env), cwd=cwd,
@@ -494,7 +503,7 @@ def launch(command: List[str], np: int,
                 build_rank_env(info, rendezvous_addr=addr,
                                rendezvous_port=port, secret=secret,
                                job_id=job_id, base_env=env),
-                output_dir=output_filename)
+                output_dir=output_filename, size=len(topology))
             for info in topology]
         return run_ranks(starters, timeout).code
     finally:

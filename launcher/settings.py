@@ -11,7 +11,6 @@ from hvdlite.runner.hosts import HostSlots
 from hvdlite.runner.ssh import SshOptions
 
 DEFAULT_START_TIMEOUT = 60.0
-LOG_LEVELS = ("trace", "debug", "info", "warning", "error")
 
 
 @dataclasses.dataclass
@@ -22,12 +21,7 @@ class Settings:
     network_interfaces: List[str] = dataclasses.field(default_factory=list)
     output_filename: Optional[str] = None
     verbose: bool = False
-    log_level: Optional[str] = None
-    fusion_threshold_mb: Optional[float] = None
-    cycle_time_ms: Optional[float] = None
-    cache_capacity: Optional[int] = None
-    hierarchical_allreduce: Optional[bool] = None  # None: the cost model chooses
-    timeline_filename: Optional[str] = None
+    knobs: Dict[str, str] = dataclasses.field(default_factory=dict)  # HVDLITE_* values of the tuning flags
     ssh: SshOptions = dataclasses.field(default_factory=SshOptions)
     timeout: Optional[float] = None          # stop the whole job after this many seconds
     mpi_args: List[str] = dataclasses.field(default_factory=list)
@@ -42,18 +36,7 @@ class Settings:
     def knob_env(self) -> Dict[str, str]:
         """The ``HVDLITE_*`` variables that carry the tuning flags (read by the core at init)."""
         env = {"HVDLITE_START_TIMEOUT": _number(self.start_timeout)}
-        if self.fusion_threshold_mb is not None:
-            env["HVDLITE_FUSION_THRESHOLD"] = str(int(self.fusion_threshold_mb * 1024 * 1024))
-        if self.cycle_time_ms is not None:
-            env["HVDLITE_CYCLE_TIME"] = _number(self.cycle_time_ms)
-        if self.cache_capacity is not None:
-            env["HVDLITE_CACHE_CAPACITY"] = str(int(self.cache_capacity))
-        if self.hierarchical_allreduce is not None:
-            env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = "1" if self.hierarchical_allreduce else "0"
-        if self.timeline_filename:
-            env["HVDLITE_TIMELINE"] = self.timeline_filename
-        if self.log_level:
-            env["HVDLITE_LOG_LEVEL"] = self.log_level
+        env.update(self.knobs)
         if self.network_interfaces:
             env["HVDLITE_NETWORK_INTERFACE"] = ",".join(self.network_interfaces)
         return env
@@ -67,14 +50,6 @@ class Settings:
             raise ValueError("--start-timeout must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
-        if self.log_level is not None and self.log_level not in LOG_LEVELS:
-            raise ValueError("--log-level must be one of %s" % ", ".join(LOG_LEVELS))
-        if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
-            raise ValueError("--fusion-threshold-mb must not be negative")
-        if self.cycle_time_ms is not None and self.cycle_time_ms <= 0:
-            raise ValueError("--cycle-time-ms must be positive")
-        if self.cache_capacity is not None and self.cache_capacity < 0:
-            raise ValueError("--cache-capacity must not be negative")
 
 
 def _number(value: float) -> str:

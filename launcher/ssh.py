@@ -152,10 +152,10 @@ class RemoteRankProcess(RankProcess):
 
 def start_remote_rank(rank: int, host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
                       options: SshOptions, ssh_env: Mapping[str, str],
-                      output_dir: Optional[str] = None) -> RemoteRankProcess:
+                      output_dir: Optional[str] = None, size: Optional[int] = None) -> RemoteRankProcess:
     """Starts ``command`` as ``rank`` on ``host`` with environment ``env`` (exactly these variables on top of
     what sshd gives the login). ``ssh_env`` is the ssh client's own environment."""
-    process = start_rank(rank, ssh_command(host, options), ssh_env, output_dir=output_dir,
+    process = start_rank(rank, ssh_command(host, options), ssh_env, output_dir=output_dir, size=size,
                          stdin_data=remote_script(env, cwd, command), process_class=RemoteRankProcess)
     process.host = host
     return process

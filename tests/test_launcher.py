@@ -5,6 +5,7 @@ Multi-host jobs over ssh are in test_multihost.py, attacks on a running job in t
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
@@ -233,3 +234,77 @@ def test_hvdlite_package_stays_light():
             "run = hvdlite.run; print(before, run.__module__, 'torch' in sys.modules)")
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30, env=job_env())
     assert out.stdout.split() == ["[]", "hvdlite.runner.api", "False"], out.stderr
+
+
+KNOB_JOB = """
+    from hvdlite.common import basics
+    basics.init()
+    info = dict(item.split("=", 1) for item in basics.build_info().split(";") if "=" in item)
+    names = %r
+    print("KNOBS", basics.rank(), " ".join("%%s=%%s" %% (n, info[n]) for n in names), flush=True)
+    basics.shutdown()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path):
+    """What each rank's core read at init (its build_info), for horovodrun's tuning flags given together."""
+    names = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLGATHER",
+             "AUTOTUNE", "AUTOTUNE_LOG", "AUTOTUNE_WARMUP_WINDOWS", "TIMELINE_MARK_CYCLES", "STALL_CHECK_TIME_SECONDS",
+             "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "LOG_HIDE_TIME", "SHM_DISABLE", "CMA_DISABLE", "START_TIMEOUT",
+             "shm_peers", "tcp_peers"]
+    script = write_script(tmp_path, KNOB_JOB % names)
+    tune_log = str(tmp_path / "tune.csv")
+    flags = ["--fusion-threshold-mb", "2", "--cycle-time-ms", "2.5", "--cache-capacity", "7",
+             "--no-hierarchical-allreduce", "--hierarchical-allgather", "--autotune", "--autotune-log-file", tune_log,
+             "--autotune-warmup-samples", "2", "--timeline-mark-cycles", "--stall-check-warning-time-seconds", "7",
+             "--stall-check-shutdown-time-seconds", "9", "--log-level", "ERROR", "--log-without-timestamp", "--tcp",
+             "--gloo-timeout-seconds", "33"]
+    result = run_launcher(["-np", "2", *flags, PY, script], timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = ("FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 CACHE_CAPACITY=7 HIERARCHICAL_ALLREDUCE=0 "
+                "HIERARCHICAL_ALLGATHER=1 AUTOTUNE=1 AUTOTUNE_LOG=%s AUTOTUNE_WARMUP_WINDOWS=2 TIMELINE_MARK_CYCLES=1 "
+                "STALL_CHECK_TIME_SECONDS=7 STALL_SHUTDOWN_TIME_SECONDS=9 LOG_LEVEL=error LOG_HIDE_TIME=1 "
+                "SHM_DISABLE=1 CMA_DISABLE=1 START_TIMEOUT=33 shm_peers=0 tcp_peers=1" % tune_log)
+    for rank in range(2):
+        assert "[%d]<stdout>: KNOBS %d %s" % (rank, rank, expected) in result.stdout.splitlines(), result.stdout
+
+    stalls = run_launcher(["-np", "2", "--stall-check-warning-time-seconds", "7", "--no-stall-check", PY, script],
+                          timeout=60)
+    assert stalls.returncode == 0, stalls.stdout + stalls.stderr
+    assert "STALL_CHECK_TIME_SECONDS=0 STALL_SHUTDOWN_TIME_SECONDS=0" in stalls.stdout, stalls.stdout
+
+
+@pytest.mark.timeout(120)
+def test_log_lines_carry_time_level_and_rank_and_take_either_case(tmp_path):
+    """Horovod's layout and level names: the bootstrap's lines (Python) and the core's, with and without the
+    time; HOROVOD_LOG_LEVEL in capitals is obeyed, an unknown level is named."""
+    script = write_script(tmp_path, KNOB_JOB % ["LOG_LEVEL"])
+    timed = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: I hvdlite rank (\d)\] ")
+    # A fresh algorithm cache: the core measures the machine and logs its INFO lines.
+    env = {"HOROVOD_LOG_LEVEL": "INFO", "HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path / "algorithms")}
+    result = run_launcher(["-np", "2", PY, script], timeout=90, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.split(": ", 1)[1] for line in result.stderr.splitlines() if "<stderr>: [" in line]
+    bootstrap = [line for line in lines if timed.match(line) and "data-plane listener at" in line]
+    core = [line for line in lines if timed.match(line) and "allreduce algorithms measured" in line]
+    assert {timed.match(line).group(1) for line in bootstrap} == {"0", "1"}, lines
+    assert core, lines
+    hidden = run_launcher(["-np", "2", "--log-level", "Info", "--log-without-timestamp", PY, script], timeout=60)
+    assert hidden.returncode == 0, hidden.stdout + hidden.stderr
+    assert "[0]<stderr>: [I hvdlite rank 0] data-plane listener at" in hidden.stderr, hidden.stderr
+    unknown = run_launcher(["-np", "1", PY, script], timeout=60, env={"HOROVOD_LOG_LEVEL": "loud"})
+    assert unknown.returncode == 0, unknown.stdout + unknown.stderr
+    assert ("W hvdlite rank 0] HVDLITE_LOG_LEVEL (or HOROVOD_LOG_LEVEL) is 'loud'; it takes TRACE, DEBUG, INFO, "
+            "WARNING, ERROR or FATAL: logging at WARNING") in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.timeout(90)
+def test_output_folders_sort_in_rank_order(tmp_path):
+    logs = tmp_path / "logs"
+    script = write_script(tmp_path, "import os\nprint('rank', os.environ['HVDLITE_RANK'])\n")
+    result = run_launcher(["-np", "11", "--output-filename", str(logs), PY, script], timeout=80)
+    assert result.returncode == 0, result.stdout + result.stderr
+    folders = sorted(os.listdir(logs))
+    assert folders == ["rank.%02d" % r for r in range(11)], folders
+    assert [(logs / f / "stdout").read_text() for f in folders] == ["rank %d\n" % r for r in range(11)]

@@ -49,21 +49,60 @@ def test_assign_ranks_fills_hosts_in_order():
         assign_ranks(hosts, 5)
 
 
-def test_knob_environment():
-    settings = Settings(np=2, fusion_threshold_mb=0.5, cycle_time_ms=2, cache_capacity=0, timeline_filename="t",
-                        log_level="info", network_interfaces=["eth0", "ib0"], start_timeout=12.5)
-    assert settings.knob_env() == {
-        "HVDLITE_START_TIMEOUT": "12.5", "HVDLITE_FUSION_THRESHOLD": "524288", "HVDLITE_CYCLE_TIME": "2",
-        "HVDLITE_CACHE_CAPACITY": "0", "HVDLITE_TIMELINE": "t", "HVDLITE_LOG_LEVEL": "info",
-        "HVDLITE_NETWORK_INTERFACE": "eth0,ib0"}
+def _settings(*flags):
     from hvdlite.runner.launch import build_parser, settings_from_args
-    for flag, value in (("--hierarchical-allreduce", "1"), ("--no-hierarchical-allreduce", "0")):
-        args = build_parser().parse_args(["-np", "2", flag, "python", "t.py"])
-        assert settings_from_args(args).knob_env()["HVDLITE_HIERARCHICAL_ALLREDUCE"] == value
-    args = build_parser().parse_args(["-np", "2", "python", "t.py"])
-    assert "HVDLITE_HIERARCHICAL_ALLREDUCE" not in settings_from_args(args).knob_env()  # the model chooses
-    with pytest.raises(ValueError, match="--cycle-time-ms"):
-        Settings(np=1, cycle_time_ms=0).validate()
+
+    return settings_from_args(build_parser().parse_args(["-np", "2", *flags, "python", "t.py"]))
+
+
+# An argument for each knob flag that takes one, and the value its variables must get.
+KNOB_ARGUMENTS = {"--fusion-threshold-mb": ("0.5", "524288"), "--cycle-time-ms": ("2.5", "2.5"),
+                  "--cache-capacity": ("0", "0"), "--autotune-log-file": ("tune.csv", "tune.csv"),
+                  "--autotune-warmup-samples": ("3", "3"), "--timeline-filename": ("t.json", "t.json"),
+                  "--stall-check-warning-time-seconds": ("7", "7"),
+                  "--stall-check-shutdown-time-seconds": ("9", "9"), "--log-level": ("DEBUG", "debug")}
+
+
+def test_every_knob_flag_sets_its_variables():
+    """Read from the one table: each flag, alone, gives every rank exactly its variables."""
+    from hvdlite.runner.knob_flags import KNOB_FLAGS
+
+    assert {flag for knob in KNOB_FLAGS if knob.convert for flag in knob.flags} == set(KNOB_ARGUMENTS)
+    for knob in KNOB_FLAGS:
+        for flag in knob.flags:
+            argument, expected = KNOB_ARGUMENTS[flag] if knob.convert else ((), knob.constant)
+            env = _settings(flag, *([argument] if argument else [])).knob_env()
+            assert env == {"HVDLITE_START_TIMEOUT": "60", **{"HVDLITE_" + v: expected for v in knob.variables}}, flag
+
+
+def test_knob_flags_last_one_wins_and_defaults_stay_unset():
+    assert _settings("--hierarchical-allreduce", "--no-hierarchical-allreduce").knobs == {
+        "HVDLITE_HIERARCHICAL_ALLREDUCE": "0"}
+    assert _settings().knob_env() == {"HVDLITE_START_TIMEOUT": "60"}  # the model chooses, the core's defaults
+    assert _settings("--gloo-timeout-seconds", "12.5").knob_env() == {"HVDLITE_START_TIMEOUT": "12.5"}
+    settings = _settings("--network-interface", "eth0", "--network-interfaces", "ib0,eth1")
+    assert settings.knob_env()["HVDLITE_NETWORK_INTERFACE"] == "eth0,ib0,eth1"
+    # horovodrun's --disable-cache turns off its cache of host checks, which hvdlite-run does not keep: the
+    # tensor response cache is left alone
+    assert _settings("--disable-cache").knob_env() == {"HVDLITE_START_TIMEOUT": "60"}
+
+
+@pytest.mark.parametrize("flag,value", [("--cycle-time-ms", "0"), ("--fusion-threshold-mb", "-1"),
+                                        ("--cache-capacity", "1.5"), ("--log-level", "LOUD")])
+def test_bad_knob_values_are_refused_naming_the_flag(flag, value, capsys):
+    with pytest.raises(SystemExit):
+        _settings(flag, value)
+    assert flag in capsys.readouterr().err
+
+
+def test_horovodrun_flags_that_cannot_apply_fail_saying_why(capsys):
+    from hvdlite.runner.knob_flags import UNSUPPORTED_FLAGS
+
+    for flag, why in UNSUPPORTED_FLAGS.items():
+        for extra in ([], ["2"]):
+            with pytest.raises(SystemExit):
+                _settings(flag, *extra)
+            assert "%s is not supported: %s" % (flag, why) in capsys.readouterr().err
 
 
 def test_propagated_environment_drops_login_specific_variables():
@@ -132,7 +171,7 @@ def test_mpirun_moves_tensors_through_mpi_unless_told_otherwise():
 
 def test_mpirun_command_for_open_mpi_and_mpich():
     settings = Settings(np=4, hosts=parse_hosts("a:2,b:2"), network_interfaces=["eth0"], output_filename="out",
-                        ssh=SshOptions(port=2222), mpi_args=["--mca", "x", "y"], cycle_time_ms=3)
+                        ssh=SshOptions(port=2222), mpi_args=["--mca", "x", "y"], knobs={"HVDLITE_CYCLE_TIME": "3"})
     # Started from inside another job's rank: that job's placement must not reach the MPI ranks.
     env = mpi_run.rank_environment(settings, {"PATH": "/bin", "HVDLITE_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
                                               "HOME": "/root", "HOROVOD_RANK": "1", "HOROVOD_HOSTNAME": "a",
@@ -210,3 +249,18 @@ def test_advertise_address():
     # MPI, every rank on this host: nothing to route to.
     assert advertise(bootstrap.Placement(size=2, hostname="h", peer_hosts=["h", "h"], method="mpi"), {}) == \
         "127.0.0.1"
+
+
+def test_output_folders_are_zero_padded_as_horovodrun_pads_them():
+    from hvdlite.runner.local import rank_output_folder
+
+    assert [rank_output_folder("d", rank, size) for rank, size in ((0, 1), (9, 10), (3, 12), (10, 11), (5, 101))] == [
+        "d/rank.0", "d/rank.9", "d/rank.03", "d/rank.10", "d/rank.005"]
+
+
+def test_horovodrun_elastic_flag_names_are_accepted():
+    from hvdlite.runner.launch import build_parser
+
+    args = build_parser().parse_args(["-np", "2", "--min-num-proc", "1", "--max-num-proc", "3", "--slots", "2",
+                                      "--host-discovery-script", "discover.sh", "python", "t.py"])
+    assert (args.min_np, args.max_np, args.slots_per_host) == (1, 3, 2)

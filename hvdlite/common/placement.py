@@ -6,9 +6,10 @@ imports none of them.
 import dataclasses
 import os
 import sys
+import time
 from typing import Any, List, Mapping, Optional
 
-_LOG_LEVELS = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "error": 4}
+_LOG_LEVELS = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "warn": 3, "error": 4, "fatal": 5}
 
 
 @dataclasses.dataclass
@@ -37,9 +38,16 @@ def env_value(env: Mapping[str, str], name: str, default: Optional[str] = None) 
 
 
 def log(level: str, message: str, rank: Optional[int] = None, environ: Optional[Mapping[str, str]] = None) -> None:
-    """Bootstrap messages, shown like the core's logs and filtered by the same HVDLITE_LOG_LEVEL."""
+    """Bootstrap messages, in the core's layout (Horovod's: time, level letter, rank) and filtered by the same
+    HVDLITE_LOG_LEVEL, in either case; HVDLITE_LOG_HIDE_TIME leaves the time out."""
     env = os.environ if environ is None else environ
     threshold = _LOG_LEVELS.get((env_value(env, "LOG_LEVEL") or "warning").lower(), _LOG_LEVELS["warning"])
-    if _LOG_LEVELS[level] >= threshold:
-        print("[hvdlite %s rank %s] %s" % (level.upper(), "?" if rank is None else rank, message),
-              file=sys.stderr, flush=True)
+    if _LOG_LEVELS[level] < threshold:
+        return
+    where = "%s hvdlite rank %s" % (level[0].upper(), "?" if rank is None else rank)
+    if (env_value(env, "LOG_HIDE_TIME") or "0").lower() not in ("0", "false", "no", "off"):
+        print("[%s] %s" % (where, message), file=sys.stderr, flush=True)
+    else:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        print("[%s.%06d: %s] %s" % (stamp, int(now % 1 * 1e6), where, message), file=sys.stderr, flush=True)

@@ -117,7 +117,7 @@ HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
       return fail(StatusCode::kInvalidArgument, "multi-rank init needs hvdlite_listener_open and peer addresses");
     }
     Config config = Config::FromEnvironment();
-    log_configure(config.log_level, init->rank);
+    log_configure(config.log_level, init->rank, config.log_hide_time);
     int fd = g_listen_fd;
     g_listen_fd = -1;  // the mesh owns (and closes) it from here
     g_runtime = std::make_shared<Runtime>(config, *init, fd, g_handles);

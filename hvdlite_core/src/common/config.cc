@@ -135,6 +135,7 @@ const std::vector<Knob>& knobs() {
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
       {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
        [](const Config& c) { return c.log_level; }},
+      bool_knob("LOG_HIDE_TIME", &Config::log_hide_time),
       {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },
        [](const Config& c) { return c.timeline; }},
       bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles),
@@ -160,6 +161,10 @@ Config Config::FromEnvironment() {
   }
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   config.adaptive_allreduce_bytes_set = lookup("ADAPTIVE_ALLREDUCE_BYTES") != nullptr;
+  // Horovod's switch for both stall checks (hvdlite-run --no-stall-check); 0 seconds turns each off.
+  if (const char* text = lookup("STALL_CHECK_DISABLE")) {
+    if (parse_bool(text)) config.stall_warning_seconds = config.stall_shutdown_seconds = 0;
+  }
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;

@@ -73,7 +73,8 @@ struct Config {
   int64_t autotune_window_bytes = 128 << 20;  // AUTOTUNE_WINDOW_BYTES: allreduced bytes per measured window
   int64_t autotune_warmup_windows = 2;        // AUTOTUNE_WARMUP_WINDOWS: windows measured before the search
   std::string autotune_log;                   // AUTOTUNE_LOG: CSV of every window's score, written by rank 0
-  std::string log_level = "warning";          // LOG_LEVEL: trace, debug, info, warning, error
+  std::string log_level = "warning";          // LOG_LEVEL: TRACE, DEBUG, INFO, WARNING, ERROR, FATAL (any case)
+  bool log_hide_time = false;                 // LOG_HIDE_TIME: log lines without their time
   std::string timeline;                       // TIMELINE: Chrome-trace file written by rank 0 ("": off)
   bool timeline_mark_cycles = false;          // TIMELINE_MARK_CYCLES: mark each cycle that ran collectives
 
