@@ -148,3 +148,11 @@ def test_scaling_matches_horovods_rule(np):
     """prescale/postscale and integer Average, for every dtype, against a torch model of Horovod's rule."""
     result = run_job(job_source("scaling.py"), np=np, timeout=120)
     assert_job_ok(result, np, min_count=280)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("np", [2, 3])
+def test_horovod_semantics(np):
+    """join with cached names and after a failed step, alltoall's splits dtype, _parameter_names, None inputs."""
+    result = run_job(job_source("horovod_semantics.py"), np=np, timeout=120)
+    assert_job_ok(result, np, min_count=12 * np + 6)

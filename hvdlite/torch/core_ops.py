@@ -6,8 +6,9 @@ with the current stream of their device, which the core waits on without blockin
 The layer below the differentiable Functions (autograd.py), which build on these; mpi_ops.py, above both,
 holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
 """
+import numbers
 import warnings
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -69,6 +70,9 @@ def _resolve_op(op, average) -> int:
 
 
 def _differentiable(*tensors) -> bool:
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):  # e.g. the .grad of a parameter before any backward pass
+            raise TypeError(f"hvdlite.torch collectives take torch.Tensor inputs, got {type(t).__name__}")
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
@@ -350,6 +354,22 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                         keep_alive=[s for _, s in pairs])
 
 
+def _split_counts(splits, name) -> List[int]:
+    """alltoall's splits as Python ints; a float or other non-integer dtype is refused as Horovod refuses it,
+    rather than silently truncated."""
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise InvalidArgumentError(f"alltoall of {_describe(name)}: splits must be an integer tensor "
+                             f"(torch.int32 as in Horovod), got {splits.dtype}")
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    counts = list(splits)
+    bad = [s for s in counts if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
+    if bad:
+        raise InvalidArgumentError(f"alltoall of {_describe(name)}: splits must be integers, got "
+                         f"{type(bad[0]).__name__} {bad[0]!r}")
+    return [int(s) for s in counts]
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
     """synchronize() on the handle returns (output, received_splits) whether or not splits were given, as in
     Horovod; received_splits has splits' dtype when splits is a tensor, else int32."""
@@ -357,7 +377,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     code = _dtype_code(source, name)
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     if splits is not None:
-        splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        splits = _split_counts(splits, name)
     device, stream = _placement(source, name)
     h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
                     process_set_id=_process_set_id(process_set), splits=splits, device=device, stream=stream)

@@ -89,6 +89,8 @@ class _DistributedOptimizer:
             # Positions are identical on every rank for the same model, so these names repeat step after step
             # and the response cache applies.
             self._hvd_names = {id(p): f"allreduce.param.{i}" for i, p in enumerate(params)}
+        # Horovod's optimizer exposes this mapping (parameter to name); user code and Horovod's tests read it.
+        self._parameter_names = {p: self._hvd_names[id(p)][len("allreduce."):] for p in params}
         self._hvd_compression = Compression.none if compression is None else compression
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
