@@ -114,7 +114,7 @@ setup(
     ext_modules=[core],
     cmdclass={"build_ext": BuildCore, "bdist_wheel": PlatformWheel},
     python_requires=">=3.9",
-    install_requires=["cffi>=1.15", "cloudpickle>=2.0", "numpy>=1.26"],
+    install_requires=["cffi>=1.15", "cloudpickle>=2.0", "numpy>=1.26", "PyYAML>=5.1"],
     extras_require={
         "torch": TORCH,
         "pytorch": TORCH,

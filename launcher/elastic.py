@@ -13,8 +13,9 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
 - A round is formed as soon as every live worker has asked to join it. Once a member of the current round has
   asked (its round ended), the others have ``ROUND_SETTLE_SECONDS``; those that have not asked by then (stopped,
   hung) are stopped and left out. Workers that only joined wait, without a limit, for the members' next commit.
-- Fewer than ``--min-np`` workers willing to continue, and none coming within ``--start-timeout``: the job fails
-  with that message. Every worker exiting 0 ends the job with 0.
+- Fewer than ``--min-np`` workers willing to continue, and none coming within ``--elastic-timeout`` (by default
+  ``--start-timeout``): the job fails with that message. A job that would re-form more often than
+  ``--reset-limit`` allows fails instead. Every worker exiting 0 ends the job with 0.
 
 Ranks are numbered host by host (co-located ranks share memory). Rank 0 always goes to a worker of the previous
 round (the lowest surviving rank), because ``state.sync()`` broadcasts from rank 0.
@@ -53,12 +54,18 @@ class ElasticSettings:
     discovery_interval: float = 1.0
     cooldown_range: Optional[Tuple[float, float]] = None  # None: a failed host stays blacklisted
     slots_per_host: int = 1  # for discovery lines that name a host without ":slots"
+    elastic_timeout: Optional[float] = None  # the wait for --min-np workers; None: the start timeout
+    reset_limit: Optional[int] = None  # how many times the job may re-form; None: no limit
 
     def validate(self, np: int) -> None:
         if not 1 <= self.min_np <= np <= self.max_np:
             raise ValueError(f"need 1 <= --min-np ({self.min_np}) <= -np ({np}) <= --max-np ({self.max_np})")
         if self.cooldown_range is not None and not 0 <= self.cooldown_range[0] <= self.cooldown_range[1]:
             raise ValueError(f"--blacklist-cooldown-range {self.cooldown_range}: need 0 <= low <= high")
+        if self.elastic_timeout is not None and self.elastic_timeout <= 0:
+            raise ValueError(f"--elastic-timeout {self.elastic_timeout:g}: need a positive number of seconds")
+        if self.reset_limit is not None and self.reset_limit < 0:
+            raise ValueError(f"--reset-limit {self.reset_limit}: need 0 or more")
 
 
 def discover_hosts(script: str, slots_per_host: int, timeout: float = 30.0) -> List[HostSlots]:
@@ -276,14 +283,22 @@ class ElasticDriver:
                 continue
             if len(ready) < self.elastic.min_np:
                 short_since = short_since or now
-                if now - short_since > self.settings.start_timeout:
+                wait_limit, flag = ((self.settings.start_timeout, "--start-timeout")
+                                    if self.elastic.elastic_timeout is None
+                                    else (self.elastic.elastic_timeout, "--elastic-timeout"))
+                if now - short_since > wait_limit:
                     report(f"only {len(ready)} worker(s) can continue, fewer than --min-np {self.elastic.min_np}, "
-                           f"and no more came within {self.settings.start_timeout:g} s; stopping the job")
+                           f"and no more came within {wait_limit:g} s ({flag}); stopping the job")
                     return JobOutcome(self.failure[1] if self.failure else 1,
                                       self.failure[0].index if self.failure else None)
                 time.sleep(_POLL_INTERVAL)
                 continue
             short_since = None
+            if self.round >= 0 and self.elastic.reset_limit is not None and target > self.elastic.reset_limit:
+                report(f"the job has re-formed {target - 1} time(s) and --reset-limit is "
+                       f"{self.elastic.reset_limit}; stopping it instead of re-forming it again")
+                return JobOutcome(self.failure[1] if self.failure else 1,
+                                  self.failure[0].index if self.failure else None)
             for worker in live:
                 if worker not in ready:
                     report(f"worker {worker.worker_id} on {worker.host} did not ask to join round {target} within "

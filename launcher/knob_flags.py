@@ -124,7 +124,6 @@ UNSUPPORTED_FLAGS: Dict[str, str] = {
     "--num-nccl-streams": "hvdlite's NCCL data plane has no setting for its number of streams",
     "--thread-affinity": "hvdlite does not pin its background thread to a core",
     "--jsrun": "IBM's jsrun (LSF) is not supported; use --mpi, or the built-in launcher with -H or --hostfile",
-    "--config-file": "hvdlite-run does not read a YAML configuration yet; give the settings as flags",
 }
 
 

@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-filename", default=None, metavar="DIR",
                         help="also keep each rank's raw output (as it wrote it) in DIR/rank.<r>/stdout and stderr, "
                              "<r> zero-padded to the width of the largest rank")
+    parser.add_argument("--config-file", default=None, metavar="FILE",
+                        help="horovodrun's YAML of tuning settings (params, autotune, timeline, stall_check, "
+                             "library_options, logging, controller); flags on the command line win over it")
+    parser.add_argument("--prefix-output-with-timestamp", action="store_true",
+                        help="start each line of the ranks' output with the time it was printed")
     parser.add_argument("--disable-cache", action="store_true",
                         help="run the launcher's checks of the hosts every time: hvdlite-run always does, as "
                              "horovodrun does with this flag (hvdlite keeps no such cache)")
@@ -89,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     exclusive.add_argument("--gloo", "--builtin", dest="builtin", action="store_true",
                            help="built-in launcher: rendezvous service, local processes and ssh (default)")
     mode.add_argument("--mpi-args", default="", metavar="ARGS", help="extra arguments for mpirun (with --mpi)")
+    mode.add_argument("--binding-args", default="", metavar="ARGS",
+                      help="mpirun's process binding (with --mpi), instead of Open MPI's '--bind-to none --map-by "
+                           "slot' (which leaves the background thread free of the compute threads' core)")
 
     elastic = parser.add_argument_group(
         "elastic training", "workers may be lost or added while the job runs (hvd.elastic in the script)")
@@ -106,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
                               "[LOW, HIGH] seconds (default: never)")
     elastic.add_argument("--discovery-interval", type=float, default=1.0, metavar="SECONDS",
                          help="how often the discovery script runs (default: %(default)s)")
+    elastic.add_argument("--elastic-timeout", type=float, default=None, metavar="SECONDS",
+                         help="how long the job waits for --min-np workers after it lost some, and how long a "
+                              "worker waits to be placed in a round (HVDLITE_ELASTIC_TIMEOUT; default: "
+                              "--start-timeout for the job, 600 s for a worker)")
+    elastic.add_argument("--reset-limit", type=int, default=None, metavar="N",
+                         help="stop the job rather than re-form it an (N+1)th time (default: no limit)")
 
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
     return parser
@@ -123,12 +137,20 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     settings = Settings(
         np=args.np, hosts=hosts, start_timeout=args.start_timeout, timeout=args.timeout,
         network_interfaces=[nic.strip() for value in args.nics for nic in value.split(",") if nic.strip()],
-        output_filename=args.output_filename, verbose=args.verbose, knobs=knob_flags.knob_values(args),
+        output_filename=args.output_filename, verbose=args.verbose, knobs=_knobs(args),
         ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,
                        config_file=args.ssh_config_file, options=list(args.ssh_option)),
-        mpi_args=shlex.split(args.mpi_args))
+        mpi_args=shlex.split(args.mpi_args), binding_args=shlex.split(args.binding_args),
+        prefix_timestamps=args.prefix_output_with_timestamp)
     settings.validate()
     return settings
+
+
+def _knobs(args: argparse.Namespace) -> dict:
+    knobs = knob_flags.knob_values(args)
+    if getattr(args, "elastic_timeout", None) is not None:  # the workers' wait for a round (hvd.elastic)
+        knobs["HVDLITE_ELASTIC_TIMEOUT"] = repr(float(args.elastic_timeout))
+    return knobs
 
 
 def _command(args: argparse.Namespace) -> List[str]:
@@ -141,7 +163,16 @@ def _command(args: argparse.Namespace) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``hvdlite-run``; returns the exit code (the first failing rank's)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.config_file:
+        from hvdlite.runner import config_file
+
+        try:
+            argv = config_file.expand(argv, args.config_file, controller_given=args.mpi or args.builtin)
+        except ValueError as exc:
+            parser.error(str(exc))
+        args = parser.parse_args(argv)
     if args.check_build:
         from hvdlite.runner.check_build import report as build_report
 
@@ -156,7 +187,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(exc))
 
     from hvdlite.runner.local import report
+    from hvdlite.runner.output import ROUTER
 
+    ROUTER.timestamps = settings.prefix_timestamps
+    if args.binding_args and not args.mpi:
+        report("--binding-args applies to mpirun (--mpi) only; the built-in launcher does not bind ranks")
     if args.mpi:
         from hvdlite.runner.mpi_run import MpiError, exec_mpirun
 
@@ -193,7 +228,8 @@ def _run_elastic(args: argparse.Namespace, settings: Settings, command: List[str
                               discovery_interval=args.discovery_interval,
                               cooldown_range=tuple(args.blacklist_cooldown_range)
                               if args.blacklist_cooldown_range else None,
-                              slots_per_host=args.slots_per_host)
+                              slots_per_host=args.slots_per_host, elastic_timeout=args.elastic_timeout,
+                              reset_limit=args.reset_limit)
     try:
         elastic.validate(args.np)
     except ValueError as exc:

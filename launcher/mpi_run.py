@@ -75,8 +75,6 @@ def rank_environment(settings: Settings, environ: Mapping[str, str]) -> Dict[str
     env.update(settings.knob_env())
     if "HVDLITE_CPU_OPERATIONS" not in env and "HOROVOD_CPU_OPERATIONS" not in env:
         env["HVDLITE_CPU_OPERATIONS"] = "mpi"
-    # Not PYTHONUNBUFFERED (unlike the built-in mode, which forwards whole lines): unbuffered, print() writes
-    # the text and its newline separately, and Open MPI's --tag-output then mixes ranks within one line.
     return env
 
 
@@ -91,8 +89,8 @@ def mpirun_command(settings: Settings, command: Sequence[str], env: Mapping[str,
             cmd.append("--allow-run-as-root")  # Open MPI refuses root otherwise (containers run as root)
         # Ranks fill hosts in order as in the built-in mode; binding would pin every rank's threads to one
         # core, which the core's background thread and the framework's threads share badly.
-        cmd += ["--tag-output", "-np", str(np), "-H", to_mpi_hosts(hosts), "--bind-to", "none",
-                "--map-by", "slot"]
+        cmd += ["-np", str(np), "-H", to_mpi_hosts(hosts), *(settings.binding_args or
+                                                           ["--bind-to", "none", "--map-by", "slot"])]
         ssh_args = ssh_option_args(settings.ssh)
         cmd += ["-mca", "plm_rsh_args", " ".join(ssh_args)]
         if settings.network_interfaces:
@@ -106,7 +104,7 @@ def mpirun_command(settings: Settings, command: Sequence[str], env: Mapping[str,
     elif impl == MPICH:
         if settings.ssh.port or settings.ssh.identity_file or settings.ssh.options or settings.ssh.config_file:
             raise MpiError("with MPICH's mpiexec, put ssh settings (port, identity) in ~/.ssh/config")
-        cmd = [mpirun, "-n", str(np), "-hosts", to_mpi_hosts(hosts), "-prepend-rank"]
+        cmd = [mpirun, "-n", str(np), "-hosts", to_mpi_hosts(hosts), *settings.binding_args]
         if settings.network_interfaces:
             cmd += ["-iface", settings.network_interfaces[0]]
         if settings.output_filename:
@@ -116,7 +114,14 @@ def mpirun_command(settings: Settings, command: Sequence[str], env: Mapping[str,
         # Hydra passes mpiexec's whole environment to every rank by default (-genvall).
     else:
         raise MpiError("unknown MPI implementation %r" % impl)
-    return cmd + list(settings.mpi_args) + list(command)
+    return cmd + list(settings.mpi_args) + rank_lines_command(command, settings.prefix_timestamps)
+
+
+def rank_lines_command(command: Sequence[str], timestamps: bool = False) -> List[str]:
+    """``command`` run through the wrapper that writes whole lines tagged with the rank (rank_lines.py):
+    mpirun's own tagging cuts lines that a rank writes in pieces."""
+    return [sys.executable, "-m", "hvdlite.runner.rank_lines", *(["--timestamps"] if timestamps else []), "--",
+            *command]
 
 
 def exec_mpirun(settings: Settings, command: Sequence[str], environ: Optional[Mapping[str, str]] = None,

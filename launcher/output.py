@@ -179,6 +179,11 @@ def rank_prefix(key: Tuple[int, str]) -> bytes:
     return b"[%d]<%s>: " % (rank, stream_name.encode())
 
 
+def timestamp_prefix(on: bool) -> bytes:
+    """horovodrun's --prefix-output-with-timestamp stamp (``time.asctime()``), or nothing."""
+    return time.asctime().encode() if on else b""
+
+
 def progress_interval(environ=None) -> float:
     """HVDLITE_PROGRESS_INTERVAL (seconds, positive), else the default."""
     text = (os.environ if environ is None else environ).get("HVDLITE_PROGRESS_INTERVAL", "")
@@ -238,6 +243,7 @@ class OutputRouter:
         self.lock = threading.Lock()
         self._sinks: Dict[int, tuple] = {}      # id(stream) -> (stream, sink, writer)
         self._terminals: Dict[tuple, tuple] = {}  # terminal device -> (sink, writer)
+        self.timestamps = False  # --prefix-output-with-timestamp: each rank line starts with the time
 
     def _sink(self, stream_name: str):
         """(sink, writer) of the launcher's stream ``stream_name`` now, or None if there is no such stream."""
@@ -282,7 +288,7 @@ class OutputRouter:
     def forward(self, key: Tuple[int, str], events: List[LineEvent]) -> None:
         if not events:
             return
-        prefix = rank_prefix(key)
+        prefix = timestamp_prefix(self.timestamps) + rank_prefix(key)
         with self.lock:
             found = self._sink(key[1])
             if found is None:

@@ -25,6 +25,8 @@ class Settings:
     ssh: SshOptions = dataclasses.field(default_factory=SshOptions)
     timeout: Optional[float] = None          # stop the whole job after this many seconds
     mpi_args: List[str] = dataclasses.field(default_factory=list)
+    binding_args: List[str] = dataclasses.field(default_factory=list)  # mpirun's binding; empty: its default
+    prefix_timestamps: bool = False  # rank lines start with the time (horovodrun's --prefix-output-with-timestamp)
 
     def host_list(self) -> List[HostSlots]:
         if self.hosts:

@@ -132,14 +132,31 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_losing_more_workers_than_min_np_allows_ends_the_job(tmp_path):
-    proc = start_job(tmp_path, np=3, min_np=3, max_np=3, epochs=50, extra=["--start-timeout", "3"])
+@pytest.mark.parametrize("wait_flag", ["--start-timeout", "--elastic-timeout"])
+def test_losing_more_workers_than_min_np_allows_ends_the_job(tmp_path, wait_flag):
+    proc = start_job(tmp_path, np=3, min_np=3, max_np=3, epochs=50, extra=[wait_flag, "3"])
+    if wait_flag == "--elastic-timeout":  # horovodrun's flag also reaches the workers' wait for a round
+        pid = wait_for(lambda: events(tmp_path).get("w0"), 60, "worker w0 to start")[0]["pid"]
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().split(b"\0")
+        assert b"HVDLITE_ELASTIC_TIMEOUT=3.0" in environ, environ
     kill_worker_after(tmp_path, "w1", batches=3)
     start = time.monotonic()
     out = finish(proc, timeout=60)
     assert proc.returncode == 137, out[-4000:]  # the lost worker's code, as for a plain job
-    assert "only 2 worker(s) can continue, fewer than --min-np 3" in out, out[-4000:]
+    assert f"only 2 worker(s) can continue, fewer than --min-np 3, and no more came within 3 s ({wait_flag})" \
+        in out, out[-4000:]
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.timeout(120)
+def test_reset_limit_stops_the_job_instead_of_re_forming_it(tmp_path):
+    proc = start_job(tmp_path, np=3, min_np=2, max_np=3, epochs=50, extra=["--reset-limit", "0"])
+    kill_worker_after(tmp_path, "w1", batches=3)
+    out = finish(proc, timeout=60)
+    assert proc.returncode == 137, out[-4000:]
+    assert "the job has re-formed 0 time(s) and --reset-limit is 0; stopping it" in out, out[-4000:]
+    assert "elastic round 1" not in out, out[-4000:]
 
 
 def worker_pid(worker: str, script: str) -> int:

@@ -246,9 +246,22 @@ KNOB_JOB = """
 """
 
 
+HOROVODRUN_CONFIG = """
+params: {fusion_threshold_mb: 2, cycle_time_ms: 9, cache_capacity: 7, hierarchical_allreduce: false,
+         hierarchical_allgather: true}
+autotune: {enabled: true, log_file: %s, warmup_samples: 2}
+timeline: {mark_cycles: true}
+stall_check: {enabled: true, warning_time_seconds: 7, shutdown_time_seconds: 9}
+library_options: {gloo_timeout_seconds: 33}
+logging: {level: ERROR, hide_timestamp: true}
+"""
+
+
 @pytest.mark.timeout(120)
-def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path):
-    """What each rank's core read at init (its build_info), for horovodrun's tuning flags given together."""
+@pytest.mark.parametrize("source", ["flags", "config-file"])
+def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path, source):
+    """What each rank's core read at init (its build_info), for horovodrun's tuning flags given together, or
+    given by horovodrun's YAML (--config-file) where a flag on the command line wins."""
     names = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLGATHER",
              "AUTOTUNE", "AUTOTUNE_LOG", "AUTOTUNE_WARMUP_WINDOWS", "TIMELINE_MARK_CYCLES", "STALL_CHECK_TIME_SECONDS",
              "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "LOG_HIDE_TIME", "SHM_DISABLE", "CMA_DISABLE", "START_TIMEOUT",
@@ -260,8 +273,17 @@ def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path):
              "--autotune-warmup-samples", "2", "--timeline-mark-cycles", "--stall-check-warning-time-seconds", "7",
              "--stall-check-shutdown-time-seconds", "9", "--log-level", "ERROR", "--log-without-timestamp", "--tcp",
              "--gloo-timeout-seconds", "33"]
+    if source == "config-file":
+        config = tmp_path / "horovod.yaml"
+        config.write_text(HOROVODRUN_CONFIG % tune_log)
+        flags = ["--config-file", str(config), "--cycle-time-ms", "2.5", "--tcp", "--prefix-output-with-timestamp"]
     result = run_launcher(["-np", "2", *flags, PY, script], timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
+    if source == "config-file":  # time.asctime() before each rank line, as horovodrun's
+        stamped = re.compile(r"(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\[(\d)\]<stdout>: (KNOBS .*)")
+        lines = [stamped.fullmatch(line) for line in result.stdout.splitlines() if "KNOBS" in line]
+        assert len(lines) == 2 and all(lines), result.stdout
+        result.stdout = "\n".join("[%s]<stdout>: %s" % (m.group(2), m.group(3)) for m in lines)
     expected = ("FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 CACHE_CAPACITY=7 HIERARCHICAL_ALLREDUCE=0 "
                 "HIERARCHICAL_ALLGATHER=1 AUTOTUNE=1 AUTOTUNE_LOG=%s AUTOTUNE_WARMUP_WINDOWS=2 TIMELINE_MARK_CYCLES=1 "
                 "STALL_CHECK_TIME_SECONDS=7 STALL_SHUTDOWN_TIME_SECONDS=9 LOG_LEVEL=error LOG_HIDE_TIME=1 "
@@ -269,6 +291,8 @@ def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path):
     for rank in range(2):
         assert "[%d]<stdout>: KNOBS %d %s" % (rank, rank, expected) in result.stdout.splitlines(), result.stdout
 
+    if source == "config-file":
+        return
     stalls = run_launcher(["-np", "2", "--stall-check-warning-time-seconds", "7", "--no-stall-check", PY, script],
                           timeout=60)
     assert stalls.returncode == 0, stalls.stdout + stalls.stderr

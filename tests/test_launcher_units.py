@@ -3,6 +3,7 @@ mpirun command line, environment propagation and the choice of bootstrap mechani
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -180,17 +181,22 @@ def test_mpirun_command_for_open_mpi_and_mpich():
                    "HVDLITE_CPU_OPERATIONS": "gloo",
                    "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)
-    assert cmd == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "4", "-H", "a:2,b:2", "--bind-to",
+    wrapped = [sys.executable, "-m", "hvdlite.runner.rank_lines", "--", "python", "t.py"]
+    assert cmd == ["mpirun", "--allow-run-as-root", "-np", "4", "-H", "a:2,b:2", "--bind-to",
                    "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes -o ServerAliveInterval=1 -o ServerAliveCountMax=5", "-mca",
                    "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0", "--output-filename",
                    "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CPU_OPERATIONS", "-x", "HVDLITE_CYCLE_TIME", "-x",
                    "HVDLITE_NETWORK_INTERFACE", "-x", "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y",
-                   "python", "t.py"]
+                   *wrapped]
     settings.ssh = SshOptions()
     settings.output_filename = None
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpiexec", mpi_run.MPICH)
-    assert cmd == ["mpiexec", "-n", "4", "-hosts", "a:2,b:2", "-prepend-rank", "-iface", "eth0", "--mca", "x",
-                   "y", "python", "t.py"]
+    assert cmd == ["mpiexec", "-n", "4", "-hosts", "a:2,b:2", "-iface", "eth0", "--mca", "x", "y", *wrapped]
+    # horovodrun's --binding-args replace the default binding; --prefix-output-with-timestamp reaches the wrapper
+    settings.binding_args, settings.prefix_timestamps = ["--bind-to", "core"], True
+    cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=False)
+    assert cmd[:6] == ["mpirun", "-np", "4", "-H", "a:2,b:2", "--bind-to"] and cmd[6] == "core", cmd
+    assert "--map-by" not in cmd and cmd[-7:] == [*wrapped[:3], "--timestamps", "--", "python", "t.py"], cmd
 
 
 def test_bootstrap_mechanism_order():
@@ -264,3 +270,30 @@ def test_horovodrun_elastic_flag_names_are_accepted():
     args = build_parser().parse_args(["-np", "2", "--min-num-proc", "1", "--max-num-proc", "3", "--slots", "2",
                                       "--host-discovery-script", "discover.sh", "python", "t.py"])
     assert (args.min_np, args.max_np, args.slots_per_host) == (1, 3, 2)
+
+
+def test_config_file_errors_name_the_entry(tmp_path):
+    from hvdlite.runner import config_file
+
+    def arguments(text, controller_given=False):
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        return config_file.expand(["-np", "2", "python", "t.py"], str(path), controller_given)
+
+    assert arguments("controller: MPI\nstall_check: {enabled: false}\nlogging: {with_timestamp: false}") == [
+        "--mpi", "--no-stall-check", "--log-without-timestamp", "-np", "2", "python", "t.py"]
+    assert arguments("controller: mpi", controller_given=True)[0] == "-np"
+    assert arguments("library_options: {num_nccl_streams: null, mpi_threads_disable: false}")[0] == "-np"
+    for text, message in [
+            ("params: {fusion_treshold_mb: 3}", "unknown key params.fusion_treshold_mb; params takes"),
+            ("tuning: {a: 1}", "unknown section 'tuning'"),
+            ("library_options: {num_nccl_streams: 2}", "library_options.num_nccl_streams: --num-nccl-streams is "
+                                                       "not supported: hvdlite's NCCL data plane"),
+            ("controller: jsrun", "controller is 'jsrun'; hvdlite-run takes gloo or mpi"),
+            ("params: [1, 2", "is not valid YAML"),
+            ("params: {hierarchical_allreduce: maybe}", "params.hierarchical_allreduce: 'maybe' is not true or false"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            arguments(text)
+    with pytest.raises(ValueError, match="No such file"):
+        config_file.expand([], str(tmp_path / "missing.yaml"), False)

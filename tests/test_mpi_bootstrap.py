@@ -49,6 +49,8 @@ def check(expected_rank, label):
 
 hvd.init()                                  # from the environment: OMPI_COMM_WORLD_*
 check(world, "ENV")
+for i in range(20):  # under PYTHONUNBUFFERED=1 each of these is written in four pieces
+    print("PIECES", world, i)
 hvd.shutdown()
 reversed_comm = MPI.COMM_WORLD.Split(0, key=-world)
 hvd.init(comm=reversed_comm)                # that communicator's ranks: world rank 1 is hvdlite rank 0
@@ -71,7 +73,7 @@ def _has_mpi4py() -> bool:
 
 
 def _check_output(stdout: str, prefixed: bool):
-    prefix = r"\[1,(\d)\]<stdout>:" if prefixed else r"()"
+    prefix = r"\[(\d)\]<stdout>: " if prefixed else r"()"
     lines = {}
     for line in stdout.splitlines():
         match = re.fullmatch(prefix + r"(ENV|COMM) world=(\d) rank=(\d) gathered=(\[.*\]) cycle=(\S+)", line)
@@ -128,8 +130,12 @@ def test_hvdlite_run_mpi_hands_the_job_to_mpirun(tmp_path):
     script = write_script(tmp_path, SCRIPT)
     # Launcher variables in hvdlite-run's own environment must not reach the MPI ranks.
     # --mpi also moves the tensors through MPI.
+    # PYTHONUNBUFFERED=1 (common in containers) has print() write its pieces separately: lines stay whole.
     result = run_launcher(["--mpi", "-np", "2", "--cycle-time-ms", "3", "--verbose", PY, script], timeout=100,
-                          env={"HVDLITE_RANK": "5", "EXPECT_BACKEND": "mpi"})
+                          env={"HVDLITE_RANK": "5", "EXPECT_BACKEND": "mpi", "PYTHONUNBUFFERED": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "hvdlite: running " in result.stderr and " --tag-output " in result.stderr
+    assert "hvdlite: running " in result.stderr and " hvdlite.runner.rank_lines -- " in result.stderr
     assert _check_output(result.stdout, prefixed=True) == {"3"}  # --cycle-time-ms reached every rank's core
+    pieces = [line for line in result.stdout.splitlines() if "PIECES" in line]
+    assert sorted(pieces) == sorted(f"[{r}]<stdout>: PIECES {r} {i}" for r in range(2) for i in range(20)), \
+        result.stdout

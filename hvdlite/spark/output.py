@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Dict, Optional, TextIO, Tuple
 
-from hvdlite.runner.output import LineSink, LineSplitter, progress_interval, rank_prefix
+from hvdlite.runner.output import LineSink, LineSplitter, progress_interval, rank_prefix, timestamp_prefix
 
 
 class RankOutput:
@@ -45,8 +45,7 @@ class RankOutput:
         return write
 
     def _prefix(self, key: Tuple[int, str]) -> bytes:
-        stamp = time.asctime().encode() if self._timestamps else b""
-        return stamp + rank_prefix(key)
+        return timestamp_prefix(self._timestamps) + rank_prefix(key)
 
     def feed(self, rank: int, stream: str, data: bytes) -> None:
         key = (rank, stream)
