@@ -281,6 +281,17 @@ def stop_timeline() -> None:
     check(lib.hvdlite_stop_timeline())
 
 
+def knob_table() -> str:
+    """Every setting the core reads: "NAME\\tdefault\\tmeaning" lines (needs no init)."""
+    size = 16384
+    while True:
+        buf = ffi.new("char[]", size)
+        needed = lib.hvdlite_knob_table(buf, size)
+        if needed < size:
+            return ffi.string(buf).decode()
+        size = needed + 1
+
+
 def build_info() -> str:
     size = 4096
     while True:

@@ -130,6 +130,9 @@ int hvdlite_stop_timeline(void);
 /* Which backends and transports this build and this job use, as "key=value;..." text. */
 int hvdlite_build_info(char* buffer, int32_t capacity);
 
+/* Every HVDLITE_* setting the core reads: "NAME\tdefault\tmeaning\n" lines (the source of docs/knobs.md). */
+int hvdlite_knob_table(char* buffer, int32_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

@@ -318,6 +318,10 @@ HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
   });
 }
 
+HVDLITE_EXPORT int hvdlite_knob_table(char* buffer, int32_t capacity) {
+  return copy_text(Config::KnobTable(), buffer, capacity);
+}
+
 HVDLITE_EXPORT int hvdlite_build_info(char* buffer, int32_t capacity) {
   std::string info = "version=0.1.0;backends=tcp,shm;";
   // MPI: built (the plugin exists), usable (it loads with its MPI library), and why not; values lose their

@@ -40,18 +40,18 @@ struct Knob {
   const char* name;
   std::function<void(Config&, const char*)> apply;
   std::function<std::string(const Config&)> show;
+  const char* meaning;  // one line for users (docs/knobs.md is generated from this table)
 };
 
 template <typename T>
-Knob number_knob(const char* name, T Config::*field, double scale = 1.0) {
-  return {name,
-          [=](Config& c, const char* text) { c.*field = static_cast<T>(parse_number(name, text) * scale); },
-          [=](const Config& c) { std::ostringstream s; s << c.*field; return s.str(); }};
+Knob number_knob(const char* name, T Config::*field, const char* meaning) {
+  return {name, [=](Config& c, const char* text) { c.*field = static_cast<T>(parse_number(name, text)); },
+          [=](const Config& c) { std::ostringstream s; s << c.*field; return s.str(); }, meaning};
 }
 
 // A word from a fixed list (case-insensitive), stored as its number; shown as the first word with that number.
 Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std::string, int>> choices,
-                 const char* explain) {
+                 const char* explain, const char* meaning) {
   return {name,
           [=](Config& c, const char* text) {
             std::string v(text);
@@ -70,80 +70,131 @@ Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std
               if (choice.second == c.*field) return choice.first;
             }
             return std::to_string(c.*field);
-          }};
+          },
+          meaning};
 }
 
-Knob bool_knob(const char* name, bool Config::*field) {
+Knob bool_knob(const char* name, bool Config::*field, const char* meaning) {
   return {name, [=](Config& c, const char* text) { c.*field = parse_bool(text); },
-          [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+          [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }, meaning};
+}
+
+Knob text_knob(const char* name, std::string Config::*field, const char* meaning) {
+  return {name, [=](Config& c, const char* text) { c.*field = text; }, [=](const Config& c) { return c.*field; },
+          meaning};
+}
+
+Knob auto_switch_knob(const char* name, int Config::*field, const char* meaning) {
+  return {name,
+          [=](Config& c, const char* text) {
+            c.*field = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
+          },
+          [=](const Config& c) { return std::string(c.*field < 0 ? "auto" : c.*field ? "1" : "0"); }, meaning};
 }
 
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> table = {
-      number_knob("FUSION_THRESHOLD", &Config::fusion_threshold_bytes),
-      number_knob("FUSION_TENSOR_LIMIT", &Config::fusion_tensor_limit_bytes),
-      number_knob("CYCLE_TIME", &Config::cycle_time_ms),
-      number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms),
-      number_knob("CACHE_CAPACITY", &Config::cache_capacity),
-      number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes),
-      number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds),
-      number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds),
-      number_knob("DESYNC_TIMEOUT_SECONDS", &Config::desync_timeout_seconds),
-      number_knob("PEER_TIMEOUT_SECONDS", &Config::peer_timeout_seconds),
-      number_knob("PEER_UNREACHABLE_SECONDS", &Config::peer_unreachable_seconds),
-      number_knob("START_TIMEOUT", &Config::start_timeout_seconds),
-      number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes),
-      number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes),
-      number_knob("STREAMING_STORE_BYTES", &Config::streaming_store_bytes),
-      number_knob("HUGE_PAGE_BYTES", &Config::huge_page_bytes),
-      bool_knob("SHM_DISABLE", &Config::shm_disable),
-      bool_knob("CMA_DISABLE", &Config::cma_disable),
-      bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce),
+      number_knob("FUSION_THRESHOLD", &Config::fusion_threshold_bytes,
+                  "allreduces are fused into one buffer up to this many bytes"),
+      number_knob("FUSION_TENSOR_LIMIT", &Config::fusion_tensor_limit_bytes,
+                  "a tensor larger than this many bytes is reduced on its own, unfused"),
+      number_knob("CYCLE_TIME", &Config::cycle_time_ms,
+                  "longest sleep of the background loop between cycles, in milliseconds"),
+      number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms,
+                  "the same, once nothing has happened on any rank for a while (0: never lengthen)"),
+      number_knob("CACHE_CAPACITY", &Config::cache_capacity,
+                  "response cache entries; 0 turns the cache off"),
+      number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes,
+                  "cached allreduces up to this many bytes travel inside the negotiation exchange (0: off)"),
+      number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds,
+                  "warn about a tensor some ranks have not submitted after this long (0: never)"),
+      number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds,
+                  "fail a tensor stalled this long (0: never)"),
+      // Horovod's switch for both stall checks (hvdlite-run --no-stall-check); after them, so that it wins.
+      {"STALL_CHECK_DISABLE",
+       [](Config& c, const char* text) {
+         if (parse_bool(text)) c.stall_warning_seconds = c.stall_shutdown_seconds = 0;
+       },
+       [](const Config& c) {
+         return std::string(c.stall_warning_seconds <= 0 && c.stall_shutdown_seconds <= 0 ? "1" : "0");
+       },
+       "1: neither warn about nor fail stalled tensors (both stall times 0)"},
+      number_knob("DESYNC_TIMEOUT_SECONDS", &Config::desync_timeout_seconds,
+                  "fail collectives that ranks wait on in crossed orders after this long (0: never)"),
+      number_knob("PEER_TIMEOUT_SECONDS", &Config::peer_timeout_seconds,
+                  "a peer silent this long in the middle of an operation is declared lost"),
+      number_knob("PEER_UNREACHABLE_SECONDS", &Config::peer_unreachable_seconds,
+                  "a remote host that answers no TCP heartbeat this long is declared lost (0: the kernel's defaults)"),
+      number_knob("START_TIMEOUT", &Config::start_timeout_seconds,
+                  "seconds init waits for every rank to connect"),
+      number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes,
+                  "below this size the latency-optimal algorithms run (with ALLREDUCE_ALGORITHMS=fixed)"),
+      number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes,
+                  "size of each shared-memory ring between two ranks of one host (at least 64 KiB)"),
+      number_knob("STREAMING_STORE_BYTES", &Config::streaming_store_bytes,
+                  "ring allreduces and allgathers of at least this many bytes write their result with streaming "
+                  "stores (0: never; unset on one host: measured)"),
+      number_knob("HUGE_PAGE_BYTES", &Config::huge_page_bytes,
+                  "reused buffers of at least this many bytes that peers read by single copy move onto transparent "
+                  "huge pages (0: never)"),
+      bool_knob("SHM_DISABLE", &Config::shm_disable,
+                  "1: TCP even between ranks of one host"),
+      bool_knob("CMA_DISABLE", &Config::cma_disable,
+                  "1: no single-copy (cross-memory attach) transfers on one host"),
+      bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce,
+                  "1: large allreduces on one host by single copy (implies ALLREDUCE_ALGORITHMS=fixed)"),
       choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms, {{"measured", 0}, {"auto", 0}, {"fixed", 1}},
-                  "it takes measured (choose per size from this machine's figures) or fixed"),
-      number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes),
-      {"ALGORITHM_CACHE_DIR", [](Config& c, const char* text) { c.algorithm_cache_dir = text; },
-       [](const Config& c) { return c.algorithm_cache_dir; }},
-      {"HIERARCHICAL_ALLREDUCE",
-       [](Config& c, const char* text) {
-         c.hierarchical_allreduce = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
-       },
-       [](const Config& c) {
-         return std::string(c.hierarchical_allreduce < 0 ? "auto" : c.hierarchical_allreduce ? "1" : "0");
-       }},
-      {"HIERARCHICAL_ALLGATHER",
-       [](Config& c, const char* text) {
-         c.hierarchical_allgather = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
-       },
-       [](const Config& c) {
-         return std::string(c.hierarchical_allgather < 0 ? "auto" : c.hierarchical_allgather ? "1" : "0");
-       }},
-      number_knob("HIERARCHICAL_PIPELINE_BYTES", &Config::hierarchical_pipeline_bytes),
-      number_knob("LOCAL_LATENCY_US", &Config::local_latency_us),
-      number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s),
-      number_knob("CROSS_LATENCY_US", &Config::cross_latency_us),
-      number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s),
+                  "it takes measured (choose per size from this machine's figures) or fixed",
+                  "measured: the algorithm per size comes from this machine's figures; fixed: SMALL_MESSAGE_BYTES "
+                  "and SINGLE_COPY_ALLREDUCE decide"),
+      number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes,
+                  "allreduces from this size choose between the ring and single copy from the job's own runs (0: "
+                  "off; unset: from the measured table)"),
+      text_knob("ALGORITHM_CACHE_DIR", &Config::algorithm_cache_dir,
+                  "where measured algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
+      auto_switch_knob("HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce,
+                  "1: two-tier allreduce whenever ranks span hosts; 0: never; auto: a cost model chooses per size"),
+      auto_switch_knob("HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather,
+                  "the same for allgather"),
+      number_knob("HIERARCHICAL_PIPELINE_BYTES", &Config::hierarchical_pipeline_bytes,
+                  "two-tier allreduce overlaps its host and network tiers over chunks of this size (0: no overlap)"),
+      number_knob("LOCAL_LATENCY_US", &Config::local_latency_us,
+                  "the cost model's latency between ranks of one host, in microseconds (0: measured)"),
+      number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s,
+                  "the cost model's bandwidth between ranks of one host (0: measured)"),
+      number_knob("CROSS_LATENCY_US", &Config::cross_latency_us,
+                  "the cost model's latency between hosts, in microseconds (0: measured)"),
+      number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s,
+                  "the cost model's bandwidth of one stream between hosts (0: measured)"),
       choice_knob("CPU_OPERATIONS", &Config::cpu_operations, {{"builtin", 0}, {"gloo", 0}, {"tcp", 0}, {"mpi", 1}},
-                  "hvdlite offers builtin (alias gloo) and mpi for host tensors"),
-      {"MPI_PLUGIN", [](Config& c, const char* text) { c.mpi_plugin = text; },
-       [](const Config& c) { return c.mpi_plugin; }},
-      {"CUDART_LIBRARY", [](Config& c, const char* text) { c.cudart_library = text; },
-       [](const Config& c) { return c.cudart_library; }},
-      {"NCCL_LIBRARY", [](Config& c, const char* text) { c.nccl_library = text; },
-       [](const Config& c) { return c.nccl_library; }},
-      number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds),
-      number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds),
-      {"LOG_LEVEL", [](Config& c, const char* text) { c.log_level = text; },
-       [](const Config& c) { return c.log_level; }},
-      bool_knob("LOG_HIDE_TIME", &Config::log_hide_time),
-      {"TIMELINE", [](Config& c, const char* text) { c.timeline = text; },
-       [](const Config& c) { return c.timeline; }},
-      bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles),
-      bool_knob("AUTOTUNE", &Config::autotune),
-      number_knob("AUTOTUNE_WINDOW_BYTES", &Config::autotune_window_bytes),
-      number_knob("AUTOTUNE_WARMUP_WINDOWS", &Config::autotune_warmup_windows),
-      {"AUTOTUNE_LOG", [](Config& c, const char* text) { c.autotune_log = text; },
-       [](const Config& c) { return c.autotune_log; }},
+                  "hvdlite offers builtin (alias gloo) and mpi for host tensors",
+                  "data plane for host tensors: builtin (also gloo, tcp) or mpi"),
+      text_knob("MPI_PLUGIN", &Config::mpi_plugin,
+                  "path of the MPI plugin (empty: found or compiled on first use)"),
+      text_knob("CUDART_LIBRARY", &Config::cudart_library,
+                  "CUDA runtime library for CUDA tensors (empty: searched)"),
+      text_knob("NCCL_LIBRARY", &Config::nccl_library,
+                  "NCCL library for CUDA tensors (empty: searched)"),
+      number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds,
+                  "a waiting framework thread busy-waits this long before it sleeps"),
+      number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds,
+                  "the same for the background thread"),
+      text_knob("LOG_LEVEL", &Config::log_level,
+                  "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, either case"),
+      bool_knob("LOG_HIDE_TIME", &Config::log_hide_time,
+                  "1: log lines without their time"),
+      text_knob("TIMELINE", &Config::timeline,
+                  "rank 0 writes a Chrome-trace timeline to this file (empty: off)"),
+      bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles,
+                  "1: mark each background cycle that ran collectives in the timeline"),
+      bool_knob("AUTOTUNE", &Config::autotune,
+                  "1: search FUSION_THRESHOLD and CYCLE_TIME while the job runs"),
+      number_knob("AUTOTUNE_WINDOW_BYTES", &Config::autotune_window_bytes,
+                  "allreduced bytes per scored autotuning window"),
+      number_knob("AUTOTUNE_WARMUP_WINDOWS", &Config::autotune_warmup_windows,
+                  "windows left out before the autotuner's search starts"),
+      text_knob("AUTOTUNE_LOG", &Config::autotune_log,
+                  "rank 0 writes every scored autotuning window to this CSV file"),
   };
   return table;
 }
@@ -161,13 +212,16 @@ Config Config::FromEnvironment() {
   }
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   config.adaptive_allreduce_bytes_set = lookup("ADAPTIVE_ALLREDUCE_BYTES") != nullptr;
-  // Horovod's switch for both stall checks (hvdlite-run --no-stall-check); 0 seconds turns each off.
-  if (const char* text = lookup("STALL_CHECK_DISABLE")) {
-    if (parse_bool(text)) config.stall_warning_seconds = config.stall_shutdown_seconds = 0;
-  }
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;
+}
+
+std::string Config::KnobTable() {
+  const Config defaults;
+  std::ostringstream out;
+  for (const Knob& knob : knobs()) out << knob.name << '\t' << knob.show(defaults) << '\t' << knob.meaning << '\n';
+  return out.str();
 }
 
 std::string Config::Describe() const {

@@ -80,6 +80,7 @@ struct Config {
 
   static Config FromEnvironment();
   std::string Describe() const;  // "key=value;..." for --check-build style reports and debug logs
+  static std::string KnobTable();  // "NAME\tdefault\tmeaning\n" per knob, for the generated docs/knobs.md
 };
 
 }  // namespace hvdlite
