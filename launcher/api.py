@@ -30,7 +30,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
         ssh_identity_file: Optional[str] = None, ssh_options: Sequence[str] = (),
         output_filename: Optional[str] = None, verbose: bool = False,
         network_interface: Optional[str] = None, executable: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> List[Any]:
+        env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+        num_proc: Optional[int] = None) -> List[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``np`` ranks and returns the results in rank order.
 
     ``hosts`` is ``"host1:2,host2:2"`` (default: all on this machine) or ``hostfile`` a file of
@@ -48,6 +49,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
 
     if hosts is not None and hostfile is not None:
         raise ValueError("give hosts or hostfile, not both")
+    if num_proc is not None:  # horovod.run's name for np
+        np = num_proc
     settings = Settings(
         np=np, hosts=parse_hosts(hosts) if hosts else parse_hostfile(hostfile) if hostfile else None,
         start_timeout=start_timeout or DEFAULT_START_TIMEOUT, timeout=timeout, verbose=verbose,

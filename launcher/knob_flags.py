@@ -119,8 +119,8 @@ UNSUPPORTED_FLAGS: Dict[str, str] = {
                                         "optimisation",
     "--autotune-gaussian-process-noise": "hvdlite's autotuner searches by successive halving, not Bayesian "
                                          "optimisation",
-    "--mpi-threads-disable": "hvdlite's MPI data plane (--mpi) calls MPI from its background thread and needs "
-                             "MPI_THREAD_MULTIPLE; without --mpi hvdlite never calls MPI",
+    "--mpi-threads-disable": "hvdlite calls MPI from its background thread only and asks MPI for the thread "
+                             "level that needs; there is no multi-threaded use to turn off",
     "--num-nccl-streams": "hvdlite's NCCL data plane has no setting for its number of streams",
     "--thread-affinity": "hvdlite does not pin its background thread to a core",
     "--jsrun": "IBM's jsrun (LSF) is not supported; use --mpi, or the built-in launcher with -H or --hostfile",

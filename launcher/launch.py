@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-file", default=None, metavar="FILE",
                         help="horovodrun's YAML of tuning settings (params, autotune, timeline, stall_check, "
                              "library_options, logging, controller); flags on the command line win over it")
-    parser.add_argument("--prefix-output-with-timestamp", action="store_true",
+    parser.add_argument("--prefix-output-with-timestamp", "-prefix-timestamp", action="store_true",
                         help="start each line of the ranks' output with the time it was printed")
     parser.add_argument("--disable-cache", action="store_true",
                         help="run the launcher's checks of the hosts every time: hvdlite-run always does, as "

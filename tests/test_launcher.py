@@ -204,7 +204,7 @@ def test_run_function_returns_results_in_rank_order(capfd):
         print("rank", hvd.rank(), "done")
         return {"rank": hvd.rank(), "value": total * scale + offset, "HOROVOD_RANK": os.environ["HOROVOD_RANK"]}
 
-    results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, np=2, timeout=60)
+    results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, num_proc=2, timeout=60)  # horovod.run's name
     assert results == [{"rank": 0, "value": 31.0, "HOROVOD_RANK": "0"},
                        {"rank": 1, "value": 31.0, "HOROVOD_RANK": "1"}]
     assert "[1]<stdout>: rank 1 done" in capfd.readouterr().out.splitlines()

@@ -297,3 +297,10 @@ def test_config_file_errors_name_the_entry(tmp_path):
             arguments(text)
     with pytest.raises(ValueError, match="No such file"):
         config_file.expand([], str(tmp_path / "missing.yaml"), False)
+
+
+def test_horovodrun_short_spellings():
+    from hvdlite.runner.launch import build_parser
+
+    args = build_parser().parse_args(["-prefix-timestamp", "-np", "1", "python", "t.py"])
+    assert args.prefix_output_with_timestamp and args.np == 1

@@ -71,6 +71,11 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
     (hvdlite/common/bootstrap.py). ``process_sets`` are registered right after.
     """
     global _placement, _generation, _atexit_registered
+    if isinstance(process_sets, str):
+        # Horovod's "dynamic" allows add_process_set() after init; hvdlite's process sets always are.
+        if process_sets != "dynamic":
+            raise InvalidArgumentError(f"process_sets={process_sets!r}: give a list of ProcessSet or 'dynamic'")
+        process_sets = None
     with _lock:
         if lib.hvdlite_is_initialized() == 1:  # running; 2: ended by a failure, which a new init replaces
             return

@@ -5,7 +5,8 @@
 # - a step that fails while a rank has joined leaves nothing behind: once every rank has joined, the next
 #   collectives run normally.
 # - alltoall refuses non-integer splits with a ValueError naming the tensor and the dtype.
-# - DistributedOptimizer exposes _parameter_names; collectives refuse None with a TypeError.
+# - DistributedOptimizer exposes _parameter_names; collectives refuse None with a TypeError; init takes
+#   process_sets="dynamic".
 # Prepended by the test: sys.path setup so that `import hvdjob` works.
 import itertools
 
@@ -14,7 +15,7 @@ import torch
 import hvdlite.torch as hvd
 from hvdjob import CheckFailure, check
 
-hvd.init()
+hvd.init(process_sets="dynamic")  # Horovod's spelling for process sets added after init
 n, me = hvd.size(), hvd.rank()
 count = 0
 
