@@ -76,6 +76,8 @@ HOROVOD = {
         "sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, "
         "process_set=global_process_set, local_layers=None, scale_local_gradients=True)",
         "class SyncBatchNormalization(fused=False, **kwargs)",
+        # horovod/tensorflow/util.py, imported into horovod.tensorflow (Horovod's Keras callbacks call it)
+        "_executing_eagerly()",
     ],
     # Methods users call on the objects the wrappers return. Horovod's classes are private as well
     # (horovod.tensorflow._DistributedGradientTape, _DistributedOptimizer); hvdlite's live in these modules.
@@ -131,7 +133,7 @@ HOROVOD = {
     ],
     # horovod.tensorflow.keras.callbacks (implementations in horovod/_keras/callbacks.py)
     "hvdlite.tensorflow.keras.callbacks": [
-        "class BroadcastGlobalVariablesCallback(root_rank, device='')",
+        "class BroadcastGlobalVariablesCallback(root_rank, device='', local_variables=None)",
         "class MetricAverageCallback(device='')",
         "class LearningRateScheduleCallback(initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True, "
         "momentum_correction=True, steps_per_epoch=None)",
@@ -521,6 +523,7 @@ close("v1 max", v, [-float(N)])
 wire, ctx = hvd.Compression.fp16.compress(tf.constant([1.5], tf.float64), None)
 assert wire.dtype == tf.float16 and hvd.Compression.fp16.decompress(wire, ctx).dtype == tf.float64
 assert hvd.SyncBatchNormalization(fused=False) is not None
+assert hvd.SyncBatchNormalization(fused=None) is not None  # Keras 3 has no fused kernel for None to choose
 raises(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), "fused=True")
 print("DONE")
 """, np=3)

@@ -343,6 +343,203 @@ print("DONE")
 """)
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("np", [2, 3])
+def test_independent_collectives_in_one_graph_run(np):
+    """Collectives with no data dependency between them, evaluated together: eagerly, in a tf.function, and in a
+    tf.Graph run by a tf.compat.v1.Session with several inter-op threads, where TensorFlow may start them in any
+    order on each rank (each waits for its peers while holding a thread)."""
+    run("""
+DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
+SHAPES = ((3,), (2, 3), (2, 1, 2))
+
+def value(dtype, shape, r, rows=None):
+    shape = shape if rows is None else (rows,) + shape[1:]
+    return ((np.arange(int(np.prod(shape))) % 5) + r).reshape(shape).astype(dtype.as_numpy_dtype)
+
+def build(kind, scale=None):
+    '''21 independent collectives of one kind (7 dtypes x 3 shapes) and their expected results.'''
+    outs, expected = [], []
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            def x(v):
+                t = tf.constant(v)
+                return t if scale is None else t * tf.cast(scale, dtype)
+            if kind == "allreduce":
+                outs.append(hvd.allreduce(x(value(dtype, shape, R)), op=hvd.Sum))
+                expected.append(sum(value(dtype, shape, r) for r in range(N)))
+            elif kind == "allgather":  # rank r contributes r + 1 rows
+                outs.append(hvd.allgather(x(value(dtype, shape, R, rows=R + 1))))
+                expected.append(np.concatenate([value(dtype, shape, r, rows=r + 1) for r in range(N)]))
+            else:  # reducescatter: 2 rows per rank
+                outs.append(hvd.reducescatter(x(value(dtype, shape, R, rows=2 * N)), op=hvd.Sum))
+                expected.append(sum(value(dtype, shape, r, rows=2 * N) for r in range(N))[2 * R:2 * R + 2])
+    return outs, expected
+
+def check(what, got, expected):
+    assert len(got) == len(expected) == 21
+    for i, (g, e) in enumerate(zip(got, expected)):
+        same(f"{what} #{i}", np.asarray(g).astype(np.float64), e.astype(np.float64))
+
+KINDS = ("allreduce", "allgather", "reducescatter")
+for kind in KINDS:
+    got, expected = build(kind)
+    check(f"eager {kind}", [t.numpy() for t in got], expected)
+    check(f"tf.function {kind}", [t.numpy() for t in tf.function(lambda: build(kind)[0])()], expected)
+
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)
+graph = tf.Graph()
+with graph.as_default():
+    built = {kind: build(kind) for kind in KINDS}
+    scale = tf.compat.v1.placeholder(tf.float32, [])
+    fed = {kind: build(kind, scale) for kind in KINDS}  # every collective reads the same placeholder
+    with tf.compat.v1.Session(config=config) as session:
+        for kind in KINDS:
+            check(f"session {kind}", session.run(built[kind][0]), built[kind][1])
+        everything = session.run({kind: fed[kind][0] for kind in KINDS}, feed_dict={scale: 1.0})
+        for kind in KINDS:
+            check(f"session fed {kind}", everything[kind], fed[kind][1])
+
+# The ordering never makes a collective need another one's feed: `later` runs without `other`'s placeholder.
+graph = tf.Graph()
+with graph.as_default():
+    other = tf.compat.v1.placeholder(tf.float32, [2])
+    fed_sum = hvd.allreduce(other, op=hvd.Sum)
+    later = hvd.allreduce(tf.constant([float(R)]), op=hvd.Sum)
+    with tf.compat.v1.Session(config=config) as session:
+        same("run alone", session.run(later), [float(sum(range(N)))])
+        same("fed", session.run(fed_sum, feed_dict={other: [1.0, R]}), [float(N), float(sum(range(N)))])
+print("DONE")
+""", np=np)
+
+
+@pytest.mark.timeout(240)
+def test_graph_error_classes_indexed_slices_and_graph_gradients():
+    """Eagerly, in a tf.function and in a tf.Graph run by a tf.compat.v1.Session: Horovod's error classes, its
+    IndexedSlices reduction (integer Average, grouped with and without dense tensors, no pre/postscale), and the
+    gradients of broadcast, grouped allgather and grouped reducescatter (inputs of unknown rank in graphs)."""
+    run("""
+def three_ways(fn, *args, specs=()):
+    '''(mode, fn's results as numpy): eagerly, in a tf.function with input signature specs, and in a tf.Graph
+    whose placeholders (of specs) a Session feeds with args.'''
+    to_np = lambda out: [t.numpy() for t in out]
+    yield "eager", to_np(fn(*[tf.constant(a) for a in args]))
+    yield "tf.function", to_np(tf.function(fn, input_signature=list(specs))(*args))
+    with tf.Graph().as_default():
+        placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in specs]
+        out = fn(*placeholders)
+        with tf.compat.v1.Session() as session:
+            yield "session", session.run(out, dict(zip(placeholders, args)))
+
+def one_mode(mode, fn):
+    '''fn's results in one mode only (an error in a mode must not be raised by another).'''
+    if mode == "eager":
+        return [t.numpy() for t in fn()]
+    if mode == "tf.function":
+        return [t.numpy() for t in tf.function(fn)()]
+    with tf.Graph().as_default():  # a graph per case: its collectives only
+        out = fn()
+        with tf.compat.v1.Session() as session:
+            return session.run(out)
+
+# 1. Error classes: mismatches are FailedPreconditionError (and hvd.MismatchError), bad arguments
+# InvalidArgumentError (and hvd.InvalidArgumentError), in every mode; the next collective works.
+cases = [
+    (lambda m: [hvd.allreduce(tf.ones([2 + R]), name=f"shape_{m}")], tf.errors.FailedPreconditionError,
+     hvd.MismatchError, "Mismatched shapes"),
+    (lambda m: [hvd.allreduce(tf.ones([2], tf.float32 if R == 0 else tf.float64), name=f"dtype_{m}")],
+     tf.errors.FailedPreconditionError, hvd.MismatchError, "dtype_"),
+    (lambda m: [hvd.broadcast(tf.ones([2]), root_rank=R, name=f"root_{m}")], tf.errors.FailedPreconditionError,
+     hvd.MismatchError, "root_"),
+    (lambda m: [hvd.broadcast(tf.ones([2]), root_rank=N + 5, name=f"no_root_{m}")], tf.errors.InvalidArgumentError,
+     hvd.InvalidArgumentError, "root"),
+]
+for mode in ("eager", "tf.function", "session"):
+    for build, tf_class, hvd_class, text in cases:
+        try:
+            one_mode(mode, lambda: build(mode.replace(".", "_")))
+        except tf_class as e:
+            assert isinstance(e, hvd_class), (mode, text, type(e).__mro__)
+            assert text in str(e), (mode, text, str(e))
+        else:
+            raise SystemExit(f"{mode}: {text} accepted")
+    same(f"{mode} after errors", one_mode(mode, lambda: [hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)])[0], [float(N)])
+
+# 2. IndexedSlices: values and indices gathered; Average divides the values with `/`, as Horovod does (integer
+# values become floats); grouped alone and mixed with dense tensors; no pre/postscale and no other op.
+def sparse():
+    ints = tf.IndexedSlices(tf.fill([R + 1, 2], R + 1), tf.range(R + 1), tf.constant([N, 2]))
+    floats = tf.IndexedSlices(tf.fill([1, 3], 2.0 * (R + 1)), tf.constant([N - 1 - R]), tf.constant([N, 3]))
+    dense = tf.constant([float(R), 2.0])
+    a = hvd.allreduce(ints, op=hvd.Average)
+    g = hvd.grouped_allreduce([ints, floats])
+    m = hvd.grouped_allreduce([floats, dense, ints], op=hvd.Sum)
+    return [a.values, a.indices, g[0].values, g[0].indices, g[1].values, g[1].indices,
+            m[0].values, m[0].indices, m[1], m[2].values, m[2].indices]
+int_values = np.concatenate([np.full([r + 1, 2], r + 1, np.int32) for r in range(N)])
+int_indices = np.concatenate([np.arange(r + 1, dtype=np.int32) for r in range(N)])
+float_values = np.array([[2.0 * (r + 1)] * 3 for r in range(N)], np.float32)
+float_indices = np.array([N - 1 - r for r in range(N)], np.int32)
+expected = [int_values / N, int_indices, int_values / N, int_indices, float_values / N, float_indices,
+            float_values, float_indices, np.array([sum(range(N)), 2.0 * N], np.float32), int_values, int_indices]
+for mode, got in three_ways(sparse):
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.dtype == e.dtype, (mode, i, g.dtype, e.dtype)  # int32 / int32 is float64 in TensorFlow too
+        same(f"{mode} sparse #{i}", g, e)
+def refuses(fn, exc, text):
+    try:
+        fn()
+    except exc as e:
+        assert text in str(e), str(e)
+    else:
+        raise SystemExit(f"{text}: accepted")
+slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([R]), tf.constant([N, 2]))
+for wrap in (lambda f: f, tf.function):
+    refuses(wrap(lambda: hvd.allreduce(slices, prescale_factor=2.0).values), NotImplementedError, "Pre/postscale")
+    refuses(wrap(lambda: hvd.allreduce(slices, postscale_factor=0.5).values), NotImplementedError, "Pre/postscale")
+    refuses(wrap(lambda: hvd.grouped_allreduce([tf.ones([2]), slices], postscale_factor=0.5)[0]), NotImplementedError,
+            "Pre/postscale")
+    refuses(wrap(lambda: hvd.grouped_allreduce([slices], op=hvd.Max)[0].values), NotImplementedError, "Sum and Average")
+same("after refusals", hvd.allreduce(tf.constant([2.0]), op=hvd.Sum), [2.0 * N])  # nothing was left half-issued
+
+# 3. Gradients in graphs: broadcast (the root gets the average, the others zeros), grouped allgather and grouped
+# reducescatter, with inputs whose rank is unknown to the graph.
+def d_broadcast(x):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(hvd.broadcast(x, root_rank=N - 1) * 2.0)
+    return [tape.gradient(loss, x)]
+for mode, (g,) in three_ways(d_broadcast, np.full([1, 2], R + 1.0, np.float32),
+                             specs=[tf.TensorSpec([1, 2], tf.float32)]):
+    same(f"{mode} d broadcast", g, np.full([1, 2], 2.0 if R == N - 1 else 0.0, np.float32))
+total = sum(r + 1 for r in range(N))
+coef = np.arange(total * 2, dtype=np.float32).reshape(total, 2)
+offset = sum(r + 1 for r in range(R))
+def d_grouped_allgather(x, z):
+    with tf.GradientTape() as tape:
+        tape.watch([x, z])
+        gx, gz = hvd.grouped_allgather([x, z])
+        loss = tf.reduce_sum(gx * coef) + tf.cast(tf.reduce_sum(gz * 3.0), tf.float32)
+    return tape.gradient(loss, [x, z])
+unknown = [tf.TensorSpec(None, tf.float32), tf.TensorSpec(None, tf.float64)]
+for mode, (gx, gz) in three_ways(d_grouped_allgather, np.ones([R + 1, 2], np.float32), np.ones([3], np.float64),
+                                 specs=unknown):
+    same(f"{mode} d grouped allgather x", gx, coef[offset:offset + R + 1])
+    same(f"{mode} d grouped allgather z", gz, np.full([3], 3.0))
+def d_grouped_reducescatter(y, w):
+    with tf.GradientTape() as tape:
+        tape.watch([y, w])
+        ry, rw = hvd.grouped_reducescatter([y, w], op=hvd.Sum)
+        loss = tf.reduce_sum(ry * 5.0) + tf.cast(tf.reduce_sum(rw), tf.float32)
+    return tape.gradient(loss, [y, w])
+for mode, (gy, gw) in three_ways(d_grouped_reducescatter, np.ones([2 * N, 2], np.float32),
+                                 np.ones([N, 3], np.float64), specs=unknown):
+    same(f"{mode} d grouped reducescatter y", gy, np.full([2 * N, 2], 5.0 * N))  # Horovod: times N for Sum
+    same(f"{mode} d grouped reducescatter w", gw, np.full([N, 3], 1.0 * N))
+print("DONE")
+""")
+
+
 @pytest.mark.timeout(200)
 def test_tf1_graph_mode_session_hook_and_v1_optimizer():
     result = run_job("""
@@ -353,15 +550,25 @@ import hvdlite.tensorflow as hvd
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 w = tf.compat.v1.get_variable("w", initializer=tf.constant([float(R), 1.0]))
-train = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(tf.reduce_sum(w * (R + 1.0)))
+x = tf.compat.v1.placeholder(tf.float32, [])  # fed to train only: the hook's broadcast must run without it
+train = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(tf.reduce_sum(w * x))
 total = hvd.allreduce(tf.constant([float(R)]), op=hvd.Sum)
+# Independent collectives evaluated together; TensorFlow may start them in any order on each rank.
+together = []
+for i, dtype in enumerate((tf.int32, tf.float16, tf.float64) * 7):
+    together.append(hvd.allreduce(tf.constant([R + i], dtype), op=hvd.Sum) if i % 3 else
+                    hvd.allgather(tf.fill([R + 1], tf.cast(i, dtype))))
 from_rank_1 = hvd.broadcast_global_variables(1)
-with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hvd.BroadcastGlobalVariablesHook(0)]) as sess:
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)
+with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hvd.BroadcastGlobalVariablesHook(0)], config=config) as sess:
     assert np.array_equal(sess.run(w), [0.0, 1.0])  # rank 0's initial value everywhere
-    sess.run(train)
+    sess.run(train, feed_dict={x: R + 1.0})
     mean_grad = np.mean([r + 1.0 for r in range(N)])
     assert np.allclose(sess.run(w), [0.0 - 0.5 * mean_grad, 1.0 - 0.5 * mean_grad]), sess.run(w)
     assert sess.run(total)[0] == sum(range(N))
+    for i, got in enumerate(sess.run(together)):
+        expected = [sum(r + i for r in range(N))] if i % 3 else [i] * sum(r + 1 for r in range(N))
+        assert np.array_equal(got, expected), (i, got, expected)
     sess.run(from_rank_1)
 print("DONE")
 """, np=2, timeout=150, env={"TF_CPP_MIN_LOG_LEVEL": "2"})

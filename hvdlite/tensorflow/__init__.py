@@ -61,6 +61,11 @@ def _set_ranks(process_set_id: int):
     return [ranks[i] for i in range(count[0])]
 
 
+def _executing_eagerly() -> bool:
+    """True when TensorFlow executes eagerly here (horovod.tensorflow's helper of the same name)."""
+    return _tf.executing_eagerly()
+
+
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast of variables from root_rank (Horovod's broadcast_): assigns root_rank's values to the
     variables on every rank of process_set and returns their updated values."""

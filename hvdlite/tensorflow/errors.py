@@ -4,14 +4,16 @@ Each hvdlite error class gets a TensorFlow twin that derives from both the tf.er
 and the hvdlite class, so `except tf.errors.OpError`, `except hvd.MismatchError` and
 `except hvd.HorovodInternalError` all catch it.
 
-Eagerly the bridge raises the twin itself. Inside a tf.function the bridge's Python body runs as a
-numpy_function op, and TensorFlow turns any Python exception there into a status with code UNKNOWN whose message
-holds "<module>.<ClassName>: <message>" on a line of its own; the runtime then raises the exception class
-registered for the code alone, so the class would be lost (tf.errors.UnknownError). `install_status_hook` wraps
-the context manager around every tf.function call (InterpolateRuntimeError in TensorFlow's atomic_function, the
-one place every call's failure passes through, Keras 3's fit included): after TensorFlow has added the failing
-node's definition site to the message, an UNKNOWN error whose message names one of the twins below is re-raised
-as that twin, message and payloads kept. Any other error passes unchanged.
+Eagerly the bridge raises the twin itself. In a graph the bridge's Python body runs as a numpy_function op,
+and TensorFlow turns a Python exception there into a status whose code depends only on the Python base class
+(INVALID_ARGUMENT for a ValueError, UNKNOWN for most others) and whose message holds
+"<module>.<ClassName>: <message>" on a line of its own; the runtime then raises the exception class registered
+for the code, so the class would be lost (e.g. tf.errors.UnknownError for a mismatch). `install_status_hook`
+wraps the two places every graph failure passes through, after TensorFlow has added the failing node's
+definition site to the message: the context manager around every tf.function call (InterpolateRuntimeError in
+TensorFlow's atomic_function, Keras 3's fit included) and tf.compat.v1 Session's `_do_call` (Session.run,
+MonitoredSession, hooks). An error with the code TensorFlow gives our exception whose message names one of the
+twins below is re-raised as that twin, message and payloads kept. Any other error passes unchanged.
 """
 import re
 
@@ -50,7 +52,19 @@ XlaCompilationError = _tf_flavoured(hvd_errors.HvdliteError, tf.errors.Unimpleme
 _BY_NAME = {cls.__name__: cls for cls in list(TF_ERRORS.values()) + [XlaCompilationError]}
 # How TensorFlow's py_func prints the exception our bridge raised, on a line of its own.
 _RAISED_TWIN = re.compile(r"^%s\.(%s): " % (re.escape(__name__), "|".join(_BY_NAME)), re.M)
-_UNKNOWN = 2  # error code of tf.errors.UnknownError
+
+
+def _py_func_code(cls) -> int:
+    """The status code TensorFlow's py_func gives a Python exception of this class (by its base classes)."""
+    if issubclass(cls, (ValueError, TypeError)):
+        return tf.errors.INVALID_ARGUMENT
+    if issubclass(cls, StopIteration):
+        return tf.errors.OUT_OF_RANGE
+    if issubclass(cls, MemoryError):
+        return tf.errors.RESOURCE_EXHAUSTED
+    if issubclass(cls, NotImplementedError):
+        return tf.errors.UNIMPLEMENTED
+    return tf.errors.UNKNOWN
 
 
 def as_tf_error(error: hvd_errors.HvdliteError, hint: str = "") -> Exception:
@@ -62,16 +76,29 @@ def as_tf_error(error: hvd_errors.HvdliteError, hint: str = "") -> Exception:
 
 
 def twin_for_status(code: int, message: str):
-    """The twin class an UNKNOWN status from a tf.function stands for, or None when it is not ours."""
-    if code != _UNKNOWN:
-        return None
+    """The twin class a failed graph op's status stands for, or None when it is not ours."""
     found = _RAISED_TWIN.findall(message)
-    return _BY_NAME[found[-1]] if found else None  # the last one is what reached TensorFlow
+    if not found:
+        return None
+    twin = _BY_NAME[found[-1]]  # the last one is what reached TensorFlow
+    return twin if code == _py_func_code(twin) else None
+
+
+def _reraise_as_twin(exc: tf.errors.OpError, tb):
+    """Raises exc's twin if it has one; returns otherwise."""
+    twin = twin_for_status(exc.error_code, exc.message)
+    if twin is not None:
+        raise twin(exc.node_def, exc.op, exc.message, exc.experimental_payloads).with_traceback(tb) from None
 
 
 def install_status_hook() -> bool:
-    """Makes failures inside tf.function surface as hvdlite's twins (see the module doc). Idempotent; False when
-    this TensorFlow lacks the hook point (errors then stay tf.errors.UnknownError, message intact)."""
+    """Makes failures inside tf.function and tf.compat.v1 Session runs surface as hvdlite's twins (see the module
+    doc). Idempotent; False when this TensorFlow lacks a hook point (errors there then keep TensorFlow's class,
+    message intact)."""
+    return _hook_tf_function() & _hook_session()
+
+
+def _hook_tf_function() -> bool:
     try:
         from tensorflow.python.eager.polymorphic_function.atomic_function import InterpolateRuntimeError
     except ImportError:
@@ -84,13 +111,33 @@ def install_status_hook() -> bool:
 
     def __exit__(self, typ, exc, tb):
         suppressed = original(self, typ, exc, tb)  # TensorFlow first adds the node's definition site
-        if suppressed or not isinstance(exc, tf.errors.OpError):
-            return suppressed
-        twin = twin_for_status(exc.error_code, exc.message)
-        if twin is None:
-            return False
-        raise twin(exc.node_def, exc.op, exc.message, exc.experimental_payloads).with_traceback(tb) from None
+        if not suppressed and isinstance(exc, tf.errors.OpError):
+            _reraise_as_twin(exc, tb)
+        return suppressed
 
     __exit__._hvdlite_hook = True
     InterpolateRuntimeError.__exit__ = __exit__
+    return True
+
+
+def _hook_session() -> bool:
+    try:
+        from tensorflow.python.client.session import BaseSession
+    except ImportError:
+        return False
+    original = getattr(BaseSession, "_do_call", None)
+    if original is None:
+        return False
+    if getattr(original, "_hvdlite_hook", False):
+        return True
+
+    def _do_call(self, fn, *args):
+        try:
+            return original(self, fn, *args)  # raises with the failing node's definition site added
+        except tf.errors.OpError as e:
+            _reraise_as_twin(e, e.__traceback__)
+            raise
+
+    _do_call._hvdlite_hook = True
+    BaseSession._do_call = _do_call
     return True

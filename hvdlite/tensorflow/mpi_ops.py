@@ -7,7 +7,9 @@ share one bridge call (grouped ops, fused gradients): they are all enqueued befo
 negotiates and fuses them together and a rank never blocks on one while a peer blocks on another.
 
 Inside a tf.function, stateful ops without resource inputs are chained in program order by TensorFlow's
-automatic control dependencies, so every rank runs its bridge calls in the order the code wrote them.
+automatic control dependencies, so every rank runs its bridge calls in the order the code wrote them. A graph
+without them (tf.compat.v1, tf.Graph run by a Session) gets the same order from control dependencies that
+_bridge adds itself (_previous_collective).
 
 Gradients are registered for allreduce, grouped_allreduce, allgather, broadcast, alltoall and reducescatter with
 tf.custom_gradient. Errors reach the caller as classes that are both the tf.errors class and the hvdlite one,
@@ -174,15 +176,90 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
             ops.release(handle)
 
 
+# Ops whose evaluation needs a feed (placeholders of a graph run by a Session) or consumes input (iterators,
+# queues, readers): the ordering below never makes a collective depend on one it would not read anyway.
+_INPUT_OPS = frozenset({
+    "Placeholder", "PlaceholderV2", "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+    "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
+    "QueueDequeueUpToV2", "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2"})
+
+
+def _reads_input(op) -> bool:
+    if op.type in ("Placeholder", "PlaceholderV2") and op.graph.building_function:
+        return False  # a function's arguments, not something a run feeds
+    return op.type in _INPUT_OPS
+
+
+def _graph_attribute(graph, name, make):
+    value = getattr(graph, name, None)
+    if value is None:
+        value = make()
+        setattr(graph, name, value)
+    return value
+
+
+def _input_ops(graph, tensors) -> frozenset:
+    """The input-reading ops (_INPUT_OPS) among the ancestors of tensors, memoised per op on the graph."""
+    memo = _graph_attribute(graph, "_hvdlite_input_ops", dict)
+    entered = set()
+
+    def parents(op):
+        return [t.op for t in op.inputs] + list(op.control_inputs)
+
+    stack = [(t.op, False) for t in tensors]
+    while stack:
+        op, finished = stack.pop()
+        if finished:
+            found = frozenset().union(*(memo.get(p, frozenset()) for p in parents(op)))
+            memo[op] = found | {op} if _reads_input(op) else found
+            continue
+        if op in memo or op in entered:
+            continue
+        entered.add(op)
+        stack.append((op, True))
+        stack.extend((p, False) for p in parents(op) if p not in memo and p not in entered)
+    return frozenset().union(*(memo[t.op] for t in tensors))
+
+
+def _previous_collective(graph, inputs):
+    """The collective a new one must wait for in a graph without automatic control dependencies, and where to
+    record the new one.
+
+    Each collective is a blocking op, and TensorFlow's executor runs independent ops in any order on its
+    inter-op threads: two ranks can block in different collectives, each waiting for the other, until the
+    stall shutdown (Horovod's kernels are asynchronous and hold no thread while waiting). Inside tf.function,
+    automatic control dependencies run stateful ops in program order; a tf.compat.v1 graph or tf.Graph gets
+    the same order here, from a control dependency on the newest earlier collective of the same graph and
+    control-flow context. A run that evaluates a collective therefore also evaluates the one it waits for, so
+    that one must read no input this one does not (see _INPUT_OPS): the order never makes a run need a feed,
+    or consume data, that only an unrelated collective would. Collectives reading different inputs stay
+    unordered, as before.
+    """
+    if tf.executing_eagerly() or graph._add_control_dependencies:
+        return [], None, None
+    demands = _input_ops(graph, inputs)
+    chain = _graph_attribute(graph, "_hvdlite_collectives", dict).setdefault(graph._get_control_flow_context(), [])
+    for op, earlier in reversed(chain):
+        if earlier <= demands:
+            return [op], chain, demands
+    return [], chain, demands
+
+
 def _bridge(collectives: Sequence[_Collective], inputs: Sequence[tf.Tensor], out_dtypes, out_shapes,
             what: str = "hvdlite collective") -> List[tf.Tensor]:
     """Runs collectives through one stateful tf.numpy_function (eager or graph); returns the output tensors."""
     check_not_xla(what)
-    outputs = tf.numpy_function(functools.partial(_execute, tuple(collectives)), list(inputs), list(out_dtypes),
-                                stateful=True, name="HvdliteCollective")
+    inputs = list(inputs)
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    after, chain, demands = _previous_collective(graph, inputs) if graph is not None else ([], None, None)
+    with tf.control_dependencies(after):
+        outputs = tf.numpy_function(functools.partial(_execute, tuple(collectives)), inputs, list(out_dtypes),
+                                    stateful=True, name="HvdliteCollective")
     if not isinstance(outputs, (list, tuple)):
         outputs = [outputs]
     outputs = list(outputs)
+    if chain is not None:
+        chain.append((outputs[0] if isinstance(outputs[0], tf.Operation) else outputs[0].op, demands))
     for tensor, shape in zip(outputs, out_shapes):
         tensor.set_shape(shape)
     return outputs
@@ -289,29 +366,44 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set,
     return list(forward(*tensors))
 
 
-def _sparse_allreduce(slices: tf.IndexedSlices, name, op, prescale, postscale, process_set):
-    """IndexedSlices: gather every rank's values and indices (Horovod's default for sparse gradients)."""
+def _check_sparse(op, prescale, postscale) -> None:
+    """horovod.tensorflow's limits for IndexedSlices, checked before any collective is issued."""
     if op not in (Average, Sum):
-        raise NotImplementedError("hvdlite: IndexedSlices can only be reduced with op=Average or op=Sum")
-    values, indices = _grouped_allgather_raw(
-        [slices.values, slices.indices],
-        [None if name is None else f"{name}.values", None if name is None else f"{name}.indices"], process_set)
-    scale = _allreduce_scale(op, prescale, postscale, process_set)
-    if scale != 1.0:
-        values = values * tf.cast(scale, values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices (pass "
+                                  "sparse_as_dense=True, or convert them with tf.convert_to_tensor)")
+    if prescale != 1.0 or postscale != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+
+
+def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], names, op, process_set) -> List[tf.IndexedSlices]:
+    """IndexedSlices as Horovod reduces them: every rank's values and indices gathered (all in one call), and
+    for Average the values divided by the set size with `/`, so integer values become floats as in Horovod."""
+    tensors, gather_names = [], []
+    for s, name in zip(slices, names):
+        _check_dtype(s.values, name)
+        tensors += [s.values, s.indices]
+        gather_names += [None if name is None else f"{name}.values", None if name is None else f"{name}.indices"]
+    gathered = _grouped_allgather_raw(tensors, gather_names, process_set)
+    results = []
+    for k, s in enumerate(slices):
+        values, indices = gathered[2 * k], gathered[2 * k + 1]
+        if op == Average:
+            values = tf.math.truediv(values, tf.cast(_process_set_size(process_set), values.dtype))
+        results.append(tf.IndexedSlices(values, indices, dense_shape=s.dense_shape))
+    return results
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """Reduces tensor over the ranks of process_set (default op: Average). IndexedSlices are allgathered
-    (values and indices) and, for Average, scaled by 1/size. Differentiable."""
+    (values and indices) and, for Average, their values divided by the set size. Differentiable."""
     op = _resolve_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, _op_name("HorovodAllgather", tensor.values, name, ignore_name_scope), op,
-                                 prescale_factor, postscale_factor, process_set)
+        _check_sparse(op, prescale_factor, postscale_factor)
+        return _sparse_allreduce([tensor], [_op_name("HorovodAllgather", tensor.values, name, ignore_name_scope)],
+                                 op, process_set)[0]
     tensor = tf.convert_to_tensor(tensor)
     name = _op_name("HorovodAllreduce", tensor, name, ignore_name_scope)
     wire, ctx = compression.compress(tensor)
@@ -323,34 +415,46 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
-    """Allreduces a list of tensors in one call (fused by the core). Differentiable."""
+    """Allreduces a list of tensors in one call (fused by the core); IndexedSlices among them as allreduce
+    does, in one allgather call for all of them. Differentiable."""
     op = _resolve_op(op, average)
     compression = compression or Compression.none
     tensors = list(tensors)
     if not tensors:
         return []
     results = [None] * len(tensors)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            results[i] = _sparse_allreduce(t, None if name is None else f"{name}.{i}", op, prescale_factor,
-                                           postscale_factor, process_set)
+    if sparse:
+        _check_sparse(op, prescale_factor, postscale_factor)
+    values = {i: tensors[i].values if i in sparse else tf.convert_to_tensor(tensors[i]) for i in range(len(tensors))}
+    compressed = {i: compression.compress(values[i]) for i in dense}
+    names = {i: _op_name("HorovodGroupedAllreduce", compressed[i][0] if i in compressed else values[i],
+                         None if name is None else f"{name}.{i}", ignore_name_scope)
+             for i in range(len(tensors))}  # in list order: graph names count up the same way on every rank
+    if sparse:
+        for i, reduced in zip(sparse, _sparse_allreduce([tensors[i] for i in sparse], [names[i] for i in sparse],
+                                                         op, process_set)):
+            results[i] = reduced
     if dense:
-        values = _to_tensors(tensors[i] for i in dense)
-        compressed = [compression.compress(v) for v in values]
-        wires = [w for w, _ in compressed]
-        names = [_op_name("HorovodGroupedAllreduce", w, None if name is None else f"{name}.{i}", ignore_name_scope)
-                 for i, w in zip(dense, wires)]
-        for w, n in zip(wires, names):
-            _check_dtype(w, n)
-        reduced = _grouped_allreduce_raw(wires, names, op, prescale_factor, postscale_factor, process_set,
-                                         "grouped_allreduce")
-        for i, r, (_, ctx) in zip(dense, reduced, compressed):
-            results[i] = compression.decompress(r, ctx)
+        for i in dense:
+            _check_dtype(compressed[i][0], names[i])
+        reduced = _grouped_allreduce_raw([compressed[i][0] for i in dense], [names[i] for i in dense], op,
+                                         prescale_factor, postscale_factor, process_set, "grouped_allreduce")
+        for i, r in zip(dense, reduced):
+            results[i] = compression.decompress(r, compressed[i][1])
     return results
 
 
 # --------------------------------------------------------------------------- allgather
+
+def _gathered_shape(x) -> tf.TensorShape:
+    """Static shape of an allgather's (or alltoall's) output: dimension 0 unknown, a scalar becomes a vector,
+    nothing is known when the input's rank is not."""
+    if x.shape.rank is None:
+        return tf.TensorShape(None)
+    return tf.TensorShape([None]).concatenate(x.shape[1:])
+
 
 def _grouped_allgather_raw(tensors, names, process_set):
     ps_id = _process_set_id(process_set)
@@ -359,15 +463,13 @@ def _grouped_allgather_raw(tensors, names, process_set):
     @tf.custom_gradient
     def forward(*xs):
         collectives = [_Collective(OP_ALLGATHER, n, process_set_id=ps_id) for n in names]
-        shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else tf.TensorShape([None])
-                  for x in xs]
-        outs = _bridge(collectives, xs, [x.dtype for x in xs], shapes, "allgather")
+        outs = _bridge(collectives, xs, [x.dtype for x in xs], [_gathered_shape(x) for x in xs], "allgather")
 
         def grad(*dys):
             # Horovod's rule: the gradient averaged over the set, then this rank's rows (torch.distributed.nn
             # would sum; hvdlite.torch follows Horovod too).
-            rows = [tf.reshape(tf.shape(x, out_type=tf.int64)[0] if x.shape.rank else tf.constant(1, tf.int64),
-                               [1]) for x in xs]
+            # Dimension 0, or 1 for a scalar (sent as one row); decided at run time for a tensor of unknown rank.
+            rows = [tf.concat([tf.shape(x, out_type=tf.int64), tf.ones([1], tf.int64)], 0)[:1] for x in xs]
             dys = [tf.zeros_like(o) if dy is None else tf.convert_to_tensor(dy) for o, dy in zip(outs, dys)]
             back = ([_Collective(OP_ALLGATHER, None if n is None else f"{n}.grad.rows", process_set_id=ps_id)
                      for n in names] +
@@ -426,7 +528,12 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
             averaged = _bridge([_Collective(OP_ALLREDUCE, None if name is None else f"{name}.grad",
                                             ops.core_reduce_op(Average), process_set_id=ps_id)], [dy], [dy.dtype],
                                [dy.shape], "gradient of broadcast")[0]
-            return averaged if rank() == root_rank else tf.zeros_like(averaged)
+            if rank() == root_rank:
+                return averaged
+            # The zeros must depend on the allreduce: a tf.compat.v1 Session would otherwise prune it from this
+            # rank's run while the root waits in it.
+            with tf.control_dependencies([averaged]):
+                return tf.zeros_like(averaged)
 
         return out, grad
 
@@ -443,7 +550,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     name = _op_name("HorovodAlltoall", tensor, name, ignore_name_scope)
     _check_dtype(tensor, name)
     ps_id = _process_set_id(process_set)
-    shape = tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else tf.TensorShape([None])
+    shape = _gathered_shape(tensor)
 
     def run(x, s, op_name, what):
         inputs = [x] if s is None else [x, tf.cast(s, tf.int32)]

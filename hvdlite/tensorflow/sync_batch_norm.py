@@ -15,9 +15,10 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     Moving statistics and inference are as in BatchNormalization."""
 
     def __init__(self, *args, fused=False, process_set=global_process_set, **kwargs):
-        # Horovod's layer takes `fused` (Keras 2) and refuses the fused kernel, which cannot be synchronised;
-        # Keras 3 has no such argument, so it is checked here and not passed on.
-        if fused in (True, None):
+        # Horovod's layer takes `fused` (Keras 2) and refuses the fused kernel, which cannot be synchronised.
+        # Keras 3 has no fused kernel and no such argument: False, and None (Keras 2's "fused when possible"),
+        # can only mean the computation below, so they are accepted and not passed on.
+        if fused not in (False, None):
             raise ValueError("SyncBatchNormalization does not support fused=True.")
         super().__init__(*args, **kwargs)
         self.process_set = process_set

@@ -15,12 +15,21 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     variables, iteration count, learning rate) before that, and the optimizer is built here otherwise. Model
     weights (trainable and not, e.g. batch-norm statistics) and optimizer variables travel in one broadcast per
     dtype. Done once, on the first fit().
+
+    local_variables (as in Horovod): a variable or a collection of variables that keep each rank's own value
+    (e.g. the weights of layers trained locally, see PartialDistributedOptimizer). A Keras variable may be given
+    as itself or as the TensorFlow variable it holds (`v.value`).
     """
 
-    def __init__(self, root_rank: int = 0, device: str = ""):
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set, frozenset)):
+            local_variables = [local_variables]
+        self.local_variables = list(local_variables)
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
@@ -32,8 +41,17 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
             variables += list(optimizer.variables)
+        local = [obj for v in self.local_variables for obj in _aliases(v)]  # kept alive while ids are compared
+        local_ids = {id(obj) for obj in local}
+        variables = [v for v in variables if not any(id(obj) in local_ids for obj in _aliases(v))]
         broadcast_variables(variables, self.root_rank, name="BroadcastGlobalVariablesCallback")
         self.broadcast_done = True
+
+
+def _aliases(variable) -> list:
+    """The objects a variable may be given as: itself and, for a Keras variable, the TensorFlow variable it
+    holds."""
+    return [variable, variable.value] if isinstance(variable, keras.Variable) else [variable]
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
