@@ -286,22 +286,20 @@ def stop_timeline() -> None:
     check(lib.hvdlite_stop_timeline())
 
 
-def knob_table() -> str:
-    """Every setting the core reads: "NAME\\tdefault\\tmeaning" lines (needs no init)."""
-    size = 16384
+def _core_text(fill, size: int = 4096) -> str:
+    """Text from a core call that fills a buffer and returns the length it needs."""
     while True:
         buf = ffi.new("char[]", size)
-        needed = lib.hvdlite_knob_table(buf, size)
+        needed = fill(buf, size)
         if needed < size:
             return ffi.string(buf).decode()
         size = needed + 1
+
+
+def knob_table() -> str:
+    """Every setting the core reads: "NAME\\tdefault\\tmeaning" lines (needs no init)."""
+    return _core_text(lib.hvdlite_knob_table, 16384)
 
 
 def build_info() -> str:
-    size = 4096
-    while True:
-        buf = ffi.new("char[]", size)
-        needed = lib.hvdlite_build_info(buf, size)
-        if needed < size:
-            return ffi.string(buf).decode()
-        size = needed + 1
+    return _core_text(lib.hvdlite_build_info)

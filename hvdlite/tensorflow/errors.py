@@ -98,26 +98,33 @@ def install_status_hook() -> bool:
     return _hook_tf_function() & _hook_session()
 
 
+def _wrap_once(owner, name: str, wrap) -> bool:
+    """Replaces ``owner.name`` by ``wrap(original)`` unless that was done already; False if it is missing."""
+    original = getattr(owner, name, None)
+    if original is None:
+        return False
+    if not getattr(original, "_hvdlite_hook", False):
+        wrapper = wrap(original)
+        wrapper._hvdlite_hook = True
+        setattr(owner, name, wrapper)
+    return True
+
+
 def _hook_tf_function() -> bool:
     try:
         from tensorflow.python.eager.polymorphic_function.atomic_function import InterpolateRuntimeError
     except ImportError:
         return False
-    original = getattr(InterpolateRuntimeError, "__exit__", None)
-    if original is None:
-        return False
-    if getattr(original, "_hvdlite_hook", False):
-        return True
 
-    def __exit__(self, typ, exc, tb):
-        suppressed = original(self, typ, exc, tb)  # TensorFlow first adds the node's definition site
-        if not suppressed and isinstance(exc, tf.errors.OpError):
-            _reraise_as_twin(exc, tb)
-        return suppressed
+    def wrap(original):
+        def __exit__(self, typ, exc, tb):
+            suppressed = original(self, typ, exc, tb)  # TensorFlow first adds the node's definition site
+            if not suppressed and isinstance(exc, tf.errors.OpError):
+                _reraise_as_twin(exc, tb)
+            return suppressed
+        return __exit__
 
-    __exit__._hvdlite_hook = True
-    InterpolateRuntimeError.__exit__ = __exit__
-    return True
+    return _wrap_once(InterpolateRuntimeError, "__exit__", wrap)
 
 
 def _hook_session() -> bool:
@@ -125,19 +132,14 @@ def _hook_session() -> bool:
         from tensorflow.python.client.session import BaseSession
     except ImportError:
         return False
-    original = getattr(BaseSession, "_do_call", None)
-    if original is None:
-        return False
-    if getattr(original, "_hvdlite_hook", False):
-        return True
 
-    def _do_call(self, fn, *args):
-        try:
-            return original(self, fn, *args)  # raises with the failing node's definition site added
-        except tf.errors.OpError as e:
-            _reraise_as_twin(e, e.__traceback__)
-            raise
+    def wrap(original):
+        def _do_call(self, fn, *args):
+            try:
+                return original(self, fn, *args)  # raises with the failing node's definition site added
+            except tf.errors.OpError as e:
+                _reraise_as_twin(e, e.__traceback__)
+                raise
+        return _do_call
 
-    _do_call._hvdlite_hook = True
-    BaseSession._do_call = _do_call
-    return True
+    return _wrap_once(BaseSession, "_do_call", wrap)
