@@ -46,6 +46,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from hvdlite.runner.failure_summary import RECORD as RECENT_COLLECTIVES
+from hvdlite.runner.lifeline import LIFELINE
 from hvdlite.runner.output import pump, report
 from hvdlite.common.rendezvous import RendezvousServer
 from hvdlite.common.topology import RankInfo, topology_for_hosts
@@ -234,6 +235,7 @@ class RankProcess:
     def reap(self) -> None:
         """Collect the (exited) leader and close its pipes."""
         self.popen.wait()
+        LIFELINE.release(self.popen.pid)
         if self.popen.stdin is not None:
             try:
                 self.popen.stdin.close()
@@ -288,6 +290,7 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
         # Own session => own process group, and no controlling terminal:
         # the ranks never see the terminal's ^C; the starter stops them.
         start_new_session=True)
+    LIFELINE.watch(popen.pid)  # a session of its own: without this it would outlive a killed launcher
     if stdin_data is not None:
         try:
             popen.stdin.write(stdin_data)
