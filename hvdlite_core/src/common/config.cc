@@ -130,7 +130,8 @@ const std::vector<Knob>& knobs() {
       number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes,
                   "below this size the latency-optimal algorithms run (with ALLREDUCE_ALGORITHMS=fixed)"),
       number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes,
-                  "size of each shared-memory ring between two ranks of one host (at least 64 KiB)"),
+                  "size of each shared-memory ring between two ranks of one host (at least 64 KiB; halved at init "
+                  "where /dev/shm has no room)"),
       number_knob("STREAMING_STORE_BYTES", &Config::streaming_store_bytes,
                   "ring allreduces and allgathers of at least this many bytes write their result with streaming "
                   "stores (0: never; unset on one host: measured)"),

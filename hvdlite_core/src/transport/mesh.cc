@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "transport/lost_peers.h"
 #include "transport/shm_channel.h"
+#include "transport/shm_room.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_channel.h"
 
@@ -54,13 +55,17 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(config_.start_timeout_seconds));
   bool use_shm = !config_.shm_disable && local_ranks_.size() > 1;
+  InboxAttempt attempt;
   if (use_shm) {
-    my_inbox_ = ShmInbox::Create(ShmInbox::Name(keys_.job_id, rank_), rank_, static_cast<int>(local_ranks_.size()),
-                                 static_cast<size_t>(config_.shm_ring_bytes));
-    my_inbox_.header()->cma_probe_address = reinterpret_cast<uint64_t>(&g_cma_probe);
+    attempt = create_inbox_within_room(ShmInbox::Name(keys_.job_id, rank_), rank_,
+                                       static_cast<int>(local_ranks_.size()),
+                                       static_cast<size_t>(config_.shm_ring_bytes));
+    my_inbox_ = std::move(attempt.inbox);
+    if (my_inbox_.header()) my_inbox_.header()->cma_probe_address = reinterpret_cast<uint64_t>(&g_cma_probe);
   }
   try {
     connect_all(deadline);
+    if (use_shm) use_shm = agree_on_shm(attempt.ring_bytes, attempt.failure, deadline);
     if (use_shm) {
       for (int r : local_ranks_) {
         if (r != rank_) peer_inboxes_[r] = ShmInbox::Open(ShmInbox::Name(keys_.job_id, r), r);
@@ -177,6 +182,33 @@ void Mesh::accept_all(Clock::time_point deadline) {
     });
   }
   finish();
+}
+
+bool Mesh::agree_on_shm(size_t my_ring_bytes, const std::string& my_failure, Clock::time_point deadline) {
+  // Each co-located pair swaps what its inbox got over the control socket: shared memory is used between the
+  // host's ranks only if every one of them has an inbox, and the lowest of them explains any shortage.
+  std::vector<uint64_t> rings(local_ranks_.size(), 0);
+  const uint64_t mine = my_ring_bytes;
+  for (int r : local_ranks_) {
+    if (r != rank_) socket_write_all(control_fds_[r], &mine, sizeof(mine), deadline, "rank " + std::to_string(r));
+  }
+  for (size_t i = 0; i < local_ranks_.size(); ++i) {
+    int r = local_ranks_[i];
+    if (r == rank_) {
+      rings[i] = mine;
+    } else {
+      socket_read_all(control_fds_[r], &rings[i], sizeof(rings[i]), deadline, "rank " + std::to_string(r));
+    }
+  }
+  bool everyone = std::none_of(rings.begin(), rings.end(), [](uint64_t bytes) { return bytes == 0; });
+  if (rank_ == local_ranks_.front()) {
+    // The lowest rank may not know the failure text of another; the sizes say enough, the text is a bonus.
+    std::string warning = describe_shm_shortage(local_ranks_, rings, static_cast<size_t>(config_.shm_ring_bytes),
+                                                my_failure.empty() ? "see that rank's /dev/shm" : my_failure);
+    if (!warning.empty()) HVD_LOG(kWarning, warning);
+  }
+  if (!everyone) my_inbox_ = ShmInbox();  // unlinks and unmaps it: the host talks over TCP
+  return everyone;
 }
 
 void Mesh::build_channels() {

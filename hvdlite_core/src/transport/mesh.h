@@ -2,9 +2,10 @@
 // through shared memory (unless disabled); others through TCP. Every pair also keeps its TCP socket, which
 // on one host only serves to notice the peer's death.
 //
-// Setup order (no deadlock, no race on segments): create my shm inbox; connect to every lower rank (their
-// listeners are open before addresses are published, so connects queue in the backlog); accept every higher
-// rank, dropping connections that fail the handshake; map co-located peers' inboxes (they exist: each rank
+// Setup order (no deadlock, no race on segments): create my shm inbox, its memory reserved (shm_room.h);
+// connect to every lower rank (their listeners are open before addresses are published, so connects queue in
+// the backlog); accept every higher rank, dropping connections that fail the handshake; swap inbox sizes with
+// co-located peers (if one has none, the host uses TCP); map co-located peers' inboxes (they exist: each rank
 // created its inbox before its first handshake); exchange one status byte with everyone (all mapped, and
 // whether cross-memory attach works), after which every rank unlinks its own segment name.
 #pragma once
@@ -53,6 +54,7 @@ class Mesh {
  private:
   void connect_all(Clock::time_point deadline);
   void accept_all(Clock::time_point deadline);
+  bool agree_on_shm(size_t my_ring_bytes, const std::string& my_failure, Clock::time_point deadline);
   void build_channels();
   void exchange_status_bytes(Clock::time_point deadline);
   int local_index(int rank) const;

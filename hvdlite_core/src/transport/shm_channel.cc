@@ -18,7 +18,8 @@ ShmChannel::ShmChannel(int peer, std::string peer_host, const ShmInbox* mine, in
       send_data_(theirs->ring_data(my_slot_in_theirs)),
       recv_ring_(mine->ring(peer_slot_in_mine)),
       recv_data_(mine->ring_data(peer_slot_in_mine)),
-      capacity_(mine->ring_bytes()),
+      send_capacity_(theirs->ring_bytes()),
+      recv_capacity_(mine->ring_bytes()),
       peer_header_(theirs->header()),
       control_fd_(control_fd) {}
 
@@ -30,11 +31,11 @@ void ShmChannel::ring_peer_doorbell() {
 size_t ShmChannel::try_send(const void* data, size_t length) {
   uint64_t head = send_ring_->head.load(std::memory_order_relaxed);
   uint64_t tail = send_ring_->tail.load(std::memory_order_acquire);
-  size_t room = capacity_ - static_cast<size_t>(head - tail);
+  size_t room = send_capacity_ - static_cast<size_t>(head - tail);
   size_t n = std::min(length, room);
   if (n == 0) return 0;
-  size_t offset = static_cast<size_t>(head % capacity_);
-  size_t first = std::min(n, capacity_ - offset);
+  size_t offset = static_cast<size_t>(head % send_capacity_);
+  size_t first = std::min(n, send_capacity_ - offset);
   copy_bytes(send_data_ + offset, data, first);
   if (n > first) copy_bytes(send_data_, static_cast<const char*>(data) + first, n - first);
   send_ring_->head.store(head + n, std::memory_order_release);
@@ -43,8 +44,8 @@ size_t ShmChannel::try_send(const void* data, size_t length) {
 }
 
 void ShmChannel::copy_out(char* data, uint64_t from, size_t n, bool streaming) const {
-  size_t offset = static_cast<size_t>(from % capacity_);
-  size_t first = std::min(n, capacity_ - offset);
+  size_t offset = static_cast<size_t>(from % recv_capacity_);
+  size_t first = std::min(n, recv_capacity_ - offset);
   auto copy = streaming ? copy_bytes_streaming : copy_bytes;
   copy(data, recv_data_ + offset, first);
   if (n > first) copy(data + first, recv_data_, n - first);
@@ -71,11 +72,11 @@ size_t ShmChannel::try_recv_with(size_t length, size_t granule, const RecvConsum
   size_t n = std::min({length, static_cast<size_t>(head - tail), kMaxHandOver});
   n -= n % granule;  // a partial element stays in the ring until the rest of it arrives
   if (n == 0) return 0;
-  const size_t offset = static_cast<size_t>(tail % capacity_);
-  if (offset % granule == 0 && capacity_ % granule == 0) {
+  const size_t offset = static_cast<size_t>(tail % recv_capacity_);
+  if (offset % granule == 0 && recv_capacity_ % granule == 0) {
     // In place: the ring data is cache-line aligned, so the offset decides the alignment, and an aligned
     // stream never splits an element at the wrap.
-    const size_t first = std::min(n, capacity_ - offset);
+    const size_t first = std::min(n, recv_capacity_ - offset);
     consume(recv_data_ + offset, first);
     if (n > first) consume(recv_data_, n - first);
   } else {
@@ -100,7 +101,7 @@ bool ShmChannel::align_stream(bool sending) {
     const uint64_t skip = (8 - head % 8) % 8;
     if (skip == 0) return true;
     const uint64_t tail = send_ring_->tail.load(std::memory_order_acquire);
-    if (capacity_ - static_cast<size_t>(head - tail) < skip) return false;
+    if (send_capacity_ - static_cast<size_t>(head - tail) < skip) return false;
     send_ring_->head.store(head + skip, std::memory_order_release);  // the skipped bytes are never read
     ring_peer_doorbell();
     return true;

@@ -32,7 +32,8 @@ class ShmChannel : public Channel {
   char* send_data_;
   RingHeader* recv_ring_;
   char* recv_data_;
-  size_t capacity_;
+  size_t send_capacity_;  // rings differ in size where /dev/shm had no room for the configured one
+  size_t recv_capacity_;
   InboxHeader* peer_header_;
   int control_fd_;
 };

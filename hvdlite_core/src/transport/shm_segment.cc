@@ -38,12 +38,20 @@ ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, si
   }
   if (fd < 0) throw Error(StatusCode::kInternal, "shm_open(" + name + ") failed: " + strerror(errno));
   size_t bytes = total_bytes(slots, ring_bytes);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
+  // ftruncate alone only sets the size: tmpfs would find out it is full when a peer first writes a page, and
+  // deliver SIGBUS. posix_fallocate takes the pages now, so a small /dev/shm is an error here, at init.
+  int err = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (err == 0) {
+    do {
+      err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    } while (err == EINTR);
+    if (err == EOPNOTSUPP || err == EINVAL) err = 0;  // a file system that cannot reserve: ftruncate has to do
+  }
+  if (err != 0) {
     ::close(fd);
     shm_unlink(name.c_str());
-    throw Error(StatusCode::kInternal, "cannot size shared memory " + name + " to " + std::to_string(bytes) +
-                                           " bytes (is /dev/shm large enough?): " + strerror(err));
+    throw ShmSpaceError(bytes, "cannot reserve " + std::to_string(bytes) + " bytes of shared memory for " + name +
+                                   ": " + strerror(err));
   }
   ShmInbox inbox;
   inbox.base_ = map_shared(fd, bytes, name);

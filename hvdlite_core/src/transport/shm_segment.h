@@ -10,7 +10,20 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
+
 namespace hvdlite {
+
+// The inbox could not be given its memory (a full or small /dev/shm); needed_bytes is what one inbox takes.
+class ShmSpaceError : public Error {
+ public:
+  ShmSpaceError(size_t needed_bytes, const std::string& message)
+      : Error(StatusCode::kInternal, message), needed_bytes_(needed_bytes) {}
+  size_t needed_bytes() const { return needed_bytes_; }
+
+ private:
+  size_t needed_bytes_;
+};
 
 struct alignas(64) RingHeader {
   std::atomic<uint64_t> head;  // bytes ever written (producer)
@@ -37,7 +50,7 @@ struct alignas(64) InboxHeader {
 
 class ShmInbox {
  public:
-  // Creates (and owns until unlink) this rank's inbox.
+  // Creates (and owns until unlink) this rank's inbox, its memory reserved; ShmSpaceError when there is no room.
   static ShmInbox Create(const std::string& name, int owner_rank, int slots, size_t ring_bytes);
   // Maps a peer's inbox created by Create.
   static ShmInbox Open(const std::string& name, int expected_owner);
