@@ -4,12 +4,21 @@ It keeps a set of worker processes, one per slot the discovery script reports (a
 forms numbered *rounds* of them: each round gives every member a rank and the job size (the worker side of the
 protocol is hvdlite/common/elastic.py). What changes the membership:
 
-- A worker exits non-zero: its host is blacklisted (for good, or for a time drawn from
-  ``--blacklist-cooldown-range``), and the next round is formed from the workers that ask to join it. The
-  survivors' collectives failed; ``hvd.elastic.run`` rolled them back to their last commit and sent them here.
-- The discovery script (run every ``--discovery-interval`` s) reports new slots: workers are started there and
-  ``hosts_updated`` is set, so that the running workers leave at their next ``state.commit()`` and the next
-  round takes everyone in. A host that disappears from the script's output has its workers stopped.
+- A worker exits non-zero: its host is blacklisted, which means no *new* worker starts there (for good, or for a
+  time drawn from ``--blacklist-cooldown-range``); the host's other workers go on. The next round is formed from
+  the workers that ask to join it. The survivors' collectives failed; ``hvd.elastic.run`` rolled them back to
+  their last commit and sent them here.
+- The discovery script (run every ``--discovery-interval`` s) reports more slots on a host, or a new host:
+  workers are started on the free slots and ``hosts_updated`` is set, so that the running workers leave at their
+  next ``state.commit()`` and the next round takes everyone in. A slot whose worker was stopped is used again
+  once that worker has exited (at a later discovery).
+- It reports fewer slots on a host: the workers beyond the new count go, the highest local ranks first (workers
+  not yet in a round before them: those are stopped at once). The others are marked to leave and
+  ``hosts_updated`` is set; at their next commit every worker asks to join the next round, and the driver stops
+  the marked ones instead of placing them. Stopping them is not a failure (no blacklisting). If the slots come
+  back before that, the marks are lifted.
+- A host that disappears from the script's output has its workers stopped at once (not a failure either; the
+  others' collectives fail and they re-form from their last commit).
 - A round is formed as soon as every live worker has asked to join it. Once a member of the current round has
   asked (its round ended), the others have ``ROUND_SETTLE_SECONDS``; those that have not asked by then (stopped,
   hung) are stopped and left out. Workers that only joined wait, without a limit, for the members' next commit.
@@ -98,6 +107,8 @@ class Worker:
     process: RankProcess
     last_rank: Optional[int] = None  # its rank in the last round it took part in
     exit_code: Optional[int] = None
+    leaving: bool = False  # its host has fewer slots now: stopped when the next round is formed
+    stopped: Optional[str] = None  # why the driver stopped it on purpose (its exit is then not a failure)
 
 
 class ElasticDriver:
@@ -116,6 +127,8 @@ class ElasticDriver:
         self.blacklist: Dict[str, float] = {}  # host -> time it may be used again (inf: never)
         self.host_order: List[str] = []
         self.failure: Optional[Tuple[Worker, int]] = None  # the first worker that failed, and its code
+        self.hosts_updated_round: Optional[int] = None  # the round hosts_updated was last set for
+        self.started_in_round = 0  # workers started since the current round was formed
         self.base_env = dict(os.environ)
         self.base_env.update(settings.knob_env())
 
@@ -123,6 +136,10 @@ class ElasticDriver:
 
     def live(self) -> List[Worker]:
         return [w for w in self.workers if w.exit_code is None]
+
+    def active(self) -> List[Worker]:
+        """Live workers the driver has not stopped (a stopped one may take a moment to exit)."""
+        return [w for w in self.workers if w.exit_code is None and w.stopped is None]
 
     def _start_worker(self, host: str, slot: int) -> None:
         index = self.next_index
@@ -145,6 +162,7 @@ class ElasticDriver:
             process = start_remote_rank(index, host, self.command, env, os.getcwd(), self.settings.ssh,
                                         dict(os.environ), output_dir=self.settings.output_filename)
         self.workers.append(Worker(worker_id, index, host, slot, process))
+        self.started_in_round += 1
         if host not in self.host_order:
             self.host_order.append(host)
 
@@ -152,26 +170,85 @@ class ElasticDriver:
         """How a worker on host reaches the service (which listens on every interface: hosts may come later)."""
         return "127.0.0.1" if network.is_local_host(host) else network.source_address_for(host)
 
+    def _stop(self, worker: Worker, why: str) -> None:
+        """Stops a worker on purpose: its exit is not a failure (no blacklisting)."""
+        worker.stopped = why
+        terminate_group(worker.process)
+
+    def _follow_slot_counts(self, hosts: List[HostSlots]) -> bool:
+        """Marks the workers beyond a host's (lower) slot count to leave at the next round (those not in the
+        current round are stopped at once), and lifts such marks when the slots come back; returns True when
+        workers were marked."""
+        marked = False
+        for host in hosts:
+            # Highest local rank first; workers not yet in a round count as the highest.
+            on_host = sorted((w for w in self.active() if w.host == host.name),
+                             key=lambda w: (w.last_rank is None, w.last_rank or 0, w.slot), reverse=True)
+            staying = [w for w in on_host if not w.leaving]
+            leaving = [w for w in on_host if w.leaving]
+            if len(staying) > host.slots:
+                for worker in staying[:len(staying) - host.slots]:
+                    if worker.worker_id not in self.members:  # in no round's mesh yet: nothing to wait for
+                        report(f"host {host.name} now has {host.slots} slot(s); stopping worker "
+                               f"{worker.worker_id} (not yet in a round); it is not a failure")
+                        self._stop(worker, "its slot was removed")
+                        continue
+                    worker.leaving = True
+                    marked = True
+                    report(f"host {host.name} now has {host.slots} slot(s); worker {worker.worker_id} "
+                           f"({self._describe_rank(worker)}) leaves the job at the next commit")
+            elif leaving and len(staying) < host.slots:
+                for worker in reversed(leaving[max(0, len(leaving) - (host.slots - len(staying))):]):
+                    worker.leaving = False
+                    report(f"host {host.name} has {host.slots} slot(s) again; worker {worker.worker_id} "
+                           f"({self._describe_rank(worker)}) stays")
+        return marked
+
+    @staticmethod
+    def _describe_rank(worker: Worker) -> str:
+        return f"rank {worker.last_rank}" if worker.last_rank is not None else "not yet in a round"
+
     def _fill_slots(self, hosts: List[HostSlots], limit: int) -> int:
-        """Starts workers on free slots of usable hosts, up to ``limit`` live workers; returns how many."""
+        """Starts workers on free slots of usable hosts, up to ``limit`` workers that stay; returns how many.
+
+        A host takes as many workers as it has slots, counting the ones still running there (those marked to
+        leave and those stopped but not yet exited too): a slot is used again once its worker has exited."""
         now = time.monotonic()
         started = 0
         present = {h.name for h in hosts}
-        for worker in self.live():  # hosts that left the discovery output lose their workers
+        for worker in self.active():  # hosts that left the discovery output lose their workers
             if worker.host not in present:
                 report(f"host {worker.host} is gone from the discovery output; stopping worker {worker.worker_id}")
-                terminate_group(worker.process)
+                self._stop(worker, f"host {worker.host} is gone")
         for host in hosts:
             if self.blacklist.get(host.name, 0) > now:
                 continue
-            used = {w.slot for w in self.live() if w.host == host.name}
-            for slot in range(host.slots):
-                if len(self.live()) >= limit:
+            on_host = [w for w in self.live() if w.host == host.name]
+            used = {w.slot for w in on_host}
+            free = [slot for slot in range(host.slots) if slot not in used][:max(0, host.slots - len(on_host))]
+            for slot in free:
+                if len([w for w in self.active() if not w.leaving]) >= limit:
                     return started
-                if slot not in used:
-                    self._start_worker(host.name, slot)
-                    started += 1
+                self._start_worker(host.name, slot)
+                started += 1
         return started
+
+    def _discovered(self, hosts: List[HostSlots]) -> None:
+        """Follows the discovery output: removals, additions, and the ``hosts_updated`` flag that ends the round
+        at the members' next commit."""
+        marked = self._follow_slot_counts(hosts)
+        started = self._fill_slots(hosts, limit=self.elastic.max_np)
+        if self.round < 0:
+            return  # round 0 is not formed yet: it takes (and leaves out) whoever is there then
+        if marked or started:
+            self.server.put(self.scope, "hosts_updated", str(self.round).encode())
+            self.hosts_updated_round = self.round
+        elif (self.hosts_updated_round == self.round and not self.started_in_round
+              and not any(w.leaving for w in self.active())):
+            # The slots came back before the removal: nothing left to re-form for. (A rank 0 that already read
+            # the flag re-forms the same workers, which is harmless.)
+            self.server.put(self.scope, "hosts_updated", b"-1")
+            self.hosts_updated_round = None
 
     # -- rounds ---------------------------------------------------------------------------------------
 
@@ -197,16 +274,49 @@ class ElasticDriver:
                 "rank": info.rank, "size": info.size, "local_rank": info.local_rank, "local_size": info.local_size,
                 "cross_rank": info.cross_rank, "cross_size": info.cross_size, "hostname": worker.host}
         self.members = set(assignment)
+        self.started_in_round = 0
         self.server.put(self.scope, f"round.{self.round}", json.dumps({"workers": assignment}).encode())
         self.server.put(self.scope, "latest", str(self.round).encode())
         report(f"elastic round {self.round}: {len(ordered)} worker(s) on {', '.join(hosts)}")
 
-    def _blacklist(self, host: str) -> None:
+    def _drop_leavers(self, ready: List[Worker]) -> None:
+        """Stops the workers marked to leave (their host has fewer slots now) as the next round is formed."""
+        for worker in ready:
+            if worker.leaving:
+                report(f"stopping worker {worker.worker_id} ({self._describe_rank(worker)} on {worker.host}): "
+                       f"its slot was removed; it is not a failure")
+                self._stop(worker, "its slot was removed")
+
+    def _blacklist(self, host: str) -> Optional[float]:
+        """No new worker starts on host for a while (None: for the rest of the job); returns the seconds."""
         if self.elastic.cooldown_range is None:
             self.blacklist[host] = float("inf")
+            return None
+        low, high = self.elastic.cooldown_range
+        seconds = random.uniform(low, high)
+        self.blacklist[host] = time.monotonic() + seconds
+        return seconds
+
+    def _report_failure(self, worker: Worker, code: int) -> None:
+        seconds = self._blacklist(worker.host)
+        if seconds is None:
+            banned = (f"no new worker starts on {worker.host} for the rest of the job (blacklisted; "
+                      f"--blacklist-cooldown-range allows it again after a while)")
         else:
             low, high = self.elastic.cooldown_range
-            self.blacklist[host] = time.monotonic() + random.uniform(low, high)
+            banned = (f"no new worker starts on {worker.host} for the next {seconds:.0f} s (blacklisted; "
+                      f"--blacklist-cooldown-range {low:g} {high:g})")
+        others = [w for w in self.active() if w.host == worker.host]
+        if others:
+            banned += f"; its {len(others)} other worker(s) there go on"
+        if any(w.exit_code == 0 for w in self.workers):
+            going_on = "the job is finishing"
+        else:
+            remaining = len([w for w in self.active() if not w.leaving])
+            going_on = f"the job re-forms with the {remaining} remaining worker(s)"
+        where = (f"rank {worker.last_rank} on {worker.host}" if worker.last_rank is not None
+                 else f"not yet in a round, on {worker.host}")
+        report(f"worker {worker.worker_id} ({where}) exited with code {code}; {going_on}; {banned}")
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -238,16 +348,17 @@ class ElasticDriver:
             if self.settings.timeout is not None and time.monotonic() - started_at > self.settings.timeout:
                 report(f"job exceeded the timeout of {self.settings.timeout:g} s; stopping all workers")
                 return JobOutcome(124)
+            failed = []
             for worker in self.live():
                 code = worker.process.exited()
                 if code is None:
                     continue
                 worker.exit_code = code
-                if code != 0:
-                    report(f"worker {worker.worker_id} (rank {worker.last_rank} on {worker.host}) exited with code "
-                           f"{code}; blacklisting {worker.host} and re-forming the job without it")
-                    self.failure = self.failure or (worker, code)
-                    self._blacklist(worker.host)
+                if code != 0 and worker.stopped is None:  # one the driver stopped on purpose is no failure
+                    failed.append((worker, code))
+            for worker, code in failed:  # after every exit is known: the count of remaining workers is right
+                self.failure = self.failure or (worker, code)
+                self._report_failure(worker, code)
             live = self.live()
             if not live:  # success when the workers of the last round finished; lost workers before do not count
                 if any(w.exit_code == 0 for w in self.workers):
@@ -265,8 +376,11 @@ class ElasticDriver:
                     hosts = discover_hosts(self.elastic.discovery_script, self.elastic.slots_per_host)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                     report(f"host discovery failed ({exc}); keeping the current hosts")
-                if self._fill_slots(hosts, limit=self.elastic.max_np) and self.round >= 0:
-                    self.server.put(self.scope, "hosts_updated", str(self.round).encode())
+                self._discovered(hosts)
+            live = self.active()  # stopped workers that have not exited yet take no part
+            if not live:
+                time.sleep(_POLL_INTERVAL)
+                continue
             target = self.round + 1
             ready = [w for w in live if self._ready(w, target)]
             if not ready:
@@ -281,13 +395,14 @@ class ElasticDriver:
             if len(ready) < len(live) and (waiting_since is None or now - waiting_since < ROUND_SETTLE_SECONDS):
                 time.sleep(_POLL_INTERVAL)
                 continue
-            if len(ready) < self.elastic.min_np:
+            staying = [w for w in ready if not w.leaving]
+            if len(staying) < self.elastic.min_np:
                 short_since = short_since or now
                 wait_limit, flag = ((self.settings.start_timeout, "--start-timeout")
                                     if self.elastic.elastic_timeout is None
                                     else (self.elastic.elastic_timeout, "--elastic-timeout"))
                 if now - short_since > wait_limit:
-                    report(f"only {len(ready)} worker(s) can continue, fewer than --min-np {self.elastic.min_np}, "
+                    report(f"only {len(staying)} worker(s) can continue, fewer than --min-np {self.elastic.min_np}, "
                            f"and no more came within {wait_limit:g} s ({flag}); stopping the job")
                     return JobOutcome(self.failure[1] if self.failure else 1,
                                       self.failure[0].index if self.failure else None)
@@ -305,5 +420,6 @@ class ElasticDriver:
                            f"{ROUND_SETTLE_SECONDS:g} s; stopping it")
                     terminate_group(worker.process)
                     self._blacklist(worker.host)
-            self._form_round(ready)
+            self._drop_leavers(ready)
+            self._form_round(staying)
             waiting_since = None

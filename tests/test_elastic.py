@@ -43,9 +43,9 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_job(tmp_path, np, min_np, max_np, epochs, extra=()):
+def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4"):
     discover = tmp_path / "discover.sh"
-    discover.write_text("#!/bin/sh\necho localhost:4\n")
+    discover.write_text(f"#!/bin/sh\n{discover_body}\n")
     discover.chmod(0o755)
     cmd = [hvdlite_run(), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
            "--host-discovery-script", str(discover), *extra, sys.executable, JOB, str(tmp_path), str(epochs)]
@@ -105,7 +105,9 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
     kill_worker_after(tmp_path, "w2", batches=10)
     out = finish(proc)
     assert proc.returncode == 0, out[-5000:]
-    assert "worker w2 (rank 2 on localhost) exited with code 137" in out, out[-5000:]
+    assert "worker w2 (rank 2 on localhost) exited with code 137; the job re-forms with the 3 remaining worker(s); " \
+        "no new worker starts on localhost for the next " in out, out[-5000:]
+    assert "s (blacklisted; --blacklist-cooldown-range 2 3); its 3 other worker(s) there go on" in out, out[-5000:]
     assert "elastic round 1: 3 worker(s)" in out and "elastic round 2: 4 worker(s)" in out, out[-5000:]
     logs = events(tmp_path)
     assert "w4" in logs, "no worker was added back"
@@ -237,3 +239,186 @@ def test_keras_fit_survives_the_loss_of_a_worker(tmp_path):
     for worker, result in done.items():
         assert result["sizes"] == [3, 2] and result["epoch"] == 6, (worker, result)
     assert done["w0"]["weights"] == done["w2"]["weights"]
+
+
+# -- a host's slot count going down and up (issue 29) ---------------------------------------------------------
+
+
+class _FakeProcess:
+    """Stands in for a RankProcess: the driver's logic without processes."""
+
+    def __init__(self):
+        self.code = None
+        self.signals = []
+
+    def exited(self):
+        return self.code
+
+    def signal_group(self, signum):
+        self.signals.append(signum)
+
+
+def _fake_driver(monkeypatch, max_np=3):
+    from hvdlite.common.rendezvous import RendezvousServer
+    from hvdlite.runner import elastic as driver_module
+    from hvdlite.runner.settings import Settings
+
+    driver = driver_module.ElasticDriver(Settings(np=3), driver_module.ElasticSettings(
+        min_np=2, max_np=max_np, discovery_script="true"), ["true"])
+    driver.server = RendezvousServer(b"secret").start()
+    monkeypatch.setattr(driver_module, "start_rank", lambda *args, **kwargs: _FakeProcess())
+    return driver
+
+
+def test_slot_count_changes_mark_unmark_and_reuse_slots(monkeypatch):
+    """The driver's bookkeeping, without processes: marks, lifted marks, the hosts_updated flag, slot reuse."""
+    driver = _fake_driver(monkeypatch)
+    try:
+        _slot_count_changes(driver)
+    finally:
+        driver.server.stop()
+
+
+def _slot_count_changes(driver):
+    from hvdlite.runner.hosts import HostSlots
+
+    def flag():
+        return driver.server.peek(driver.scope, "hosts_updated")
+
+    def state():  # worker -> (slot, marked to leave, stopped by the driver)
+        return {w.worker_id: (w.slot, w.leaving, w.stopped is not None) for w in driver.live()}
+
+    def exit_(worker_id, code=143):
+        worker = next(w for w in driver.workers if w.worker_id == worker_id)
+        worker.process.code = worker.exit_code = code
+
+    driver._discovered([HostSlots("localhost", 3)])
+    assert state() == {"w0": (0, False, False), "w1": (1, False, False), "w2": (2, False, False)}
+    assert flag() is None  # round 0 is not formed yet
+    driver._form_round(driver.active())
+    # 3 -> 2: the highest rank is marked and the members are told to re-form at their next commit.
+    driver._discovered([HostSlots("localhost", 2)])
+    assert state()["w2"] == (2, True, False) and flag() == b"0"
+    # 2 -> 3 before that commit: the mark is lifted, the flag cleared (no needless re-form), nobody started.
+    driver._discovered([HostSlots("localhost", 3)])
+    assert state() == {"w0": (0, False, False), "w1": (1, False, False), "w2": (2, False, False)}
+    assert flag() == b"-1"
+    # 3 -> 2 again, and this time the round re-forms: w2 is stopped (SIGTERM), not placed.
+    driver._discovered([HostSlots("localhost", 2)])
+    assert flag() == b"0"
+    driver._drop_leavers(driver.active())
+    driver._form_round(driver.active())
+    assert driver.members == {"w0", "w1"} and signal.SIGTERM in driver.workers[2].process.signals
+    # 2 -> 3 while w2 is still exiting: its slot is not used yet ...
+    driver._discovered([HostSlots("localhost", 3)])
+    assert set(state()) == {"w0", "w1", "w2"} and flag() == b"0"
+    # ... and at the next discovery after its exit, a new worker starts on slot 2 and the members are told.
+    exit_("w2")
+    driver._discovered([HostSlots("localhost", 3)])
+    assert state() == {"w0": (0, False, False), "w1": (1, False, False), "w3": (2, False, False)}
+    assert flag() == b"1"
+    # A worker that is in no round yet is stopped at once when its slot goes (it is in no mesh).
+    driver._discovered([HostSlots("localhost", 2)])
+    assert state()["w3"] == (2, False, True) and not any(w.leaving for w in driver.active())
+    exit_("w3")
+    # Slots are counted, not numbered: workers on slots 0 and 2 fill a 2-slot host; a third slot takes slot 1.
+    exit_("w1", code=1)
+    driver._discovered([HostSlots("localhost", 3)])
+    assert state() == {"w0": (0, False, False), "w4": (1, False, False), "w5": (2, False, False)}
+    exit_("w4", code=1)
+    driver._discovered([HostSlots("localhost", 2)])
+    assert state() == {"w0": (0, False, False), "w5": (2, False, False)}
+
+
+@pytest.mark.timeout(180)
+def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
+    """Discovery prints localhost:3, then localhost:2, then localhost:3: the rounds have 3, 2 and 3 workers; the
+    removed worker leaves at a commit (no failure, no blacklisting) and the result equals the replayed schedule."""
+    interval = 0.5
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:3\n")
+    proc = start_job(tmp_path, np=3, min_np=2, max_np=3, epochs=6, discover_body=f"cat {slots}",
+                     extra=["--discovery-interval", str(interval)])
+    try:
+        def round_of_size(size, after=0):
+            return any(e["event"] == "round" and e["size"] == size and e["time"] > after
+                       for e in events(tmp_path).get("w0", []))
+
+        def batches_in_round_of(size):
+            return any(e["event"] == "batch" and e["size"] == size for e in events(tmp_path).get("w0", []))
+
+        wait_for(lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
+                 120, "w0 to commit 5 batches")
+        shrink = time.time()
+        slots.write_text("localhost:2\n")
+        wait_for(lambda: round_of_size(2), 60, "a round of 2 workers")
+        shrunk_after = max(e["time"] for e in events(tmp_path)["w0"] if e["event"] == "round") - shrink
+        wait_for(lambda: batches_in_round_of(2), 60, "a batch in the round of 2")
+        grow = time.monotonic()
+        slots.write_text("localhost:3\n")
+        wait_for(lambda: _has_worker("w3"), 30, "worker w3 to start")
+        started_after = time.monotonic() - grow
+        out = finish(proc, timeout=150)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-5000:]
+    # Within one discovery interval plus one commit (a batch is ~0.05 s; the rest is a loaded 2-core machine).
+    assert shrunk_after < interval + 5, (shrunk_after, out[-3000:])
+    assert started_after < interval + 5, (started_after, out[-3000:])
+    assert "host localhost now has 2 slot(s); worker w2 (rank 2) leaves the job at the next commit" in out, out[-5000:]
+    assert "stopping worker w2 (rank 2 on localhost): its slot was removed; it is not a failure" in out, out[-5000:]
+    assert "exited with code" not in out and "blacklisted" not in out, out[-5000:]
+    assert "elastic round 0: 3 worker(s)" in out and "elastic round 1: 2 worker(s)" in out, out[-5000:]
+    assert "elastic round 2: 3 worker(s)" in out and "elastic round 3" not in out, out[-5000:]
+    logs = events(tmp_path)
+    assert set(logs) == {"w0", "w1", "w2", "w3"}, set(logs)
+    assert not any(e["event"] == "done" for e in logs["w2"])
+    done = {w: next(e for e in log if e["event"] == "done") for w, log in logs.items() if w != "w2"}
+    for worker in ("w0", "w1"):
+        assert done[worker]["sizes"] == [3, 2, 3], (worker, done[worker])
+    assert done["w3"]["sizes"] == [3]
+    assert len({tuple(d["weights"]) for d in done.values()}) == 1, "the workers finished with different models"
+    assert len({d["batches"] for d in done.values()}) == 1
+    check_epochs_cover_every_sample(logs, epochs=6)
+    replayed = subprocess.run([sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True,
+                              text=True, timeout=120)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    reference = json.loads(replayed.stdout.strip().splitlines()[-1])
+    assert reference["steps"] == done["w0"]["batches"], (reference["steps"], done["w0"]["batches"])
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(done["w0"]["weights"], reference["weights"])), \
+        (done["w0"]["weights"], reference["weights"])
+
+
+def _has_worker(worker: str) -> bool:
+    try:
+        worker_pid(worker, JOB)
+        return True
+    except AssertionError:
+        return False
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cooldown", [None, ("5", "5")])
+def test_failure_message_says_what_blacklisting_does(tmp_path, cooldown):
+    """A worker that exits 3 on the only host: the message says that the job goes on with the others, which still
+    run on that host, and that no new worker starts there (for good, or for the cooldown)."""
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:3\n")
+    discover.chmod(0o755)
+    worker = ("import os, sys, time\n"
+              "if os.environ['HVDLITE_WORKER_ID'] == 'w1':\n"
+              "    sys.exit(3)\n"
+              "time.sleep(3)\n")
+    extra = ["--blacklist-cooldown-range", *cooldown] if cooldown else []
+    result = subprocess.run([hvdlite_run(), "-np", "3", "--min-np", "1", "--max-np", "3", "--host-discovery-script",
+                             str(discover), "--discovery-interval", "0.2", *extra, sys.executable, "-c", worker],
+                            env=job_env(), capture_output=True, text=True, timeout=50)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]  # the others finished
+    ban = ("for the rest of the job (blacklisted; --blacklist-cooldown-range allows it again after a while)"
+           if cooldown is None else "for the next 5 s (blacklisted; --blacklist-cooldown-range 5 5)")
+    assert ("worker w1 (not yet in a round, on localhost) exited with code 3; the job re-forms with the 2 remaining "
+            f"worker(s); no new worker starts on localhost {ban}; its 2 other worker(s) there go on") in out, out
+    assert "re-forming the job without it" not in out
+    assert "w3" not in out, out  # no worker replaced it
