@@ -170,3 +170,51 @@ def test_ray_example_trains():
     assert final_loss < 0.01, result.stdout
     learned = [float(w) for w in result.stdout.split("learned weights ")[1].split("|")[0].split()]
     assert max(abs(a - b) for a, b in zip(learned, [2.0, -3.0, 0.5, 1.0])) < 0.05, result.stdout
+
+
+def test_a_killed_driver_takes_its_workers_with_it(ray_cluster, tmp_path):
+    """kill -9 of the driver process: Ray ends the job's actors, so no rank is left allreducing on its own."""
+    import signal
+    import time
+
+    jobs_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+    script = f"""
+import sys
+sys.path.insert(0, {jobs_dir!r})
+import ray
+ray.init(address={ray_cluster!r}, _node_ip_address={HEAD!r}, log_to_driver=False,
+         runtime_env={{"env_vars": {{"PYTHONPATH": {jobs_dir!r}}}}})
+from hvdlite.ray import RayExecutor
+import lifeline_job
+executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=20), num_workers=2)
+executor.start()
+executor.run(lifeline_job.run_forever, args=[{str(tmp_path)!r}])
+"""
+    driver = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    paths = [os.path.join(tmp_path, f"rank{r}") for r in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(p) for p in paths):
+        assert driver.poll() is None, driver.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.1)
+    pids = [int(open(p).read().split()[0]) for p in paths]
+    driver.kill()
+    killed_at = time.monotonic()
+    driver.wait()
+
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(") ", 1)[1][:1] != "Z"
+        except OSError:
+            return False
+
+    while any(running(pid) for pid in pids) and time.monotonic() - killed_at < 10:
+        time.sleep(0.05)
+    gone_after = time.monotonic() - killed_at
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert not any(running(pid) for pid in pids) and gone_after < 3.0, \
+        f"the Ray workers were still running {gone_after:.1f} s after their driver was killed"
