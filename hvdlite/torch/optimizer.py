@@ -9,8 +9,7 @@ will never send.
 
 Reducing during backward pays only where a core is free to do it. When the ranks' compute threads already fill
 the host's cores (CPU training with local_size x torch threads >= cores), the reduction can only steal time from
-backward, and interleaving the two costs more than running them in turn (docs/benchmarks.md: 25.4-26.1 against
-25.9-28.0 img/s for ResNet-50 on 2 ranks x 1 thread on 2 cores). There the hooks only note the gradient's
+backward, and interleaving the two costs more than running them in turn. There the hooks only note the gradient's
 readiness, and synchronize() submits every noted gradient, in the order backward produced them, at once.
 HVDLITE_REDUCE_DURING_BACKWARD=1/0 (or reduce_during_backward=True/False) overrides the automatic choice.
 

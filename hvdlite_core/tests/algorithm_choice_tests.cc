@@ -183,8 +183,8 @@ void test_adaptive_allreduce() {
     CHECK((ran[i] == A::kRing) == ring_expected);
   }
   CHECK(switches_of(a) == 1);
-  // Losing trials double the pause, up to kMaxTrialInterval: over 600 runs with the ring 2.3x slower, the ring runs
-  // in 6 trials (after 16, 32, 64, 128, 128 and 128 runs), not in one run of every few.
+  // Losing trials double the pause, up to kMaxTrialInterval: over 600 runs with the ring more than twice as slow, the
+  // ring runs in 6 trials (after 16, 32, 64, 128, 128 and 128 runs), not in one run of every few.
   int ring_runs = 0;
   for (int i = 0; i < 600; ++i) ring_runs += adaptive_cycle(a, 3, 16 * mb, 7e-3, 3e-3) == A::kRing;
   CHECK(ring_runs == 6 * trial);

@@ -10,7 +10,7 @@
 //
 // Protocol (vector halving, distance doubling): at distance d = 1, 2, 4, ... a member and its partner (rank ^ d)
 // share a window of the buffer; the left one keeps the first half, the right one the second, and each sends the
-// other half to its partner. The 2d members of a group (equal rank / 2d) now hold disjoint slices of both
+// other half to its partner. The 2d members of a group (equal rank / 2d) then hold disjoint slices of both
 // operands, so per tensor each computes partial a.b, |a|^2 and |b|^2 over its slice, and a recursive-doubling sum
 // of those 3 doubles per tensor over the group gives every member the same full values, hence the same
 // coefficients. Each member combines its slice. After log2(n) levels each member holds 1/n of the result; the

@@ -1,9 +1,7 @@
-// The collective algorithms. Each takes a Communicator and raw buffers; each file opens with its protocol and
-// cost. The dispatchers in dispatch.cc choose among them by message size and topology.
-//
-// Conventions: counts are elements, offsets bytes; every member calls with matching arguments (negotiation
-// guarantees it); buffers may be empty (count 0), in which case no bytes move but the call stays collective
-// where ordering requires it.
+// The collective algorithms, each taking a Communicator and raw buffers; each file opens with its protocol and
+// cost, and the dispatchers in dispatch.cc choose among them by message size and topology. Conventions: counts are
+// elements, offsets bytes; every member calls with matching arguments (negotiation guarantees it); buffers may be
+// empty (count 0), in which case no bytes move but the call stays collective where ordering requires it.
 #pragma once
 #include <cstddef>
 #include <functional>

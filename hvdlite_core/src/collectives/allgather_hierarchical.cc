@@ -9,10 +9,9 @@
 // Finally every block is copied to its place in the output, unless ranks are numbered host by host (then the
 // phases work in the output itself).
 //
-// Bytes over each host's link: the other hosts' data, (H-1)/H of the output, in H-1 steps; the flat ring sends
-// (N-1)/N of the output through each host-crossing edge, in N-1 steps of one block (for 2 hosts x 2: 0.5x against
-// 0.75x of the output, and 1 against 3 steps across). The price is local traffic and three copies of the output
-// through memory, which is cheap next to a network link; the cost model (cost_model.h) weighs both.
+// Each host's link carries (H-1)/H of the output in H-1 steps, where the flat ring sends (N-1)/N of it through each
+// host-crossing edge in N-1 steps. The price, local traffic and three copies of the output through memory, is cheap
+// next to a network link; the cost model (cost_model.h) weighs both.
 #include <algorithm>
 #include <cstring>
 

@@ -1,25 +1,17 @@
-// Online choice between the ring and single copy for large allreduces on one host (issue 11).
+// Online choice between the ring and single copy for large allreduces on one host. On a virtual machine the host
+// moves the vCPUs about, and which of the two is faster for large messages moves with them, so a table fixed at
+// init (allreduce_table.h) is not enough: large messages are chosen from the job's own runs.
 //
-// Why: on a virtual machine the host moves the vCPUs about every few seconds, and which of the two algorithms is
-// faster moves with it (docs/benchmarks.md, "the ring and single copy by placement": with the two vCPUs far apart,
-// single copy took 64 MB in 16-17 ms and the ring in 30-31; up to 1 MB the ring won in every placement). A table
-// measured at init (allreduce_table.h) fixes one answer for the whole job, so large messages are instead chosen
-// from the job's own runs.
+// Agreement: rank 0 decides from its own timings (an allreduce ends on every rank at about the same time), and the
+// decision travels in the negotiation's bit exchange (runtime/controller.cc puts it in the flag word; the other
+// ranks contribute ones to the AND). It holds for the allreduces executed in that cycle, so every rank runs the
+// same algorithm for the same response.
 //
-// How the ranks agree: rank 0 decides and every rank applies its decision, which travels in the negotiation's bit
-// exchange (runtime/controller.cc puts it in the flag word; the other ranks contribute ones to the AND). The
-// decision holds for the allreduces executed in that cycle, so every rank runs the same algorithm for the same
-// response. Rank 0 decides from its own timings: an allreduce ends on every rank at about the same time.
-//
-// The policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm whose recent runs
-// have the lower median seconds per byte; now and then run a trial of kTrialRuns allreduces of the band with the
-// other one (one per negotiation cycle), and move to it when the trial's median is clearly lower. Single runs
-// are too noisy to decide on: the first version compared one trial run against a running mean and flipped 11-29
-// times in a 768-allreduce benchmark, losing 35% at 256 KB. The pause between trials doubles each time a trial
-// confirms the choice (up to kMaxTrialInterval runs of the band) and starts short again when the choice flips or
-// when the chosen algorithm's last runs are much slower than before (the machine changed). No trial starts before
-// the job has allreduced warm_bytes (twice the shared-memory ring): the ring's first runs fault the rings' pages
-// in and take about 3x their steady time at 256 KB, so single copy won every early trial.
+// Policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm with the lower recent
+// median seconds per byte; at intervals try the other for kTrialRuns runs (one per cycle; single runs are too noisy)
+// and switch when the trial's median is clearly lower. The pause between trials doubles while trials confirm the
+// choice (up to kMaxTrialInterval runs) and resets on a switch or when the chosen algorithm slows down. No trial
+// before the job has allreduced warm_bytes: the ring's first runs fault its pages in and would lose.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -30,13 +22,10 @@
 
 namespace hvdlite {
 
-// Where the online choice starts when ADAPTIVE_ALLREDUCE_BYTES is not given: at `fallback` (16 MiB), or lower, from
-// the first size the measured table runs single copy at (but not below 1 MiB). The table is measured on an idle
-// machine, one algorithm at a time; inside training on 2 cores, where each rank's background thread shares its core
-// with the compute thread, the ring ran ResNet-50's 3-9 MB gradients faster than the first single copy, whose three
-// rendezvous per allreduce waited for the peer's thread to be scheduled (docs/benchmarks.md). Single copy now has
-// two and won in training too (2026-11-26), but the idle table still cannot see that contention: where it chose
-// single copy, the job's own runs decide.
+// Where the online choice starts when ADAPTIVE_ALLREDUCE_BYTES is not given: at `fallback`, or lower, from the first
+// size the measured table runs single copy at (but not below 1 MiB). The table is measured on an idle machine and
+// cannot see training's contention for the cores, which weighs on single copy's rendezvous: where it chose single
+// copy, the job's own runs decide.
 size_t default_adaptive_bytes(const AllreduceTable& table, size_t fallback);
 
 class AdaptiveAllreduce {

@@ -3,23 +3,17 @@
 //   1. reduce-scatter inside each host (ring over shared memory): local member i ends with segment i of the
 //      buffer (an even split in L) reduced over its host;
 //   2. allreduce of segment i across hosts, among the H members with local index i (the cross communicator):
-//      L independent allreduces of 1/L of the data, one per local member, in parallel over the network;
+//      L independent allreduces of 1/L of the data, in parallel over the network;
 //   3. allgather of the L reduced segments inside each host.
+// Each host sends 2(H-1)/H of the buffer over the network in total, where each host-crossing edge of the flat ring
+// carries 2(N-1)/N.
 //
-// Bytes each host sends over the network: 2(H-1)/H of the buffer in total (its L members share it), against
-// 2(N-1)/N per rank for the flat ring over N = H*L ranks, whose host-crossing edges carry that much each. The
-// local tiers add 2(L-1)/L of the buffer through shared memory.
-//
-// Pipelined: done in that order, the network idles while the host tiers run and the host tiers idle while the
-// network runs. So a buffer above HIERARCHICAL_PIPELINE_BYTES is cut into K chunks of about that size, and
-// chunk k's cross-host allreduce runs on a helper thread while the caller reduce-scatters chunk k+1 and
-// allgathers chunk k-1. The two threads use disjoint channels (local peers versus peers on other hosts) and
-// disjoint scratch (the local and cross communicators each own theirs). Each tier runs its chunks in the same
-// order on every member, so the tagless channels stay in step. Time: about K * max(local, cross) per chunk plus
-// one chunk of the other tier, instead of local + cross (cost_model.cc).
-//
-// Results are bit-identical on every member (each segment is reduced once, then copied), though summed in
-// another order than the flat ring's.
+// Pipeline: a buffer above HIERARCHICAL_PIPELINE_BYTES is cut into chunks of about that size, and chunk k's
+// cross-host allreduce runs on a helper thread while the caller reduce-scatters chunk k+1 and allgathers chunk
+// k-1, so neither tier idles. The threads use disjoint channels (local peers versus peers on other hosts) and
+// disjoint scratch (each communicator owns its own); each tier runs its chunks in the same order on every member,
+// so the tagless channels stay in step. Each segment is reduced once, then copied: results are bit-identical on
+// every member, though summed in another order than the flat ring's.
 #include <algorithm>
 
 #include "collectives/algorithms.h"

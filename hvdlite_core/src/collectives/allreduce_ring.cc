@@ -6,8 +6,8 @@ namespace hvdlite {
 
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale) {
   // A result larger than the cache is written with streaming stores as it arrives: the allgather's receives would
-  // otherwise read every destination line from memory only to overwrite it (docs/benchmarks.md: 16 and 64 MB
-  // 1.19x on 2 ranks of an EPYC). Where "larger than the cache" starts is measured per machine (streaming_choice.h).
+  // otherwise read every destination line from memory only to overwrite it. Where "larger than the cache" starts
+  // is measured per machine (streaming_choice.h).
   allreduce_ring(comm, buffer, count, dtype, kind, postscale, result_is_cold(comm, count * dtype_size(dtype)));
 }
 

@@ -5,17 +5,9 @@
 //      every peer's input, read straight from the peer's memory, and writes the finished chunk straight into
 //      every peer's output while the chunk is still in its cache.
 //   3. Barrier: every peer has read my input and written my output, so the buffers go back to the caller.
-// Bytes moved per member for S bytes: S/n·(n-1) read remotely and S/n local for the reduction, S/n·(n-1)
-// written remotely from cache: about 2S of memory traffic against 4-5S for a ring through shared-memory rings,
-// which copies every byte into and out of a staging buffer. Each segment is reduced by exactly one member, so
-// all members get bit-identical results. A reused buffer is moved onto huge pages first, which makes the peers'
-// accesses to it cheaper (common/huge_page_promotion.h).
-//
-// Why push the result rather than let each member read the others' segments (pull) after a second barrier:
-// pushing saves that barrier, one of three rendezvous, which costs most inside training where each rank's
-// background thread shares its core with the compute thread; and the pushed chunk comes from cache, where a
-// pull reads it back from memory. In place, the chunk also lands on lines the owner has just read. Measured on
-// a 2-vCPU Xeon, push against pull: 1 MB 3.0x, 4 MB 1.40x, 16 MB 1.30x, 64 MB 1.30x (docs/benchmarks.md).
+// This moves about half the memory traffic of a ring through shared-memory staging buffers. Each segment is
+// reduced by exactly one member, so all members get bit-identical results. Pushing the result, rather than
+// pulling it after a second barrier, saves a rendezvous and sends the chunk from cache.
 #include <algorithm>
 #include <cstring>
 
@@ -26,7 +18,7 @@
 
 namespace hvdlite {
 namespace {
-constexpr size_t kChunkBytes = 256 << 10;  // a chunk and its incoming copy stay in L2 (128 KB: 0.90-1.00x of it)
+constexpr size_t kChunkBytes = 256 << 10;  // a chunk and its incoming copy stay in L2
 }
 
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,

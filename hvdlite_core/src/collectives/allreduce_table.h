@@ -1,9 +1,6 @@
 // Which flat allreduce algorithm runs at which message size, on one host: chosen from measurements of this
-// machine (measure_allreduce.cc, cached by runtime/algorithm_cache.h) rather than from constants tuned on another.
-// Recursive doubling, the ring through shared-memory rings and single-copy reads swap places from one processor
-// to the next (issue 11: tuned on a Xeon, the fixed thresholds lost to Open MPI on an AMD EPYC).
-//
-// The table is a list of size bands, each naming an algorithm; a band runs from its min_bytes to the next one's.
+// machine (measure_allreduce.cc, cached by runtime/algorithm_cache.h), because the algorithms' crossover sizes
+// differ from one processor to the next. A list of size bands, each from its min_bytes to the next one's.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -44,9 +41,7 @@ class AllreduceTable {
   static AllreduceTable from_probes(const std::vector<AllreduceProbe>& probes, size_t small_message_bytes);
   // Several measurements (probes_match) vote: at each probe, the algorithm that more than half of them chose by the
   // rule above, else the fixed rules' one. A loaded moment or a far vCPU placement during one measurement then
-  // cannot decide the table, and where the measurements disagree the defaults hold. (Each figure's median and
-  // each figure's fastest were weighed too: where they missed the machine's usual table they ran single copy at
-  // 256 KB, 1.2-1.3x slower than the ring; the vote's misses were the fixed rules' choice; docs/benchmarks.md.)
+  // cannot decide the table, and where the measurements disagree the defaults hold, which cost least when wrong.
   static AllreduceTable from_measurements(const std::vector<std::vector<AllreduceProbe>>& measurements,
                                           size_t small_message_bytes);
   // "rd@0,ring@11585,single_copy@724077": the cache's and build_info's form. parse() accepts exactly what

@@ -1,10 +1,7 @@
-// Broadcast over channels.
-//
-// Tree (small messages): binomial tree rooted at the root; in round k members with virtual rank < 2^k send
-// to virtual rank + 2^k. log2(n) latencies.
-// Chain (large messages): members in ring order from the root pass the buffer on in chunks; each chunk is
-// forwarded as soon as it arrives, so after the pipeline fills every link is busy. About one buffer time plus
-// (n-1) chunk times.
+// Broadcast over channels. Tree (small messages): binomial tree rooted at the root; in round k members with
+// virtual rank < 2^k send to virtual rank + 2^k: log2(n) latencies. Chain (large messages): members in ring order
+// from the root pass the buffer on in chunks, each forwarded as soon as it arrives, so once the pipeline fills every
+// link is busy: about one buffer time plus (n-1) chunk times.
 #include <algorithm>
 
 #include "collectives/algorithms.h"

@@ -1,13 +1,8 @@
-// The alpha-beta cost model behind the automatic choice between the flat and the hierarchical allreduce.
-//
-// A message of b bytes over a link costs alpha + b / beta. There are two kinds of link: between ranks on one host
-// (shared memory) and between hosts (the network, where the L ranks of a host share one link). The model counts
-// the steps each algorithm takes and the bytes its slowest link carries per step (derivations in
-// docs/hierarchical.md); reduction arithmetic is not counted (it is the same work either way).
-//
-// The constants are measured once at init when the ranks span hosts (ping-pong of 8 B for alpha, a one-way 4 MiB
-// transfer for beta, first between two ranks on each host, then between two hosts), unless given by the
-// LOCAL_/CROSS_ knobs; rank 0's figures are broadcast, so every rank predicts, and chooses, alike.
+// The alpha-beta cost model behind the automatic choice between the flat and the hierarchical allreduce: b bytes
+// over a link cost alpha + b / beta, with constants for links within a host and between hosts (where a host's L
+// ranks share one link). It counts each algorithm's steps and the bytes its slowest link carries per step
+// (docs/hierarchical.md), not the reduction arithmetic, the same either way. The constants are measured at init
+// unless given by the LOCAL_/CROSS_ knobs; rank 0's are broadcast, so every rank predicts, and chooses, alike.
 #pragma once
 #include <cstddef>
 #include <cstdint>

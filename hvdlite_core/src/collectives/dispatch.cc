@@ -1,12 +1,8 @@
-// Algorithm choice. Small messages are latency-bound: recursive doubling needs log2(n) exchanges. Large ones
-// are bandwidth-bound: the ring moves 2(n-1)/n of the data per rank, the optimum for a bandwidth-bound
-// allreduce. On one host, single-copy reads (cross-memory attach) move fewer bytes, but process_vm_readv pins
-// every page on every call. Where the crossovers lie differs from one processor to the next, so a job on one
-// host takes them from a table measured on this machine (allreduce_table.h, cached by runtime/algorithm_cache.h);
-// other communicators, and jobs that set SMALL_MESSAGE_BYTES or SINGLE_COPY_ALLREDUCE, use those fixed rules.
-// Where the table was measured, allreduces from ADAPTIVE_ALLREDUCE_BYTES up take the ring or single copy as the
-// job's own runs show faster (allreduce_adaptive.h): the placement of a VM's vCPUs changes which one wins.
-// Allgather and broadcast, which copy and do not reduce, keep the single-copy path.
+// Algorithm choice. Small messages are latency-bound (recursive doubling: log2(n) exchanges), large ones
+// bandwidth-bound (the ring: 2(n-1)/n of the data per rank); on one host, single-copy reads move fewer bytes but
+// pin every page on every call. The crossovers differ by processor, so a job on one host uses a table measured on
+// this machine (allreduce_table.h) and, from ADAPTIVE_ALLREDUCE_BYTES up, its own runs (allreduce_adaptive.h);
+// other communicators, and jobs that set SMALL_MESSAGE_BYTES or SINGLE_COPY_ALLREDUCE, use the fixed rules.
 #include <cstring>
 
 #include "collectives/algorithms.h"

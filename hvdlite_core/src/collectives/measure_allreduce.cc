@@ -19,8 +19,7 @@ namespace {
 
 // 4 KiB to 16 MiB: a factor of 8 apart where messages are latency-bound, a factor of 2 from 1 MiB, where a buffer
 // outgrows a core's cache and the ring (two copies through a staging ring) falls behind single copy. A coarser grid
-// (2 MiB, then 16 MiB) missed that step on a Xeon with 2 MB of L2 a core: the ring ran 4 MB allreduces 1.47x slower
-// than single copy, because the band boundary sat halfway between the probes (docs/benchmarks.md).
+// can miss that step, since a band boundary sits halfway between two probes.
 constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20};
 constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;  // it sends the whole buffer log2(n) times: not above
 constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
@@ -30,9 +29,7 @@ constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishin
 constexpr size_t kRewriteFromBytes = 2 << 20;
 
 // Below that size a timed sample is kBatch runs in a row, as a job runs one algorithm many times over: a single run
-// right after another candidate pays for the other's cache state. Single runs on the Xeon timed recursive doubling
-// 8.2-8.9 us at 32 KB against the ring's 6.9-9.1 and single copy level with the ring at 1 MB; in batches of 8, 5.2-5.4
-// against 6.0, and single copy 1.4x slower at 1 MB: what jobs see (docs/benchmarks.md).
+// right after another candidate pays for the other's cache state, which can reverse the ranking a job would see.
 constexpr int kBatch = 8;
 
 void rewrite(float* data, size_t count) {
@@ -92,11 +89,9 @@ AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
   std::vector<AllreduceProbe>& probes = measurement.probes;
   std::vector<double> figures;  // every candidate's median, probe by probe, for the max-allreduce
   std::vector<float> data(kProbeBytes[std::size(kProbeBytes) - 1] / sizeof(float), 1.0f);
-  // First touch: the shared-memory rings (SHM_RING_BYTES each) are mapped but not yet faulted in, and the first
-  // bytes that pass through a ring pay a page fault per 4 KB on both sides. Left in, that made the ring and recursive
-  // doubling look 2-7x slower at 32-256 KB than they run once warm, and single copy win where it loses. So every
-  // algorithm first moves the largest probe once, which pushes more than a ring's worth through every channel
-  // it uses (recursive doubling's partners included).
+  // First touch: the shared-memory rings are mapped but not yet faulted in, and page faults would make the ring and
+  // recursive doubling look far slower than they run once warm. So every algorithm first moves the largest probe
+  // once, more than a ring's worth through every channel it uses (recursive doubling's partners included).
   run_candidate(comm, AllreduceAlgorithm::kRecursiveDoubling, data.data(), data.size(), false);
   run_candidate(comm, AllreduceAlgorithm::kRing, data.data(), data.size(), false);
   if (comm.single_copy_local()) run_candidate(comm, AllreduceAlgorithm::kSingleCopy, data.data(), data.size(), false);

@@ -1,12 +1,8 @@
-// Where streaming stores start paying, chosen from measurements of this machine (issue 11).
-//
-// A ring allreduce or allgather can receive into its result with non-temporal stores (STREAMING_STORE_BYTES,
-// common/copy_bytes.h), which skip reading each destination line before overwriting it. That pays once the result
-// no longer fits the cache the job really gets, and where that is differs by processor: on 2 ranks of an AMD EPYC
-// (L3 32 MiB) a 16 MB ring ran 1.19x faster with them, on an Intel Xeon of this project's machines 1.16x slower at
-// 16 MB and 1.25x slower at 32 MB, and 1.05x faster only at 64 MB (docs/benchmarks.md). So the one-host measurement
-// at init (measure_allreduce.cc) also times the ring at its largest probe both ways, and the first jobs on a
-// machine vote (algorithm_cache.h) as they do for the algorithm table.
+// Where streaming stores start paying, chosen from measurements of this machine. A ring can receive into its
+// result with non-temporal stores (STREAMING_STORE_BYTES, common/copy_bytes.h), which skip reading each destination
+// line before overwriting it. That pays only once the result no longer fits the cache the job gets, and where that
+// is differs by processor, so the one-host measurement at init (measure_allreduce.cc) also times the ring at its
+// largest probe both ways, and the first jobs on a machine vote (algorithm_cache.h) as for the algorithm table.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,8 +24,8 @@ struct StreamingProbe {
 bool streaming_loses(const StreamingProbe& probe);
 
 // The STREAMING_STORE_BYTES the measurements vote for: the probe's size, or kBeyondProbe times it when more than
-// half of them say streaming loses there (the next size it was seen to win at on the Xeon above, 64 MiB from a
-// 16 MiB probe; a larger probe would cost every first job a 64 MB buffer). -1 when there is no measurement.
+// half of them say streaming loses there (a guess past the cache, since probing larger would cost every first job
+// a larger buffer). -1 when there is no measurement.
 constexpr size_t kBeyondProbe = 4;
 int64_t streaming_store_bytes_from(const std::vector<StreamingProbe>& measurements);
 

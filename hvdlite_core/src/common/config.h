@@ -25,10 +25,10 @@ struct Config {
   double start_timeout_seconds = 60.0;        // START_TIMEOUT: connecting the mesh at init
   int64_t small_message_bytes = 64 << 10;     // SMALL_MESSAGE_BYTES: latency-optimal algorithms below this
   int64_t shm_ring_bytes = 1 << 20;           // SHM_RING_BYTES: per-peer shared-memory ring size (1 MiB: the
-                                              // data cycles through less cache than with 4; docs/benchmarks.md)
+                                              // data cycles through less cache than with a larger ring)
   int64_t streaming_store_bytes = 16 << 20;   // STREAMING_STORE_BYTES: a ring allreduce or allgather of at least
                                               // this many bytes receives into its result with streaming stores
-                                              // (0: never; docs/benchmarks.md). Unset, a job on one host takes
+                                              // (0: never). Unset, a job on one host takes
                                               // the measured value (collectives/streaming_choice.h)
   bool streaming_store_bytes_set = false;     // whether the knob was given (then no measurement overrides it)
   int64_t huge_page_bytes = 4 << 20;         // HUGE_PAGE_BYTES: a reused buffer of at least this many bytes that
@@ -48,7 +48,7 @@ struct Config {
   double cross_latency_us = 0;                // CROSS_LATENCY_US: one message between hosts
   double cross_gbytes_per_s = 0;              // CROSS_GBYTES_PER_S: one stream alone on a host's network link
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
-                                              // (off: the shm ring measured faster, docs/benchmarks.md)
+                                              // (off: the shm ring is usually faster)
   int allreduce_algorithms = 0;               // ALLREDUCE_ALGORITHMS: on one host, "measured" 0: chosen per size
                                               // from this machine's figures (runtime/algorithm_cache.h); "fixed"
                                               // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting

@@ -11,8 +11,8 @@
 namespace hvdlite {
 namespace {
 
-// The window avoided: 1-15 bytes is what was measured slow; up to 63 keeps a margin for other cores, where the
-// vector loop costs at most about half of memcpy's best.
+// The window avoided: distances of 1-15 bytes are the slow ones; up to 63 keeps a margin for other processors, at
+// the price of a vector loop slower than memcpy's best.
 constexpr uintptr_t kNearDistance = 64;
 constexpr size_t kRepMovsbFrom = 2048;  // below this glibc copies with vector moves itself
 

@@ -1,11 +1,7 @@
-// copy_bytes: memcpy, minus one pathological case.
-//
-// glibc's memcpy copies mid-sized blocks (about 4 KB to 1 MB) with `rep movsb`. On AMD EPYC (measured on a
-// Zen 4 core with glibc 2.36) that runs 20-25x slower, about 2.3 GB/s against 45-70, when the destination lies
-// 1-15 bytes after the source modulo 4 KB. Other distances are fast. The rings and fusion buffer
-// put a transfer at whatever stream offset the bytes before it left, so every job met this case at some sizes and
-// not others: the "slow mode" of docs/benchmarks.md. Near such distances this copies with plain 16-byte vector
-// moves instead (about 20 GB/s in cache, at any distance).
+// copy_bytes: memcpy, minus one pathological case. On some processors glibc's `rep movsb` path for mid-sized
+// blocks (about 4 KB to 1 MB) runs many times slower when the destination lies just after the source modulo 4 KB;
+// the rings and fusion buffer put transfers at whatever offset the stream reached, so jobs hit it at some sizes and
+// not others. Near such distances this copies with plain 16-byte vector moves instead.
 #pragma once
 #include <cstddef>
 

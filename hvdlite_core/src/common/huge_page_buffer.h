@@ -1,12 +1,8 @@
-// HugePageBuffer: a growable byte buffer on 2 MB transparent huge pages where the kernel allows them.
-//
-// Single copy reads a peer's buffer with process_vm_readv, which pins the peer's pages one 4 KB page at a time:
-// on a Xeon with 2 vCPUs, reading 32 MB of another process took 2.5-3.4 ms from 4 KB pages and 1.4 ms from huge
-// pages (docs/benchmarks.md). Most kernels ship transparent huge pages in "madvise" mode, so memory gets them only
-// when asked: this buffer asks (MADV_HUGEPAGE before the first touch, on a 2 MB-aligned mapping) once it holds at
-// least huge_from_bytes. Smaller, it is ordinary memory in whole 4 KB pages: a huge page is touched, and resident,
-// in whole 2 MB, and a small job whose fusion buffer grew by one more 2 MB page late in a run failed the soak
-// test's flat-memory check. Where the kernel says no, it is ordinary memory and everything still works.
+// HugePageBuffer: a growable byte buffer on 2 MB transparent huge pages where the kernel allows them: single copy
+// pins a peer's pages one at a time (process_vm_readv), far cheaper on huge pages. From huge_from_bytes on it asks
+// for them (MADV_HUGEPAGE before the first touch, on a 2 MB-aligned mapping); smaller, it stays on 4 KB pages, as a
+// huge page is resident in whole 2 MB and would grow a small job's memory. Where the kernel says no, it is
+// ordinary memory and everything still works.
 #pragma once
 #include <cstddef>
 

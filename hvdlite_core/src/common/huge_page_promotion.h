@@ -1,27 +1,13 @@
-// Moving a reused buffer that peers read or write by single copy onto 2 MB transparent huge pages.
+// Moving a reused buffer that peers read or write by single copy onto 2 MB transparent huge pages: single copy
+// (collectives/single_copy.h) pins the peer's memory page by page, and framework tensors sit on 4 KB pages. A
+// collapse costs milliseconds, so it pays back only on a buffer reused at one address (a bucket, a parameter), not
+// on a torch gradient, which zero_grad frees every step and malloc moves between a few addresses.
 //
-// Single copy (collectives/single_copy.h) reads and writes a peer's tensor with process_vm_readv/writev, which pin
-// and map the peer's memory one page at a time. A tensor the framework allocated sits on 4 KB pages (most kernels
-// hand out huge pages only on request), and on a 2-vCPU Xeon that cost a third of a large allreduce: the same
-// tensors moved onto huge pages with MADV_COLLAPSE ran 16 MB allreduces 1.46-1.59x and 64 MB 1.26-1.35x faster
-// (docs/benchmarks.md).
-// A collapse is not cheap: 4-13 ms per 16 MB in a benchmark, up to 0.14 s for 64 MB, and 11-22 ms for one 4-9 MB
-// gradient inside ResNet-50 training, where the kernel must compact memory first; the saving is about 22 us per MB
-// each time a peer touches the buffer. A buffer used again and again at one address (a bucket, a parameter, the
-// allreduce benchmark's tensor) pays it back. A torch gradient does not: zero_grad frees it every step and malloc
-// hands it one of 2-9 addresses in turn, staying at one for 1 to 29 steps, so collapsing each address on its second
-// use went on costing ResNet-50 training about 0.7 collapses a step after 30 steps, with no step-time gain measured.
-//
-// What is done: the buffer's 2 MB-aligned interior is collapsed (MADV_COLLAPSE, Linux 6.1+) on its second use; the
-// kernel copies the contents into huge pages, so the tensor's values and address do not change. A collapsed buffer
-// that then goes kAbandonedAfter uses of other large buffers without a use of its own, having been used fewer than
-// kPaidBackUses times since its collapse, was wasted work; after kWasteTolerance of those the application is taken
-// to move its buffers, and no further buffer is collapsed (those already collapsed keep their pages). Every
-// kRecheckEvery-th use collapses again: memory still on huge pages answers in microseconds; a slow answer means the
-// buffer was given back and mapped afresh between uses (a tensor freed and allocated again at the same address),
-// and that buffer is left alone from then on, so no buffer costs a collapse per step. Any error (no MADV_COLLAPSE
-// in this kernel, memory that cannot be collapsed, no huge page free) leaves that buffer as it is. Nothing is done
-// where the administrator turned transparent huge pages off ("never").
+// Policy: the buffer's 2 MB-aligned interior is collapsed (MADV_COLLAPSE, Linux 6.1+; values and address unchanged)
+// on its second use. A collapsed buffer left kAbandonedAfter uses of other large buffers having had fewer than
+// kPaidBackUses of its own is waste; after kWasteTolerance of those nothing more is collapsed. Every
+// kRecheckEvery-th use collapses again, and a slow answer (the buffer was remapped) leaves that buffer alone from
+// then on. Errors leave a buffer as it is; nothing is done where transparent huge pages are "never".
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -42,8 +28,8 @@ class HugePagePromoter {
   static constexpr int64_t kAbandonedAfter = 64;  // uses of other buffers (at least min_bytes) without one of its own
   static constexpr int64_t kPaidBackUses = 8;
   static constexpr int64_t kWasteTolerance = 3;
-  // A re-check slower than this per huge page found small pages: a range already on huge pages answered in about
-  // 0.5 us a page, and collapsing small pages copies 2 MB a page (about 100 us).
+  // A re-check slower than this per huge page found small pages: a range already on huge pages answers far faster
+  // than a collapse, which copies 2 MB a page.
   static constexpr double kSlowRecheckSecondsPerPage = 20e-6;
   static constexpr size_t kMaxTracked = 1024;             // buffers remembered; beyond, forgotten all at once
 

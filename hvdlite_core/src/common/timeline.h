@@ -1,11 +1,8 @@
-// Timeline: a Chrome-trace (chrome://tracing, Perfetto) record of what happened to each tensor: when it was
-// enqueued and negotiated, and when its collective ran (fused or not). Written by rank 0, like Horovod's;
-// enabled at init by HVDLITE_TIMELINE=<file> (or HOROVOD_TIMELINE), or started and stopped at run time
-// (hvdlite_start_timeline / hvdlite_stop_timeline, Horovod's hvd.start_timeline / hvd.stop_timeline).
-//
-// Events come from the thread running a cycle, start/stop from any thread: a mutex orders them. Each file is
-// well formed on its own: a span that began before the file was opened writes no end into it, and spans still
-// open when it is closed are ended there.
+// Timeline: a Chrome-trace (chrome://tracing, Perfetto) record, written by rank 0 like Horovod's, of when each
+// tensor was enqueued and negotiated and when its collective ran. Enabled at init by HVDLITE_TIMELINE=<file> (or
+// HOROVOD_TIMELINE), or at run time by hvdlite_start_timeline / hvdlite_stop_timeline. Events come from the cycle's
+// thread, start/stop from any thread: a mutex orders them. Each file is well formed on its own: a span begun before
+// the file was opened writes no end into it, and spans still open at close are ended there.
 #pragma once
 #include <atomic>
 #include <chrono>

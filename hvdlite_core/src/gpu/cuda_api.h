@@ -1,10 +1,8 @@
-// The CUDA runtime and NCCL, as the core uses them: loaded with dlopen at run time (never linked), so the core
-// builds everywhere with a C++ compiler alone and one installation works with and without a GPU. The libraries
-// come from the pip wheels (nvidia-cuda-runtime-cu12, nvidia-nccl-cu12, which torch's CUDA wheels install), a
-// system CUDA, or the paths in HVDLITE_CUDART_LIBRARY / HVDLITE_NCCL_LIBRARY.
-//
-// Only the few types and constants the core needs are declared here, with the values of CUDA's and NCCL's own
-// headers (which are stable ABI): the build needs no CUDA toolkit.
+// The CUDA runtime and NCCL, loaded with dlopen at run time (never linked), so the core builds with a C++ compiler
+// alone and one installation works with and without a GPU. The libraries come from the pip wheels
+// (nvidia-cuda-runtime-cu12, nvidia-nccl-cu12, which torch's CUDA wheels install), a system CUDA, or the paths in
+// HVDLITE_CUDART_LIBRARY / HVDLITE_NCCL_LIBRARY. The few types and constants the core needs are declared here with
+// the values of CUDA's and NCCL's own headers (a stable ABI), so the build needs no CUDA toolkit.
 #pragma once
 #include <cstddef>
 #include <string>

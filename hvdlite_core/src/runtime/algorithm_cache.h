@@ -7,16 +7,12 @@
 // attach disabled or not). Rank 0 reads it and broadcasts the table, so every rank runs the same algorithms; a
 // missing, unreadable or malformed file means a measurement, never an error.
 //
-// The file holds the table in force and the measurements it came from, one line each. The first jobs on a machine
-// each add a measurement until there are kMeasurementsKept, and the table is what most of them vote for
-// (AllreduceTable::from_measurements): one measurement taken while the machine was loaded (a CI run beside it,
-// say) used to decide the table for good. A file with a table and no measurement lines was written by hand and is
-// obeyed as it is.
-//
+// The first jobs on a machine each add a measurement until there are kMeasurementsKept, and the table is what most
+// of them vote for (AllreduceTable::from_measurements), so one measurement on a loaded machine cannot decide it.
 // Format v3: header, key, bands, then one line per measurement: "measured <probes> streaming <ring's store modes>"
-// (serialize_probes, serialize_streaming). The store-mode figures vote on STREAMING_STORE_BYTES as the probes vote on
-// the bands (collectives/streaming_choice.h); the vote is recomputed from them when the file is read, so a table
-// written by hand, with no measurement, leaves STREAMING_STORE_BYTES at its default.
+// (serialize_probes, serialize_streaming). The store-mode figures vote on STREAMING_STORE_BYTES as the probes vote
+// on the bands (collectives/streaming_choice.h), recomputed when the file is read. A file with bands and no
+// measurement lines was written by hand: it is obeyed as it is and leaves STREAMING_STORE_BYTES at its default.
 #pragma once
 #include <cstdint>
 #include <string>

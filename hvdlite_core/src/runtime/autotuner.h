@@ -1,11 +1,8 @@
-// HVDLITE_AUTOTUNE=1 (Horovod's HOROVOD_AUTOTUNE): searches the fusion threshold and the cycle time while the job
-// runs, by successive halving over a small grid. A window is a fixed number of allreduced bytes; every rank counts
-// the same responses, so windows end at the same point of the response stream on every rank, and there the ranks
-// take rank 0's choice for the next window through one 4-byte broadcast. Rank 0 scores each window by the bytes
-// allreduced per second of wall time (for a training loop: steps per second, compute included). Round one
-// measures every candidate once; each later round measures the better half of the previous one again and ranks by
-// the mean of all its windows, until one is left. The hand-set values are always a candidate, so the search
-// reports how they compare; the first AUTOTUNE_WARMUP_WINDOWS windows are not scored.
+// HVDLITE_AUTOTUNE=1 (Horovod's HOROVOD_AUTOTUNE): searches the fusion threshold and cycle time while the job runs,
+// by successive halving over a small grid that includes the hand-set values. A window is a fixed number of
+// allreduced bytes, so windows end at the same response on every rank, and there all take rank 0's choice for the
+// next one through one 4-byte broadcast. Rank 0 scores a window by bytes allreduced per second of wall time; the
+// first AUTOTUNE_WARMUP_WINDOWS are not scored, and each round re-measures the better half of the previous one.
 #pragma once
 #include <atomic>
 #include <chrono>

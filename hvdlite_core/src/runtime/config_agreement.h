@@ -1,9 +1,8 @@
-// Knobs every rank must share. Each rank plans fusion (FUSION_THRESHOLD, FUSION_TENSOR_LIMIT), indexes the
+// Knobs every rank must share: each rank plans fusion (FUSION_THRESHOLD, FUSION_TENSOR_LIMIT), indexes the
 // response cache (CACHE_CAPACITY), lays out its eager region (EAGER_ALLREDUCE_BYTES) and chooses algorithms
-// (SMALL_MESSAGE_BYTES, SINGLE_COPY_ALLREDUCE, HIERARCHICAL_ALLREDUCE, the cost model's link figures) on its own
-// from identical inputs; with differing values the ranks would run different collectives: wrong results or a
-// hang. At init the ranks exchange these values and, if any differs, every rank fails with the same error naming
-// the knob, the values and the ranks.
+// (SMALL_MESSAGE_BYTES, SINGLE_COPY_ALLREDUCE, HIERARCHICAL_ALLREDUCE, the cost model's link figures) on its own, so
+// differing values would mean different collectives: wrong results or a hang. At init the ranks compare them, and
+// on a difference every rank fails with the same error naming the knob, the values and the ranks.
 #pragma once
 
 namespace hvdlite {

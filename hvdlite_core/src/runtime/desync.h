@@ -1,14 +1,11 @@
-// Ranks out of step: collectives that ranks wait on crosswise, so that none of them can ever complete.
-//
-// Typical cause: one rank raised in user code, caught it and went on to a barrier while another waits in an
-// allgather; or two ranks submit differently named tensors. Negotiation alone never fails these (each tensor
-// just lacks some ranks), and the stall warning only says that something is missing.
+// Ranks out of step: collectives that ranks wait on crosswise, so that none of them can ever complete (say one rank
+// caught an exception and went on to a barrier while another waits in an allgather). Negotiation alone never fails
+// these, since each tensor just lacks some ranks.
 //
 // The rule: rank r waits on rank m when r has submitted an incomplete collective that m has not, older than the
-// timeout. Ranks on a cycle of that relation are out of step: each waits on a rank that waits, directly or
-// through others, on it. A rank that is merely slow (evaluating for minutes, say) has submitted nothing the
-// others lack, so it is on no cycle and never trips this; one that submits asynchronously and then computes for
-// longer than the timeout can, which is why the timeout is a knob (HVDLITE_DESYNC_TIMEOUT_SECONDS; 0 disables).
+// timeout; ranks on a cycle of that relation are out of step. A merely slow rank has submitted nothing the others
+// lack, so it is on no cycle; one that submits asynchronously and then computes past the timeout can trip it, which
+// is why the timeout is a knob (HVDLITE_DESYNC_TIMEOUT_SECONDS; 0 disables).
 #pragma once
 #include <string>
 #include <vector>

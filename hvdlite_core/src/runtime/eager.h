@@ -1,18 +1,16 @@
 // Eager small allreduces: a cached allreduce of a few bytes rides on the negotiation's bit exchange.
 //
-// In steady state a cached allreduce costs two exchanges between the ranks: the negotiation's bitwise-AND
-// allreduce finds it ready everywhere, then the executor reduces it. For a tensor of a few bytes both are pure
-// latency, so its data goes along with the first (docs/benchmarks.md: an 8-byte allreduce on two ranks went from
-// 3.67 to 2.94 µs). After the bit words, the negotiation buffer holds one segment per eligible cached response: a rank
-// that has submitted the tensor puts its (prescaled) input there, any other rank zeros, and the exchange reduces
-// each segment with the tensor's own dtype and op. When the ready bits then say that every rank had submitted the
-// tensor, its segment holds the finished reduction and the executor only copies it out with the postscale;
-// otherwise the segment is ignored and the rank contributes again next cycle, from its still-pending input.
+// A cached allreduce otherwise takes two exchanges (the negotiation's bitwise-AND allreduce, then the executor's
+// reduction), both pure latency for a few bytes, so its data goes along with the first.
 //
-// The layout depends only on the response cache, which is identical on every rank (response_cache.h): eligible
-// responses in position order while they fit EAGER_ALLREDUCE_BYTES. It is rebuilt when the cache's contents
-// change. Eligible: allreduces of the global process set in host memory with no joined ranks, any reduce op
-// but Adasum (which is not an element-wise reduction).
+// Layout: after the bit words, one segment per eligible cached response, in cache position order while they fit
+// EAGER_ALLREDUCE_BYTES. It depends only on the response cache, identical on every rank (response_cache.h), and
+// is rebuilt when the cache's contents change. A rank that has submitted the tensor puts its (prescaled) input in
+// the segment, any other rank zeros; the exchange reduces each segment with the tensor's dtype and op. If the
+// ready bits say every rank had submitted, the segment holds the finished reduction and the executor copies it
+// out with the postscale; otherwise it is ignored and the rank contributes again next cycle.
+// Eligible: allreduces of the global process set in host memory with no joined ranks, any op but Adasum (which
+// is not element-wise).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,12 +1,8 @@
-// Runs negotiated collectives on CUDA tensors through NCCL: the GPU counterpart of executor.h's host path.
-// Everything is launched on one stream of the data plane's own, after it waits (cudaStreamWaitEvent) for the
-// event each caller recorded on its stream at enqueue; an event recorded behind the launch tells the completion
-// queue when the handles can finish. Neither this thread nor the caller's stream waits for the device.
-//
-// Fused allreduces go through a fusion buffer in device memory; scale factors ride on NCCL's PreMulSum (sum and
-// average need no extra pass), and min/max/product scale with PreMulSum over a one-rank communicator. Ragged
-// collectives use grouped NCCL calls: allgather with unequal blocks as one broadcast per member, reducescatter
-// with unequal segments as one reduce per member, alltoall as sends and receives.
+// Runs negotiated collectives on CUDA tensors through NCCL: the GPU counterpart of executor.h's host path. All
+// launches go on the data plane's own stream after it waits for the event each caller recorded at enqueue; an event
+// recorded behind the launch tells the completion queue when handles finish, so neither this thread nor the
+// caller's stream waits for the device. Fused allreduces use a device fusion buffer; scaling rides on NCCL's
+// PreMulSum; ragged allgather, reducescatter and alltoall are grouped NCCL broadcasts, reduces, sends/receives.
 #pragma once
 #include <memory>
 #include <vector>

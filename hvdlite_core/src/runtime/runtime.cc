@@ -123,12 +123,10 @@ void Runtime::background_loop() {
   }
 }
 
-// Cycles are collective: every rank takes part in each, so an idle job still wakes every rank's background
-// thread every CYCLE_TIME. On a machine whose cores the training computation fills (2 ranks x 1 torch thread on
-// 2 cores), those 1,000 wake-ups a second preempt forward and backward and cost them 2-8% (docs/benchmarks.md).
-// After a run of cycles in which nothing happened on any rank, each rank sleeps IDLE_CYCLE_TIME instead, and
-// new work wakes it at once. Work submitted by every member of a set wakes each of them, so no collective waits
-// for a sleeper; a rank outside a process set, or a peer that stops, is answered within IDLE_CYCLE_TIME.
+// Cycles are collective, so an idle job still wakes every rank's background thread every CYCLE_TIME, preempting
+// the training computation where it fills the cores. After a run of cycles in which nothing happened on any rank,
+// each rank sleeps IDLE_CYCLE_TIME instead and new work wakes it at once: work submitted by every member of a set
+// wakes each of them; a rank outside a process set, or a peer that stops, is answered within IDLE_CYCLE_TIME.
 bool Runtime::long_idle() const {
   constexpr int kIdleCyclesBeforeLongSleep = 16;
   return idle_cycles_ >= kIdleCyclesBeforeLongSleep &&

@@ -1,6 +1,5 @@
 // A Channel is a reliable, ordered byte stream to one peer rank. Collectives run in the same order on every
 // rank, so streams need no tags: each algorithm consumes exactly what its peer sends, in order.
-//
 // Channels never block: try_send/try_recv move what they can and return the byte count (0 = would block).
 // Waiting is done by the progress engine (progress.h), which knows how to sleep on every kind of channel at
 // once. I/O failure throws hvdlite::Error(kRemoteError) naming the peer.

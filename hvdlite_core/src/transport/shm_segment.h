@@ -1,7 +1,6 @@
 // A rank's shared-memory "inbox": one single-producer/single-consumer byte ring per co-located peer, plus a
 // doorbell word. Every change a peer makes that this rank may be waiting for (bytes written into one of my
 // rings, or space freed in a ring I write into) increments my doorbell, so one futex covers all my channels.
-//
 // Layout: [InboxHeader][RingHeader slot 0][data 0][RingHeader slot 1][data 1]... where slot i carries bytes
 // from the host's i-th rank (ranks of a host in ascending order) to the owner.
 #pragma once
