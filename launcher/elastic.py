@@ -49,7 +49,7 @@ from hvdlite.runner.hosts import HostSlots, parse_hostfile_text
 from hvdlite.runner.local import (JobOutcome, RankProcess, _SignalCatcher, report, start_rank, stop_ranks,
                                   terminate_group)
 from hvdlite.runner.settings import Settings
-from hvdlite.runner.ssh import start_remote_rank
+from hvdlite.runner.ssh import resolve_hostname, start_remote_rank
 
 ROUND_SETTLE_SECONDS = 15.0  # > PEER_TIMEOUT_SECONDS (5): survivors of a silent peer's loss arrive within it
 _POLL_INTERVAL = 0.05
@@ -126,6 +126,7 @@ class ElasticDriver:
         self.members: set = set()  # worker ids of the current round
         self.blacklist: Dict[str, float] = {}  # host -> time it may be used again (inf: never)
         self.host_order: List[str] = []
+        self.discovered: List[str] = []  # the hosts of the latest discovery output
         self.failure: Optional[Tuple[Worker, int]] = None  # the first worker that failed, and its code
         self.hosts_updated_round: Optional[int] = None  # the round hosts_updated was last set for
         self.started_in_round = 0  # workers started since the current round was formed
@@ -167,8 +168,26 @@ class ElasticDriver:
             self.host_order.append(host)
 
     def _rendezvous_address(self, host: str) -> str:
-        """How a worker on host reaches the service (which listens on every interface: hosts may come later)."""
-        return "127.0.0.1" if network.is_local_host(host) else network.source_address_for(host)
+        """How a worker on host reaches the service (which listens on every interface: hosts may come later).
+
+        The worker also advertises to its peers the address it has on the route to this one
+        (bootstrap.advertise_address), so it must not be loopback where peers run on other hosts. As in
+        job.py (the static launcher):
+        - a remote host is looked up as ssh sees it (``ssh -G``): discovery may print ssh config aliases, which
+          the resolver does not know;
+        - a worker on this machine gets this machine's address on the route to a remote host of the current
+          discovery output, loopback only while every host is local. (A worker started while every host was local
+          keeps loopback: a remote host that comes later cannot reach it, and its workers fail to connect.)"""
+        remote = [name for name in self.discovered if not network.is_local_host(name)]
+        if network.is_local_host(host):
+            if not remote:
+                return "127.0.0.1"
+            host = remote[0]
+        target = resolve_hostname(host, self.settings.ssh)
+        try:
+            return network.source_address_for(target)
+        except OSError as exc:
+            raise RuntimeError(f"cannot find a route from this machine to {host} ({target}): {exc}") from None
 
     def _stop(self, worker: Worker, why: str) -> None:
         """Stops a worker on purpose: its exit is not a failure (no blacklisting)."""
@@ -216,6 +235,7 @@ class ElasticDriver:
         now = time.monotonic()
         started = 0
         present = {h.name for h in hosts}
+        self.discovered = [h.name for h in hosts]  # for _rendezvous_address
         for worker in self.active():  # hosts that left the discovery output lose their workers
             if worker.host not in present:
                 report(f"host {worker.host} is gone from the discovery output; stopping worker {worker.worker_id}")
