@@ -7,13 +7,15 @@ import functools
 import os
 import secrets
 import shlex
+import signal
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hvdlite.common import network
 from hvdlite.common.rendezvous import RendezvousClient, RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.hosts import HostSlots, assign_ranks
-from hvdlite.runner.local import JobOutcome, RankProcess, build_rank_env, report, run_ranks, start_rank
+from hvdlite.runner.local import (TIMEOUT_EXIT_CODE, JobOutcome, RankProcess, build_rank_env, report, run_ranks,
+                                  start_rank)
 from hvdlite.runner.settings import Settings, propagated_environment
 from hvdlite.runner.ssh import resolve_hostname, ssh_command, start_remote_rank
 
@@ -126,8 +128,70 @@ class BuiltinJob:
             raise RuntimeError("BuiltinJob.run() outside of its with-block")
         return run_ranks([self._starter(rank) for rank in range(len(self.assignment))], self.settings.timeout)
 
+    def missed_start(self, outcome: JobOutcome) -> bool:
+        """Whether the job failed because its ranks did not all meet at their first ``hvd.init()`` within
+        --start-timeout: the failed rank had published its address and waited for one that never did."""
+        if outcome.code == 0 or outcome.failed_rank is None or self.server is None:
+            return False
+        scope = f"init.{self.job_id}.0"  # the ranks' first address exchange (hvdlite/common/bootstrap.py)
+        published = [self.server.peek(scope, str(rank)) is not None for rank in range(len(self.assignment))]
+        return published[outcome.failed_rank] and not all(published)
+
+
+#: What one attempt at a job returns: how it ended, and why it must not be started again (None: it may be).
+Attempt = Callable[[Settings], Tuple[JobOutcome, Optional[str]]]
+
+#: The launcher's own signals: a job it stopped because it got one was stopped by the user.
+_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_restarting(settings: Settings, attempt: Attempt) -> JobOutcome:
+    """Runs ``attempt`` and, while it fails, again up to ``settings.max_restarts`` times (torchrun's
+    --max-restarts). Each attempt's ranks find its number in HVDLITE_RESTART_COUNT (0 first); with
+    --output-filename DIR, restart n keeps its ranks' output in DIR/restart.<n>. A job the launcher stopped (a
+    signal it got, --timeout) or that missed its start is not started again."""
+    restart = 0
+    while True:
+        knobs = dict(settings.knobs, HVDLITE_RESTART_COUNT=str(restart))
+        output = settings.output_filename
+        if output and restart:  # the failed attempts' output stays for a look at why they failed
+            output = os.path.join(output, "restart.%d" % restart)
+        outcome, keep_stopped = attempt(dataclasses.replace(settings, knobs=knobs, output_filename=output))
+        if outcome.code == 0 or settings.max_restarts == 0:
+            return outcome
+        keep_stopped = keep_stopped or _stopped_by_launcher(outcome)
+        if keep_stopped:
+            report("the job is not started again: %s" % keep_stopped)
+            return outcome
+        if restart >= settings.max_restarts:
+            report("the job failed with exit code %d after %d restart(s) (--max-restarts %d); giving up"
+                   % (outcome.code, restart, settings.max_restarts))
+            return outcome
+        restart += 1
+        report("the job failed with exit code %d; starting it again (restart %d of %d)"
+               % (outcome.code, restart, settings.max_restarts))
+
+
+def _stopped_by_launcher(outcome: JobOutcome) -> Optional[str]:
+    """Why the launcher itself stopped the job, if it did (a failed rank is named in the outcome; these are
+    not)."""
+    if outcome.failed_rank is not None:
+        return None
+    if outcome.code == TIMEOUT_EXIT_CODE:
+        return "it was stopped by --timeout"
+    if outcome.code - 128 in _STOPPING_SIGNALS:
+        return "it was stopped by %s" % signal.Signals(outcome.code - 128).name
+    return None
+
 
 def run_command(settings: Settings, command: Sequence[str]) -> JobOutcome:
-    """Runs ``command`` on every rank in the built-in mode."""
-    with BuiltinJob(settings, command) as job:
-        return job.run()
+    """Runs ``command`` on every rank in the built-in mode, again after a failure as ``settings.max_restarts``
+    allows."""
+
+    def attempt(attempt_settings: Settings) -> Tuple[JobOutcome, Optional[str]]:
+        with BuiltinJob(attempt_settings, command) as job:
+            outcome = job.run()
+            return outcome, ("its ranks did not all start within --start-timeout"
+                             if job.missed_start(outcome) else None)
+
+    return run_restarting(settings, attempt)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Dict, List, Tuple
 
-from hvdlite.common import basics
+from hvdlite.common import basics, checkpoint
 from hvdlite.runner import knob_flags
 from hvdlite.runner.launch import build_parser
 
@@ -29,6 +29,12 @@ PYTHON_SETTINGS: Tuple[Tuple[str, str, str, bool], ...] = (
     ("CORE_LIBRARY", "", "path of the core library to load instead of the installed one", False),
     ("MPI_PLUGIN_CACHE", "~/.cache/hvdlite/mpi-plugin", "where the MPI plugin compiled on first use is kept",
      True),
+    ("CHECKPOINT_DIR", "", "hvd.elastic.run: rank 0 writes the committed state to this directory and resumes "
+                           "from its newest complete checkpoint (hvdlite-run --checkpoint-dir)", False),
+    ("CHECKPOINT_EVERY", str(checkpoint.EVERY_DEFAULT), "hvd.elastic.run writes every N-th commit (hvdlite-run "
+                                                        "--checkpoint-every)", False),
+    ("CHECKPOINT_KEEP", str(checkpoint.KEEP_DEFAULT), "hvd.elastic.run keeps the newest K checkpoints (hvdlite-run "
+                                                      "--checkpoint-keep)", False),
     ("PROGRESS_INTERVAL", "1", "the launcher writes a rank's unfinished line (a progress bar) at most this often, "
                                "in seconds, when its output is not a terminal", False),
 )
@@ -39,6 +45,7 @@ LAUNCHER_SETS: Tuple[Tuple[str, str], ...] = (
                                                                             "(HOROVOD_* too)"),
     ("RENDEZVOUS_ADDR, RENDEZVOUS_PORT, SECRET, JOB_ID", "the job's authenticated rendezvous service"),
     ("ELASTIC, WORKER_ID", "elastic mode and the worker's identity across rounds"),
+    ("RESTART_COUNT", "how many times the job was started again (--max-restarts): 0 in the first attempt"),
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from hvdlite.runner import knob_flags
 from hvdlite.runner.hosts import parse_hostfile, parse_hosts
@@ -36,8 +36,22 @@ def _default_start_timeout() -> float:
     return DEFAULT_START_TIMEOUT
 
 
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a whole number" % text) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError("%d must be at least %d" % (value, minimum))
+        return value
+    return convert
+
+
 def build_parser() -> argparse.ArgumentParser:
     import hvdlite
+
+    from hvdlite.common import checkpoint
 
     parser = argparse.ArgumentParser(
         prog="hvdlite-run", allow_abbrev=False,
@@ -121,6 +135,23 @@ def build_parser() -> argparse.ArgumentParser:
     elastic.add_argument("--reset-limit", type=int, default=None, metavar="N",
                          help="stop the job rather than re-form it an (N+1)th time (default: no limit)")
 
+    durable = parser.add_argument_group(
+        "checkpoints and restarts", "hvd.elastic's state kept on disk, and a failed job started again from it")
+    durable.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                         help="rank 0 also writes the state of hvd.elastic.run to DIR at commits, and the job "
+                              "resumes from the newest complete file when it starts again; DIR is read and "
+                              "written on rank 0's host only (HVDLITE_CHECKPOINT_DIR)")
+    durable.add_argument("--checkpoint-every", type=_whole_number(1), default=None, metavar="N",
+                         help="write every N-th commit (HVDLITE_CHECKPOINT_EVERY; default %d)"
+                              % checkpoint.EVERY_DEFAULT)
+    durable.add_argument("--checkpoint-keep", type=_whole_number(1), default=None, metavar="K",
+                         help="keep the newest K checkpoints, delete older ones (HVDLITE_CHECKPOINT_KEEP; "
+                              "default %d)" % checkpoint.KEEP_DEFAULT)
+    durable.add_argument("--max-restarts", type=_whole_number(0), default=0, metavar="K",
+                         help="start a failed job again, up to K times; its ranks read the attempt in "
+                              "HVDLITE_RESTART_COUNT. Not after the launcher got SIGINT/SIGTERM/SIGHUP, nor "
+                              "after --timeout or --start-timeout (default: %(default)s)")
+
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
     return parser
 
@@ -141,7 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,
                        config_file=args.ssh_config_file, options=list(args.ssh_option)),
         mpi_args=shlex.split(args.mpi_args), binding_args=shlex.split(args.binding_args),
-        prefix_timestamps=args.prefix_output_with_timestamp)
+        prefix_timestamps=args.prefix_output_with_timestamp, max_restarts=args.max_restarts)
     settings.validate()
     return settings
 
@@ -150,6 +181,15 @@ def _knobs(args: argparse.Namespace) -> dict:
     knobs = knob_flags.knob_values(args)
     if getattr(args, "elastic_timeout", None) is not None:  # the workers' wait for a round (hvd.elastic)
         knobs["HVDLITE_ELASTIC_TIMEOUT"] = repr(float(args.elastic_timeout))
+    if getattr(args, "checkpoint_dir", None):  # read by hvd.elastic.run on rank 0
+        # Absolute: a script that changes its directory before hvd.elastic.run still writes where the user meant.
+        knobs["HVDLITE_CHECKPOINT_DIR"] = os.path.abspath(os.path.expanduser(args.checkpoint_dir))
+        for name in ("every", "keep"):
+            value = getattr(args, "checkpoint_" + name)
+            if value is not None:
+                knobs["HVDLITE_CHECKPOINT_" + name.upper()] = str(value)
+    elif getattr(args, "checkpoint_every", None) is not None or getattr(args, "checkpoint_keep", None) is not None:
+        raise ValueError("--checkpoint-every and --checkpoint-keep need --checkpoint-dir")
     return knobs
 
 
@@ -192,6 +232,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ROUTER.timestamps = settings.prefix_timestamps
     if args.binding_args and not args.mpi:
         report("--binding-args applies to mpirun (--mpi) only; the built-in launcher does not bind ranks")
+    if args.mpi and settings.max_restarts:
+        parser.error("--max-restarts needs the built-in launcher: with --mpi, mpirun replaces hvdlite-run")
     if args.mpi:
         from hvdlite.runner.mpi_run import MpiError, exec_mpirun
 
@@ -234,8 +276,10 @@ def _run_elastic(args: argparse.Namespace, settings: Settings, command: List[str
         elastic.validate(args.np)
     except ValueError as exc:
         parser.error(str(exc))
+    from hvdlite.runner.job import run_restarting
+
     try:
-        return ElasticDriver(settings, elastic, command).run().code
+        return run_restarting(settings, lambda attempt: (ElasticDriver(attempt, elastic, command).run(), None)).code
     except (RuntimeError, OSError, ValueError) as exc:
         report(f"elastic job failed: {exc}")
         return LAUNCH_ERROR_EXIT_CODE

@@ -27,6 +27,7 @@ class Settings:
     mpi_args: List[str] = dataclasses.field(default_factory=list)
     binding_args: List[str] = dataclasses.field(default_factory=list)  # mpirun's binding; empty: its default
     prefix_timestamps: bool = False  # rank lines start with the time (horovodrun's --prefix-output-with-timestamp)
+    max_restarts: int = 0  # how many times a failed job is started again
 
     def host_list(self) -> List[HostSlots]:
         if self.hosts:
@@ -52,6 +53,8 @@ class Settings:
             raise ValueError("--start-timeout must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("--timeout must be positive")
+        if self.max_restarts < 0:
+            raise ValueError("--max-restarts must be at least 0, got %d" % self.max_restarts)
 
 
 def _number(value: float) -> str:

@@ -15,6 +15,10 @@ Protocol (rendezvous scope ``elastic.<job>``; the driver is launcher/elastic.py)
   it on rank 0, all ranks agree through one broadcast, and every rank raises ``HostsUpdatedInterrupt``: the
   training function returns to ``run``, which re-initialises into round r + 1 with the new workers.
 - The mesh of round r exchanges addresses in rendezvous scope ``init.<job>.r<r>``.
+
+Durable state (``hvd.elastic.run(checkpoint_dir=...)`` or ``hvdlite-run --checkpoint-dir``): rank 0 also writes
+every N-th commit to a file (hvdlite/common/checkpoint.py), and the first entry into ``run`` loads the newest
+one, so a job started again after losing every worker goes on from there.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from hvdlite.common import checkpoint
 from hvdlite.common.errors import HvdliteError
 from hvdlite.common.placement import Placement, log
 
@@ -131,6 +136,10 @@ class State:
     back; ``sync()`` makes every rank equal to rank 0 (after a reset, when ranks may have joined). Subclasses
     implement save/restore/sync for their framework objects; plain attributes given as keyword arguments
     (``epoch=0, batch=0``) are saved, restored and broadcast too.
+
+    With checkpoints on (``hvd.elastic.run(checkpoint_dir=...)``), every N-th ``commit()`` on rank 0 also writes
+    the saved copy to a file, and ``resume_from_checkpoint()`` loads the newest one. Subclasses add their
+    objects' saved copies to ``_checkpoint_payload()`` and take them back in ``_load_checkpoint_payload()``.
     """
 
     def __init__(self, bcast_object: Callable[[Any, int], Any], get_rank: Callable[[], int], **kwargs):
@@ -139,6 +148,9 @@ class State:
         self._reset_callbacks: List[Callable[[], None]] = []
         self._known = list(kwargs)
         self._saved: Dict[str, Any] = {}
+        self._commits = 0  # numbers the checkpoints; kept in them and broadcast by sync()
+        self._checkpoints: Optional[checkpoint.CheckpointSettings] = None
+        self._resumed = False
         for key, value in kwargs.items():
             setattr(self, key, value)
         self._save_attributes()
@@ -153,7 +165,43 @@ class State:
 
     def commit(self) -> None:
         self.save()
+        self._commits += 1
+        if self._checkpoints is not None and self._commits % self._checkpoints.every == 0 and self._rank() == 0:
+            checkpoint.write(self._checkpoints.directory, self._commits, self._checkpoint_payload(),
+                             self._checkpoints.keep)
         self.check_host_updates()
+
+    def use_checkpoints(self, settings: Optional[checkpoint.CheckpointSettings]) -> None:
+        """Where commits write the state from now on (None: nowhere)."""
+        self._checkpoints = settings
+
+    def resume_from_checkpoint(self) -> Optional[int]:
+        """On rank 0, once per state: loads the newest checkpoint that verifies into the live objects (sync()
+        then hands it to the other ranks). Returns its commit number; None when nothing was loaded."""
+        if self._checkpoints is None or self._resumed:
+            return None
+        self._resumed = True
+        if self._rank() != 0:
+            return None
+        directory = self._checkpoints.directory
+        checkpoint.remove_partial_writes(directory)
+        found = checkpoint.load_latest(directory)
+        if found is None:
+            return None
+        sequence, payload, path = found
+        self._load_checkpoint_payload(payload)
+        self._commits = sequence
+        self.restore()
+        log("info", f"resumed from checkpoint {path} (commit {sequence})", 0)
+        return sequence
+
+    def _checkpoint_payload(self) -> Dict[str, Any]:
+        """What a checkpoint holds: the copies the last save() made."""
+        return {"attributes": self._saved}
+
+    def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
+        """Makes a checkpoint's payload the saved copy, which restore() then puts into the live objects."""
+        self._saved = {key: value for key, value in payload["attributes"].items() if key in self._known}
 
     def check_host_updates(self) -> None:
         """Raises HostsUpdatedInterrupt on every rank, at the same commit, when workers were added."""
@@ -171,7 +219,8 @@ class State:
             setattr(self, key, copy.deepcopy(value))
 
     def sync(self) -> None:
-        values = self._bcast_object({key: getattr(self, key) for key in self._known}, 0)
+        values, self._commits = self._bcast_object(
+            ({key: getattr(self, key) for key in self._known}, self._commits), 0)
         for key, value in values.items():
             setattr(self, key, value)
         self._save_attributes()
@@ -180,14 +229,26 @@ class State:
         self._saved = {key: copy.deepcopy(getattr(self, key)) for key in self._known}
 
 
-def run_fn(func: Callable, reset: Callable[[], None]) -> Callable:
+def run_fn(func: Optional[Callable], reset: Callable[[], None], *, checkpoint_dir: Optional[str] = None,
+           checkpoint_every: Optional[int] = None, checkpoint_keep: Optional[int] = None) -> Callable:
     """``hvd.elastic.run``: calls ``func(state, ...)``; when a collective fails because a worker was lost, rolls
     the state back to its last commit, re-forms the job (``reset``: shutdown and init into the next round) and
     calls it again; likewise, without the roll-back, when workers were added. Outside an elastic job
-    (``hvdlite-run`` without discovery), the first failure is raised."""
+    (``hvdlite-run`` without discovery), the first failure is raised.
+
+    With a checkpoint directory (the argument, else hvdlite-run's HVDLITE_CHECKPOINT_DIR), every
+    ``checkpoint_every``-th commit is also written there (the newest ``checkpoint_keep`` kept), and the first
+    call resumes from the newest one. ``func`` None: used as ``@run(checkpoint_dir=...)``, returns the
+    decorator."""
+    if func is None:
+        return functools.partial(run_fn, reset=reset, checkpoint_dir=checkpoint_dir,
+                                 checkpoint_every=checkpoint_every, checkpoint_keep=checkpoint_keep)
 
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
+        state.use_checkpoints(checkpoint.CheckpointSettings.resolve(checkpoint_dir, checkpoint_every,
+                                                                    checkpoint_keep))
+        state.resume_from_checkpoint()
         skip_sync = False
         while True:
             try:

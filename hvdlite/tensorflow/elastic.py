@@ -1,9 +1,13 @@
 """hvdlite.tensorflow.elastic (Horovod's ``horovod.tensorflow.elastic``): state kept across membership changes of
 an elastic job for TensorFlow variables and Keras models. The protocol and the retry loop are framework-neutral
-(hvdlite/common/elastic.py); see hvdlite/torch/elastic for the PyTorch counterpart."""
+(hvdlite/common/elastic.py); see hvdlite/torch/elastic for the PyTorch counterpart.
+
+With ``run(checkpoint_dir=...)`` (or ``hvdlite-run --checkpoint-dir``), rank 0 also writes the committed state to
+files (weights and optimizer variables as numpy arrays, plus the attributes), and a job started again resumes
+from the newest one."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -17,10 +21,19 @@ def _reset() -> None:
     init()
 
 
-def run(func):
+def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_keep=None):
     """Decorator: ``func(state, ...)`` re-run from the last commit after a worker is lost, and re-entered after
-    workers join."""
-    return run_fn(func, _reset)
+    workers join. With ``checkpoint_dir`` (default: hvdlite-run's ``--checkpoint-dir``), rank 0 writes every
+    ``checkpoint_every``-th commit there (default 1), keeps the newest ``checkpoint_keep`` (default 3), and the
+    first call resumes from the newest. ``@run`` and ``@run(checkpoint_dir=...)`` both work."""
+    return run_fn(func, _reset, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                  checkpoint_keep=checkpoint_keep)
+
+
+def _check_count(what: str, saved: list, live: list) -> None:
+    if len(saved) != len(live):
+        raise ValueError(f"the checkpoint holds {len(saved)} {what}, this state has {len(live)}: "
+                         "was it written by another model?")
 
 
 class TensorFlowState(State):
@@ -49,6 +62,14 @@ class TensorFlowState(State):
             broadcast_variables(self.variables, 0, name="elastic.TensorFlowState")
         super().sync()
         self._save_values()
+
+    def _checkpoint_payload(self) -> Dict[str, Any]:
+        return dict(super()._checkpoint_payload(), variables=self._saved_values)
+
+    def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
+        _check_count("variables", payload["variables"], self.variables)
+        super()._load_checkpoint_payload(payload)
+        self._saved_values = payload["variables"]
 
     def _save_values(self) -> None:
         self._saved_values = [np.array(v.numpy(), copy=True) for v in self.variables]
@@ -93,6 +114,17 @@ class TensorFlowKerasState(State):
             broadcast_variables(variables, 0, name="elastic.TensorFlowKerasState")
         super().sync()
         self._save_values()
+
+    def _checkpoint_payload(self) -> Dict[str, Any]:
+        return dict(super()._checkpoint_payload(), weights=self._saved_weights,
+                    optimizer_variables=self._saved_optimizer)
+
+    def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
+        _check_count("weights", payload["weights"], self.model.get_weights())
+        _check_count("optimizer variables", payload["optimizer_variables"], self._optimizer_variables())
+        super()._load_checkpoint_payload(payload)
+        self._saved_weights = payload["weights"]
+        self._saved_optimizer = payload["optimizer_variables"]
 
     def _save_values(self) -> None:
         self._saved_weights = [np.array(w, copy=True) for w in self.model.get_weights()]

@@ -11,6 +11,9 @@ of workers under ``hvdlite-run --host-discovery-script``.
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
     train(state)
 
+``@hvd.elastic.run(checkpoint_dir="ckpt")`` (or ``hvdlite-run --checkpoint-dir ckpt``) also keeps the state on
+disk: running the same command again after the whole job was lost resumes from the last commit written.
+
 The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py).
 """
 from hvdlite.common.basics import init, shutdown
@@ -24,10 +27,14 @@ def _reset() -> None:
     init()
 
 
-def run(func):
+def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_keep=None):
     """Decorator: ``func(state, ...)`` re-run from the last commit after a worker is lost, and re-entered after
-    workers join (see the module docstring)."""
-    return run_fn(func, _reset)
+    workers join (see the module docstring). With ``checkpoint_dir`` (default: hvdlite-run's
+    ``--checkpoint-dir``), rank 0 writes every ``checkpoint_every``-th commit there (default 1), keeps the newest
+    ``checkpoint_keep`` (default 3), and the first call resumes from the newest. ``@run`` and
+    ``@run(checkpoint_dir=...)`` both work."""
+    return run_fn(func, _reset, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                  checkpoint_keep=checkpoint_keep)
 
 
 __all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "State", "TorchState", "run"]

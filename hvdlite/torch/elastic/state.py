@@ -18,7 +18,8 @@ class TorchState(State):
     ``commit()`` keeps an in-memory copy of the model's and optimizer's state dicts, of every ElasticSampler's
     position and of the other keyword attributes; ``restore()`` loads them back after a failure; ``sync()``
     broadcasts rank 0's (parameters, optimizer state, sampler positions, attributes) to every rank, so workers
-    that joined start from the same point.
+    that joined start from the same point. With checkpoints on, rank 0 writes these saved copies to files
+    (tensors moved to the CPU, so a checkpoint loads on a machine without the GPU that wrote it).
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
@@ -58,9 +59,36 @@ class TorchState(State):
         super().sync()
         self._save_objects()
 
+    def _checkpoint_payload(self) -> Dict[str, Any]:
+        payload = super()._checkpoint_payload()
+        payload.update(model=_on_cpu(self._saved_model), optimizer=_on_cpu(self._saved_optimizer),
+                       samplers=self._saved_samplers)
+        return payload
+
+    def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
+        missing = sorted(set(self._samplers) - set(payload["samplers"]))
+        if missing:
+            raise ValueError(f"the checkpoint has no position for the sampler(s) {', '.join(missing)}")
+        super()._load_checkpoint_payload(payload)
+        # load_state_dict copies into the live tensors, on their device.
+        self._saved_model = payload["model"]
+        self._saved_optimizer = payload["optimizer"]
+        self._saved_samplers = {key: payload["samplers"][key] for key in self._samplers}
+
     def _save_objects(self) -> None:
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in its dicts, lists and tuples copied to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
