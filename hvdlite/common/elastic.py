@@ -11,9 +11,10 @@ Protocol (rendezvous scope ``elastic.<job>``; the driver is launcher/elastic.py)
   hung: the driver stops them). A worker left out of round r (more workers than ``--max-np``) tries r + 1.
 - Which round: the one after the worker's last round; a worker's first round is the one after ``latest``
   (round 0 when there is none yet).
-- When discovery adds workers during round r, the driver sets ``hosts_updated`` to r. ``State.commit()`` reads
-  it on rank 0, all ranks agree through one broadcast, and every rank raises ``HostsUpdatedInterrupt``: the
-  training function returns to ``run``, which re-initialises into round r + 1 with the new workers.
+- When discovery adds workers during round r, or takes slots away (the workers leaving are stopped as round
+  r + 1 forms), the driver sets ``hosts_updated`` to r. ``State.commit()`` reads it on rank 0, all ranks agree
+  through one broadcast, and every rank raises ``HostsUpdatedInterrupt``: the training function returns to
+  ``run``, which re-initialises into round r + 1 with the new workers.
 - The mesh of round r exchanges addresses in rendezvous scope ``init.<job>.r<r>``.
 
 Durable state (``hvd.elastic.run(checkpoint_dir=...)`` or ``hvdlite-run --checkpoint-dir``): rank 0 also writes
@@ -40,8 +41,9 @@ _current_round: Optional[int] = None
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by ``State.commit()``/``check_host_updates()`` on every rank when workers were added (Horovod's
-    class of the same name). ``skip_sync``: the state need not be broadcast again after the reset."""
+    """Raised by ``State.commit()``/``check_host_updates()`` on every rank when workers were added or are to
+    leave (Horovod's class of the same name). ``skip_sync``: the state need not be broadcast again after the
+    reset."""
 
     def __init__(self, skip_sync: bool = False):
         super().__init__("the set of hosts changed; re-forming the job")
@@ -122,7 +124,7 @@ def placement(env) -> Placement:
 
 
 def hosts_updated_since_round() -> bool:
-    """Rank 0's view: has the driver added workers during this process's current round?"""
+    """Rank 0's view: has the driver added workers, or marked some to leave, during this process's current round?"""
     if not enabled() or _current_round is None:
         return False
     value = _try_get(_client(os.environ), scope(os.environ.get("HVDLITE_JOB_ID", "job")), "hosts_updated")
@@ -132,10 +134,10 @@ def hosts_updated_since_round() -> bool:
 class State:
     """What a training function keeps across membership changes (Horovod's ``hvd.elastic.State``).
 
-    ``commit()`` saves a copy to roll back to after a failure and checks for added workers; ``restore()`` rolls
-    back; ``sync()`` makes every rank equal to rank 0 (after a reset, when ranks may have joined). Subclasses
-    implement save/restore/sync for their framework objects; plain attributes given as keyword arguments
-    (``epoch=0, batch=0``) are saved, restored and broadcast too.
+    ``commit()`` saves a copy to roll back to after a failure and checks for added or leaving workers;
+    ``restore()`` rolls back; ``sync()`` makes every rank equal to rank 0 (after a reset, when ranks may have
+    joined). Subclasses implement save/restore/sync for their framework objects; plain attributes given as
+    keyword arguments (``epoch=0, batch=0``) are saved, restored and broadcast too.
 
     With checkpoints on (``hvd.elastic.run(checkpoint_dir=...)``), every N-th ``commit()`` on rank 0 also writes
     the saved copy to a file, and ``resume_from_checkpoint()`` loads the newest one. Subclasses add their
@@ -204,7 +206,7 @@ class State:
         self._saved = {key: value for key, value in payload["attributes"].items() if key in self._known}
 
     def check_host_updates(self) -> None:
-        """Raises HostsUpdatedInterrupt on every rank, at the same commit, when workers were added."""
+        """Raises HostsUpdatedInterrupt on every rank, at the same commit, when workers were added or are to leave."""
         if not enabled():
             return  # no driver adds workers: no store to ask, no broadcast on every commit
         flag = 1 if self._rank() == 0 and hosts_updated_since_round() else 0
@@ -233,7 +235,7 @@ def run_fn(func: Optional[Callable], reset: Callable[[], None], *, checkpoint_di
            checkpoint_every: Optional[int] = None, checkpoint_keep: Optional[int] = None) -> Callable:
     """``hvd.elastic.run``: calls ``func(state, ...)``; when a collective fails because a worker was lost, rolls
     the state back to its last commit, re-forms the job (``reset``: shutdown and init into the next round) and
-    calls it again; likewise, without the roll-back, when workers were added. Outside an elastic job
+    calls it again; likewise, without the roll-back, when workers were added or left. Outside an elastic job
     (``hvdlite-run`` without discovery), the first failure is raised.
 
     With a checkpoint directory (the argument, else hvdlite-run's HVDLITE_CHECKPOINT_DIR), every
