@@ -109,7 +109,7 @@ def worker_mpi():
 
 def run_worker(name, out_path):
     workers = {"hvdlite": worker_hvdlite, "hvdlite-fixed": worker_hvdlite, "hvdlite-static": worker_hvdlite,
-               "hvdlite-mpi": worker_hvdlite,
+               "hvdlite-mpi": worker_hvdlite, "hvdlite-baseline": worker_hvdlite,
                "torch-gloo": worker_torch, "mpi": worker_mpi}
     rank, size, result = workers[name]()
     if rank == 0:
@@ -117,11 +117,13 @@ def run_worker(name, out_path):
             json.dump({"peer": name, "ranks": size, "results": result}, f)
 
 
-def launch(peer, np_, out_path, sizes):
+def launch(peer, np_, out_path, sizes, baseline_core=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes))
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer in ("hvdlite", "hvdlite-fixed", "hvdlite-static"):
+    if peer in ("hvdlite", "hvdlite-fixed", "hvdlite-static", "hvdlite-baseline"):
+        if peer == "hvdlite-baseline":
+            env["HVDLITE_CORE_LIBRARY"] = baseline_core
         if peer == "hvdlite-fixed":
             env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
         if peer == "hvdlite-static":
@@ -307,6 +309,9 @@ def main():
     parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated")
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"),
                         help="where allreduce.md, allreduce.json and the plot allreduce.png are written")
+    parser.add_argument("--baseline-core", metavar="SO",
+                        help="also run peer hvdlite-baseline: hvdlite with this core library (HVDLITE_CORE_LIBRARY), "
+                             "e.g. the build of the commit before a change, for an A/B in the same run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -316,7 +321,11 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     sizes = [int(n) for n in args.sizes.split(",")]
     peers = []
-    for peer in args.peers.split(","):
+    requested = args.peers.split(",")
+    if args.baseline_core:
+        args.baseline_core = os.path.abspath(args.baseline_core)
+        requested.insert(requested.index("hvdlite") + 1 if "hvdlite" in requested else 0, "hvdlite-baseline")
+    for peer in requested:
         if available(peer):
             peers.append(peer)
         else:
@@ -327,7 +336,7 @@ def main():
             out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
             print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
             before, placed_before = machine_probe(), placement_probe()
-            rc = launch(peer, args.np, out_path, sizes)
+            rc = launch(peer, args.np, out_path, sizes, args.baseline_core)
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:

@@ -1,5 +1,5 @@
 """The allreduce algorithms of a job on one host are chosen from measurements of this machine, cached per machine
-(runtime/algorithm_cache.h): measured by the first three jobs (the table comes from each figure's fastest of the three),
+(choice/algorithm_cache.h): measured by the first three jobs (the table comes from each figure's fastest of the three),
 read by the next, obeyed by every rank, overridden by the fixed-rule knobs, and re-measured when the cache file is
 damaged. Across real processes, with numpy buffers through
 the core; each run checks its results against a reference at sizes on both sides of every band."""
@@ -71,7 +71,7 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
     assert bands == first["allreduce_algorithms"] and bands.startswith(("rd@0", "ring@0", "single_copy@0")), bands
     assert measurement.startswith("measured 4096:") and " streaming 16777216:" in measurement, measurement
     # The ring's store mode was measured too: streaming stores from the probe's 16 MiB, or from 64 MiB where
-    # ordinary stores were clearly faster at 16 MiB (collectives/streaming_choice.h).
+    # ordinary stores were clearly faster at 16 MiB (choice/streaming_choice.h).
     plain, streamed = (float(x) for x in measurement.split(" streaming 16777216:")[1].split(","))
     assert first["streaming_store_bytes_from"] == "measured", first
     assert first["STREAMING_STORE_BYTES"] == str((64 if plain < 0.9 * streamed else 16) << 20), (first, measurement)

@@ -9,9 +9,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "hvdlite_core")
 SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cache.cc", "runtime/eager.cc", "runtime/fusion.cc", "runtime/desync.cc", "runtime/recent_ops.cc",
-           "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "collectives/cost_model.cc",
+           "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "choice/cost_model.cc",
            "transport/lost_peers.cc", "common/ordered_worker.cc",
-           "collectives/allreduce_table.cc", "collectives/streaming_choice.cc", "collectives/allreduce_adaptive.cc", "transport/channel.cc", "transport/shm_channel.cc",
+           "choice/allreduce_table.cc", "choice/streaming_choice.cc", "choice/allreduce_adaptive.cc", "collectives/algorithm_names.cc", "transport/channel.cc", "transport/shm_channel.cc",
            "transport/shm_segment.cc", "common/wait.cc", "common/copy_bytes.cc", "common/huge_page_buffer.cc",
            "common/huge_page_promotion.cc"]
 

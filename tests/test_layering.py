@@ -96,3 +96,26 @@ def test_launcher_sources_install_as_hvdlite_runner():
     import hvdlite.runner.launch
 
     assert os.path.samefile(hvdlite.runner.launch.__file__, modules["hvdlite.runner.launch"])
+
+
+# The core's folders, lowest first: each may include only the folders before it (gpu sits beside transport and
+# collectives: both need only common).
+CORE_LAYERS = [("common",), ("transport", "gpu"), ("collectives",), ("choice",), ("backends",), ("runtime",)]
+
+
+def test_core_folders_include_only_the_folders_below_them():
+    import re
+
+    src = os.path.join(REPO, "hvdlite_core", "src")
+    level = {folder: i for i, group in enumerate(CORE_LAYERS) for folder in group}
+    assert sorted(level) == sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))), \
+        "a core folder is missing from CORE_LAYERS"
+    upward = []
+    for folder in level:
+        for root, _, files in os.walk(os.path.join(src, folder)):
+            for name in files:
+                with open(os.path.join(root, name)) as f:
+                    for included in re.findall(r'#include "([a-z_]+)/', f.read()):
+                        if included in level and included != folder and level[included] >= level[folder]:
+                            upward.append(f"{folder}/{name} includes {included}/")
+    assert not upward, "includes against the core's layering:\n" + "\n".join(upward)

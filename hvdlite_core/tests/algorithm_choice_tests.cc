@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "check.h"
-#include "collectives/allreduce_adaptive.h"
-#include "collectives/allreduce_table.h"
-#include "collectives/cost_model.h"
-#include "collectives/streaming_choice.h"
+#include "choice/allreduce_adaptive.h"
+#include "choice/allreduce_table.h"
+#include "choice/cost_model.h"
+#include "choice/streaming_choice.h"
 
 using namespace hvdlite;
 

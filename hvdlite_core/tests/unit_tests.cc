@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "collectives/allreduce_adaptive.h"
-#include "collectives/allreduce_table.h"
-#include "collectives/cost_model.h"
+#include "choice/allreduce_adaptive.h"
+#include "choice/allreduce_table.h"
+#include "choice/cost_model.h"
 #include "collectives/reduce_kernels.h"
-#include "collectives/streaming_choice.h"
+#include "choice/streaming_choice.h"
 #include "common/copy_bytes.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"

@@ -50,7 +50,8 @@ class Backend {
   virtual std::string describe() const = 0;
 };
 
-// The built-in backend over the mesh.
-std::unique_ptr<Backend> make_builtin_backend();
+// The built-in backend over the mesh, its algorithms chosen by `chooser`.
+class Chooser;
+std::unique_ptr<Backend> make_builtin_backend(Chooser& chooser);
 
 }  // namespace hvdlite

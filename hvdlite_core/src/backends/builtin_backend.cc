@@ -1,8 +1,9 @@
-// The built-in data plane: hvdlite's own algorithms (collectives/) over the TCP/shared-memory mesh, chosen by
-// the dispatchers in collectives/dispatch.cc.
+// The built-in data plane: hvdlite's own algorithms (collectives/) over the TCP/shared-memory mesh, each
+// collective run as the chooser says (choice/chooser.h, choice/dispatch.h).
 #include <cstring>
 
 #include "backends/backend.h"
+#include "choice/dispatch.h"
 #include "collectives/algorithms.h"
 #include "common/copy_bytes.h"
 
@@ -11,11 +12,12 @@ namespace {
 
 class BuiltinBackend : public Backend {
  public:
+  explicit BuiltinBackend(Chooser& chooser) : chooser_(chooser) {}
   const char* name() const override { return "builtin"; }
 
   void allreduce(int, Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
                  double postscale) override {
-    hvdlite::allreduce(comm, input, output, count, dtype, kind, postscale);
+    hvdlite::allreduce(chooser_, comm, input, output, count, dtype, kind, postscale);
   }
 
   void adasum(int, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts, DType dtype) override {
@@ -25,11 +27,11 @@ class BuiltinBackend : public Backend {
 
   void allgather(int, Communicator& comm, const void* input, void* output,
                  const std::vector<size_t>& block_bytes) override {
-    hvdlite::allgather(comm, input, output, block_bytes);
+    hvdlite::allgather(chooser_, comm, input, output, block_bytes);
   }
 
   void broadcast(int, Communicator& comm, void* buffer, size_t bytes, int root_index) override {
-    hvdlite::broadcast(comm, buffer, bytes, root_index);
+    hvdlite::broadcast(chooser_, comm, buffer, bytes, root_index);
   }
 
   void alltoall(int, Communicator& comm, const void* input, const std::vector<size_t>& send_bytes, void* output,
@@ -49,16 +51,19 @@ class BuiltinBackend : public Backend {
   }
 
   bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const override {
-    return allgather ? use_hierarchical_allgather(comm, bytes) : use_hierarchical_allreduce(comm, bytes);
+    if (comm.size() < 2) return false;
+    return allgather ? chooser_.allgather(comm, bytes) == AllgatherAlgorithm::kTwoTier
+                     : chooser_.allreduce(comm, bytes, bytes).two_tier;
   }
 
   std::string flat_allreduce_algorithm(const Communicator& comm, size_t bytes, size_t count) const override {
-    return comm.size() > 1 && count > 0 ? algorithm_name(flat_allreduce_choice(comm, bytes, count)) : "";
+    return comm.size() > 1 && count > 0 ? algorithm_name(chooser_.flat_allreduce(comm, bytes, count)) : "";
   }
 
   std::string describe() const override { return "cpu_operations=builtin"; }
 
  private:
+  Chooser& chooser_;
   // Adasum's exchanges over the mesh's channels.
   class MeshPairs : public PointToPoint {
    public:
@@ -77,6 +82,8 @@ class BuiltinBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_builtin_backend() { return std::unique_ptr<Backend>(new BuiltinBackend()); }
+std::unique_ptr<Backend> make_builtin_backend(Chooser& chooser) {
+  return std::unique_ptr<Backend>(new BuiltinBackend(chooser));
+}
 
 }  // namespace hvdlite

@@ -1,5 +1,5 @@
 // The collective algorithms, each taking a Communicator and raw buffers; each file opens with its protocol and
-// cost, and the dispatchers in dispatch.cc choose among them by message size and topology. Conventions: counts are
+// cost. Which one runs is decided in choice/ (chooser.h); every setting an algorithm needs comes as an argument. Conventions: counts are
 // elements, offsets bytes; every member calls with matching arguments (negotiation guarantees it); buffers may be
 // empty (count 0), in which case no bytes move but the call stays collective where ordering requires it.
 #pragma once
@@ -12,24 +12,8 @@
 
 namespace hvdlite {
 
-// --- dispatchers (dispatch.cc) ---
-// output = reduce(input over members) * postscale. input may equal output.
-void allreduce(Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
-               double postscale = 1.0);
-// output = concatenation of every member's block; block_bytes[i] is member i's size.
-void allgather(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
-void broadcast(Communicator& comm, void* buffer, size_t bytes, int root_index);
-
-// In place, no scaling: recursive doubling for small messages, the ring for large ones (the one-tier choice).
-void allreduce_flat(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
-// The one-tier algorithm allreduce_flat() runs for this message: the measured table where the communicator has
-// one (a job on one host, runtime/algorithm_cache.h), else the fixed rules of SMALL_MESSAGE_BYTES and
-// SINGLE_COPY_ALLREDUCE.
-AllreduceAlgorithm flat_allreduce_choice(const Communicator& comm, size_t bytes, size_t count);
-// Whether allreduce() takes the two-tier path for this message (HIERARCHICAL_ALLREDUCE; needs comm.local()).
-bool use_hierarchical_allreduce(const Communicator& comm, size_t bytes);
-// The same for allgather() and its total output bytes (HIERARCHICAL_ALLGATHER).
-bool use_hierarchical_allgather(const Communicator& comm, size_t total_bytes);
+enum class AllreduceAlgorithm { kRecursiveDoubling, kRing, kSingleCopy };
+const char* algorithm_name(AllreduceAlgorithm algorithm);  // "rd", "ring", "single_copy"
 
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
@@ -38,14 +22,15 @@ using BufferReducer = std::function<void(void* dst, const void* src)>;
 // The same over a buffer of mixed contents (the negotiation's bits and eager allreduces, runtime/eager.h).
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes, const BufferReducer& reduce);
 // postscale multiplies each member's segment as its last reduction lands, so the result needs no extra pass.
-void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
-                    double postscale = 1.0);
-// The same with the allgather's store mode given (cold_output: streaming stores) instead of STREAMING_STORE_BYTES's.
+// cold_output: the allgather half receives into the result with streaming stores (it will not stay in cache).
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale,
                     bool cold_output);
 // Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
-// Pipelined over chunks of about HIERARCHICAL_PIPELINE_BYTES (cost_model.h's hierarchical_pipeline_chunks).
-void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
+// Pipelined over `chunks` pieces (the cross tier of one while the host tier of the next); across(cross, data,
+// count) allreduces one piece's segment over the cross tier in place.
+using AllreduceAcross = std::function<void(Communicator& cross, void* buffer, size_t count)>;
+void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
+                            size_t chunks, const AllreduceAcross& across);
 // Scales each reduced segment while it is still in cache (saves a pass over the result).
 void allreduce_single_copy(Communicator& comm, const void* input, void* output, size_t count, DType dtype,
                            ReduceKind kind, double postscale);
@@ -56,8 +41,6 @@ void reduce_scatter_ring(Communicator& comm, void* buffer, const std::vector<siz
 // cold_output: output is too large to stay in cache; blocks are received into it with streaming stores.
 void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes,
                     bool cold_output = false);
-// Whether a collective whose result is `bytes` long writes it with streaming stores (STREAMING_STORE_BYTES).
-bool result_is_cold(const Communicator& comm, size_t bytes);
 // Allgather in each host, across hosts by the members of equal local index (a slice each), in each host again;
 // needs comm.local()/cross().
 void allgather_hierarchical(Communicator& comm, const void* input, void* output,

@@ -5,11 +5,6 @@
 
 namespace hvdlite {
 
-bool result_is_cold(const Communicator& comm, size_t bytes) {
-  const int64_t from = comm.config().streaming_store_bytes;
-  return from > 0 && bytes >= static_cast<size_t>(from);
-}
-
 void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>& block_bytes, bool cold_output) {
   const int n = comm.size();
   const int r = comm.rank();

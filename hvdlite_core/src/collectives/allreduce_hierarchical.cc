@@ -8,16 +8,15 @@
 // Each host sends 2(H-1)/H of the buffer over the network in total, where each host-crossing edge of the flat ring
 // carries 2(N-1)/N.
 //
-// Pipeline: a buffer above HIERARCHICAL_PIPELINE_BYTES is cut into chunks of about that size, and chunk k's
-// cross-host allreduce runs on a helper thread while the caller reduce-scatters chunk k+1 and allgathers chunk
-// k-1, so neither tier idles. The threads use disjoint channels (local peers versus peers on other hosts) and
-// disjoint scratch (each communicator owns its own); each tier runs its chunks in the same order on every member,
-// so the tagless channels stay in step. Each segment is reduced once, then copied: results are bit-identical on
-// every member, though summed in another order than the flat ring's.
+// Pipeline: the buffer is cut into chunks (how many: choice/chooser.h), and chunk k's cross-host allreduce runs
+// on a helper thread while the caller reduce-scatters chunk k+1 and allgathers chunk k-1, so neither tier idles.
+// The threads use disjoint channels (local peers versus peers on other hosts) and disjoint scratch (each
+// communicator owns its own); each tier runs its chunks in the same order on every member, so the tagless channels
+// stay in step. Each segment is reduced once, then copied: results are bit-identical on every member, though
+// summed in another order than the flat ring's.
 #include <algorithm>
 
 #include "collectives/algorithms.h"
-#include "collectives/cost_model.h"
 #include "common/ordered_worker.h"
 #include "transport/progress.h"
 
@@ -46,15 +45,12 @@ Chunk make_chunk(char* data, size_t count, int local_size, int local_rank, size_
 
 }  // namespace
 
-void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
+                            size_t chunk_count, const AllreduceAcross& across) {
   Communicator& local = *comm.local();
   Communicator& cross = *comm.cross();
   const size_t esize = dtype_size(dtype);
-  const size_t chunk_count = std::min(
-      choose_hierarchical_chunks(comm.host_count(), local.size(), count * esize,
-                                 static_cast<size_t>(comm.config().small_message_bytes), comm.link_costs(),
-                                 comm.config().hierarchical_pipeline_bytes),
-      std::max<size_t>(1, count / local.size()));
+  chunk_count = std::max<size_t>(1, chunk_count);
   std::vector<Chunk> chunks;
   char* next = static_cast<char*>(buffer);
   for (size_t elements : even_split(count, static_cast<int>(chunk_count))) {
@@ -62,7 +58,7 @@ void allreduce_hierarchical(Communicator& comm, void* buffer, size_t count, DTyp
     next += elements * esize;
   }
   auto reduce_scatter = [&](const Chunk& c) { reduce_scatter_ring(local, c.data, c.segments, dtype, kind); };
-  auto across_hosts = [&](const Chunk& c) { allreduce_flat(cross, c.data + c.my_offset, c.my_count, dtype, kind); };
+  auto across_hosts = [&](const Chunk& c) { across(cross, c.data + c.my_offset, c.my_count); };
   auto allgather = [&](const Chunk& c) { allgather_ring(local, c.data, c.segment_bytes); };
   if (chunks.size() == 1) {
     reduce_scatter(chunks[0]);

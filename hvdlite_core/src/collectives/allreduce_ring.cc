@@ -1,15 +1,10 @@
 // Ring allreduce = ring reduce-scatter (reduce_scatter_ring.cc) + ring allgather of the reduced segments.
-// Each member sends and receives 2(n-1)/n of the buffer: the bandwidth optimum, independent of n.
+// Each member sends and receives 2(n-1)/n of the buffer: the bandwidth optimum, independent of n. A result larger
+// than the cache is best received with streaming stores (cold_output), which skip reading each destination line
+// only to overwrite it; where that starts is measured per machine (choice/streaming_choice.h).
 #include "collectives/algorithms.h"
 
 namespace hvdlite {
-
-void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale) {
-  // A result larger than the cache is written with streaming stores as it arrives: the allgather's receives would
-  // otherwise read every destination line from memory only to overwrite it. Where "larger than the cache" starts
-  // is measured per machine (streaming_choice.h).
-  allreduce_ring(comm, buffer, count, dtype, kind, postscale, result_is_cold(comm, count * dtype_size(dtype)));
-}
 
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale,
                     bool cold_output) {

@@ -1,5 +1,6 @@
 #include "collectives/communicator.h"
 
+#include "collectives/algorithms.h"
 #include <algorithm>
 
 namespace hvdlite {
@@ -52,6 +53,16 @@ void Communicator::build_tiers() {
 char* Communicator::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
   return scratch_.data();
+}
+
+}  // namespace hvdlite
+
+namespace hvdlite {
+
+std::vector<size_t> even_split(size_t count, int n) {
+  std::vector<size_t> parts(n, count / n);
+  for (size_t i = 0; i < count % n; ++i) parts[i] += 1;
+  return parts;
 }
 
 }  // namespace hvdlite

@@ -6,8 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/allreduce_adaptive.h"
-#include "collectives/allreduce_table.h"
 #include "common/config.h"
 #include "transport/mesh.h"
 
@@ -35,14 +33,6 @@ class Communicator {
   Communicator* local() const { return local_.get(); }
   Communicator* cross() const { return cross_.get(); }
   int host_count() const { return host_count_; }
-  // The measured choice of flat allreduce algorithm by size (runtime/algorithm_cache.h); empty: the fixed rules.
-  const AllreduceTable& allreduce_table() const { return allreduce_table_; }
-  void set_allreduce_table(const AllreduceTable& table) { allreduce_table_ = table; }
-  // Large allreduces chosen while the job runs (allreduce_adaptive.h); null: the table or fixed rules decide.
-  AdaptiveAllreduce* adaptive() const { return adaptive_.get(); }
-  void enable_adaptive(size_t min_bytes, size_t warm_bytes) {
-    adaptive_.reset(new AdaptiveAllreduce(min_bytes, allreduce_table_, warm_bytes));
-  }
   // With tiers: member indices on each host, hosts in cross() order, each host's members in local() order.
   const std::vector<std::vector<int>>& host_members() const { return host_members_; }
 
@@ -57,8 +47,6 @@ class Communicator {
   std::unique_ptr<Communicator> local_, cross_;
   int host_count_ = 1;
   std::vector<std::vector<int>> host_members_;
-  AllreduceTable allreduce_table_;
-  std::unique_ptr<AdaptiveAllreduce> adaptive_;
 };
 
 }  // namespace hvdlite

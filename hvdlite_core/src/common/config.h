@@ -29,7 +29,7 @@ struct Config {
   int64_t streaming_store_bytes = 16 << 20;   // STREAMING_STORE_BYTES: a ring allreduce or allgather of at least
                                               // this many bytes receives into its result with streaming stores
                                               // (0: never). Unset, a job on one host takes
-                                              // the measured value (collectives/streaming_choice.h)
+                                              // the measured value (choice/streaming_choice.h)
   bool streaming_store_bytes_set = false;     // whether the knob was given (then no measurement overrides it)
   int64_t huge_page_bytes = 4 << 20;         // HUGE_PAGE_BYTES: a reused buffer of at least this many bytes that
                                               // peers read or write by single copy is moved onto transparent huge pages
@@ -42,7 +42,7 @@ struct Config {
   int hierarchical_allgather = -1;            // HIERARCHICAL_ALLGATHER: the same for allgather
   int64_t hierarchical_pipeline_bytes = 4 << 20;  // HIERARCHICAL_PIPELINE_BYTES: two-tier allreduce overlaps its
                                               // host and network tiers over chunks of this size (0: no overlap)
-  // The cost model's link constants; 0: measured at init (collectives/cost_model.h).
+  // The cost model's link constants; 0: measured at init (choice/cost_model.h).
   double local_latency_us = 0;                // LOCAL_LATENCY_US: one message between ranks on one host
   double local_gbytes_per_s = 0;              // LOCAL_GBYTES_PER_S: one stream between ranks on one host
   double cross_latency_us = 0;                // CROSS_LATENCY_US: one message between hosts
@@ -50,12 +50,12 @@ struct Config {
   bool single_copy_allreduce = false;         // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
                                               // (off: the shm ring is usually faster)
   int allreduce_algorithms = 0;               // ALLREDUCE_ALGORITHMS: on one host, "measured" 0: chosen per size
-                                              // from this machine's figures (runtime/algorithm_cache.h); "fixed"
+                                              // from this machine's figures (choice/algorithm_cache.h); "fixed"
                                               // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting
                                               // either of those implies fixed)
   int64_t adaptive_allreduce_bytes = 16 << 20;   // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
                                               // from this size choose between the ring and single copy from the
-                                              // job's own runs (collectives/allreduce_adaptive.h); 0: off. Unset:
+                                              // job's own runs (choice/allreduce_adaptive.h); 0: off. Unset:
                                               // from where the table first runs single copy, if below 16 MiB
                                               // (default_adaptive_bytes)
   bool adaptive_allreduce_bytes_set = false;  // whether the knob was given

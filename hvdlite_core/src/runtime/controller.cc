@@ -14,11 +14,13 @@ constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
 constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0 (the other half: see negotiate)
 }
 
-Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets)
+Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets,
+                       AdaptiveAllreduce* adaptive)
     : config_(config),
       rank_(rank),
       size_(size),
       sets_(sets),
+      adaptive_(adaptive),
       cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
       cache_enabled_(config.cache_capacity > 0) {}
 
@@ -95,7 +97,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   bits_[0] = ~flags & kFlagWordMask;
   // The high half carries rank 0's choice of large-allreduce algorithms for this cycle (allreduce_adaptive.h);
   // the other ranks' ones leave it as it is through the AND.
-  AdaptiveAllreduce* adaptive = sets_.get(0)->adaptive();
+  AdaptiveAllreduce* const adaptive = adaptive_;
   bits_[0] |= static_cast<uint64_t>(adaptive && rank_ == 0 ? adaptive->propose() : 0xffffffffu) << 32;
   for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));
   for (size_t p = 0; p < positions; ++p) {

@@ -10,7 +10,7 @@
 //      ranks outside a tensor's process set vote yes).
 //      Cached allreduces of a few bytes carry their data in the same exchange and are then already reduced
 //      (runtime/eager.h). The flag word's high half carries rank 0's choice of algorithm for this cycle's large
-//      allreduces (collectives/allreduce_adaptive.h).
+//      allreduces (choice/allreduce_adaptive.h).
 //   3. Only if some rank has requests (or conflicts, or joins) do the ranks send them to the coordinator,
 //      which matches them by (process set, name), validates complete sets (validation.h) and broadcasts the
 //      ordered response list. Steady-state training never reaches this step.
@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "choice/allreduce_adaptive.h"
 #include "common/config.h"
 #include "runtime/eager.h"
 #include "runtime/entry.h"
@@ -33,7 +34,8 @@ namespace hvdlite {
 
 class Controller {
  public:
-  Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets);
+  // adaptive: the online allreduce choice whose decision word rides on the negotiation (null: none).
+  Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets, AdaptiveAllreduce* adaptive);
 
   struct Outcome {
     std::vector<Response> responses;
@@ -79,6 +81,7 @@ class Controller {
   int rank_;
   int size_;
   ProcessSetRegistry& sets_;
+  AdaptiveAllreduce* adaptive_;
   ResponseCache cache_;
   bool cache_enabled_;
   EagerLayout eager_;

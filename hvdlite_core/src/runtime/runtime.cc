@@ -5,11 +5,8 @@
 
 #include "backends/mpi_backend.h"
 #include "collectives/algorithms.h"
-#include "collectives/allreduce_adaptive.h"
-#include "collectives/cost_model.h"
 #include "common/huge_page_promotion.h"
 #include "common/log.h"
-#include "runtime/algorithm_cache.h"
 #include "runtime/config_agreement.h"
 
 namespace hvdlite {
@@ -29,38 +26,12 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   if (!config_.timeline.empty()) start_timeline(config_.timeline, config_.timeline_mark_cycles);
   sets_.reset(new ProcessSetRegistry(mesh_.get(), &config_));
   // Collectives on the init thread, before any other traffic: the knobs every rank must share are compared
-  // (config_agreement.h); with ranks on several hosts, several on each, the two tiers of links are measured for
-  // the automatic choice of the hierarchical allreduce (collectives/cost_model.h); on one host, the allreduce
-  // algorithms are measured or read from the cache (algorithm_cache.h).
+  // (config_agreement.h), then the chooser measures or reads what its choices need.
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
-  if (world->local() && world->local()->size() > 1 &&
-      (config_.hierarchical_allreduce < 0 || config_.hierarchical_allgather < 0) && config_.cpu_operations == 0) {
-    mesh_->set_link_costs(measure_link_costs(*world, config_));
-  }
-  // On one host, the flat allreduce algorithms by size come from this machine's figures (cached per machine).
-  if (size_ > 1 && world->host_count() == 1 && config_.allreduce_algorithms == 0 && config_.cpu_operations == 0) {
-    EstablishedTable established = establish_allreduce_table(*world, config_);
-    world->set_allreduce_table(established.table);
-    if (!config_.adaptive_allreduce_bytes_set && config_.adaptive_allreduce_bytes > 0) {
-      config_.adaptive_allreduce_bytes = static_cast<int64_t>(
-          default_adaptive_bytes(established.table, static_cast<size_t>(config_.adaptive_allreduce_bytes)));
-    }
-    if (config_.adaptive_allreduce_bytes > 0 && world->single_copy_local()) {
-      world->enable_adaptive(static_cast<size_t>(config_.adaptive_allreduce_bytes),
-                             2 * static_cast<size_t>(config_.shm_ring_bytes));
-    }
-    // Every rank has the same figure (rank 0's decision); set before any collective runs.
-    if (!config_.streaming_store_bytes_set && established.streaming_store_bytes >= 0) {
-      config_.streaming_store_bytes = established.streaming_store_bytes;
-      streaming_store_origin_ = established.origin;
-    }
-    allreduce_table_origin_ = established.origin;
-    allreduce_table_path_ = established.path;
-    allreduce_table_measurements_ = established.measurements;
-  }
-  backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend();
-  controller_.reset(new Controller(config_, rank_, size_, *sets_));
+  chooser_.establish(*world, *mesh_);
+  backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend(chooser_);
+  controller_.reset(new Controller(config_, rank_, size_, *sets_, chooser_.adaptive()));
   executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_, gpu_context_));
   thread_ = std::thread([this] { background_loop(); });
 }
@@ -433,16 +404,6 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
 }
 
 std::string Runtime::describe() const {
-  // allreduce_table: where the one-host algorithm choice came from (measured, cached, or fixed: the knobs' rules).
-  const AllreduceTable& table = sets_->get(0)->allreduce_table();
-  const std::string algorithms = "allreduce_table=" + (table.empty() ? std::string("fixed") : allreduce_table_origin_) +
-                                 (table.empty() ? "" : ";allreduce_algorithms=" + table.serialize() +
-                                                           ";allreduce_table_file=" + allreduce_table_path_ +
-                                                           ";allreduce_table_measurements=" +
-                                                           std::to_string(allreduce_table_measurements_));
-  const std::string streaming = "streaming_store_bytes_from=" +
-                                (config_.streaming_store_bytes_set ? std::string("knob") : streaming_store_origin_) + ";";
-  const std::string adaptive = sets_->get(0)->adaptive() ? sets_->get(0)->adaptive()->describe() + ";" : "";
   const HugePagePromoter* promoter = huge_page_promoter();
   const std::string huge_pages =
       promoter ? "huge_page_buffers=" + std::to_string(promoter->collapsed()) + " collapsed, " +
@@ -450,8 +411,8 @@ std::string Runtime::describe() const {
                      " given up, " + std::to_string(promoter->wasted()) + " wasted" +
                      (promoter->stopped() ? " (stopped: the application moves its buffers);" : ";")
                : "huge_page_buffers=off (transparent huge pages are off);";
-  return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" + algorithms +
-         ";" + streaming + adaptive + huge_pages + config_.Describe();
+  return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
+         chooser_.describe() + ";" + huge_pages + config_.Describe();
 }
 
 }  // namespace hvdlite

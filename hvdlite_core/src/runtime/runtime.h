@@ -9,6 +9,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "choice/chooser.h"
 #include "common/timeline.h"
 #include "hvdlite.h"
 #include "runtime/controller.h"
@@ -61,13 +62,14 @@ class Runtime {
   // The NCCL data plane's limits, for a request on CUDA memory (marks it on_device).
   Status check_device_request(const hvdlite_request& request, Request& out, const std::function<std::string()>& subject);
 
-  Config config_;
+  const Config config_;  // as read from the environment; what init derives is the chooser's (choice/chooser.h)
   GpuContext gpu_context_{config_};  // CUDA tensors' device and events; outlives the executor
   int rank_;
   int size_;
   Timeline timeline_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<ProcessSetRegistry> sets_;
+  Chooser chooser_{config_};  // how each collective of the built-in backend runs
   std::unique_ptr<Backend> backend_;  // the data plane (HVDLITE_CPU_OPERATIONS)
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;
@@ -78,12 +80,6 @@ class Runtime {
 
   std::atomic<bool> shutdown_requested_{false};
   std::mutex abort_reason_mutex_;
-  std::string allreduce_table_origin_;  // "measured" or "cached" when the world set has a table
-  std::string allreduce_table_path_;
-  int allreduce_table_measurements_ = 0;
-  // Where STREAMING_STORE_BYTES came from when the knob was not given: "measured" or "cached" (the one-host
-  // measurement's vote), else "default" (16 MiB: several hosts, the fixed rules or no measurement).
-  std::string streaming_store_origin_ = "default";  // how many measurements the table comes from (algorithm_cache.h)
   std::string abort_reason_;  // written before shutdown_requested_ is set, read by the cycle after it is
   std::atomic<bool> stopped_{false};
   std::mutex progress_mutex_;

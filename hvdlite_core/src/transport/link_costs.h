@@ -1,4 +1,4 @@
-// What the links between ranks cost, for the alpha-beta model in collectives/cost_model.h: a message of b bytes
+// What the links between ranks cost, for the alpha-beta model in choice/cost_model.h: a message of b bytes
 // takes latency + b / bandwidth. Measured at init (cost_model.cc) and kept by the Mesh, whose links they describe.
 #pragma once
 #include <string>

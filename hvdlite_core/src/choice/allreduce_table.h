@@ -1,15 +1,14 @@
 // Which flat allreduce algorithm runs at which message size, on one host: chosen from measurements of this
-// machine (measure_allreduce.cc, cached by runtime/algorithm_cache.h), because the algorithms' crossover sizes
+// machine (measure_allreduce.cc, cached by choice/algorithm_cache.h), because the algorithms' crossover sizes
 // differ from one processor to the next. A list of size bands, each from its min_bytes to the next one's.
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
-namespace hvdlite {
+#include "collectives/algorithms.h"
 
-enum class AllreduceAlgorithm { kRecursiveDoubling, kRing, kSingleCopy };
-const char* algorithm_name(AllreduceAlgorithm algorithm);
+namespace hvdlite {
 
 // One measured probe size: the seconds of each candidate there (max over members, median over repeats); a
 // negative figure means "not a candidate at this size".

@@ -1,4 +1,4 @@
-#include "runtime/algorithm_cache.h"
+#include "choice/algorithm_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
-#include "collectives/measure_allreduce.h"
+#include "choice/measure_allreduce.h"
 #include "common/hmac_sha256.h"
 #include "common/log.h"
 #include "common/version.h"
@@ -147,7 +147,7 @@ std::string cache_path(const std::string& key, const Config& config) {
 std::string broadcast_decision(Communicator& world, const std::string& text) {
   std::vector<char> wire(kWireBytes, '\0');
   if (world.rank() == 0 && text.size() < kWireBytes) std::memcpy(wire.data(), text.data(), text.size());
-  broadcast(world, wire.data(), wire.size(), 0);
+  broadcast_tree(world, wire.data(), wire.size(), 0);
   return std::string(wire.data());
 }
 

@@ -1,4 +1,4 @@
-#include "collectives/allreduce_adaptive.h"
+#include "choice/allreduce_adaptive.h"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
-#include "collectives/streaming_choice.h"
+#include "choice/streaming_choice.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "collectives/allreduce_table.h"
+#include "choice/allreduce_table.h"
 
 namespace hvdlite {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
-#include "collectives/cost_model.h"
+#include "choice/cost_model.h"
 #include "common/config.h"
 #include "common/wait.h"
 
@@ -64,7 +64,7 @@ LinkCosts measure_link_costs(Communicator& world, const Config& config) {
   for (int i = 0; i < 4; ++i) {
     if (figures[i] <= 0) figures[i] = measured[i];
   }
-  broadcast(world, figures, sizeof(figures), 0);  // rank 0 measured both: everyone decides with its figures
+  broadcast_tree(world, figures, sizeof(figures), 0);  // rank 0 measured both: everyone decides with its figures
   LinkCosts costs;
   costs.local_latency_s = figures[0];
   costs.local_bytes_per_s = figures[1];

@@ -1,4 +1,4 @@
-#include "collectives/allreduce_table.h"
+#include "choice/allreduce_table.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,15 +6,6 @@
 #include <sstream>
 
 namespace hvdlite {
-
-const char* algorithm_name(AllreduceAlgorithm algorithm) {
-  switch (algorithm) {
-    case AllreduceAlgorithm::kRecursiveDoubling: return "rd";
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kSingleCopy: return "single_copy";
-  }
-  return "?";
-}
 
 namespace {
 

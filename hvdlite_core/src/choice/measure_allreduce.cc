@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
-#include "collectives/allreduce_table.h"
-#include "collectives/measure_allreduce.h"
+#include "choice/allreduce_table.h"
+#include "choice/measure_allreduce.h"
 #include "common/log.h"
 #include "common/wait.h"
 

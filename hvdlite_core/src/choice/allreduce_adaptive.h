@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-#include "collectives/allreduce_table.h"
+#include "choice/allreduce_table.h"
 
 namespace hvdlite {
 

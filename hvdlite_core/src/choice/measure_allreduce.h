@@ -4,9 +4,9 @@
 #pragma once
 #include <vector>
 
-#include "collectives/allreduce_table.h"
+#include "choice/allreduce_table.h"
 #include "collectives/communicator.h"
-#include "collectives/streaming_choice.h"
+#include "choice/streaming_choice.h"
 
 namespace hvdlite {
 

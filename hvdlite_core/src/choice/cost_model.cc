@@ -1,5 +1,5 @@
 // The alpha-beta predictions (formulas derived in docs/hierarchical.md) and the link figures' description.
-#include "collectives/cost_model.h"
+#include "choice/cost_model.h"
 
 #include <algorithm>
 #include <cstdio>
