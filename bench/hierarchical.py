@@ -10,7 +10,7 @@ pairs alone run at memory speed). Each round runs three jobs, interleaved: HVDLI
 ring), =1 (two-tier) and auto (the cost model's choice; its timeline says which algorithm ran at each size). Every
 job times each size REPEATS times after a warm-up; the report gives the median and the worst over all rounds.
 
-The cost model's predictions come from the core's own code (collectives/cost_model.cc through
+The cost model's predictions come from the core's own code (choice/cost_model.cc through
 bench/cost_model_cli.cc) with the link figures the automatic run measured at init; the same figures extrapolate,
 on paper, to 32 hosts x 8 and 256 hosts x 8 (flat ring, two-tier, and a pipelined tree for reference).
 Writes hierarchical.json, hierarchical.md and hierarchical.png.
@@ -44,7 +44,7 @@ def build_cli(workdir):
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     core = os.path.join(ROOT, "hvdlite_core")
     subprocess.run([compiler, "-std=c++17", "-O2", f"-I{core}/src", f"-I{core}/include",
-                    os.path.join(HERE, "cost_model_cli.cc"), os.path.join(core, "src", "collectives", "cost_model.cc"),
+                    os.path.join(HERE, "cost_model_cli.cc"), os.path.join(core, "src", "choice", "cost_model.cc"),
                     "-o", binary], check=True)
     return binary
 

@@ -28,3 +28,9 @@ def test_core_unit_tests(tmp_path):
     print(result.stdout)
     assert result.returncode == 0, result.stdout
     assert " 0 failed" in result.stdout
+    # The cost model's table in docs/architecture.md is the one this build computes.
+    table = [line[len("TABLE "):] for line in result.stdout.splitlines() if line.startswith("TABLE ")]
+    assert table, "the unit tests printed no table"
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+        docs = f.read()
+    assert "\n".join(table) in docs, "docs/architecture.md's table differs from the model's:\n" + "\n".join(table)

@@ -94,6 +94,48 @@ void test_cost_model() {
   CHECK(c.describe() == "local_latency_us=1.00;local_gbytes_per_s=5.000;cross_latency_us=50.00;cross_gbytes_per_s=0.125");
 }
 
+// Where the ring takes over from recursive doubling, by communicator size: the knob for a pair, growing with the
+// number of members (the ring's 2(n-1) latencies), never below the knob.
+void test_ring_from_scales_with_the_job() {
+  const size_t small = 64 << 10;
+  const LinkCosts assumed = assumed_link_costs();
+  CHECK(ring_from_bytes(2, 1, small, assumed) == small && ring_from_bytes(1, 2, small, assumed) == small);
+  CHECK(ring_from_bytes(1, 1, small, LinkCosts()) == small);
+  size_t previous = small;
+  for (int hosts : {2, 4, 16, 64, 256, 2048}) {
+    const size_t from = ring_from_bytes(hosts, 1, small, LinkCosts());  // unmeasured: the assumed figures
+    CHECK(from >= previous);
+    previous = from;
+  }
+  CHECK(ring_from_bytes(16, 1, small, assumed) > small);
+  // 256 hosts x 8: a 64 KB allreduce takes recursive doubling's 11 steps, not the ring's 4,094.
+  CHECK(ring_from_bytes(256, 8, small, assumed) > (64u << 10));
+  CHECK(predict_allreduce_flat(256, 8, 64 << 10, ring_from_bytes(256, 8, small, assumed), assumed) <
+        predict_allreduce_flat(256, 8, 64 << 10, small, assumed));
+  // The knob scales: twice the knob, twice the size (where the model moves it at all).
+  CHECK(ring_from_bytes(256, 1, 2 * small, assumed) / 2 == ring_from_bytes(256, 1, small, assumed) ||
+        ring_from_bytes(256, 1, 2 * small, assumed) / 2 + 1 == ring_from_bytes(256, 1, small, assumed));
+}
+
+// The table in docs/architecture.md, printed for tests/test_core_cpp.py to compare (lines starting "TABLE").
+void print_ring_from_table() {
+  const size_t small = 64 << 10;
+  const LinkCosts c = assumed_link_costs();
+  std::printf("TABLE | ranks (hosts x per host) | ring from | 64 KB: rd / ring (us) | 16 MB: rd / ring (ms) |\n");
+  std::printf("TABLE |---|---|---|---|\n");
+  const int layouts[][2] = {{2, 1}, {1, 8}, {16, 1}, {2, 8}, {256, 1}, {32, 8}, {2048, 1}, {256, 8}};
+  for (const auto& layout : layouts) {
+    const int hosts = layout[0], per_host = layout[1];
+    const size_t from = ring_from_bytes(hosts, per_host, small, c);
+    const size_t k64 = 64 << 10, m16 = 16 << 20;
+    std::printf("TABLE | %d (%d x %d) | %.0f KB | %.0f / %.0f | %.1f / %.1f |\n", hosts * per_host, hosts, per_host,
+                from / 1024.0, predict_allreduce_flat(hosts, per_host, k64, ~size_t{0}, c) * 1e6,
+                predict_allreduce_flat(hosts, per_host, k64, 0, c) * 1e6,
+                predict_allreduce_flat(hosts, per_host, m16, ~size_t{0}, c) * 1e3,
+                predict_allreduce_flat(hosts, per_host, m16, 0, c) * 1e3);
+  }
+}
+
 void test_allreduce_table() {
   using A = AllreduceAlgorithm;
   // Fastest per probe where it beats the fixed rules' choice (rd below 64 KB, else ring) by 10%; bands meet at the

@@ -43,6 +43,8 @@ int g_checks = 0;
 
 // In algorithm_choice_tests.cc.
 void test_cost_model();
+void test_ring_from_scales_with_the_job();
+void print_ring_from_table();
 void test_allreduce_table();
 void test_streaming_choice();
 void test_adaptive_allreduce();
@@ -699,6 +701,8 @@ int main() {
   test_out_of_step();
   test_recent_ops();
   test_cost_model();
+  test_ring_from_scales_with_the_job();
+  print_ring_from_table();
   test_lost_peers();
   test_ordered_worker();
   test_allreduce_table();

@@ -1,5 +1,7 @@
 #include "choice/chooser.h"
 
+#include <algorithm>
+
 #include "choice/algorithm_cache.h"
 #include "choice/cost_model.h"
 #include "transport/mesh.h"
@@ -46,7 +48,7 @@ AllreducePlan Chooser::allreduce(const Communicator& comm, size_t bytes, size_t 
   if (two_tier_allreduce(comm, bytes)) {
     plan.two_tier = true;
     plan.chunks = std::min(choose_hierarchical_chunks(comm.host_count(), comm.local()->size(), bytes,
-                                                      static_cast<size_t>(config_.small_message_bytes),
+                                                      ring_from(comm.host_count(), 1, comm.link_costs()),
                                                       comm.link_costs(), config_.hierarchical_pipeline_bytes),
                            std::max<size_t>(1, count / comm.local()->size()));
     return plan;
@@ -68,7 +70,7 @@ AllreduceAlgorithm Chooser::flat_allreduce(const Communicator& comm, size_t byte
   } else if (config_.single_copy_allreduce && bytes >= small) {
     algorithm = AllreduceAlgorithm::kSingleCopy;
   } else {
-    algorithm = bytes < small ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+    algorithm = bytes < ring_from(comm) ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
   }
   if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local()) algorithm = AllreduceAlgorithm::kRing;
   if (algorithm == AllreduceAlgorithm::kRing && count < static_cast<size_t>(comm.size())) {
@@ -116,13 +118,31 @@ bool two_tier_chosen(const Communicator& comm, int setting, Predict predict) {
 }  // namespace
 
 bool Chooser::two_tier_allreduce(const Communicator& comm, size_t bytes) const {
-  const size_t small = static_cast<size_t>(config_.small_message_bytes);
   return two_tier_chosen(comm, config_.hierarchical_allreduce,
                          [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
-                           return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, small, c,
+                           return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes,
+                                                                            ring_from(hosts, 1, c), c,
                                                                             config_.hierarchical_pipeline_bytes)
-                                           : predict_allreduce_flat(hosts, per_host, bytes, small, c);
+                                           : predict_allreduce_flat(hosts, per_host, bytes,
+                                                                    ring_from(hosts, per_host, c), c);
                          });
+}
+
+size_t Chooser::ring_from(const Communicator& comm) const {
+  const int hosts = std::max(comm.host_count(), 1);
+  const int per_host = comm.local() ? comm.local()->size() : (comm.size() + hosts - 1) / hosts;
+  return ring_from(hosts, per_host, comm.link_costs());
+}
+
+size_t Chooser::ring_from(int hosts, int per_host, const LinkCosts& costs) const {
+  const size_t small = static_cast<size_t>(config_.small_message_bytes);
+  if (config_.allreduce_algorithms == 1) return small;  // the knobs fixed the rules
+  std::lock_guard<std::mutex> lock(ring_from_mutex_);
+  auto found = ring_from_.find({hosts, per_host});
+  if (found != ring_from_.end()) return found->second;
+  const size_t bytes = ring_from_bytes(hosts, per_host, small, costs);
+  ring_from_.emplace(std::make_pair(hosts, per_host), bytes);
+  return bytes;
 }
 
 bool Chooser::two_tier_allgather(const Communicator& comm, size_t total_bytes) const {

@@ -8,8 +8,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "choice/allreduce_adaptive.h"
 #include "choice/allreduce_table.h"
@@ -53,7 +56,9 @@ class Chooser {
   //      says so or (unset) the cost model predicts them faster.
   //   2. The job's own runs, for large allreduces of the world on one host (ADAPTIVE_ALLREDUCE_BYTES).
   //   3. The measured table, for the world on one host (ALLREDUCE_ALGORITHMS=measured).
-  //   4. The fixed rules: SINGLE_COPY_ALLREDUCE, then recursive doubling below SMALL_MESSAGE_BYTES, else the ring.
+  //   4. The fixed rules: SINGLE_COPY_ALLREDUCE, then recursive doubling below SMALL_MESSAGE_BYTES, else the ring;
+  //      unless the knobs fixed them (ALLREDUCE_ALGORITHMS=fixed, or SMALL_MESSAGE_BYTES given), the size from
+  //      which the ring runs grows with the communicator as the cost model prices it (ring_from_bytes).
   //   5. What the communicator can run: single copy needs cross-memory attach to every member, the ring a
   //      segment per member.
   // take = true consumes the online choice's trial run for this cycle (dispatch); false only looks (labels).
@@ -79,11 +84,17 @@ class Chooser {
   bool measured_for(const Communicator& comm) const { return &comm == world_ && !derived_.table.empty(); }
   bool two_tier_allreduce(const Communicator& comm, size_t bytes) const;
   bool two_tier_allgather(const Communicator& comm, size_t total_bytes) const;
+  // From which size the ring replaces recursive doubling on a communicator of this layout (cached per layout).
+  size_t ring_from(const Communicator& comm) const;
+  size_t ring_from(int hosts, int per_host, const LinkCosts& costs) const;
 
   const Config& config_;
   Derived derived_;
   const Communicator* world_ = nullptr;  // the communicator the table and the online choice are for
   std::unique_ptr<AdaptiveAllreduce> adaptive_;
+  // (hosts, members per host) -> ring_from bytes. A two-tier allreduce's cross tier asks from a helper thread.
+  mutable std::mutex ring_from_mutex_;
+  mutable std::map<std::pair<int, int>, size_t> ring_from_;
 };
 
 }  // namespace hvdlite

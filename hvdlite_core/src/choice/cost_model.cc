@@ -2,6 +2,7 @@
 #include "choice/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace hvdlite {
@@ -33,32 +34,86 @@ size_t hierarchical_pipeline_chunks(size_t bytes, int64_t pipeline_bytes) {
   return std::min<size_t>(chunks, 64);
 }
 
-double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c) {
+namespace {
+
+// Recursive doubling: whole-buffer exchanges with partners at distance 1, 2, 4, ...; from distance per_host on the
+// partner is on another host, and every rank of a host sends across at once. A count that is not a power of two
+// folds the extra ranks in first and hands them the result last.
+double recursive_doubling_seconds(int hosts, int per_host, double size, const LinkCosts& c) {
+  const int n = hosts * per_host, p = power_of_two_below(n);
+  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
+  auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
+  double t = 0;
+  for (int distance = 1; distance < p; distance *= 2) t += distance < per_host ? local(size) : cross(size * per_host);
+  if (p != n) t += 2 * (per_host > 1 ? local(size) : cross(size));
+  return t;
+}
+
+// The ring: 2(n-1) steps of size/n per link; one link per host crosses to the next host and sets the pace.
+double ring_seconds(int hosts, int per_host, double size, const LinkCosts& c) {
+  const int n = hosts * per_host;
+  double step = hosts > 1 ? message(c.cross_latency_s, c.cross_bytes_per_s, size / n)
+                          : message(c.local_latency_s, c.local_bytes_per_s, size / n);
+  if (hosts > 1 && per_host > 1) step = std::max(step, message(c.local_latency_s, c.local_bytes_per_s, size / n));
+  return 2.0 * (n - 1) * step;
+}
+
+// Summing float32 on one core: what recursive doubling pays once per step over the whole buffer after receiving it,
+// while the ring reduces each piece as the next streams in. Assumed, not measured: only its ratio to the links'
+// costs moves the crossover, and weakly.
+constexpr double kReduceBytesPerSecond = 4e9;
+
+// The size from which the ring is cheaper than recursive doubling for this layout (bisection over sizes: the
+// difference of two piecewise-linear costs changes sign once).
+double crossover_bytes(int hosts, int per_host, const LinkCosts& c) {
+  const int steps = static_cast<int>(std::log2(power_of_two_below(hosts * per_host)));
+  auto ring_cheaper = [&](double b) {
+    const double rd = recursive_doubling_seconds(hosts, per_host, b, c) + steps * b / kReduceBytesPerSecond;
+    return ring_seconds(hosts, per_host, b, c) <= rd;
+  };
+  double low = 1, high = 1ull << 40;
+  if (!ring_cheaper(high)) return high;
+  if (ring_cheaper(low)) return low;
+  for (int i = 0; i < 64; ++i) {
+    const double middle = std::sqrt(low * high);
+    (ring_cheaper(middle) ? high : low) = middle;
+  }
+  return high;
+}
+
+}  // namespace
+
+LinkCosts assumed_link_costs() {
+  LinkCosts c;
+  c.local_latency_s = 2e-6;
+  c.local_bytes_per_s = 8e9;
+  c.cross_latency_s = 25e-6;
+  c.cross_bytes_per_s = 1.25e9;
+  return c;
+}
+
+size_t ring_from_bytes(int hosts, int per_host, size_t small_message_bytes, const LinkCosts& measured) {
+  if (hosts * per_host <= 2) return small_message_bytes;
+  const LinkCosts c = measured.known() ? measured : assumed_link_costs();
+  // The knob is the crossover of a pair (on two hosts, or one host, as this layout's links are); the model says how
+  // it moves with more members.
+  const double pair = hosts > 1 ? crossover_bytes(2, 1, c) : crossover_bytes(1, 2, c);
+  const double scale = crossover_bytes(hosts, per_host, c) / pair;
+  if (!(scale > 1)) return small_message_bytes;
+  return static_cast<size_t>(std::min(static_cast<double>(small_message_bytes) * scale, 1099511627776.0));
+}
+
+double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c) {
   const int n = hosts * per_host;
   if (n < 2 || bytes == 0) return 0;
   const double size = static_cast<double>(bytes);
-  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
-  auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
-  if (bytes < small_message_bytes) {
-    // Recursive doubling: whole-buffer exchanges with partners at distance 1, 2, 4, ...; from distance per_host on
-    // the partner is on another host, and every rank of a host sends across at once.
-    const int p = power_of_two_below(n);
-    double t = 0;
-    for (int distance = 1; distance < p; distance *= 2) {
-      t += distance < per_host ? local(size) : cross(size * per_host);
-    }
-    if (p != n) t += 2 * (per_host > 1 ? local(size) : cross(size));  // the folded ranks' hand-off and return
-    return t;
-  }
-  // The ring: 2(n-1) steps of size/n per link; one link per host crosses to the next host and sets the pace.
-  double step = hosts > 1 ? cross(size / n) : local(size / n);
-  if (hosts > 1 && per_host > 1) step = std::max(step, local(size / n));
-  return 2.0 * (n - 1) * step;
+  return bytes < ring_from ? recursive_doubling_seconds(hosts, per_host, size, c)
+                           : ring_seconds(hosts, per_host, size, c);
 }
 
 namespace {
 
-double predict_two_tier(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c,
+double predict_two_tier(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
                         size_t chunk_count) {
   // Each chunk runs both tiers on its share of the buffer (allreduce_hierarchical.cc).
   const double chunks = static_cast<double>(chunk_count);
@@ -70,7 +125,7 @@ double predict_two_tier(int hosts, int per_host, size_t bytes, size_t small_mess
   const double host_tier = 2.0 * (per_host - 1) * local(segment);
   // Across hosts: per_host allreduces of one segment at once, sharing each host's link.
   double network_tier = 0;
-  if (segment < small_message_bytes) {
+  if (segment < ring_from) {
     const int p = power_of_two_below(hosts);
     for (int distance = 1; distance < p; distance *= 2) network_tier += cross(segment * per_host);
     if (p != hosts) network_tier += 2 * cross(segment * per_host);
@@ -84,24 +139,23 @@ double predict_two_tier(int hosts, int per_host, size_t bytes, size_t small_mess
 
 }  // namespace
 
-size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
-                                  const LinkCosts& c, int64_t pipeline_bytes) {
+size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+                                  int64_t pipeline_bytes) {
   const size_t most = hierarchical_pipeline_chunks(bytes, pipeline_bytes);
   if (most == 1 || !c.known() || hosts < 2 || per_host < 2) return most;
   // Every chunk pays each tier's latencies again: with many hosts the cross ring's 2(H-1) steps per chunk can
   // cost more than the overlap saves.
-  return predict_two_tier(hosts, per_host, bytes, small_message_bytes, c, most) <
-                 predict_two_tier(hosts, per_host, bytes, small_message_bytes, c, 1)
+  return predict_two_tier(hosts, per_host, bytes, ring_from, c, most) <
+                 predict_two_tier(hosts, per_host, bytes, ring_from, c, 1)
              ? most
              : 1;
 }
 
-double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
-                                      const LinkCosts& c, int64_t pipeline_bytes) {
-  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes,
-                                                                             small_message_bytes, c);
-  return predict_two_tier(hosts, per_host, bytes, small_message_bytes, c,
-                          choose_hierarchical_chunks(hosts, per_host, bytes, small_message_bytes, c, pipeline_bytes));
+double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+                                      int64_t pipeline_bytes) {
+  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes, ring_from, c);
+  return predict_two_tier(hosts, per_host, bytes, ring_from, c,
+                          choose_hierarchical_chunks(hosts, per_host, bytes, ring_from, c, pipeline_bytes));
 }
 
 double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c) {

@@ -22,15 +22,25 @@ LinkCosts measure_link_costs(Communicator& world, const Config& config);
 size_t hierarchical_pipeline_chunks(size_t bytes, int64_t pipeline_bytes);
 // ...and how many it does: that many, or 1 where the model predicts the tiers one after the other to be faster
 // (each chunk pays every step's latency again). Without measured link costs, the knob's count.
-size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
-                                  const LinkCosts& c, int64_t pipeline_bytes);
+size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+                                  int64_t pipeline_bytes);
 
 // Predicted seconds for an allreduce of `bytes` over hosts x per_host ranks numbered host by host, with the
-// algorithms dispatch.cc would run (recursive doubling below small_message_bytes, else the ring); the two-tier
-// one pipelined over chunks of pipeline_bytes (HIERARCHICAL_PIPELINE_BYTES; 0: its tiers one after the other).
-double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t small_message_bytes, const LinkCosts& c);
-double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t small_message_bytes,
-                                      const LinkCosts& c, int64_t pipeline_bytes = 0);
+// algorithms dispatch runs: recursive doubling below ring_from bytes (ring_from_bytes), else the ring; the two-tier
+// one pipelined over chunks of pipeline_bytes (HIERARCHICAL_PIPELINE_BYTES; 0: its tiers one after the other), its
+// cross tier running the ring from ring_from bytes too. These count steps and bytes, not the reduction, which the
+// ring and the two tiers do once per byte alike.
+double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c);
+double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+                                      int64_t pipeline_bytes = 0);
+// From which size the ring replaces recursive doubling for hosts x per_host members: small_message_bytes for a
+// pair, and as many times more as the model's crossover for this layout is above a pair's (never less). Recursive
+// doubling takes log2(n) exchanges of the whole buffer and reduces all of it at each; the ring takes 2(n-1)
+// steps of 1/n of it and reduces as it streams. With many members the ring's latencies dominate up to large sizes.
+// Without measured link costs, assumed_link_costs() price it (the ratio depends on them only weakly).
+size_t ring_from_bytes(int hosts, int per_host, size_t small_message_bytes, const LinkCosts& c);
+// Typical figures for when nothing was measured: a host's shared memory, and a 10 Gbit/s network.
+LinkCosts assumed_link_costs();
 // The same for an allgather whose output is `bytes` (every member's block together): the ring, and
 // allgather_hierarchical.cc's three phases.
 double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c);

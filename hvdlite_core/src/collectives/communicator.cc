@@ -1,7 +1,8 @@
 #include "collectives/communicator.h"
 
-#include "collectives/algorithms.h"
 #include <algorithm>
+
+#include "collectives/algorithms.h"
 
 namespace hvdlite {
 
@@ -13,6 +14,11 @@ Communicator::Communicator(Mesh* mesh, const Config* config, std::vector<int> me
   for (int r : members_) {
     if (r != mesh_->rank() && !mesh_->cma_usable(r)) single_copy_local_ = false;
   }
+  std::vector<int> hosts;
+  for (int r : members_) {
+    if (std::find(hosts.begin(), hosts.end(), mesh_->host_id(r)) == hosts.end()) hosts.push_back(mesh_->host_id(r));
+  }
+  host_count_ = static_cast<int>(hosts.size());
   if (tiers) build_tiers();
 }
 
@@ -29,7 +35,6 @@ void Communicator::build_tiers() {
     }
     on_host[it - hosts.begin()].push_back(r);
   }
-  host_count_ = static_cast<int>(hosts.size());
   if (my_index_ < 0 || hosts.size() < 2) return;
   for (const auto& members : on_host) {
     if (members.size() != on_host[0].size()) return;  // uneven hosts: no tiers (flat algorithms only)
