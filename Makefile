@@ -3,6 +3,7 @@
 #   make train   - set up the core and PyTorch, then train the example on 2 processes
 #   make test    - set up everything the tests need (every framework, the system packages), then run the suite
 #   make bench   - the same set-up as the tests, then run the benchmarks
+#   make format  - apply the code style the tests check
 # python3.11 where it exists (the supported version), else the python3 on PATH.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -11,7 +12,7 @@ PIP_INSTALL := $(PY) -m pip install -c constraints.txt
 CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h')
 INSTALL_INPUTS := setup.py pyproject.toml constraints.txt
 
-.PHONY: setup system-packages build test train bench sanitize clean
+.PHONY: setup system-packages build test train bench sanitize format clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +70,11 @@ sanitize:
 	$(MAKE) --no-print-directory $(VENV)/.installed-dev build
 	tools/sanitize.sh address
 	tools/sanitize.sh thread
+
+# Applies the style tests/test_style.py checks: clang-format (.clang-format) on the C and C++ sources.
+format:
+	$(MAKE) --no-print-directory $(VENV)/.installed-dev
+	git ls-files -z -- '*.cc' '*.h' '*.c' | xargs -0 $(VENV)/bin/clang-format -i
 
 clean:
 	rm -rf build $(VENV) hvdlite/_hvdlite_core*.so hvdlite/hvdlite.h *.egg-info

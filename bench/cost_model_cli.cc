@@ -47,15 +47,18 @@ int main(int argc, char** argv) {
       const size_t bytes = std::strtoull(b.c_str(), nullptr, 10);
       const int n = hosts * per_host;
       // What the chooser runs: the ring from ring_from_bytes of the layout (flat) or of the cross tier (two-tier).
-      const size_t flat_ring = ring_from_bytes(hosts, per_host, small, c), cross_ring = ring_from_bytes(hosts, 1, small, c);
-      const double tree = 2 * std::log2(static_cast<double>(n)) * c.cross_latency_s + 2.0 * bytes / c.cross_bytes_per_s;
-      std::printf("{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"hierarchical\": %.9g, "
-                  "\"pipelined\": %.9g, \"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
-                  hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, flat_ring, c),
-                  predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c),
-                  predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c, pipeline), tree,
-                  predict_allgather_flat(hosts, per_host, bytes, c),
-                  predict_allgather_hierarchical(hosts, per_host, bytes, c));
+      const size_t flat_ring = ring_from_bytes(hosts, per_host, small, c),
+                   cross_ring = ring_from_bytes(hosts, 1, small, c);
+      const double tree =
+          2 * std::log2(static_cast<double>(n)) * c.cross_latency_s + 2.0 * bytes / c.cross_bytes_per_s;
+      std::printf(
+          "{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"hierarchical\": %.9g, "
+          "\"pipelined\": %.9g, \"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
+          hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, flat_ring, c),
+          predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c),
+          predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c, pipeline), tree,
+          predict_allgather_flat(hosts, per_host, bytes, c),
+          predict_allgather_hierarchical(hosts, per_host, bytes, c));
     }
   }
   return 0;

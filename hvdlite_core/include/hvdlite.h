@@ -21,24 +21,42 @@ typedef enum {
   HVDLITE_REMOTE_ERROR = 5,     /* a peer died or a connection broke */
   HVDLITE_TIMEOUT = 6,          /* a deadline passed */
   HVDLITE_INTERNAL = 7,
-  HVDLITE_ABORTED = 8           /* the runtime shut down while the operation was pending */
+  HVDLITE_ABORTED = 8 /* the runtime shut down while the operation was pending */
 } hvdlite_status;
 
 typedef enum {
-  HVDLITE_UINT8 = 0, HVDLITE_INT8 = 1, HVDLITE_INT32 = 2, HVDLITE_INT64 = 3, HVDLITE_FLOAT16 = 4,
-  HVDLITE_BFLOAT16 = 5, HVDLITE_FLOAT32 = 6, HVDLITE_FLOAT64 = 7, HVDLITE_BOOL = 8, HVDLITE_UINT16 = 9,
-  HVDLITE_INT16 = 10  /* appended: existing values never change */
+  HVDLITE_UINT8 = 0,
+  HVDLITE_INT8 = 1,
+  HVDLITE_INT32 = 2,
+  HVDLITE_INT64 = 3,
+  HVDLITE_FLOAT16 = 4,
+  HVDLITE_BFLOAT16 = 5,
+  HVDLITE_FLOAT32 = 6,
+  HVDLITE_FLOAT64 = 7,
+  HVDLITE_BOOL = 8,
+  HVDLITE_UINT16 = 9,
+  HVDLITE_INT16 = 10 /* appended: existing values never change */
 } hvdlite_dtype;
 
 typedef enum {
-  HVDLITE_OP_ALLREDUCE = 0, HVDLITE_OP_ALLGATHER = 1, HVDLITE_OP_BROADCAST = 2, HVDLITE_OP_ALLTOALL = 3,
-  HVDLITE_OP_REDUCESCATTER = 4, HVDLITE_OP_BARRIER = 5, HVDLITE_OP_JOIN = 6,
-  HVDLITE_OP_ADD_PROCESS_SET = 7, HVDLITE_OP_REMOVE_PROCESS_SET = 8
+  HVDLITE_OP_ALLREDUCE = 0,
+  HVDLITE_OP_ALLGATHER = 1,
+  HVDLITE_OP_BROADCAST = 2,
+  HVDLITE_OP_ALLTOALL = 3,
+  HVDLITE_OP_REDUCESCATTER = 4,
+  HVDLITE_OP_BARRIER = 5,
+  HVDLITE_OP_JOIN = 6,
+  HVDLITE_OP_ADD_PROCESS_SET = 7,
+  HVDLITE_OP_REMOVE_PROCESS_SET = 8
 } hvdlite_op;
 
 typedef enum {
-  HVDLITE_SUM = 0, HVDLITE_AVERAGE = 1, HVDLITE_MIN = 2, HVDLITE_MAX = 3, HVDLITE_PRODUCT = 4,
-  HVDLITE_ADASUM = 5  /* float types, a power-of-two number of ranks (Horovod's Adasum) */
+  HVDLITE_SUM = 0,
+  HVDLITE_AVERAGE = 1,
+  HVDLITE_MIN = 2,
+  HVDLITE_MAX = 3,
+  HVDLITE_PRODUCT = 4,
+  HVDLITE_ADASUM = 5 /* float types, a power-of-two number of ranks (Horovod's Adasum) */
 } hvdlite_reduce_op;
 
 typedef enum { HVDLITE_HOST_MEMORY = 0, HVDLITE_CUDA_MEMORY = 1 } hvdlite_memory;
@@ -52,33 +70,33 @@ typedef struct {
   const int32_t* pids;               /* size entries; process ids, for cross-memory attach on one host */
   const uint8_t* secret;             /* per-job secret authenticating every connection */
   int32_t secret_len;
-  const char* job_id;                /* names this job's shared-memory segments */
-  const void* mpi_comm;              /* HVDLITE_CPU_OPERATIONS=mpi: address of the MPI_Comm whose ranks are
-                                        these ranks (mpi4py: MPI._addressof(comm)); NULL: MPI_COMM_WORLD */
+  const char* job_id;   /* names this job's shared-memory segments */
+  const void* mpi_comm; /* HVDLITE_CPU_OPERATIONS=mpi: address of the MPI_Comm whose ranks are
+                           these ranks (mpi4py: MPI._addressof(comm)); NULL: MPI_COMM_WORLD */
 } hvdlite_init_config;
 
 typedef struct {
-  int32_t op;                 /* hvdlite_op */
-  const char* name;           /* unique among this rank's in-flight operations of the process set */
-  int32_t dtype;              /* hvdlite_dtype */
+  int32_t op;       /* hvdlite_op */
+  const char* name; /* unique among this rank's in-flight operations of the process set */
+  int32_t dtype;    /* hvdlite_dtype */
   int32_t ndim;
   const int64_t* shape;
-  const void* input;          /* not read after completion; may equal output for in-place allreduce */
-  void* output;               /* allreduce, broadcast: same shape as input. NULL for allgather, alltoall,
-                                 reducescatter: the core owns their result (hvdlite_handle_output_*) */
-  int32_t root_rank;          /* broadcast: global rank of the root */
-  int32_t reduce_op;          /* hvdlite_reduce_op */
+  const void* input; /* not read after completion; may equal output for in-place allreduce */
+  void* output;      /* allreduce, broadcast: same shape as input. NULL for allgather, alltoall,
+                        reducescatter: the core owns their result (hvdlite_handle_output_*) */
+  int32_t root_rank; /* broadcast: global rank of the root */
+  int32_t reduce_op; /* hvdlite_reduce_op */
   double prescale_factor;
   double postscale_factor;
-  int32_t process_set_id;     /* 0: every rank */
-  const int32_t* splits;      /* alltoall: rows sent to each member of the set; NULL for an even split.
-                                 add_process_set: the member ranks */
+  int32_t process_set_id; /* 0: every rank */
+  const int32_t* splits;  /* alltoall: rows sent to each member of the set; NULL for an even split.
+                             add_process_set: the member ranks */
   int32_t nsplits;
-  int32_t memory;             /* where input and output live: HVDLITE_HOST_MEMORY, or HVDLITE_CUDA_MEMORY (the NCCL
-                                 data plane; results the core owns then live on that device too) */
-  int32_t device;             /* CUDA memory: the device ordinal; one device per process */
-  const void* stream;         /* CUDA memory: the cudaStream_t on which the input is produced (the core waits for
-                                 it on its own stream, never blocking this one); NULL: the legacy default stream */
+  int32_t memory;     /* where input and output live: HVDLITE_HOST_MEMORY, or HVDLITE_CUDA_MEMORY (the NCCL
+                         data plane; results the core owns then live on that device too) */
+  int32_t device;     /* CUDA memory: the device ordinal; one device per process */
+  const void* stream; /* CUDA memory: the cudaStream_t on which the input is produced (the core waits for
+                         it on its own stream, never blocking this one); NULL: the legacy default stream */
 } hvdlite_request;
 
 const char* hvdlite_version(void);

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "backends/mpi_backend.h"
-#include "gpu/cuda_api.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "gpu/cuda_api.h"
 #include "hvdlite.h"
 #include "runtime/runtime.h"
 #include "transport/socket_util.h"
@@ -63,9 +63,7 @@ int not_initialized() {
 
 std::shared_ptr<HandleState> find_handle(int64_t id) { return g_handles.get(id); }
 
-int unknown_handle(int64_t id) {
-  return fail(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(id));
-}
+int unknown_handle(int64_t id) { return fail(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(id)); }
 
 int copy_text(const std::string& text, char* buffer, int32_t capacity) {
   if (!buffer || capacity <= 0) return static_cast<int>(text.size());
@@ -232,7 +230,8 @@ HVDLITE_EXPORT int hvdlite_handle_error(int64_t handle, char* buffer, int32_t ca
   return copy_text(state->finished() ? state->status.message() : "", buffer, capacity);
 }
 
-HVDLITE_EXPORT int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity, int32_t* ndim_out) {
+HVDLITE_EXPORT int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity,
+                                               int32_t* ndim_out) {
   auto state = find_handle(handle);
   if (!state) return unknown_handle(handle);
   if (!state->finished()) return fail(StatusCode::kInProgress, "operation still in progress");
@@ -252,8 +251,10 @@ HVDLITE_EXPORT int hvdlite_handle_output_copy(int64_t handle, void* destination,
   if (nbytes > 0 && state->device_output) {  // CUDA memory: cudaMemcpy finds each side's location itself
     return guarded([&]() {
       const GpuAvailability& gpu = gpu_availability(Config());
-      check_cuda(*gpu.cuda, gpu.cuda->Memcpy(destination, state->device_output.get(), static_cast<size_t>(nbytes),
-                                             cuda::kMemcpyDefault), "cudaMemcpy of a result");
+      check_cuda(*gpu.cuda,
+                 gpu.cuda->Memcpy(destination, state->device_output.get(), static_cast<size_t>(nbytes),
+                                  cuda::kMemcpyDefault),
+                 "cudaMemcpy of a result");
       return HVDLITE_OK;
     });
   }
@@ -261,7 +262,8 @@ HVDLITE_EXPORT int hvdlite_handle_output_copy(int64_t handle, void* destination,
   return HVDLITE_OK;
 }
 
-HVDLITE_EXPORT int hvdlite_handle_int_results(int64_t handle, int32_t* values_out, int32_t capacity, int32_t* count_out) {
+HVDLITE_EXPORT int hvdlite_handle_int_results(int64_t handle, int32_t* values_out, int32_t capacity,
+                                              int32_t* count_out) {
   auto state = find_handle(handle);
   if (!state) return unknown_handle(handle);
   *count_out = static_cast<int32_t>(state->int_results.size());

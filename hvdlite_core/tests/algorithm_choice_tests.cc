@@ -26,7 +26,7 @@ void test_streaming_choice() {
   CHECK(streaming_store_bytes_from({loses}) == int64_t(64) << 20);
   CHECK(streaming_store_bytes_from({wins}) == int64_t(mb16) && streaming_store_bytes_from({tie}) == int64_t(mb16));
   CHECK(streaming_store_bytes_from({loses, loses, wins}) == int64_t(64) << 20);
-  CHECK(streaming_store_bytes_from({loses, tie, wins}) == int64_t(mb16));  // one of three: the default holds
+  CHECK(streaming_store_bytes_from({loses, tie, wins}) == int64_t(mb16));           // one of three: the default holds
   CHECK(streaming_store_bytes_from({loses, StreamingProbe{1 << 20, 1, 2}}) == -1);  // other sizes: not weighed
   StreamingProbe read;
   CHECK(serialize_streaming(loses) == "16777216:0.0026,0.0031");
@@ -57,7 +57,8 @@ void test_cost_model() {
   // host tier (2 steps of 2 MiB), so it runs back to back and one chunk's host tier is added.
   const double chunk_host = 2 * (1e-6 + (2 << 20) / 5e9), chunk_network = 2 * (50e-6 + 2.0 * (1 << 20) / 125e6);
   CHECK(near(predict_allreduce_hierarchical(2, 2, mb64, small, c, 4 << 20), 16 * chunk_network + chunk_host));
-  CHECK(predict_allreduce_hierarchical(2, 2, mb64, small, c, 4 << 20) < predict_allreduce_hierarchical(2, 2, mb64, small, c));
+  CHECK(predict_allreduce_hierarchical(2, 2, mb64, small, c, 4 << 20) <
+        predict_allreduce_hierarchical(2, 2, mb64, small, c));
   // A buffer no larger than one chunk is not cut.
   CHECK(near(predict_allreduce_hierarchical(2, 2, 4 << 20, small, c, 4 << 20),
              predict_allreduce_hierarchical(2, 2, 4 << 20, small, c)));
@@ -91,7 +92,8 @@ void test_cost_model() {
   CHECK(predict_allgather_hierarchical(2, 2, mb64, c) < predict_allgather_flat(2, 2, mb64, c));
   CHECK(near(predict_allgather_hierarchical(1, 4, mb64, c), predict_allgather_flat(1, 4, mb64, c)));
   CHECK(c.known() && LinkCosts().describe().empty());
-  CHECK(c.describe() == "local_latency_us=1.00;local_gbytes_per_s=5.000;cross_latency_us=50.00;cross_gbytes_per_s=0.125");
+  CHECK(c.describe() ==
+        "local_latency_us=1.00;local_gbytes_per_s=5.000;cross_latency_us=50.00;cross_gbytes_per_s=0.125");
 }
 
 // Where the ring takes over from recursive doubling, by communicator size: the knob for a pair, growing with the
@@ -140,15 +142,13 @@ void test_allreduce_table() {
   using A = AllreduceAlgorithm;
   // Fastest per probe where it beats the fixed rules' choice (rd below 64 KB, else ring) by 10%; bands meet at the
   // geometric midpoint between probes; equal neighbours merge; a probe with no candidate adds nothing.
-  std::vector<AllreduceProbe> probes = {{4096, {1e-6, 2e-6, -1}},
-                                        {32768, {5e-6, 4e-6, 3e-6}},
-                                        {262144, {-1, 30e-6, 20e-6}},
-                                        {2097152, {-1, 100e-6, 95e-6}},    // 5% better: a tie, the ring stays
-                                        {16777216, {-1, 900e-6, 950e-6}},
-                                        {1 << 30, {-1, -1, -1}}};
+  std::vector<AllreduceProbe> probes = {
+      {4096, {1e-6, 2e-6, -1}},         {32768, {5e-6, 4e-6, 3e-6}},
+      {262144, {-1, 30e-6, 20e-6}},     {2097152, {-1, 100e-6, 95e-6}},  // 5% better: a tie, the ring stays
+      {16777216, {-1, 900e-6, 950e-6}}, {1 << 30, {-1, -1, -1}}};
   AllreduceTable table = AllreduceTable::from_probes(probes, 64 << 10);
   CHECK(table.serialize() == "rd@0,single_copy@11585,ring@741455");
-  CHECK(AllreduceTable::from_probes({{32768, {5e-6, 4.6e-6, -1}}}, 64 << 10).serialize() == "rd@0");  // 8%: a tie
+  CHECK(AllreduceTable::from_probes({{32768, {5e-6, 4.6e-6, -1}}}, 64 << 10).serialize() == "rd@0");    // 8%: a tie
   CHECK(AllreduceTable::from_probes({{32768, {5e-6, 4.4e-6, -1}}}, 64 << 10).serialize() == "ring@0");  // 12%
   CHECK(table.choose(0) == A::kRecursiveDoubling && table.choose(11584) == A::kRecursiveDoubling);
   CHECK(table.choose(11585) == A::kSingleCopy && table.choose(741454) == A::kSingleCopy);
@@ -177,8 +177,7 @@ void test_allreduce_table() {
   const std::vector<AllreduceProbe> loaded = {{262144, {-1, 90e-6, 120e-6}}, {2 << 20, {-1, 2000e-6, 2400e-6}}};
   const std::vector<AllreduceProbe> far = {{262144, {-1, 50e-6, 60e-6}}, {2 << 20, {-1, 1100e-6, 800e-6}}};
   CHECK(AllreduceTable::from_probes(quiet, 64 << 10).serialize() == "single_copy@0");
-  CHECK(AllreduceTable::from_measurements({quiet, loaded, far}, 64 << 10).serialize() ==
-        "ring@0,single_copy@741455");
+  CHECK(AllreduceTable::from_measurements({quiet, loaded, far}, 64 << 10).serialize() == "ring@0,single_copy@741455");
   CHECK(AllreduceTable::from_measurements({quiet, loaded}, 64 << 10).serialize() == "ring@0");  // 1 of 2: no
   CHECK(AllreduceTable::from_measurements({quiet, far}, 64 << 10).serialize() == "ring@0,single_copy@741455");
   CHECK(AllreduceTable::from_measurements({quiet}, 64 << 10).serialize() == "single_copy@0");
@@ -294,12 +293,12 @@ void test_adaptive_allreduce() {
   CHECK(d.describe() == "adaptive_allreduce=262144;adaptive_runs=ring:8,single_copy:4;adaptive_switches=0");
   // Unset, the online choice starts where the table first runs single copy (at least 1 MiB, at most the fallback).
   const size_t fallback = 16 * mb;
-  for (const auto& [text, expected] : std::vector<std::pair<std::string, size_t>>{
-           {"rd@0,ring@92681,single_copy@2965820", 2965820},
-           {"rd@0,ring@11585", fallback},
-           {"rd@0,ring@11585,single_copy@67108864", fallback},
-           {"single_copy@0", mb},
-           {"rd@0,single_copy@16384,ring@1000000", mb}}) {
+  for (const auto& [text, expected] :
+       std::vector<std::pair<std::string, size_t>>{{"rd@0,ring@92681,single_copy@2965820", 2965820},
+                                                   {"rd@0,ring@11585", fallback},
+                                                   {"rd@0,ring@11585,single_copy@67108864", fallback},
+                                                   {"single_copy@0", mb},
+                                                   {"rd@0,single_copy@16384,ring@1000000", mb}}) {
     AllreduceTable parsed;
     CHECK(AllreduceTable::parse(text, &parsed));
     CHECK(default_adaptive_bytes(parsed, fallback) == expected);

@@ -5,11 +5,11 @@
 extern int g_failures;
 extern int g_checks;
 
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    ++g_checks;                                                          \
-    if (!(cond)) {                                                       \
-      ++g_failures;                                                      \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-    }                                                                    \
+#define CHECK(cond)                                                 \
+  do {                                                              \
+    ++g_checks;                                                     \
+    if (!(cond)) {                                                  \
+      ++g_failures;                                                 \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                               \
   } while (0)

@@ -1,6 +1,9 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer and promotion (the algorithm choices:
-// algorithm_choice_tests.cc). Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer
+// and promotion (the algorithm choices: algorithm_choice_tests.cc). Built and run by tests/test_core_cpp.py (no
+// framework; exits non-zero on failure).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,11 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "choice/allreduce_adaptive.h"
 #include "choice/allreduce_table.h"
 #include "choice/cost_model.h"
-#include "collectives/reduce_kernels.h"
 #include "choice/streaming_choice.h"
+#include "collectives/reduce_kernels.h"
 #include "common/copy_bytes.h"
 #include "common/dtype.h"
 #include "common/hmac_sha256.h"
@@ -31,10 +35,6 @@
 #include "transport/lost_peers.h"
 #include "transport/shm_channel.h"
 #include "transport/shm_segment.h"
-
-#include <unistd.h>
-
-#include "check.h"
 
 using namespace hvdlite;
 
@@ -66,15 +66,19 @@ static Request req(int rank, OpType op, DType dtype, std::vector<int64_t> shape,
 static void test_validation() {
   std::vector<int> members = {0, 1, 2};
   // Agreement: an allreduce response with the request's parameters.
-  Response ok = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(2, OpType::kAllreduce, DType::kFloat32, {4}),
-                                req(1, OpType::kAllreduce, DType::kFloat32, {4})}, {}, members);
+  Response ok = build_response(
+      {req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(2, OpType::kAllreduce, DType::kFloat32, {4}),
+       req(1, OpType::kAllreduce, DType::kFloat32, {4})},
+      {}, members);
   CHECK(!ok.is_error);
   CHECK(ok.shape == std::vector<int64_t>({4}));
   CHECK(ok.cacheable);
 
   // dtype mismatch names the tensor, the ranks and both values.
-  Response bad = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllreduce, DType::kInt32, {4}),
-                                 req(2, OpType::kAllreduce, DType::kFloat32, {4})}, {}, members);
+  Response bad = build_response(
+      {req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllreduce, DType::kInt32, {4}),
+       req(2, OpType::kAllreduce, DType::kFloat32, {4})},
+      {}, members);
   CHECK(bad.is_error);
   CHECK(bad.error_code == static_cast<int>(StatusCode::kMismatch));
   CHECK(contains(bad.error, "'grad'"));
@@ -83,13 +87,16 @@ static void test_validation() {
   CHECK(!bad.cacheable);
 
   // Operation mismatch is reported before anything else.
-  Response op = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllgather, DType::kInt32, {4})},
-                               {}, {0, 1});
+  Response op = build_response(
+      {req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllgather, DType::kInt32, {4})}, {}, {0, 1});
   CHECK(op.is_error && contains(op.error, "collective operations") && contains(op.error, "allgather"));
 
   // Shapes, root, reduce op, scale factors.
-  CHECK(contains(build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}), req(1, OpType::kAllreduce, DType::kFloat32, {5})},
-                                {}, {0, 1}).error, "[4]"));
+  CHECK(contains(build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4}),
+                                 req(1, OpType::kAllreduce, DType::kFloat32, {5})},
+                                {}, {0, 1})
+                     .error,
+                 "[4]"));
   Request a = req(0, OpType::kBroadcast, DType::kFloat32, {2}), b = req(1, OpType::kBroadcast, DType::kFloat32, {2});
   a.root_rank = 0;
   b.root_rank = 1;
@@ -102,12 +109,15 @@ static void test_validation() {
   CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "prescale"));
 
   // Allgather: first dimensions may differ, the rest may not; first_dims in member order.
-  Response gather = build_response({req(2, OpType::kAllgather, DType::kInt64, {3, 2}), req(0, OpType::kAllgather, DType::kInt64, {1, 2})},
-                                   {}, {0, 2});
+  Response gather = build_response(
+      {req(2, OpType::kAllgather, DType::kInt64, {3, 2}), req(0, OpType::kAllgather, DType::kInt64, {1, 2})}, {},
+      {0, 2});
   CHECK(!gather.is_error);
   CHECK(gather.first_dims == std::vector<int64_t>({1, 3}));
-  CHECK(build_response({req(0, OpType::kAllgather, DType::kInt64, {3, 2}), req(1, OpType::kAllgather, DType::kInt64, {3, 3})},
-                       {}, {0, 1}).is_error);
+  CHECK(build_response(
+            {req(0, OpType::kAllgather, DType::kInt64, {3, 2}), req(1, OpType::kAllgather, DType::kInt64, {3, 3})},
+            {}, {0, 1})
+            .is_error);
 
   // Joined ranks: allreduce proceeds (with the joined list), alltoall is refused.
   Response joined = build_response({req(0, OpType::kAllreduce, DType::kFloat32, {4})}, {1}, {0, 1});
@@ -176,17 +186,17 @@ static void test_eager_layout() {
   cache.put(resp("a", 2), &displaced);                   // 8 bytes
   cache.put(resp("b", 3, DType::kFloat16), &displaced);  // 6 bytes, padded to 8
   Response other_set = resp("c", 1, DType::kFloat32, 1);
-  cache.put(other_set, &displaced);                      // not the global set: never eager
+  cache.put(other_set, &displaced);  // not the global set: never eager
   Response gather = resp("d", 1);
   gather.op = OpType::kAllgather;
   cache.put(gather, &displaced);
   Response adasum = resp("e", 1);
   adasum.reduce_op = ReduceOp::kAdasum;
   cache.put(adasum, &displaced);
-  cache.put(resp("f", 100), &displaced);                 // 400 bytes: over the budget
+  cache.put(resp("f", 100), &displaced);  // 400 bytes: over the budget
   Response maxed = resp("g", 1, DType::kInt64);
   maxed.reduce_op = ReduceOp::kMax;
-  cache.put(maxed, &displaced);                          // fits after f was skipped
+  cache.put(maxed, &displaced);  // fits after f was skipped
   EagerLayout layout;
   layout.update(cache, 24);
   CHECK(layout.segments().size() == 3);
@@ -298,13 +308,14 @@ static void test_dtypes() {
 // reduce_into_scaled must give exactly what reduce_into followed by scale_in_place gives, for every dtype and op, on
 // lengths around its 4 KB blocks (it runs the same two operations a block at a time).
 static void test_reduce_into_scaled() {
-  const DType dtypes[] = {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16, DType::kInt32, DType::kInt64,
-                          DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kBool};
+  const DType dtypes[] = {DType::kUInt8,   DType::kInt8,    DType::kUInt16,  DType::kInt16,
+                          DType::kInt32,   DType::kInt64,   DType::kFloat16, DType::kBFloat16,
+                          DType::kFloat32, DType::kFloat64, DType::kBool};
   const ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMin, ReduceKind::kMax, ReduceKind::kProduct};
   for (DType dtype : dtypes) {
     const size_t esize = dtype_size(dtype);
-    for (size_t count : {size_t(0), size_t(1), size_t(7), 4096 / esize - 1, 4096 / esize, 4096 / esize + 1,
-                         3 * 4096 / esize + 5}) {
+    for (size_t count :
+         {size_t(0), size_t(1), size_t(7), 4096 / esize - 1, 4096 / esize, 4096 / esize + 1, 3 * 4096 / esize + 5}) {
       std::vector<uint8_t> a(count * esize), b(count * esize);
       for (size_t i = 0; i < a.size(); ++i) {
         a[i] = static_cast<uint8_t>((i * 37 + 11) % 251);
@@ -357,8 +368,8 @@ static void test_hmac() {
         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   std::vector<uint8_t> long_key(131, 0xaa);
   const std::string text = "Test Using Larger Than Block-Size Key - Hash Key First";
-  CHECK(hex(hmac_sha256(long_key.data(), long_key.size(), reinterpret_cast<const uint8_t*>(text.data()), text.size())) ==
-        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  CHECK(hex(hmac_sha256(long_key.data(), long_key.size(), reinterpret_cast<const uint8_t*>(text.data()),
+                        text.size())) == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
   Digest a = sha256(reinterpret_cast<const uint8_t*>("x"), 1), b = a;
   CHECK(digest_equal(a, b));
   b[31] ^= 1;
@@ -378,7 +389,7 @@ static IncompleteCollective waiting(std::string what, std::vector<int> submitter
 static void test_out_of_step() {
   // Two ranks in different collectives: each waits on the other.
   std::vector<IncompleteCollective> crosswise = {waiting("allgather of tensor 'x'", {0}, {1}),
-                                                  waiting("barrier of tensor 'hvdlite.barrier'", {1}, {0})};
+                                                 waiting("barrier of tensor 'hvdlite.barrier'", {1}, {0})};
   CHECK(find_out_of_step(crosswise, 5) == std::vector<size_t>({0, 1}));
   std::string message = describe_out_of_step(crosswise, {0, 1}, 5);
   CHECK(contains(message, "allgather of tensor 'x' was submitted by rank(s) 0 but not by rank(s) 1"));
@@ -430,8 +441,9 @@ static void test_lost_peers() {
                                       {PeerCondition::kAlive, 3, "10.0.0.24:40001"}};
   std::string report = describe_lost_peers(peers, 3);
   CHECK(contains(report, "; connections closed by now: rank 2 (10.0.0.24:46579)"));
-  CHECK(contains(report, "unreachable (no heartbeat answer for 3 s: host down or network cut): "
-                         "rank 0 (10.0.0.23:45893), rank 1 (10.0.0.23:33065)"));
+  CHECK(contains(report,
+                 "unreachable (no heartbeat answer for 3 s: host down or network cut): "
+                 "rank 0 (10.0.0.23:45893), rank 1 (10.0.0.23:33065)"));
   CHECK(!contains(report, "rank 3"));
   // A silent peer on a reachable host; nothing lost at all.
   CHECK(describe_lost_peers({{PeerCondition::kSilent, 5, "[::1]:7"}}, 3) ==
@@ -598,7 +610,7 @@ static void test_huge_page_buffer() {
   CHECK(buffer.capacity() == 5 * kHuge && reinterpret_cast<uintptr_t>(grown) % kHuge == 0);  // whole huge pages
   bool kept = true;
   for (size_t i = 0; i < 1000; ++i) kept = kept && grown[i] == static_cast<char>(i % 251);
-  CHECK(kept);  // growing keeps the contents
+  CHECK(kept);                               // growing keeps the contents
   std::memset(grown, 7, buffer.capacity());  // all of it is writable
   CHECK(grown[buffer.capacity() - 1] == 7);
   // Where the kernel offers transparent huge pages on request, the advice is taken.
@@ -635,7 +647,7 @@ static void test_huge_page_promotion() {
   CHECK(calls.size() == 1 && calls[0].first == 1001 * kHuge && calls[0].second == 6 * kHuge);
   CHECK(promoter.collapsed() == 1);
   for (int use = 3; use < HugePagePromoter::kRecheckEvery; ++use) promoter.note_use(buffer, bytes, 4 << 20);
-  CHECK(calls.size() == 1);  // left alone between re-checks
+  CHECK(calls.size() == 1);                   // left alone between re-checks
   promoter.note_use(buffer, bytes, 4 << 20);  // use 64: a fast re-check, still huge
   CHECK(calls.size() == 2 && promoter.given_up() == 0);
   collapse_takes = 6 * 25e-6;  // the next re-check is slow (25 us a page): the memory was mapped afresh
@@ -652,7 +664,8 @@ static void test_huge_page_promotion() {
   // A refusal (EINVAL: no MADV_COLLAPSE, EAGAIN: no huge page free) leaves that buffer alone from then on.
   answer = EAGAIN;
   const void* other = reinterpret_cast<const void*>(3000 * kHuge);
-  for (int use = 0; use < 2 * HugePagePromoter::kRecheckEvery + 2; ++use) promoter.note_use(other, 4 * kHuge, 4 << 20);
+  for (int use = 0; use < 2 * HugePagePromoter::kRecheckEvery + 2; ++use)
+    promoter.note_use(other, 4 * kHuge, 4 << 20);
   CHECK(calls.size() == 4 && promoter.refused() == 1 && promoter.collapsed() == 1);
   // The same address with another length is another buffer.
   answer = 0;

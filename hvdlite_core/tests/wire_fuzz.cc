@@ -37,8 +37,8 @@ std::vector<char> encode_responses(const std::vector<Response>& list) {
 std::vector<std::vector<char>> seeds() {
   std::vector<std::vector<char>> out;
   std::vector<Request> requests;
-  const OpType ops[] = {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
-                        OpType::kReducescatter, OpType::kBarrier, OpType::kJoin, OpType::kAddProcessSet};
+  const OpType ops[] = {OpType::kAllreduce,     OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
+                        OpType::kReducescatter, OpType::kBarrier,   OpType::kJoin,      OpType::kAddProcessSet};
   for (int i = 0; i < 8; ++i) {
     Request q;
     q.rank = i % 3;

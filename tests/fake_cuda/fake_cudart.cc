@@ -3,16 +3,18 @@
 // queries, FAKE_CUDA_EVENT_POLLS, so that the completion queue's waiting is exercised). It checks what a real
 // runtime would reject and counts what the tests want to see: waits on the callers' events, records, devices.
 // Only the functions hvdlite loads exist (hvdlite_core/src/gpu/cuda_api.h); the ABI is CUDA's.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
 #include <mutex>
 #include <set>
 
 namespace {
 
-struct FakeStream { int magic = 0x57524541; };
+struct FakeStream {
+  int magic = 0x57524541;
+};
 struct FakeEvent {
   int magic = 0x45564e54;
   bool recorded = false;
@@ -44,14 +46,20 @@ int cudaGetDeviceCount(int* n) {
   *n = device_count();
   return *n > 0 ? 0 : 100;  // cudaErrorNoDevice
 }
-int cudaGetDevice(int* d) { *d = t_device; return 0; }
+int cudaGetDevice(int* d) {
+  *d = t_device;
+  return 0;
+}
 int cudaSetDevice(int d) {
   if (d < 0 || d >= device_count()) return kInvalidDevice;
   t_device = d;
   ++g_set_device;
   return 0;
 }
-int cudaRuntimeGetVersion(int* v) { *v = 12040; return 0; }
+int cudaRuntimeGetVersion(int* v) {
+  *v = 12040;
+  return 0;
+}
 
 int cudaStreamCreateWithFlags(void** stream, unsigned) {
   auto* s = new FakeStream;
@@ -122,13 +130,19 @@ int cudaFree(void* p) {
   std::free(p);
   return 0;
 }
-int cudaMemcpy(void* dst, const void* src, size_t n, int) { if (n) std::memmove(dst, src, n); return 0; }
+int cudaMemcpy(void* dst, const void* src, size_t n, int) {
+  if (n) std::memmove(dst, src, n);
+  return 0;
+}
 int cudaMemcpyAsync(void* dst, const void* src, size_t n, int, void* stream) {
   if (stream && !known(g_streams, stream)) return kInvalidHandle;
   if (n) std::memmove(dst, src, n);
   return 0;
 }
-int cudaMemsetAsync(void* p, int value, size_t n, void*) { std::memset(p, value, n); return 0; }
+int cudaMemsetAsync(void* p, int value, size_t n, void*) {
+  std::memset(p, value, n);
+  return 0;
+}
 const char* cudaGetErrorString(int error) {
   static thread_local char text[64];
   std::snprintf(text, sizeof text, "fake CUDA error %d", error);

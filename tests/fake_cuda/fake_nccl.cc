@@ -26,10 +26,26 @@
 
 namespace {
 
-enum Result { kSuccess = 0, kSystemError = 2, kInternalError = 3, kInvalidArgument = 4, kInvalidUsage = 5,
-              kRemoteError = 6 };
-enum DataType { kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5, kFloat16 = 6,
-                kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9 };
+enum Result {
+  kSuccess = 0,
+  kSystemError = 2,
+  kInternalError = 3,
+  kInvalidArgument = 4,
+  kInvalidUsage = 5,
+  kRemoteError = 6
+};
+enum DataType {
+  kInt8 = 0,
+  kUint8 = 1,
+  kInt32 = 2,
+  kUint32 = 3,
+  kInt64 = 4,
+  kUint64 = 5,
+  kFloat16 = 6,
+  kFloat32 = 7,
+  kFloat64 = 8,
+  kBfloat16 = 9
+};
 enum RedOp { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kFirstCustom = 5 };
 constexpr int kMaxRanks = 64;
 
@@ -69,19 +85,30 @@ std::atomic<long> g_ids{0};
 
 size_t type_size(int t) {
   switch (t) {
-    case kInt8: case kUint8: return 1;
-    case kFloat16: case kBfloat16: return 2;
-    case kInt32: case kUint32: case kFloat32: return 4;
-    default: return 8;
+    case kInt8:
+    case kUint8:
+      return 1;
+    case kFloat16:
+    case kBfloat16:
+      return 2;
+    case kInt32:
+    case kUint32:
+    case kFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
 float half_to_float(uint16_t h) {
   int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
   float v;
-  if (exponent == 0) v = std::ldexp(static_cast<float>(mantissa), -24);
-  else if (exponent == 31) v = mantissa ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  if (exponent == 0)
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  else if (exponent == 31)
+    v = mantissa ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
   return sign ? -v : v;
 }
 uint16_t float_to_half(float f) {  // round to nearest even, through the exact float math
@@ -91,12 +118,20 @@ uint16_t float_to_half(float f) {  // round to nearest even, through the exact f
   if (a >= 65520.0f) return sign | 0x7c00;
   if (a < std::ldexp(1.0f, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * std::ldexp(1.0f, 24)));
   int e;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);                                     // a = m * 2^e, m in [0.5, 1)
   float scaled = std::nearbyint(std::ldexp(a, 11 - e));  // 11 significant bits
-  if (scaled >= 2048.0f) { scaled /= 2; ++e; }
+  if (scaled >= 2048.0f) {
+    scaled /= 2;
+    ++e;
+  }
   return sign | static_cast<uint16_t>(((e + 14) << 10) | (static_cast<int>(scaled) - 1024));
 }
-float bf16_to_float(uint16_t v) { uint32_t b = static_cast<uint32_t>(v) << 16; float f; std::memcpy(&f, &b, 4); return f; }
+float bf16_to_float(uint16_t v) {
+  uint32_t b = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
 uint16_t float_to_bf16(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
@@ -109,34 +144,88 @@ bool is_float(int t) { return t == kFloat16 || t == kBfloat16 || t == kFloat32 |
 
 double load_f(int t, const char* p) {
   switch (t) {
-    case kFloat16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_float(h); }
-    case kBfloat16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    case kFloat32: { float f; std::memcpy(&f, p, 4); return f; }
-    default: { double d; std::memcpy(&d, p, 8); return d; }
+    case kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    }
+    case kBfloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    }
+    case kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
   }
 }
 void store_f(int t, char* p, double v) {
   switch (t) {
-    case kFloat16: { uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case kBfloat16: { uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case kFloat32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    default: std::memcpy(p, &v, 8);
+    case kFloat16: {
+      uint16_t h = float_to_half(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case kBfloat16: {
+      uint16_t h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case kFloat32: {
+      float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    default:
+      std::memcpy(p, &v, 8);
   }
 }
 int64_t load_i(int t, const char* p) {
   switch (t) {
-    case kInt8: return *reinterpret_cast<const int8_t*>(p);
-    case kUint8: return *reinterpret_cast<const uint8_t*>(p);
-    case kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case kUint32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-    default: { int64_t v; std::memcpy(&v, p, 8); return v; }
+    case kInt8:
+      return *reinterpret_cast<const int8_t*>(p);
+    case kUint8:
+      return *reinterpret_cast<const uint8_t*>(p);
+    case kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case kUint32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 void store_i(int t, char* p, int64_t v) {  // wraps like the type
   switch (t) {
-    case kInt8: case kUint8: { uint8_t b = static_cast<uint8_t>(v); std::memcpy(p, &b, 1); break; }
-    case kInt32: case kUint32: { uint32_t b = static_cast<uint32_t>(v); std::memcpy(p, &b, 4); break; }
-    default: std::memcpy(p, &v, 8);
+    case kInt8:
+    case kUint8: {
+      uint8_t b = static_cast<uint8_t>(v);
+      std::memcpy(p, &b, 1);
+      break;
+    }
+    case kInt32:
+    case kUint32: {
+      uint32_t b = static_cast<uint32_t>(v);
+      std::memcpy(p, &b, 4);
+      break;
+    }
+    default:
+      std::memcpy(p, &v, 8);
   }
 }
 
@@ -149,21 +238,31 @@ void combine(int t, int op, double scalar, char* inout, const char* in, size_t c
     if (is_float(t)) {
       double y = load_f(t, b);
       if (op >= kFirstCustom) y *= scalar;  // the scalar was read in the tensor's own type
-      if (first) { store_f(t, a, y); continue; }
+      if (first) {
+        store_f(t, a, y);
+        continue;
+      }
       double x = load_f(t, a);
       double r = (op == kProd) ? x * y : op == kMax ? std::fmax(x, y) : op == kMin ? std::fmin(x, y) : x + y;
       store_f(t, a, r);
     } else {
       int64_t y = load_i(t, b);
       if (op >= kFirstCustom) y *= static_cast<int64_t>(scalar);
-      if (first) { store_i(t, a, y); continue; }
+      if (first) {
+        store_i(t, a, y);
+        continue;
+      }
       int64_t x = load_i(t, a);
       bool unsigned_type = t == kUint8 || t == kUint32 || t == kUint64;
       int64_t r;
-      if (op == kProd) r = x * y;
-      else if (op == kMax) r = unsigned_type ? (static_cast<uint64_t>(x) > static_cast<uint64_t>(y) ? x : y) : std::max(x, y);
-      else if (op == kMin) r = unsigned_type ? (static_cast<uint64_t>(x) < static_cast<uint64_t>(y) ? x : y) : std::min(x, y);
-      else r = x + y;
+      if (op == kProd)
+        r = x * y;
+      else if (op == kMax)
+        r = unsigned_type ? (static_cast<uint64_t>(x) > static_cast<uint64_t>(y) ? x : y) : std::max(x, y);
+      else if (op == kMin)
+        r = unsigned_type ? (static_cast<uint64_t>(x) < static_cast<uint64_t>(y) ? x : y) : std::min(x, y);
+      else
+        r = x + y;
       store_i(t, a, r);
     }
   }
@@ -172,8 +271,10 @@ void combine(int t, int op, double scalar, char* inout, const char* in, size_t c
 void finish_average(int t, char* data, size_t count, int n) {
   const size_t es = type_size(t);
   for (size_t i = 0; i < count; ++i) {
-    if (is_float(t)) store_f(t, data + i * es, load_f(t, data + i * es) / n);
-    else store_i(t, data + i * es, load_i(t, data + i * es) / n);
+    if (is_float(t))
+      store_f(t, data + i * es, load_f(t, data + i * es) / n);
+    else
+      store_i(t, data + i * es, load_i(t, data + i * es) / n);
   }
 }
 
@@ -229,7 +330,10 @@ bool write_file(const std::string& path, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = write(fd, p, bytes);
-    if (n <= 0) { close(fd); return false; }
+    if (n <= 0) {
+      close(fd);
+      return false;
+    }
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -243,7 +347,10 @@ bool read_file(const std::string& path, void* data, size_t bytes) {
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     ssize_t n = read(fd, p, bytes);
-    if (n <= 0) { close(fd); return false; }
+    if (n <= 0) {
+      close(fd);
+      return false;
+    }
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -265,14 +372,24 @@ Result run_group(Comm* c, const std::vector<Op>& ops) {
     std::string path;
     const void* data = op.send;
     switch (op.kind) {
-      case Op::kAllReduce: case Op::kReduce: case Op::kAllGather: path = file_of(c, key(k, me)); break;
-      case Op::kReduceScatter: path = file_of(c, key(k, me)); bytes *= n; break;
-      case Op::kBroadcast: if (op.root == me) path = file_of(c, key(k, me)); break;
-      case Op::kSend:
-        path = file_of(c, "p" + std::to_string(me) + "-" + std::to_string(op.root) + "." +
-                              std::to_string(sends_to[op.root]++));
+      case Op::kAllReduce:
+      case Op::kReduce:
+      case Op::kAllGather:
+        path = file_of(c, key(k, me));
         break;
-      case Op::kRecv: break;
+      case Op::kReduceScatter:
+        path = file_of(c, key(k, me));
+        bytes *= n;
+        break;
+      case Op::kBroadcast:
+        if (op.root == me) path = file_of(c, key(k, me));
+        break;
+      case Op::kSend:
+        path = file_of(
+            c, "p" + std::to_string(me) + "-" + std::to_string(op.root) + "." + std::to_string(sends_to[op.root]++));
+        break;
+      case Op::kRecv:
+        break;
     }
     if (path.empty()) continue;
     if (!write_file(path, data, bytes)) return kSystemError;
@@ -286,17 +403,23 @@ Result run_group(Comm* c, const std::vector<Op>& ops) {
     const size_t es = type_size(op.type), bytes = op.count * es;
     const double scalar = op.op >= kFirstCustom ? c->premul.at(op.op) : 1.0;
     switch (op.kind) {
-      case Op::kAllReduce: case Op::kReduce: case Op::kReduceScatter: {
+      case Op::kAllReduce:
+      case Op::kReduce:
+      case Op::kReduceScatter: {
         if (op.kind == Op::kReduce && op.root != me) break;
         size_t total = op.kind == Op::kReduceScatter ? bytes * n : bytes;
         std::vector<char> acc(total), in(total);
         for (int w = 0; w < n && r == kSuccess; ++w) {
-          if (!read_file(file_of(c, key(k, w)), in.data(), total)) r = kSystemError;
-          else combine(op.type, op.op, scalar, acc.data(), in.data(), total / es, w == 0);
+          if (!read_file(file_of(c, key(k, w)), in.data(), total))
+            r = kSystemError;
+          else
+            combine(op.type, op.op, scalar, acc.data(), in.data(), total / es, w == 0);
         }
         if (op.op == kAvg) finish_average(op.type, acc.data(), total / es, n);
-        if (op.kind == Op::kReduceScatter) std::memcpy(op.recv, acc.data() + me * bytes, bytes);
-        else if (total) std::memcpy(op.recv, acc.data(), total);
+        if (op.kind == Op::kReduceScatter)
+          std::memcpy(op.recv, acc.data() + me * bytes, bytes);
+        else if (total)
+          std::memcpy(op.recv, acc.data(), total);
         break;
       }
       case Op::kAllGather:
@@ -305,16 +428,20 @@ Result run_group(Comm* c, const std::vector<Op>& ops) {
         }
         break;
       case Op::kBroadcast:
-        if (op.root == me) { if (op.send != op.recv && bytes) std::memmove(op.recv, op.send, bytes); }
-        else if (!read_file(file_of(c, key(k, op.root)), op.recv, bytes)) r = kSystemError;
+        if (op.root == me) {
+          if (op.send != op.recv && bytes) std::memmove(op.recv, op.send, bytes);
+        } else if (!read_file(file_of(c, key(k, op.root)), op.recv, bytes))
+          r = kSystemError;
         break;
       case Op::kRecv:
         if (!read_file(file_of(c, "p" + std::to_string(op.root) + "-" + std::to_string(me) + "." +
-                                      std::to_string(recvs_from[op.root]++)), op.recv, bytes)) {
+                                      std::to_string(recvs_from[op.root]++)),
+                       op.recv, bytes)) {
           r = kSystemError;
         }
         break;
-      case Op::kSend: break;
+      case Op::kSend:
+        break;
     }
   }
   if (r != kSuccess) std::fprintf(stderr, "fake NCCL: a group of %s failed to read its data\n", c->name.c_str());
@@ -340,14 +467,22 @@ Result submit(void* comm, const Op& op) {
 
 extern "C" {
 
-int ncclGetVersion(int* version) { *version = 21805; return kSuccess; }
+int ncclGetVersion(int* version) {
+  *version = 21805;
+  return kSuccess;
+}
 const char* ncclGetErrorString(int result) {
   switch (result) {
-    case kSuccess: return "no error";
-    case kSystemError: return "unhandled system error (fake NCCL)";
-    case kInvalidArgument: return "invalid argument (fake NCCL)";
-    case kRemoteError: return "remote process exited or there was a network error (fake NCCL)";
-    default: return "fake NCCL error";
+    case kSuccess:
+      return "no error";
+    case kSystemError:
+      return "unhandled system error (fake NCCL)";
+    case kInvalidArgument:
+      return "invalid argument (fake NCCL)";
+    case kRemoteError:
+      return "remote process exited or there was a network error (fake NCCL)";
+    default:
+      return "fake NCCL error";
   }
 }
 
@@ -359,21 +494,32 @@ int ncclGetUniqueId(UniqueId* id) {
 }
 
 int ncclCommInitRank(void** comm, int nranks, UniqueId id, int rank) {
-  if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks || id.internal[0] != '/') return kInvalidArgument;
+  if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks || id.internal[0] != '/')
+    return kInvalidArgument;
   auto* c = new Comm;
   c->name = id.internal;
   c->nranks = nranks;
   c->rank = rank;
   int fd = shm_open(c->name.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd < 0 || ftruncate(fd, sizeof(Control)) != 0) { delete c; return kSystemError; }
+  if (fd < 0 || ftruncate(fd, sizeof(Control)) != 0) {
+    delete c;
+    return kSystemError;
+  }
   void* p = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (p == MAP_FAILED) { delete c; return kSystemError; }
+  if (p == MAP_FAILED) {
+    delete c;
+    return kSystemError;
+  }
   c->control = static_cast<Control*>(p);  // zero-filled by ftruncate
   c->control->pids[rank].store(getpid());
   Result r = barrier(c);
   if (rank == 0) shm_unlink(c->name.c_str());  // everyone has it mapped by now
-  if (r != kSuccess) { munmap(p, sizeof(Control)); delete c; return r; }
+  if (r != kSuccess) {
+    munmap(p, sizeof(Control));
+    delete c;
+    return r;
+  }
   *comm = c;
   return kSuccess;
 }
@@ -386,7 +532,10 @@ int ncclCommDestroy(void* comm) {
   return kSuccess;
 }
 int ncclCommAbort(void* comm) { return ncclCommDestroy(comm); }
-int ncclCommGetAsyncError(void* comm, int* result) { *result = kSuccess; return comm ? kSuccess : kInvalidArgument; }
+int ncclCommGetAsyncError(void* comm, int* result) {
+  *result = kSuccess;
+  return comm ? kSuccess : kInvalidArgument;
+}
 
 int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, void* comm, void*) {
   return submit(comm, Op{Op::kAllReduce, s, r, n, t, op, -1});
@@ -410,7 +559,10 @@ int ncclRecv(void* r, size_t n, int t, int peer, void* comm, void*) {
   return submit(comm, Op{Op::kRecv, nullptr, r, n, t, kSum, peer});
 }
 
-int ncclGroupStart() { ++t_group_depth; return kSuccess; }
+int ncclGroupStart() {
+  ++t_group_depth;
+  return kSuccess;
+}
 int ncclGroupEnd() {
   if (t_group_depth == 0) return kInvalidUsage;
   if (--t_group_depth > 0) return kSuccess;

@@ -37,8 +37,19 @@ bool g_started = false;
 constexpr size_t kChunk = size_t(1) << 30;  // elements or bytes per MPI call (MPI counts are int)
 
 // hvdlite_dtype values (hvdlite.h)
-enum { kUInt8 = 0, kInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat16 = 4, kBFloat16 = 5, kFloat32 = 6, kFloat64 = 7,
-       kBool = 8, kUInt16 = 9, kInt16 = 10 };
+enum {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+  kUInt16 = 9,
+  kInt16 = 10
+};
 
 int fail(const std::string& message) {
   g_error = message;
@@ -59,18 +70,28 @@ int check(int code, const char* call) {
   return fail(std::string("MPI backend: ") + call + " failed: " + std::string(text, length));
 }
 
-#define MPI_CHECK(call) \
-  do {                  \
+#define MPI_CHECK(call)             \
+  do {                              \
     int rc_ = check((call), #call); \
-    if (rc_) return rc_; \
+    if (rc_) return rc_;            \
   } while (0)
 
 int element_size(int dtype) {
   switch (dtype) {
-    case kUInt8: case kInt8: case kBool: return 1;
-    case kFloat16: case kBFloat16: case kUInt16: case kInt16: return 2;
-    case kInt32: case kFloat32: return 4;
-    default: return 8;
+    case kUInt8:
+    case kInt8:
+    case kBool:
+      return 1;
+    case kFloat16:
+    case kBFloat16:
+    case kUInt16:
+    case kInt16:
+      return 2;
+    case kInt32:
+    case kFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -83,17 +104,28 @@ void custom_op(void* in, void* inout, int* len, MPI_Datatype* type) {
 
 MPI_Datatype mpi_type(int dtype) {
   switch (dtype) {
-    case kUInt8: return MPI_UINT8_T;
-    case kInt8: return MPI_INT8_T;
-    case kUInt16: return MPI_UINT16_T;
-    case kInt16: return MPI_INT16_T;
-    case kInt32: return MPI_INT32_T;
-    case kInt64: return MPI_INT64_T;
-    case kFloat32: return MPI_FLOAT;
-    case kFloat64: return MPI_DOUBLE;
-    case kFloat16: return g_half;
-    case kBFloat16: return g_bfloat;
-    default: return g_bool;
+    case kUInt8:
+      return MPI_UINT8_T;
+    case kInt8:
+      return MPI_INT8_T;
+    case kUInt16:
+      return MPI_UINT16_T;
+    case kInt16:
+      return MPI_INT16_T;
+    case kInt32:
+      return MPI_INT32_T;
+    case kInt64:
+      return MPI_INT64_T;
+    case kFloat32:
+      return MPI_FLOAT;
+    case kFloat64:
+      return MPI_DOUBLE;
+    case kFloat16:
+      return g_half;
+    case kBFloat16:
+      return g_bfloat;
+    default:
+      return g_bool;
   }
 }
 
@@ -115,7 +147,7 @@ int comm_of(int id, MPI_Comm* out) {
 int to_int(size_t value, const char* what, int* out) {
   if (value > static_cast<size_t>(INT32_MAX)) {
     return refuse(std::string("MPI backend: ") + what + " of " + std::to_string(value) +
-                " bytes exceeds MPI's int count limit (2 GiB); use the built-in backend for it");
+                  " bytes exceeds MPI's int count limit (2 GiB); use the built-in backend for it");
   }
   *out = static_cast<int>(value);
   return 0;
@@ -170,9 +202,10 @@ int start(const void* comm_address, int rank, int size, hvdlite_reduce_fn reduce
   if (finalized) return fail("MPI backend: MPI has already been finalised in this process");
   if (!initialized) {
     if (!launched_by_mpi()) {
-      return fail("MPI backend: this process was not started by an MPI launcher (no OMPI_/PMI_ variables), so "
-                  "MPI cannot connect the ranks; start the job with hvdlite-run --mpi (or mpirun), or use the "
-                  "built-in backend (unset HVDLITE_CPU_OPERATIONS)");
+      return fail(
+          "MPI backend: this process was not started by an MPI launcher (no OMPI_/PMI_ variables), so "
+          "MPI cannot connect the ranks; start the job with hvdlite-run --mpi (or mpirun), or use the "
+          "built-in backend (unset HVDLITE_CPU_OPERATIONS)");
     }
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
@@ -199,7 +232,8 @@ int start(const void* comm_address, int rank, int size, hvdlite_reduce_fn reduce
   if (mpi_rank != rank || mpi_size != size) {
     return fail("MPI backend: the MPI communicator has rank " + std::to_string(mpi_rank) + " of " +
                 std::to_string(mpi_size) + " but hvdlite placed this process as rank " + std::to_string(rank) +
-                " of " + std::to_string(size) + "; start the job with hvdlite-run --mpi or mpirun, or pass the "
+                " of " + std::to_string(size) +
+                "; start the job with hvdlite-run --mpi or mpirun, or pass the "
                 "communicator hvdlite should use: hvd.init(comm=...)");
   }
   MPI_Comm world;
@@ -287,7 +321,8 @@ int alltoallv(int id, const void* input, const size_t* send_bytes, void* output,
   int n = 0;
   MPI_Comm_size(comm, &n);
   std::vector<int> scounts, sdispls, rcounts, rdispls;
-  if (layout(send_bytes, n, "alltoall", &scounts, &sdispls) || layout(recv_bytes, n, "alltoall", &rcounts, &rdispls)) {
+  if (layout(send_bytes, n, "alltoall", &scounts, &sdispls) ||
+      layout(recv_bytes, n, "alltoall", &rcounts, &rdispls)) {
     return 2;
   }
   MPI_CHECK(MPI_Alltoallv(input, scounts.data(), sdispls.data(), MPI_BYTE, output, rcounts.data(), rdispls.data(),
@@ -319,8 +354,19 @@ int sendrecv(int id, int peer, const void* send, size_t send_bytes, void* recv, 
 }
 
 const hvdlite_mpi_plugin kTable = {
-    HVDLITE_MPI_PLUGIN_ABI_VERSION, last_error, library_version, start, stop, add_set, remove_set, allreduce,
-    allgatherv, bcast, alltoallv, reduce_scatter, sendrecv,
+    HVDLITE_MPI_PLUGIN_ABI_VERSION,
+    last_error,
+    library_version,
+    start,
+    stop,
+    add_set,
+    remove_set,
+    allreduce,
+    allgatherv,
+    bcast,
+    alltoallv,
+    reduce_scatter,
+    sendrecv,
 };
 
 }  // namespace

@@ -3,8 +3,8 @@
  * The core never links MPI: it is one library that works on machines with and without an MPI installation.
  * The Python package compiles plugins/mpi/mpi_plugin.cc against the machine's MPI the first time a job needs it
  * (hvdlite/common/mpi_plugin.py) and names it in HVDLITE_MPI_PLUGIN; the core dlopens it only when a job asks for
- * the MPI data plane (HVDLITE_CPU_OPERATIONS=mpi). MPI's handle types differ between implementations (Open MPI: pointers, MPICH:
- * integers), so only the plugin sees mpi.h; this table speaks in plain C types.
+ * the MPI data plane (HVDLITE_CPU_OPERATIONS=mpi). MPI's handle types differ between implementations (Open MPI:
+ * pointers, MPICH: integers), so only the plugin sees mpi.h; this table speaks in plain C types.
  *
  * Conventions: every function returns 0 on success, nonzero on failure with a message from last_error() on the
  * calling thread. Sets are hvdlite process set ids (0: every rank); ranks, roots and peers are indexes among

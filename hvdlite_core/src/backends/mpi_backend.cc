@@ -6,9 +6,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "../../plugins/mpi/mpi_plugin_abi.h"
 #include "collectives/algorithms.h"
 #include "common/status.h"
-#include "../../plugins/mpi/mpi_plugin_abi.h"
 
 namespace hvdlite {
 namespace {
@@ -22,8 +22,9 @@ MpiAvailability probe(const Config& config) {
   a.path = config.mpi_plugin;
   if (a.path.empty()) {
     // The Python package compiles the plugin for this machine's MPI and names it here (hvdlite/common/mpi_plugin.py).
-    a.why_not = "no MPI plugin was given (HVDLITE_MPI_PLUGIN); hvdlite compiles one on first use where an MPI's "
-                "compiler wrapper mpicc is on PATH: apt-get install -y openmpi-bin libopenmpi-dev";
+    a.why_not =
+        "no MPI plugin was given (HVDLITE_MPI_PLUGIN); hvdlite compiles one on first use where an MPI's "
+        "compiler wrapper mpicc is on PATH: apt-get install -y openmpi-bin libopenmpi-dev";
     return a;
   }
   a.built = true;
@@ -54,17 +55,24 @@ void reduce_callback(int dtype, int kind, void* inout, const void* in, size_t co
 
 int kind_code(ReduceKind kind) {
   switch (kind) {
-    case ReduceKind::kMin: return 1;
-    case ReduceKind::kMax: return 2;
-    case ReduceKind::kProduct: return 3;
-    default: return 0;
+    case ReduceKind::kMin:
+      return 1;
+    case ReduceKind::kMax:
+      return 2;
+    case ReduceKind::kProduct:
+      return 3;
+    default:
+      return 0;
   }
 }
 
 class MpiBackend : public Backend {
  public:
   explicit MpiBackend(const hvdlite_mpi_plugin* plugin) : plugin_(plugin) {}
-  ~MpiBackend() override { plugin_->stop(); g_thread_multiple = false; }
+  ~MpiBackend() override {
+    plugin_->stop();
+    g_thread_multiple = false;
+  }
 
   const char* name() const override { return "mpi"; }
 

@@ -29,7 +29,8 @@ nccl::Comm NcclCommunicators::create(int set, Communicator& comm) {
 nccl::Comm NcclCommunicators::get(int set, Communicator& comm) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (aborted_) throw Error(StatusCode::kRemoteError, "the NCCL communicators were aborted after an earlier failure");
+    if (aborted_)
+      throw Error(StatusCode::kRemoteError, "the NCCL communicators were aborted after an earlier failure");
     auto found = comms_.find(set);
     if (found != comms_.end()) return found->second;
   }

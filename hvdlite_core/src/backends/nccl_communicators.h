@@ -15,7 +15,7 @@ namespace hvdlite {
 class NcclCommunicators {
  public:
   NcclCommunicators(const nccl::Library& nccl, Backend& host);
-  ~NcclCommunicators();  // destroys (or, after abort_all, aborts) every communicator
+  ~NcclCommunicators();                         // destroys (or, after abort_all, aborts) every communicator
   nccl::Comm get(int set, Communicator& comm);  // collective over the set's members
   nccl::Comm self();
   void remove(int set);

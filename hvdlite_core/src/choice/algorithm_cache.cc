@@ -11,8 +11,8 @@
 #include <sstream>
 #include <vector>
 
-#include "collectives/algorithms.h"
 #include "choice/measure_allreduce.h"
+#include "collectives/algorithms.h"
 #include "common/hmac_sha256.h"
 #include "common/log.h"
 #include "common/version.h"
@@ -195,7 +195,8 @@ EstablishedTable establish_allreduce_table(Communicator& world, const Config& co
       file.measurements = {probes};
       file.streaming = {measured.streaming};
     }
-    file.table = AllreduceTable::from_measurements(file.measurements, static_cast<size_t>(config.small_message_bytes));
+    file.table =
+        AllreduceTable::from_measurements(file.measurements, static_cast<size_t>(config.small_message_bytes));
     if (!result.path.empty()) write_cache(result.path, key, file);
     decision = table_decision(file);
   }

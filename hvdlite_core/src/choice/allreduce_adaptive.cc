@@ -94,8 +94,10 @@ void AdaptiveAllreduce::observe(int b, size_t bytes, AllreduceAlgorithm a, doubl
   band.trial_running = false;
   if (seconds < 0) return;  // not a figure of the algorithm; a trial run is proposed again next cycle
   const double per_byte = seconds / static_cast<double>(bytes);
-  if (trial) after_trial_run(band, slot(a), per_byte);
-  else after_chosen_run(band, slot(a), per_byte);
+  if (trial)
+    after_trial_run(band, slot(a), per_byte);
+  else
+    after_chosen_run(band, slot(a), per_byte);
 }
 
 void AdaptiveAllreduce::after_chosen_run(Band& band, int s, double per_byte) {

@@ -96,10 +96,14 @@ bool AllreduceTable::parse(const std::string& text, AllreduceTable* table) {
     const unsigned long long min_bytes = std::strtoull(item.c_str() + at + 1, &end, 10);
     if (*end != '\0' || item[at + 1] == '-') return false;
     AllreduceAlgorithm algorithm;
-    if (name == "rd") algorithm = AllreduceAlgorithm::kRecursiveDoubling;
-    else if (name == "ring") algorithm = AllreduceAlgorithm::kRing;
-    else if (name == "single_copy") algorithm = AllreduceAlgorithm::kSingleCopy;
-    else return false;
+    if (name == "rd")
+      algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+    else if (name == "ring")
+      algorithm = AllreduceAlgorithm::kRing;
+    else if (name == "single_copy")
+      algorithm = AllreduceAlgorithm::kSingleCopy;
+    else
+      return false;
     if (parsed.bands_.empty() ? min_bytes != 0 : min_bytes <= parsed.bands_.back().min_bytes) return false;
     parsed.bands_.push_back({static_cast<size_t>(min_bytes), algorithm});
   }
@@ -112,8 +116,8 @@ std::string serialize_probes(const std::vector<AllreduceProbe>& probes) {
   std::string text;
   for (const AllreduceProbe& probe : probes) {
     char item[128];
-    std::snprintf(item, sizeof(item), "%s%zu:%.6g,%.6g,%.6g", text.empty() ? "" : ";", probe.bytes,
-                  probe.seconds[0], probe.seconds[1], probe.seconds[2]);
+    std::snprintf(item, sizeof(item), "%s%zu:%.6g,%.6g,%.6g", text.empty() ? "" : ";", probe.bytes, probe.seconds[0],
+                  probe.seconds[1], probe.seconds[2]);
     text += item;
   }
   return text;

@@ -72,7 +72,8 @@ AllreduceAlgorithm Chooser::flat_allreduce(const Communicator& comm, size_t byte
   } else {
     algorithm = bytes < ring_from(comm) ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
   }
-  if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local()) algorithm = AllreduceAlgorithm::kRing;
+  if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local())
+    algorithm = AllreduceAlgorithm::kRing;
   if (algorithm == AllreduceAlgorithm::kRing && count < static_cast<size_t>(comm.size())) {
     algorithm = AllreduceAlgorithm::kRecursiveDoubling;
   }
@@ -118,14 +119,12 @@ bool two_tier_chosen(const Communicator& comm, int setting, Predict predict) {
 }  // namespace
 
 bool Chooser::two_tier_allreduce(const Communicator& comm, size_t bytes) const {
-  return two_tier_chosen(comm, config_.hierarchical_allreduce,
-                         [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
-                           return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes,
-                                                                            ring_from(hosts, 1, c), c,
-                                                                            config_.hierarchical_pipeline_bytes)
-                                           : predict_allreduce_flat(hosts, per_host, bytes,
-                                                                    ring_from(hosts, per_host, c), c);
-                         });
+  return two_tier_chosen(
+      comm, config_.hierarchical_allreduce, [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
+        return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, ring_from(hosts, 1, c), c,
+                                                         config_.hierarchical_pipeline_bytes)
+                        : predict_allreduce_flat(hosts, per_host, bytes, ring_from(hosts, per_host, c), c);
+      });
 }
 
 size_t Chooser::ring_from(const Communicator& comm) const {

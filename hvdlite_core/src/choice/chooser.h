@@ -23,21 +23,21 @@ namespace hvdlite {
 
 // What init derived from this machine and this job, on every rank alike (rank 0's figures, broadcast).
 struct Derived {
-  AllreduceTable table;             // one host only; empty: the fixed rules decide
-  std::string table_origin;         // "cached" or "measured" ("" without a table)
-  std::string table_path;           // rank 0's cache file
-  int table_measurements = 0;       // how many measurements voted for the table (0: written by hand)
-  int64_t streaming_store_bytes;    // STREAMING_STORE_BYTES, or what the measurements voted for
-  std::string streaming_origin;     // "knob", "default", "cached" or "measured"
-  int64_t adaptive_allreduce_bytes; // where the online choice starts (0: off)
+  AllreduceTable table;              // one host only; empty: the fixed rules decide
+  std::string table_origin;          // "cached" or "measured" ("" without a table)
+  std::string table_path;            // rank 0's cache file
+  int table_measurements = 0;        // how many measurements voted for the table (0: written by hand)
+  int64_t streaming_store_bytes;     // STREAMING_STORE_BYTES, or what the measurements voted for
+  std::string streaming_origin;      // "knob", "default", "cached" or "measured"
+  int64_t adaptive_allreduce_bytes;  // where the online choice starts (0: off)
 };
 
 struct AllreducePlan {
-  bool two_tier = false;        // reduce-scatter in each host, allreduce across, allgather in each host
-  size_t chunks = 1;            // two-tier: the pipeline's chunks
+  bool two_tier = false;  // reduce-scatter in each host, allreduce across, allgather in each host
+  size_t chunks = 1;      // two-tier: the pipeline's chunks
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;  // flat
-  bool cold_output = false;     // the ring receives into its result with streaming stores
-  int adaptive_band = -1;       // >= 0: chosen online; the run is timed and reported back (observe)
+  bool cold_output = false;  // the ring receives into its result with streaming stores
+  int adaptive_band = -1;    // >= 0: chosen online; the run is timed and reported back (observe)
 };
 
 enum class AllgatherAlgorithm { kRing, kTwoTier, kSingleCopy };

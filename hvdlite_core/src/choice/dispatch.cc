@@ -26,7 +26,8 @@ void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output
 }
 
 // The cross-host tier of a two-tier allreduce: each chunk's segment gets its own flat choice on the cross tier.
-void allreduce_across(Chooser& chooser, Communicator& cross, void* buffer, size_t count, DType dtype, ReduceKind kind) {
+void allreduce_across(Chooser& chooser, Communicator& cross, void* buffer, size_t count, DType dtype,
+                      ReduceKind kind) {
   if (cross.size() == 1 || count == 0) return;
   const size_t bytes = count * dtype_size(dtype);
   run_flat(cross, chooser.flat_allreduce(cross, bytes, count, true), chooser.cold(bytes), buffer, count, dtype, kind,
@@ -93,9 +94,15 @@ void allgather(Chooser& chooser, Communicator& comm, const void* input, void* ou
 void broadcast(Chooser& chooser, Communicator& comm, void* buffer, size_t bytes, int root_index) {
   if (comm.size() == 1 || bytes == 0) return;
   switch (chooser.broadcast(comm, bytes)) {
-    case BroadcastAlgorithm::kSingleCopy: broadcast_single_copy(comm, buffer, bytes, root_index); break;
-    case BroadcastAlgorithm::kTree: broadcast_tree(comm, buffer, bytes, root_index); break;
-    case BroadcastAlgorithm::kChain: broadcast_chain(comm, buffer, bytes, root_index); break;
+    case BroadcastAlgorithm::kSingleCopy:
+      broadcast_single_copy(comm, buffer, bytes, root_index);
+      break;
+    case BroadcastAlgorithm::kTree:
+      broadcast_tree(comm, buffer, bytes, root_index);
+      break;
+    case BroadcastAlgorithm::kChain:
+      broadcast_chain(comm, buffer, bytes, root_index);
+      break;
   }
 }
 

@@ -3,14 +3,15 @@
 // and then timed repeats; each member keeps its median, and the slowest member's median is what counts (an
 // allreduce ends when its last member does). The figures are combined with a max-allreduce by recursive
 // doubling, which every member computes identically, so every member derives the same table.
+#include "choice/measure_allreduce.h"
+
 #include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <vector>
 
-#include "collectives/algorithms.h"
 #include "choice/allreduce_table.h"
-#include "choice/measure_allreduce.h"
+#include "collectives/algorithms.h"
 #include "common/log.h"
 #include "common/wait.h"
 
@@ -22,7 +23,7 @@ namespace {
 // can miss that step, since a band boundary sits halfway between two probes.
 constexpr size_t kProbeBytes[] = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20};
 constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;  // it sends the whole buffer log2(n) times: not above
-constexpr size_t kSingleCopyMinBytes = 32 << 10;        // below this, publishing the addresses costs more
+constexpr size_t kSingleCopyMinBytes = 32 << 10;          // below this, publishing the addresses costs more
 
 // A probe from this size starts each run with its buffer just written, as a fusion buffer or a fresh gradient is:
 // otherwise a run after a ring with streaming stores would find it evicted and look slower than it runs in a job.
@@ -105,7 +106,8 @@ AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
     std::vector<AllreduceAlgorithm> candidates;
     if (bytes <= kRecursiveDoublingMaxBytes) candidates.push_back(AllreduceAlgorithm::kRecursiveDoubling);
     if (count >= static_cast<size_t>(comm.size())) candidates.push_back(AllreduceAlgorithm::kRing);
-    if (comm.single_copy_local() && bytes >= kSingleCopyMinBytes) candidates.push_back(AllreduceAlgorithm::kSingleCopy);
+    if (comm.single_copy_local() && bytes >= kSingleCopyMinBytes)
+      candidates.push_back(AllreduceAlgorithm::kSingleCopy);
     std::vector<std::vector<double>> seconds(candidates.size());
     for (int repeat = -1; repeat < repeats; ++repeat) {  // -1: the warm-up (first touch, ring set-up)
       for (size_t c = 0; c < candidates.size(); ++c) {
@@ -136,14 +138,16 @@ AllreduceMeasurement measure_allreduce_probes(Communicator& comm) {
     for (const AllreduceProbe& p : probes) {
       figures_text << " " << p.bytes << "B:";
       for (int a = 0; a < 3; ++a) {
-        if (p.seconds[a] >= 0) figures_text << " " << algorithm_name(static_cast<AllreduceAlgorithm>(a)) << "="
-                                            << p.seconds[a] * 1e6 << "us";
+        if (p.seconds[a] >= 0)
+          figures_text << " " << algorithm_name(static_cast<AllreduceAlgorithm>(a)) << "=" << p.seconds[a] * 1e6
+                       << "us";
       }
     }
     HVD_LOG(kInfo, "allreduce algorithms measured (slowest rank's median):" << figures_text.str());
-    HVD_LOG(kInfo, "ring of " << measurement.streaming.bytes << " B with ordinary stores: "
-                              << measurement.streaming.plain * 1e6 << "us, with streaming stores: "
-                              << measurement.streaming.streamed * 1e6 << "us (slowest rank's median)");
+    HVD_LOG(kInfo, "ring of " << measurement.streaming.bytes
+                              << " B with ordinary stores: " << measurement.streaming.plain * 1e6
+                              << "us, with streaming stores: " << measurement.streaming.streamed * 1e6
+                              << "us (slowest rank's median)");
   }
   return measurement;
 }

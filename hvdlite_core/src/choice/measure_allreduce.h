@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "choice/allreduce_table.h"
-#include "collectives/communicator.h"
 #include "choice/streaming_choice.h"
+#include "collectives/communicator.h"
 
 namespace hvdlite {
 

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <vector>
 
-#include "collectives/algorithms.h"
 #include "choice/cost_model.h"
+#include "collectives/algorithms.h"
 #include "common/config.h"
 #include "common/wait.h"
 

@@ -28,19 +28,48 @@ namespace {
 
 double load(DType dtype, const char* base, size_t i) {
   switch (dtype) {
-    case DType::kFloat16: { uint16_t v; std::memcpy(&v, base + 2 * i, 2); return half_to_float(v); }
-    case DType::kBFloat16: { uint16_t v; std::memcpy(&v, base + 2 * i, 2); return bf16_to_float(v); }
-    case DType::kFloat32: { float v; std::memcpy(&v, base + 4 * i, 4); return v; }
-    default: { double v; std::memcpy(&v, base + 8 * i, 8); return v; }
+    case DType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return half_to_float(v);
+    }
+    case DType::kBFloat16: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return bf16_to_float(v);
+    }
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    default: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
+    }
   }
 }
 
 void store(DType dtype, char* base, size_t i, double value) {
   switch (dtype) {
-    case DType::kFloat16: { uint16_t v = float_to_half(static_cast<float>(value)); std::memcpy(base + 2 * i, &v, 2); break; }
-    case DType::kBFloat16: { uint16_t v = float_to_bf16(static_cast<float>(value)); std::memcpy(base + 2 * i, &v, 2); break; }
-    case DType::kFloat32: { float v = static_cast<float>(value); std::memcpy(base + 4 * i, &v, 4); break; }
-    default: std::memcpy(base + 8 * i, &value, 8);
+    case DType::kFloat16: {
+      uint16_t v = float_to_half(static_cast<float>(value));
+      std::memcpy(base + 2 * i, &v, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      uint16_t v = float_to_bf16(static_cast<float>(value));
+      std::memcpy(base + 2 * i, &v, 2);
+      break;
+    }
+    case DType::kFloat32: {
+      float v = static_cast<float>(value);
+      std::memcpy(base + 4 * i, &v, 4);
+      break;
+    }
+    default:
+      std::memcpy(base + 8 * i, &value, 8);
   }
 }
 
@@ -64,7 +93,8 @@ void combine(T* mine, const T* theirs, size_t n, double c_mine, double c_theirs)
 // Native float types take the vectorisable loops; the half types convert per element.
 void partials(DType dtype, const char* mine, const char* theirs, size_t n, double* out) {
   if (dtype == DType::kFloat32) {
-    dot_and_norms(reinterpret_cast<const float*>(mine), reinterpret_cast<const float*>(theirs), n, out, out + 1, out + 2);
+    dot_and_norms(reinterpret_cast<const float*>(mine), reinterpret_cast<const float*>(theirs), n, out, out + 1,
+                  out + 2);
   } else if (dtype == DType::kFloat64) {
     dot_and_norms(reinterpret_cast<const double*>(mine), reinterpret_cast<const double*>(theirs), n, out, out + 1,
                   out + 2);
@@ -84,7 +114,8 @@ void combine_any(DType dtype, char* mine, const char* theirs, size_t n, double c
   } else if (dtype == DType::kFloat64) {
     combine(reinterpret_cast<double*>(mine), reinterpret_cast<const double*>(theirs), n, c_mine, c_theirs);
   } else {
-    for (size_t i = 0; i < n; ++i) store(dtype, mine, i, c_mine * load(dtype, mine, i) + c_theirs * load(dtype, theirs, i));
+    for (size_t i = 0; i < n; ++i)
+      store(dtype, mine, i, c_mine * load(dtype, mine, i) + c_theirs * load(dtype, theirs, i));
   }
 }
 
@@ -95,7 +126,8 @@ size_t round_up(size_t bytes) { return (bytes + 63) & ~size_t(63); }
 }  // namespace
 
 bool adasum_supports(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat32 || dtype == DType::kFloat64;
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat32 ||
+         dtype == DType::kFloat64;
 }
 
 size_t adasum_scratch_bytes(const std::vector<size_t>& tensor_counts, DType dtype) {
@@ -110,7 +142,8 @@ void allreduce_adasum(PointToPoint& pairs, void* buffer, const std::vector<size_
   const int n = pairs.size(), me = pairs.rank();
   if (n == 1) return;
   if ((n & (n - 1)) != 0) {
-    throw Error(StatusCode::kInvalidArgument, "Adasum needs a power-of-two number of ranks, not " + std::to_string(n));
+    throw Error(StatusCode::kInvalidArgument,
+                "Adasum needs a power-of-two number of ranks, not " + std::to_string(n));
   }
   const size_t esize = dtype_size(dtype);
   const size_t tensors = tensor_counts.size();
@@ -122,7 +155,9 @@ void allreduce_adasum(PointToPoint& pairs, void* buffer, const std::vector<size_
   double* sums = reinterpret_cast<double*>(scratch + round_up((total - total / 2) * esize));
   double* received = sums + 3 * tensors;
 
-  struct Window { size_t lo, hi; };
+  struct Window {
+    size_t lo, hi;
+  };
   std::vector<Window> windows;  // the shared window at each distance, for the way back
   size_t lo = 0, hi = total;
   for (int d = 1; d < n; d <<= 1) {
@@ -132,7 +167,8 @@ void allreduce_adasum(PointToPoint& pairs, void* buffer, const std::vector<size_
     const size_t keep_lo = left ? lo : mid, keep_hi = left ? mid : hi;
     const size_t give_lo = left ? mid : lo, give_hi = left ? hi : mid;
     windows.push_back({lo, hi});
-    pairs.sendrecv(partner, data + give_lo * esize, (give_hi - give_lo) * esize, incoming, (keep_hi - keep_lo) * esize);
+    pairs.sendrecv(partner, data + give_lo * esize, (give_hi - give_lo) * esize, incoming,
+                   (keep_hi - keep_lo) * esize);
 
     // Per tensor: [a.b, |left|^2, |right|^2] over my slice, then summed over the group of 2d members.
     for (size_t t = 0; t < tensors; ++t) {
@@ -170,7 +206,8 @@ void allreduce_adasum(PointToPoint& pairs, void* buffer, const std::vector<size_
     const size_t mid = w.lo + (w.hi - w.lo) / 2;
     const bool left = (me & d) == 0;
     const size_t other_lo = left ? mid : w.lo, other_hi = left ? w.hi : mid;
-    pairs.sendrecv(me ^ d, data + lo * esize, (hi - lo) * esize, data + other_lo * esize, (other_hi - other_lo) * esize);
+    pairs.sendrecv(me ^ d, data + lo * esize, (hi - lo) * esize, data + other_lo * esize,
+                   (other_hi - other_lo) * esize);
     lo = w.lo, hi = w.hi;
   }
 }

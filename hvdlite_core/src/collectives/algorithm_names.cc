@@ -5,9 +5,12 @@ namespace hvdlite {
 
 const char* algorithm_name(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllreduceAlgorithm::kRecursiveDoubling: return "rd";
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kSingleCopy: return "single_copy";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "rd";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kSingleCopy:
+      return "single_copy";
   }
   return "?";
 }

@@ -1,7 +1,8 @@
 // The collective algorithms, each taking a Communicator and raw buffers; each file opens with its protocol and
-// cost. Which one runs is decided in choice/ (chooser.h); every setting an algorithm needs comes as an argument. Conventions: counts are
-// elements, offsets bytes; every member calls with matching arguments (negotiation guarantees it); buffers may be
-// empty (count 0), in which case no bytes move but the call stays collective where ordering requires it.
+// cost. Which one runs is decided in choice/ (chooser.h); every setting an algorithm needs comes as an argument.
+// Conventions: counts are elements, offsets bytes; every member calls with matching arguments (negotiation guarantees
+// it); buffers may be empty (count 0), in which case no bytes move but the call stays collective where ordering
+// requires it.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -45,7 +46,8 @@ void allgather_ring(Communicator& comm, void* output, const std::vector<size_t>&
 // needs comm.local()/cross().
 void allgather_hierarchical(Communicator& comm, const void* input, void* output,
                             const std::vector<size_t>& block_bytes);
-void allgather_single_copy(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes);
+void allgather_single_copy(Communicator& comm, const void* input, void* output,
+                           const std::vector<size_t>& block_bytes);
 void broadcast_tree(Communicator& comm, void* buffer, size_t bytes, int root_index);
 void broadcast_chain(Communicator& comm, void* buffer, size_t bytes, int root_index);
 void broadcast_single_copy(Communicator& comm, void* buffer, size_t bytes, int root_index);

@@ -76,13 +76,14 @@ void allgather_hierarchical(Communicator& comm, const void* input, void* output,
     if (h > 0) cross_offsets[h] = cross_offsets[h - 1] + cross_blocks[h - 1];
   }
   copy_bytes(cross_buffer + cross_offsets[my_host], my_host_data + slice_begin(host_bytes[my_host], L, my_local),
-              cross_blocks[my_host]);
+             cross_blocks[my_host]);
   allgather_ring(cross, cross_buffer, cross_blocks);
 
   // 3. In the host again: member i's block is slice i of every other host, hosts in order.
   std::vector<size_t> from_others(L, 0);
   for (int i = 0; i < L; ++i) {
-    for (int h = 0; h < H; ++h) if (h != my_host) from_others[i] += slice_size(host_bytes[h], L, i);
+    for (int h = 0; h < H; ++h)
+      if (h != my_host) from_others[i] += slice_size(host_bytes[h], L, i);
   }
   size_t mine_at = 0;
   for (int i = 0; i < my_local; ++i) mine_at += from_others[i];

@@ -63,7 +63,8 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
   barrier_dissemination(comm);
 }
 
-void allgather_single_copy(Communicator& comm, const void* input, void* output, const std::vector<size_t>& block_bytes) {
+void allgather_single_copy(Communicator& comm, const void* input, void* output,
+                           const std::vector<size_t>& block_bytes) {
   const int n = comm.size();
   const int r = comm.rank();
   std::vector<size_t> offsets(n, 0);

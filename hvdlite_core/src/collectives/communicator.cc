@@ -39,8 +39,8 @@ void Communicator::build_tiers() {
   for (const auto& members : on_host) {
     if (members.size() != on_host[0].size()) return;  // uneven hosts: no tiers (flat algorithms only)
   }
-  const int my_host = static_cast<int>(std::find(hosts.begin(), hosts.end(), mesh_->host_id(mesh_->rank())) -
-                                       hosts.begin());
+  const int my_host =
+      static_cast<int>(std::find(hosts.begin(), hosts.end(), mesh_->host_id(mesh_->rank())) - hosts.begin());
   const auto& mine = on_host[my_host];
   const size_t local_index = std::find(mine.begin(), mine.end(), mesh_->rank()) - mine.begin();
   std::vector<int> cross;
@@ -48,7 +48,8 @@ void Communicator::build_tiers() {
   for (const auto& members : on_host) {
     host_members_.emplace_back();
     for (int r : members) {
-      host_members_.back().push_back(static_cast<int>(std::find(members_.begin(), members_.end(), r) - members_.begin()));
+      host_members_.back().push_back(
+          static_cast<int>(std::find(members_.begin(), members_.end(), r) - members_.begin()));
     }
   }
   local_.reset(new Communicator(mesh_, config_, mine, /*tiers=*/false));

@@ -45,11 +45,21 @@ T multiply(T a, T b) {
 template <typename T>
 void reduce_native(ReduceKind kind, T* __restrict__ dst, const T* __restrict__ src, size_t n) {
   switch (kind) {
-    case ReduceKind::kSum: for (size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]); break;
-    case ReduceKind::kMin: for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]); break;
-    case ReduceKind::kMax: for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]); break;
-    case ReduceKind::kProduct: for (size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]); break;
-    case ReduceKind::kBitwiseAnd: bitwise_and(dst, src, n); break;
+    case ReduceKind::kSum:
+      for (size_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
+      break;
+    case ReduceKind::kMin:
+      for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      break;
+    case ReduceKind::kMax:
+      for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      break;
+    case ReduceKind::kProduct:
+      for (size_t i = 0; i < n; ++i) dst[i] = multiply(dst[i], src[i]);
+      break;
+    case ReduceKind::kBitwiseAnd:
+      bitwise_and(dst, src, n);
+      break;
   }
 }
 
@@ -84,8 +94,8 @@ template <typename T>
 T scale_integer(T v, double factor) {
   const double product = factor * static_cast<double>(v);
   constexpr double kTwo63 = 9223372036854775808.0;
-  const int64_t truncated = (product > -kTwo63 && product < kTwo63) ? static_cast<int64_t>(product)
-                                                                     : std::numeric_limits<int64_t>::min();
+  const int64_t truncated =
+      (product > -kTwo63 && product < kTwo63) ? static_cast<int64_t>(product) : std::numeric_limits<int64_t>::min();
   return static_cast<T>(truncated);
 }
 
@@ -109,20 +119,40 @@ void copy_scaled_half(uint16_t* dst, const uint16_t* src, size_t n, double facto
 
 void reduce_into(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count) {
   switch (dtype) {
-    case DType::kUInt8: reduce_native(kind, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count); break;
-    case DType::kInt8: reduce_native(kind, static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count); break;
-    case DType::kUInt16: reduce_native(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count); break;
-    case DType::kInt16: reduce_native(kind, static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count); break;
-    case DType::kInt32: reduce_native(kind, static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count); break;
-    case DType::kInt64: reduce_native(kind, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count); break;
-    case DType::kFloat32: reduce_native(kind, static_cast<float*>(dst), static_cast<const float*>(src), count); break;
-    case DType::kFloat64: reduce_native(kind, static_cast<double*>(dst), static_cast<const double*>(src), count); break;
-    case DType::kBool: reduce_bool(kind, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count); break;
+    case DType::kUInt8:
+      reduce_native(kind, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count);
+      break;
+    case DType::kInt8:
+      reduce_native(kind, static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count);
+      break;
+    case DType::kUInt16:
+      reduce_native(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
+      break;
+    case DType::kInt16:
+      reduce_native(kind, static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count);
+      break;
+    case DType::kInt32:
+      reduce_native(kind, static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count);
+      break;
+    case DType::kInt64:
+      reduce_native(kind, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count);
+      break;
+    case DType::kFloat32:
+      reduce_native(kind, static_cast<float*>(dst), static_cast<const float*>(src), count);
+      break;
+    case DType::kFloat64:
+      reduce_native(kind, static_cast<double*>(dst), static_cast<const double*>(src), count);
+      break;
+    case DType::kBool:
+      reduce_bool(kind, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count);
+      break;
     case DType::kFloat16:
-      reduce_half<half_to_float, float_to_half>(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
+      reduce_half<half_to_float, float_to_half>(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                                count);
       break;
     case DType::kBFloat16:
-      reduce_half<bf16_to_float, float_to_bf16>(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count);
+      reduce_half<bf16_to_float, float_to_bf16>(kind, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                                count);
       break;
   }
 }
@@ -133,30 +163,53 @@ void copy_scaled(DType dtype, void* dst, const void* src, size_t count, double f
     const size_t bytes = count * dtype_size(dtype);
     const char* d = static_cast<const char*>(dst);
     const char* s = static_cast<const char*>(src);
-    if (d + bytes <= s || s + bytes <= d) copy_bytes(dst, src, bytes);  // disjoint (fusion copies)
-    else if (dst != src) std::memmove(dst, src, bytes);
+    if (d + bytes <= s || s + bytes <= d)
+      copy_bytes(dst, src, bytes);  // disjoint (fusion copies)
+    else if (dst != src)
+      std::memmove(dst, src, bytes);
     return;
   }
   switch (dtype) {
-    case DType::kUInt8: copy_scaled_native(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor); break;
-    case DType::kInt8: copy_scaled_native(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor); break;
-    case DType::kUInt16: copy_scaled_native(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor); break;
-    case DType::kInt16: copy_scaled_native(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, factor); break;
-    case DType::kInt32: copy_scaled_native(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor); break;
-    case DType::kInt64: copy_scaled_native(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor); break;
-    case DType::kFloat32: copy_scaled_native(static_cast<float*>(dst), static_cast<const float*>(src), count, factor); break;
-    case DType::kFloat64: copy_scaled_native(static_cast<double*>(dst), static_cast<const double*>(src), count, factor); break;
+    case DType::kUInt8:
+      copy_scaled_native(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor);
+      break;
+    case DType::kInt8:
+      copy_scaled_native(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor);
+      break;
+    case DType::kUInt16:
+      copy_scaled_native(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      break;
+    case DType::kInt16:
+      copy_scaled_native(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, factor);
+      break;
+    case DType::kInt32:
+      copy_scaled_native(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor);
+      break;
+    case DType::kInt64:
+      copy_scaled_native(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor);
+      break;
+    case DType::kFloat32:
+      copy_scaled_native(static_cast<float*>(dst), static_cast<const float*>(src), count, factor);
+      break;
+    case DType::kFloat64:
+      copy_scaled_native(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
+      break;
     case DType::kFloat16:
-      copy_scaled_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      copy_scaled_half<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                                     count, factor);
       break;
     case DType::kBFloat16:
-      copy_scaled_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      copy_scaled_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
+                                                     count, factor);
       break;
-    case DType::kBool: break;
+    case DType::kBool:
+      break;
   }
 }
 
-void scale_in_place(DType dtype, void* data, size_t count, double factor) { copy_scaled(dtype, data, data, count, factor); }
+void scale_in_place(DType dtype, void* data, size_t count, double factor) {
+  copy_scaled(dtype, data, data, count, factor);
+}
 
 void reduce_into_scaled(DType dtype, ReduceKind kind, void* dst, const void* src, size_t count, double factor) {
   if (factor == 1.0) {

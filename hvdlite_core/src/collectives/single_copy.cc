@@ -32,7 +32,8 @@ using CrossMemoryCall = ssize_t (*)(pid_t, const struct iovec*, unsigned long, c
                                     unsigned long);
 
 // Moves bytes between local memory and member's memory at remote_address with process_vm_readv or _writev, which
-// may move fewer bytes than asked (or be interrupted): loops until all are moved. Throws, naming the rank, on failure.
+// may move fewer bytes than asked (or be interrupted): loops until all are moved. Throws, naming the rank, on
+// failure.
 void cross_memory(Communicator& comm, int member, CrossMemoryCall call, const char* verb, char* local,
                   uint64_t remote_address, size_t bytes) {
   while (bytes > 0) {

@@ -25,8 +25,8 @@ double parse_number(const std::string& name, const char* text) {
   char* end = nullptr;
   double value = std::strtod(text, &end);
   if (end == text || *end != '\0') {
-    throw Error(StatusCode::kInvalidArgument,
-                "environment variable HVDLITE_" + name + " (or HOROVOD_" + name + ") is not a number: '" + text + "'");
+    throw Error(StatusCode::kInvalidArgument, "environment variable HVDLITE_" + name + " (or HOROVOD_" + name +
+                                                  ") is not a number: '" + text + "'");
   }
   return value;
 }
@@ -44,13 +44,18 @@ struct Knob {
 };
 
 template <typename T>
-Knob number_knob(const char* name, T Config::*field, const char* meaning) {
+Knob number_knob(const char* name, T Config::* field, const char* meaning) {
   return {name, [=](Config& c, const char* text) { c.*field = static_cast<T>(parse_number(name, text)); },
-          [=](const Config& c) { std::ostringstream s; s << c.*field; return s.str(); }, meaning};
+          [=](const Config& c) {
+            std::ostringstream s;
+            s << c.*field;
+            return s.str();
+          },
+          meaning};
 }
 
 // A word from a fixed list (case-insensitive), stored as its number; shown as the first word with that number.
-Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std::string, int>> choices,
+Knob choice_knob(const char* name, int Config::* field, std::vector<std::pair<std::string, int>> choices,
                  const char* explain, const char* meaning) {
   return {name,
           [=](Config& c, const char* text) {
@@ -62,8 +67,8 @@ Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std
                 return;
               }
             }
-            throw Error(StatusCode::kInvalidArgument, std::string("HVDLITE_") + name + " (or HOROVOD_" + name +
-                                                          ") is '" + text + "'; " + explain);
+            throw Error(StatusCode::kInvalidArgument,
+                        std::string("HVDLITE_") + name + " (or HOROVOD_" + name + ") is '" + text + "'; " + explain);
           },
           [=](const Config& c) {
             for (const auto& choice : choices) {
@@ -74,22 +79,23 @@ Knob choice_knob(const char* name, int Config::*field, std::vector<std::pair<std
           meaning};
 }
 
-Knob bool_knob(const char* name, bool Config::*field, const char* meaning) {
+Knob bool_knob(const char* name, bool Config::* field, const char* meaning) {
   return {name, [=](Config& c, const char* text) { c.*field = parse_bool(text); },
           [=](const Config& c) { return std::string(c.*field ? "1" : "0"); }, meaning};
 }
 
-Knob text_knob(const char* name, std::string Config::*field, const char* meaning) {
+Knob text_knob(const char* name, std::string Config::* field, const char* meaning) {
   return {name, [=](Config& c, const char* text) { c.*field = text; }, [=](const Config& c) { return c.*field; },
           meaning};
 }
 
-Knob auto_switch_knob(const char* name, int Config::*field, const char* meaning) {
-  return {name,
-          [=](Config& c, const char* text) {
-            c.*field = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0);
-          },
-          [=](const Config& c) { return std::string(c.*field < 0 ? "auto" : c.*field ? "1" : "0"); }, meaning};
+Knob auto_switch_knob(const char* name, int Config::* field, const char* meaning) {
+  return {
+      name,
+      [=](Config& c, const char* text) { c.*field = std::string(text) == "auto" ? -1 : (parse_bool(text) ? 1 : 0); },
+      [=](const Config& c) { return std::string(c.*field < 0 ? "auto"
+                                                : c.*field   ? "1"
+                                                             : "0"); }, meaning};
 }
 
 const std::vector<Knob>& knobs() {
@@ -102,8 +108,7 @@ const std::vector<Knob>& knobs() {
                   "longest sleep of the background loop between cycles, in milliseconds"),
       number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms,
                   "the same, once nothing has happened on any rank for a while (0: never lengthen)"),
-      number_knob("CACHE_CAPACITY", &Config::cache_capacity,
-                  "response cache entries; 0 turns the cache off"),
+      number_knob("CACHE_CAPACITY", &Config::cache_capacity, "response cache entries; 0 turns the cache off"),
       number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes,
                   "cached allreduces up to this many bytes travel inside the negotiation exchange (0: off)"),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds,
@@ -123,10 +128,10 @@ const std::vector<Knob>& knobs() {
                   "fail collectives that ranks wait on in crossed orders after this long (0: never)"),
       number_knob("PEER_TIMEOUT_SECONDS", &Config::peer_timeout_seconds,
                   "a peer silent this long in the middle of an operation is declared lost"),
-      number_knob("PEER_UNREACHABLE_SECONDS", &Config::peer_unreachable_seconds,
-                  "a remote host that answers no TCP heartbeat this long is declared lost (0: the kernel's defaults)"),
-      number_knob("START_TIMEOUT", &Config::start_timeout_seconds,
-                  "seconds init waits for every rank to connect"),
+      number_knob(
+          "PEER_UNREACHABLE_SECONDS", &Config::peer_unreachable_seconds,
+          "a remote host that answers no TCP heartbeat this long is declared lost (0: the kernel's defaults)"),
+      number_knob("START_TIMEOUT", &Config::start_timeout_seconds, "seconds init waits for every rank to connect"),
       number_knob("SMALL_MESSAGE_BYTES", &Config::small_message_bytes,
                   "below this size the latency-optimal algorithms run (with ALLREDUCE_ALGORITHMS=fixed)"),
       number_knob("SHM_RING_BYTES", &Config::shm_ring_bytes,
@@ -138,12 +143,10 @@ const std::vector<Knob>& knobs() {
       number_knob("HUGE_PAGE_BYTES", &Config::huge_page_bytes,
                   "reused buffers of at least this many bytes that peers read by single copy move onto transparent "
                   "huge pages (0: never)"),
-      bool_knob("SHM_DISABLE", &Config::shm_disable,
-                  "1: TCP even between ranks of one host"),
-      bool_knob("CMA_DISABLE", &Config::cma_disable,
-                  "1: no single-copy (cross-memory attach) transfers on one host"),
+      bool_knob("SHM_DISABLE", &Config::shm_disable, "1: TCP even between ranks of one host"),
+      bool_knob("CMA_DISABLE", &Config::cma_disable, "1: no single-copy (cross-memory attach) transfers on one host"),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce,
-                  "1: large allreduces on one host by single copy (implies ALLREDUCE_ALGORITHMS=fixed)"),
+                "1: large allreduces on one host by single copy (implies ALLREDUCE_ALGORITHMS=fixed)"),
       choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms, {{"measured", 0}, {"auto", 0}, {"fixed", 1}},
                   "it takes measured (choose per size from this machine's figures) or fixed",
                   "measured: the algorithm per size comes from this machine's figures; fixed: SMALL_MESSAGE_BYTES "
@@ -152,11 +155,11 @@ const std::vector<Knob>& knobs() {
                   "allreduces from this size choose between the ring and single copy from the job's own runs (0: "
                   "off; unset: from the measured table)"),
       text_knob("ALGORITHM_CACHE_DIR", &Config::algorithm_cache_dir,
-                  "where measured algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
-      auto_switch_knob("HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce,
-                  "1: two-tier allreduce whenever ranks span hosts; 0: never; auto: a cost model chooses per size"),
-      auto_switch_knob("HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather,
-                  "the same for allgather"),
+                "where measured algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
+      auto_switch_knob(
+          "HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce,
+          "1: two-tier allreduce whenever ranks span hosts; 0: never; auto: a cost model chooses per size"),
+      auto_switch_knob("HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather, "the same for allgather"),
       number_knob("HIERARCHICAL_PIPELINE_BYTES", &Config::hierarchical_pipeline_bytes,
                   "two-tier allreduce overlaps its host and network tiers over chunks of this size (0: no overlap)"),
       number_knob("LOCAL_LATENCY_US", &Config::local_latency_us,
@@ -170,32 +173,25 @@ const std::vector<Knob>& knobs() {
       choice_knob("CPU_OPERATIONS", &Config::cpu_operations, {{"builtin", 0}, {"gloo", 0}, {"tcp", 0}, {"mpi", 1}},
                   "hvdlite offers builtin (alias gloo) and mpi for host tensors",
                   "data plane for host tensors: builtin (also gloo, tcp) or mpi"),
-      text_knob("MPI_PLUGIN", &Config::mpi_plugin,
-                  "path of the MPI plugin (empty: found or compiled on first use)"),
-      text_knob("CUDART_LIBRARY", &Config::cudart_library,
-                  "CUDA runtime library for CUDA tensors (empty: searched)"),
-      text_knob("NCCL_LIBRARY", &Config::nccl_library,
-                  "NCCL library for CUDA tensors (empty: searched)"),
+      text_knob("MPI_PLUGIN", &Config::mpi_plugin, "path of the MPI plugin (empty: found or compiled on first use)"),
+      text_knob("CUDART_LIBRARY", &Config::cudart_library, "CUDA runtime library for CUDA tensors (empty: searched)"),
+      text_knob("NCCL_LIBRARY", &Config::nccl_library, "NCCL library for CUDA tensors (empty: searched)"),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds,
                   "a waiting framework thread busy-waits this long before it sleeps"),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds,
                   "the same for the background thread"),
-      text_knob("LOG_LEVEL", &Config::log_level,
-                  "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, either case"),
-      bool_knob("LOG_HIDE_TIME", &Config::log_hide_time,
-                  "1: log lines without their time"),
-      text_knob("TIMELINE", &Config::timeline,
-                  "rank 0 writes a Chrome-trace timeline to this file (empty: off)"),
+      text_knob("LOG_LEVEL", &Config::log_level, "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, either case"),
+      bool_knob("LOG_HIDE_TIME", &Config::log_hide_time, "1: log lines without their time"),
+      text_knob("TIMELINE", &Config::timeline, "rank 0 writes a Chrome-trace timeline to this file (empty: off)"),
       bool_knob("TIMELINE_MARK_CYCLES", &Config::timeline_mark_cycles,
-                  "1: mark each background cycle that ran collectives in the timeline"),
-      bool_knob("AUTOTUNE", &Config::autotune,
-                  "1: search FUSION_THRESHOLD and CYCLE_TIME while the job runs"),
+                "1: mark each background cycle that ran collectives in the timeline"),
+      bool_knob("AUTOTUNE", &Config::autotune, "1: search FUSION_THRESHOLD and CYCLE_TIME while the job runs"),
       number_knob("AUTOTUNE_WINDOW_BYTES", &Config::autotune_window_bytes,
                   "allreduced bytes per scored autotuning window"),
       number_knob("AUTOTUNE_WARMUP_WINDOWS", &Config::autotune_warmup_windows,
                   "windows left out before the autotuner's search starts"),
       text_knob("AUTOTUNE_LOG", &Config::autotune_log,
-                  "rank 0 writes every scored autotuning window to this CSV file"),
+                "rank 0 writes every scored autotuning window to this CSV file"),
   };
   return table;
 }

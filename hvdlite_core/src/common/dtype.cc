@@ -6,17 +6,28 @@ bool dtype_valid(int32_t value) { return value >= 0 && value < kNumDTypes; }
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kUInt8: case DType::kInt8: case DType::kBool: return 1;
-    case DType::kFloat16: case DType::kBFloat16: case DType::kUInt16: case DType::kInt16: return 2;
-    case DType::kInt32: case DType::kFloat32: return 4;
-    case DType::kInt64: case DType::kFloat64: return 8;
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kBool:
+      return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kUInt16:
+    case DType::kInt16:
+      return 2;
+    case DType::kInt32:
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt64:
+    case DType::kFloat64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
-  static const char* const names[kNumDTypes] = {"uint8",   "int8",    "int32",   "int64", "float16", "bfloat16",
-                                                "float32", "float64", "bool",    "uint16", "int16"};
+  static const char* const names[kNumDTypes] = {"uint8",   "int8",    "int32", "int64",  "float16", "bfloat16",
+                                                "float32", "float64", "bool",  "uint16", "int16"};
   int i = static_cast<int>(dtype);
   return (i >= 0 && i < kNumDTypes) ? names[i] : "unknown";
 }
@@ -58,9 +69,9 @@ uint16_t float_to_half(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {                                               // result is subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t exponent = abs >> 23;
     uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;

@@ -7,8 +7,17 @@
 namespace hvdlite {
 
 enum class DType : int32_t {
-  kUInt8 = 0, kInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat16 = 4, kBFloat16 = 5, kFloat32 = 6, kFloat64 = 7, kBool = 8,
-  kUInt16 = 9, kInt16 = 10,  // values are the C ABI's hvdlite_dtype
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+  kUInt16 = 9,
+  kInt16 = 10,  // values are the C ABI's hvdlite_dtype
 };
 constexpr int kNumDTypes = 11;
 

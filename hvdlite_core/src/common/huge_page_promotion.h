@@ -31,7 +31,7 @@ class HugePagePromoter {
   // A re-check slower than this per huge page found small pages: a range already on huge pages answers far faster
   // than a collapse, which copies 2 MB a page.
   static constexpr double kSlowRecheckSecondsPerPage = 20e-6;
-  static constexpr size_t kMaxTracked = 1024;             // buffers remembered; beyond, forgotten all at once
+  static constexpr size_t kMaxTracked = 1024;  // buffers remembered; beyond, forgotten all at once
 
   HugePagePromoter(CollapseFn collapse, ClockFn seconds);
 
@@ -39,10 +39,10 @@ class HugePagePromoter {
   // ignored.
   void note_use(const void* address, size_t bytes, size_t min_bytes);
 
-  int64_t collapsed() const { return collapsed_; }  // buffers moved onto huge pages
-  int64_t refused() const { return refused_; }      // buffers the kernel would not move (left as they are)
-  int64_t given_up() const { return given_up_; }    // buffers found on small pages again at a re-check
-  int64_t wasted() const { return wasted_; }        // collapsed buffers abandoned before they paid back
+  int64_t collapsed() const { return collapsed_; }             // buffers moved onto huge pages
+  int64_t refused() const { return refused_; }                 // buffers the kernel would not move (left as they are)
+  int64_t given_up() const { return given_up_; }               // buffers found on small pages again at a re-check
+  int64_t wasted() const { return wasted_; }                   // collapsed buffers abandoned before they paid back
   bool stopped() const { return wasted_ >= kWasteTolerance; }  // no new collapses: the application moves buffers
   // Collapses attempted so far (first ones and re-checks): a caller timing an allreduce compares it before and
   // after, since a run that moved memory onto huge pages says nothing about the algorithm's speed.

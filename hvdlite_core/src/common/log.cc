@@ -18,10 +18,12 @@ const char kLetters[] = "TDIWEF";
 bool parse_log_level(const std::string& text, LogLevel* level) {
   std::string word;
   for (char ch : text) word += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  static const struct { const char* name; LogLevel level; } kNames[] = {
-      {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug},     {"info", LogLevel::kInfo},
-      {"warning", LogLevel::kWarning}, {"warn", LogLevel::kWarning}, {"error", LogLevel::kError},
-      {"fatal", LogLevel::kFatal}};
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } kNames[] = {{"trace", LogLevel::kTrace},     {"debug", LogLevel::kDebug},  {"info", LogLevel::kInfo},
+                {"warning", LogLevel::kWarning}, {"warn", LogLevel::kWarning}, {"error", LogLevel::kError},
+                {"fatal", LogLevel::kFatal}};
   for (const auto& entry : kNames) {
     if (word == entry.name) {
       *level = entry.level;

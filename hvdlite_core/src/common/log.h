@@ -19,11 +19,11 @@ void log_write(LogLevel level, const std::string& message);
 
 }  // namespace hvdlite
 
-#define HVD_LOG(level, stream_expr)                                        \
-  do {                                                                     \
-    if (::hvdlite::log_enabled(::hvdlite::LogLevel::level)) {              \
-      std::ostringstream hvd_log_stream_;                                  \
-      hvd_log_stream_ << stream_expr;                                      \
+#define HVD_LOG(level, stream_expr)                                            \
+  do {                                                                         \
+    if (::hvdlite::log_enabled(::hvdlite::LogLevel::level)) {                  \
+      std::ostringstream hvd_log_stream_;                                      \
+      hvd_log_stream_ << stream_expr;                                          \
       ::hvdlite::log_write(::hvdlite::LogLevel::level, hvd_log_stream_.str()); \
-    }                                                                      \
+    }                                                                          \
   } while (0)

@@ -43,8 +43,8 @@ Timeline::Row& Timeline::row(const std::string& tensor) {
   auto it = rows_.find(tensor);
   if (it != rows_.end()) return it->second;
   int id = static_cast<int>(rows_.size()) + 1;
-  write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(id) +
-        ", \"args\": {\"name\": \"" + escape(tensor) + "\"}}");
+  write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(id) + ", \"args\": {\"name\": \"" +
+        escape(tensor) + "\"}}");
   write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + std::to_string(id) +
         ", \"args\": {\"sort_index\": " + std::to_string(id) + "}}");
   return rows_.emplace(tensor, Row{id, 0}).first->second;

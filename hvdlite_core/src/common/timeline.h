@@ -22,7 +22,9 @@ class Timeline {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   // Phase "B" at `start` (when the tensor was enqueued), for a tensor row named `tensor`.
   void begin(const std::string& tensor, const std::string& activity, std::chrono::steady_clock::time_point start);
-  void begin(const std::string& tensor, const std::string& activity) { begin(tensor, activity, std::chrono::steady_clock::now()); }
+  void begin(const std::string& tensor, const std::string& activity) {
+    begin(tensor, activity, std::chrono::steady_clock::now());
+  }
   void end(const std::string& tensor);
   void mark_cycle();
   void close();

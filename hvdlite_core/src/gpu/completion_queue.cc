@@ -52,8 +52,8 @@ Status CompletionQueue::wait_for(cuda::Event done) {
     cuda::Error status = cuda_.EventQuery(done);
     if (status == cuda::kSuccess) return Status::Ok();
     if (status != cuda::kNotReady) {
-      return Status(StatusCode::kInternal, std::string("the CUDA work of this collective failed: ") +
-                                               cuda_.GetErrorString(status));
+      return Status(StatusCode::kInternal,
+                    std::string("the CUDA work of this collective failed: ") + cuda_.GetErrorString(status));
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -45,7 +45,7 @@ class CompletionQueue {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Batch> batches_;
-  bool busy_ = false;     // a batch is out of batches_ and not finished yet
+  bool busy_ = false;  // a batch is out of batches_ and not finished yet
   bool stopping_ = false;
   bool aborted_ = false;
   Status abort_status_;

@@ -47,51 +47,57 @@ GpuAvailability probe(const Config& config) {
   static cuda::Runtime cuda_table;
   static nccl::Library nccl_table;
   std::string tried;
-  void* cudart = open_first({config.cudart_library, "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0",
-                             "libcudart.so"}, &a.cudart_path, &tried);
+  void* cudart =
+      open_first({config.cudart_library, "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0", "libcudart.so"},
+                 &a.cudart_path, &tried);
   if (!cudart) {
-    a.why_not = "no CUDA runtime library could be loaded (" + tried + "); install one (pip install "
+    a.why_not = "no CUDA runtime library could be loaded (" + tried +
+                "); install one (pip install "
                 "nvidia-cuda-runtime-cu12, or a CUDA build of torch) or set HVDLITE_CUDART_LIBRARY";
     return a;
   }
   std::string missing;
-  if (!bind(cudart, &cuda_table, {
-          SYMBOL(cuda_table, GetDeviceCount, "cudaGetDeviceCount"), SYMBOL(cuda_table, GetDevice, "cudaGetDevice"),
-          SYMBOL(cuda_table, SetDevice, "cudaSetDevice"),
-          SYMBOL(cuda_table, RuntimeGetVersion, "cudaRuntimeGetVersion"),
-          SYMBOL(cuda_table, StreamCreateWithFlags, "cudaStreamCreateWithFlags"),
-          SYMBOL(cuda_table, StreamDestroy, "cudaStreamDestroy"),
-          SYMBOL(cuda_table, StreamSynchronize, "cudaStreamSynchronize"),
-          SYMBOL(cuda_table, StreamWaitEvent, "cudaStreamWaitEvent"),
-          SYMBOL(cuda_table, EventCreateWithFlags, "cudaEventCreateWithFlags"),
-          SYMBOL(cuda_table, EventRecord, "cudaEventRecord"), SYMBOL(cuda_table, EventQuery, "cudaEventQuery"),
-          SYMBOL(cuda_table, EventDestroy, "cudaEventDestroy"), SYMBOL(cuda_table, Malloc, "cudaMalloc"),
-          SYMBOL(cuda_table, Free, "cudaFree"), SYMBOL(cuda_table, Memcpy, "cudaMemcpy"),
-          SYMBOL(cuda_table, MemcpyAsync, "cudaMemcpyAsync"), SYMBOL(cuda_table, MemsetAsync, "cudaMemsetAsync"),
-          SYMBOL(cuda_table, GetErrorString, "cudaGetErrorString")}, &missing)) {
+  if (!bind(cudart, &cuda_table,
+            {SYMBOL(cuda_table, GetDeviceCount, "cudaGetDeviceCount"), SYMBOL(cuda_table, GetDevice, "cudaGetDevice"),
+             SYMBOL(cuda_table, SetDevice, "cudaSetDevice"),
+             SYMBOL(cuda_table, RuntimeGetVersion, "cudaRuntimeGetVersion"),
+             SYMBOL(cuda_table, StreamCreateWithFlags, "cudaStreamCreateWithFlags"),
+             SYMBOL(cuda_table, StreamDestroy, "cudaStreamDestroy"),
+             SYMBOL(cuda_table, StreamSynchronize, "cudaStreamSynchronize"),
+             SYMBOL(cuda_table, StreamWaitEvent, "cudaStreamWaitEvent"),
+             SYMBOL(cuda_table, EventCreateWithFlags, "cudaEventCreateWithFlags"),
+             SYMBOL(cuda_table, EventRecord, "cudaEventRecord"), SYMBOL(cuda_table, EventQuery, "cudaEventQuery"),
+             SYMBOL(cuda_table, EventDestroy, "cudaEventDestroy"), SYMBOL(cuda_table, Malloc, "cudaMalloc"),
+             SYMBOL(cuda_table, Free, "cudaFree"), SYMBOL(cuda_table, Memcpy, "cudaMemcpy"),
+             SYMBOL(cuda_table, MemcpyAsync, "cudaMemcpyAsync"), SYMBOL(cuda_table, MemsetAsync, "cudaMemsetAsync"),
+             SYMBOL(cuda_table, GetErrorString, "cudaGetErrorString")},
+            &missing)) {
     a.why_not = a.cudart_path + " has no " + missing + ": not a CUDA runtime library hvdlite can use";
     return a;
   }
   tried.clear();
   void* library = open_first({config.nccl_library, "libnccl.so.2", "libnccl.so"}, &a.nccl_path, &tried);
   if (!library) {
-    a.why_not = "no NCCL library could be loaded (" + tried + "); install one (pip install nvidia-nccl-cu12, or a "
+    a.why_not = "no NCCL library could be loaded (" + tried +
+                "); install one (pip install nvidia-nccl-cu12, or a "
                 "CUDA build of torch) or set HVDLITE_NCCL_LIBRARY";
     return a;
   }
-  if (!bind(library, &nccl_table, {
-          SYMBOL(nccl_table, GetVersion, "ncclGetVersion"), SYMBOL(nccl_table, GetUniqueId, "ncclGetUniqueId"),
-          SYMBOL(nccl_table, CommInitRank, "ncclCommInitRank"), SYMBOL(nccl_table, CommDestroy, "ncclCommDestroy"),
-          SYMBOL(nccl_table, CommAbort, "ncclCommAbort"),
-          SYMBOL(nccl_table, CommGetAsyncError, "ncclCommGetAsyncError"),
-          SYMBOL(nccl_table, GetErrorString, "ncclGetErrorString"), SYMBOL(nccl_table, AllReduce, "ncclAllReduce"),
-          SYMBOL(nccl_table, Broadcast, "ncclBroadcast"), SYMBOL(nccl_table, Reduce, "ncclReduce"),
-          SYMBOL(nccl_table, AllGather, "ncclAllGather"), SYMBOL(nccl_table, ReduceScatter, "ncclReduceScatter"),
-          SYMBOL(nccl_table, Send, "ncclSend"), SYMBOL(nccl_table, Recv, "ncclRecv"),
-          SYMBOL(nccl_table, GroupStart, "ncclGroupStart"), SYMBOL(nccl_table, GroupEnd, "ncclGroupEnd"),
-          SYMBOL(nccl_table, RedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum"),
-          SYMBOL(nccl_table, RedOpDestroy, "ncclRedOpDestroy")}, &missing)) {
-    a.why_not = a.nccl_path + " has no " + missing + ": hvdlite needs NCCL 2.11 or later (send/recv and "
+  if (!bind(library, &nccl_table,
+            {SYMBOL(nccl_table, GetVersion, "ncclGetVersion"), SYMBOL(nccl_table, GetUniqueId, "ncclGetUniqueId"),
+             SYMBOL(nccl_table, CommInitRank, "ncclCommInitRank"), SYMBOL(nccl_table, CommDestroy, "ncclCommDestroy"),
+             SYMBOL(nccl_table, CommAbort, "ncclCommAbort"),
+             SYMBOL(nccl_table, CommGetAsyncError, "ncclCommGetAsyncError"),
+             SYMBOL(nccl_table, GetErrorString, "ncclGetErrorString"), SYMBOL(nccl_table, AllReduce, "ncclAllReduce"),
+             SYMBOL(nccl_table, Broadcast, "ncclBroadcast"), SYMBOL(nccl_table, Reduce, "ncclReduce"),
+             SYMBOL(nccl_table, AllGather, "ncclAllGather"), SYMBOL(nccl_table, ReduceScatter, "ncclReduceScatter"),
+             SYMBOL(nccl_table, Send, "ncclSend"), SYMBOL(nccl_table, Recv, "ncclRecv"),
+             SYMBOL(nccl_table, GroupStart, "ncclGroupStart"), SYMBOL(nccl_table, GroupEnd, "ncclGroupEnd"),
+             SYMBOL(nccl_table, RedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum"),
+             SYMBOL(nccl_table, RedOpDestroy, "ncclRedOpDestroy")},
+            &missing)) {
+    a.why_not = a.nccl_path + " has no " + missing +
+                ": hvdlite needs NCCL 2.11 or later (send/recv and "
                 "ncclRedOpCreatePreMulSum)";
     return a;
   }
@@ -123,8 +129,8 @@ const GpuAvailability& gpu_availability(const Config& config) {
 
 void check_cuda(const cuda::Runtime& cuda, cuda::Error status, const char* call) {
   if (status == cuda::kSuccess) return;
-  throw Error(StatusCode::kInternal, std::string(call) + " failed: " + cuda.GetErrorString(status) +
-                                         " (CUDA error " + std::to_string(status) + ")");
+  throw Error(StatusCode::kInternal, std::string(call) + " failed: " + cuda.GetErrorString(status) + " (CUDA error " +
+                                         std::to_string(status) + ")");
 }
 
 void check_nccl(const nccl::Library& nccl, nccl::Result status, const char* call) {

@@ -12,9 +12,9 @@
 namespace hvdlite {
 namespace cuda {
 
-typedef int Error;  // cudaError_t
+typedef int Error;     // cudaError_t
 typedef void* Stream;  // cudaStream_t
-typedef void* Event;  // cudaEvent_t
+typedef void* Event;   // cudaEvent_t
 constexpr Error kSuccess = 0;
 constexpr Error kNotReady = 600;  // cudaErrorNotReady
 constexpr unsigned kStreamNonBlocking = 1;
@@ -46,15 +46,27 @@ struct Runtime {
 
 namespace nccl {
 
-typedef int Result;  // ncclResult_t
-typedef void* Comm;  // ncclComm_t
+typedef int Result;    // ncclResult_t
+typedef void* Comm;    // ncclComm_t
 typedef int DataType;  // ncclDataType_t
-typedef int RedOp;  // ncclRedOp_t
-struct UniqueId { char internal[128]; };
+typedef int RedOp;     // ncclRedOp_t
+struct UniqueId {
+  char internal[128];
+};
 constexpr Result kSuccess = 0;
 constexpr Result kInProgress = 7;
-enum : DataType { kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5, kFloat16 = 6,
-                  kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9 };
+enum : DataType {
+  kInt8 = 0,
+  kUint8 = 1,
+  kInt32 = 2,
+  kUint32 = 3,
+  kInt64 = 4,
+  kUint64 = 5,
+  kFloat16 = 6,
+  kFloat32 = 7,
+  kFloat64 = 8,
+  kBfloat16 = 9
+};
 enum : RedOp { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 constexpr int kScalarHostImmediate = 1;  // ncclScalarResidence_t
 
@@ -84,10 +96,10 @@ struct Library {
 // Whether this installation can run collectives on CUDA tensors, and if not, why; loaded once per process.
 struct GpuAvailability {
   bool usable = false;
-  std::string why_not;        // "" when usable
-  std::string cudart_path;    // what was loaded
+  std::string why_not;      // "" when usable
+  std::string cudart_path;  // what was loaded
   std::string nccl_path;
-  int nccl_version = 0;       // e.g. 22105 for 2.21.5
+  int nccl_version = 0;  // e.g. 22105 for 2.21.5
   int device_count = 0;
   const cuda::Runtime* cuda = nullptr;
   const nccl::Library* nccl = nullptr;

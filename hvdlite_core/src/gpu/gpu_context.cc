@@ -24,9 +24,12 @@ Status GpuContext::prepare(const std::string& subject, int device, void* stream,
     std::lock_guard<std::mutex> lock(mutex_);
     if (device_ >= 0 && device != device_) {
       return Status(StatusCode::kInvalidArgument,
-                    subject + " is on CUDA device " + std::to_string(device) + ", but this process's collectives "
-                    "run on device " + std::to_string(device_) + " (its first CUDA tensor's): NCCL takes one device "
-                    "per rank, so pin each process to one GPU (torch.cuda.set_device(hvd.local_rank()))");
+                    subject + " is on CUDA device " + std::to_string(device) +
+                        ", but this process's collectives "
+                        "run on device " +
+                        std::to_string(device_) +
+                        " (its first CUDA tensor's): NCCL takes one device "
+                        "per rank, so pin each process to one GPU (torch.cuda.set_device(hvd.local_rank()))");
     }
     device_ = device;
   }
@@ -64,8 +67,10 @@ void GpuContext::release_event(void* event) {
 
 DeviceScope::DeviceScope(const cuda::Runtime& cuda, int device) : cuda_(cuda) {
   cuda_.GetDevice(&previous_);
-  if (previous_ != device) check_cuda(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
-  else previous_ = -1;  // nothing to restore
+  if (previous_ != device)
+    check_cuda(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
+  else
+    previous_ = -1;  // nothing to restore
 }
 
 DeviceScope::~DeviceScope() {

@@ -6,9 +6,13 @@
 namespace hvdlite {
 
 Autotuner::Autotuner(const Config& config, int rank)
-    : searching_(config.autotune), fusion_threshold_(config.fusion_threshold_bytes), rank_(rank), window_bytes_(std::max<int64_t>(config.autotune_window_bytes, 1)),
+    : searching_(config.autotune),
+      fusion_threshold_(config.fusion_threshold_bytes),
+      rank_(rank),
+      window_bytes_(std::max<int64_t>(config.autotune_window_bytes, 1)),
       warmup_left_(std::max<int64_t>(config.autotune_warmup_windows, 0)),
-      current_{config.fusion_threshold_bytes, config.cycle_time_ms}, cycle_time_ms_(config.cycle_time_ms) {
+      current_{config.fusion_threshold_bytes, config.cycle_time_ms},
+      cycle_time_ms_(config.cycle_time_ms) {
   if (!searching_) return;
   // The grid: fusion thresholds from one ResNet layer's gradients to several models' worth, and a shorter cycle
   // next to the configured one; the configured values are always in it.
@@ -19,7 +23,8 @@ Autotuner::Autotuner(const Config& config, int rank)
   if (config.cycle_time_ms != 0.5) cycles.push_back(0.5);
   for (double c : cycles) {
     for (int64_t t : thresholds) {
-      if (t == config.fusion_threshold_bytes && c == config.cycle_time_ms) hand_set_ = static_cast<int>(candidates_.size());
+      if (t == config.fusion_threshold_bytes && c == config.cycle_time_ms)
+        hand_set_ = static_cast<int>(candidates_.size());
       candidates_.push_back({t, c});
     }
   }
@@ -32,7 +37,8 @@ Autotuner::Autotuner(const Config& config, int rank)
     for (int i = warmup_left_ > 0 ? 0 : 1; i < static_cast<int>(candidates_.size()); ++i) round_queue_.push_back(i);
     if (!config.autotune_log.empty()) {
       log_ = std::fopen(config.autotune_log.c_str(), "w");
-      if (log_) std::fprintf(log_, "window,fusion_threshold_bytes,cycle_time_ms,bytes,seconds,bytes_per_second,phase\n");
+      if (log_)
+        std::fprintf(log_, "window,fusion_threshold_bytes,cycle_time_ms,bytes,seconds,bytes_per_second,phase\n");
     }
   }
   window_start_ = std::chrono::steady_clock::now();
@@ -56,9 +62,9 @@ int32_t Autotuner::decide() {
   const double score = seconds > 0 ? bytes_in_window_ / seconds : 0;
   const bool warmup = warmup_left_ > 0;
   if (log_) {
-    std::fprintf(log_, "%d,%lld,%g,%lld,%.6f,%.1f,%s\n", windows_, static_cast<long long>(current_.fusion_threshold_bytes),
-                 current_.cycle_time_ms, static_cast<long long>(bytes_in_window_), seconds, score,
-                 warmup ? "warmup" : "search");
+    std::fprintf(log_, "%d,%lld,%g,%lld,%.6f,%.1f,%s\n", windows_,
+                 static_cast<long long>(current_.fusion_threshold_bytes), current_.cycle_time_ms,
+                 static_cast<long long>(bytes_in_window_), seconds, score, warmup ? "warmup" : "search");
     std::fflush(log_);
   }
   if (warmup) {
@@ -76,8 +82,9 @@ int32_t Autotuner::decide() {
       const int best = survivors_.empty() ? hand_set_ : survivors_.front();
       const TunedParameters& p = candidates_[best];
       std::ostringstream message;
-      message << "hvdlite autotune: chose FUSION_THRESHOLD=" << p.fusion_threshold_bytes << " CYCLE_TIME="
-              << p.cycle_time_ms << " ms after " << windows_ + 1 << " windows (" << mean_score(best) / 1e9
+      message << "hvdlite autotune: chose FUSION_THRESHOLD=" << p.fusion_threshold_bytes
+              << " CYCLE_TIME=" << p.cycle_time_ms << " ms after " << windows_ + 1 << " windows ("
+              << mean_score(best) / 1e9
               << " GB/s allreduced; the configured FUSION_THRESHOLD=" << candidates_[hand_set_].fusion_threshold_bytes
               << " CYCLE_TIME=" << candidates_[hand_set_].cycle_time_ms << " ms: " << mean_score(hand_set_) / 1e9
               << " GB/s)\n";
@@ -118,7 +125,10 @@ void Autotuner::record(int64_t allreduce_bytes, const std::function<void(int32_t
 
 std::string Autotuner::describe() const {
   std::ostringstream s;
-  s << "autotune=" << (searching_ ? "searching" : candidates_.empty() ? "off" : "done")
+  s << "autotune="
+    << (searching_            ? "searching"
+        : candidates_.empty() ? "off"
+                              : "done")
     << ";tuned_fusion_threshold=" << fusion_threshold_bytes() << ";tuned_cycle_time_ms=" << cycle_time_ms();
   return s.str();
 }

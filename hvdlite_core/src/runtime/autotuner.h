@@ -47,7 +47,7 @@ class Autotuner {
   int64_t window_bytes_;
   int64_t warmup_left_;
   std::vector<TunedParameters> candidates_;
-  int hand_set_ = 0;                // the candidate with the configured values
+  int hand_set_ = 0;  // the candidate with the configured values
   TunedParameters current_;
   int current_index_ = 0;
   std::atomic<double> cycle_time_ms_;
@@ -55,8 +55,8 @@ class Autotuner {
   int windows_ = 0;
   std::chrono::steady_clock::time_point window_start_;
   // Rank 0's search state.
-  std::vector<int> round_queue_;    // still to measure in this round
-  std::vector<int> survivors_;      // measured in this round
+  std::vector<int> round_queue_;  // still to measure in this round
+  std::vector<int> survivors_;    // measured in this round
   std::map<int, std::vector<double>> scores_;
   FILE* log_ = nullptr;
 };

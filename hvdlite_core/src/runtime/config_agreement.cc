@@ -85,9 +85,10 @@ void check_config_agreement(Communicator& world, const Config& config) {
   }
   if (!problems.empty()) {
     throw Error(StatusCode::kInvalidArgument,
-                problems + ". Every rank must use the same value (each rank plans fusion, indexes the response "
-                           "cache and chooses algorithms on its own); set it in the launcher's environment, not "
-                           "per rank");
+                problems +
+                    ". Every rank must use the same value (each rank plans fusion, indexes the response "
+                    "cache and chooses algorithms on its own); set it in the launcher's environment, not "
+                    "per rank");
   }
 }
 

@@ -12,7 +12,7 @@ namespace hvdlite {
 namespace {
 constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
 constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0 (the other half: see negotiate)
-}
+}  // namespace
 
 Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets,
                        AdaptiveAllreduce* adaptive)
@@ -140,8 +140,10 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     for (size_t p = 0; p < positions; ++p) {
       if (!(bits_[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
       const EagerSegment* eager = eager_.find(static_cast<int>(p));
-      if (eager) outcome.eager.push_back({cache_.shared_at(static_cast<int>(p)), eager_region + eager->offset});
-      else outcome.responses.push_back(cache_.at(static_cast<int>(p)));
+      if (eager)
+        outcome.eager.push_back({cache_.shared_at(static_cast<int>(p)), eager_region + eager->offset});
+      else
+        outcome.responses.push_back(cache_.at(static_cast<int>(p)));
       cache_.touch(static_cast<int>(p));
       hits_.erase(static_cast<int>(p));
     }
@@ -149,13 +151,16 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   if ((any & kFlagRequests) || any_conflict || any_joined) {
     for (Request& q : requests) {
       auto it = pending_.find(entry_key(q.process_set, q.name));
-      if (it != pending_.end()) q.waited_seconds = std::chrono::duration<double>(Clock::now() - it->second.enqueued).count();
+      if (it != pending_.end())
+        q.waited_seconds = std::chrono::duration<double>(Clock::now() - it->second.enqueued).count();
     }
     std::vector<Response> decided = coordinate(requests);
     remember(decided);
     for (Response& r : decided) {
-      if (r.op == OpType::kAbort) outcome.peer_failure = r.error;
-      else outcome.responses.push_back(std::move(r));
+      if (r.op == OpType::kAbort)
+        outcome.peer_failure = r.error;
+      else
+        outcome.responses.push_back(std::move(r));
     }
   }
   outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && outcome.eager.empty() &&
@@ -257,9 +262,9 @@ void Controller::ingest(const Request& request) {
   }
   std::string key = entry_key(request.process_set, request.name);
   // Stall ages count from the earliest submission, also when it waited on a cached hit first.
-  auto submitted = std::chrono::steady_clock::now() -
-                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(std::max(0.0, request.waited_seconds)));
+  auto submitted =
+      std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(std::max(0.0, request.waited_seconds)));
   auto it = table_.find(key);
   if (it == table_.end()) {
     Submissions fresh;
@@ -279,9 +284,9 @@ std::vector<Response> Controller::decide() {
     const Request& first = s.requests.front();
     std::vector<int> members;
     if (!sets_.members(first.process_set, &members)) {
-      out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kInvalidArgument),
-                                      "process set " + std::to_string(first.process_set) + " of tensor '" +
-                                          first.name + "' was removed"));
+      out.push_back(Response::Failure(
+          first, static_cast<int32_t>(StatusCode::kInvalidArgument),
+          "process set " + std::to_string(first.process_set) + " of tensor '" + first.name + "' was removed"));
       table_.erase(key);
       continue;
     }
@@ -370,8 +375,8 @@ void Controller::report_out_of_step(std::vector<Response>& out) {
   if (keys.empty()) return;
   HVD_LOG(kError, message);
   for (const std::string& key : keys) {
-    out.push_back(Response::Failure(table_.at(key).requests.front(), static_cast<int32_t>(StatusCode::kMismatch),
-                                    message));
+    out.push_back(
+        Response::Failure(table_.at(key).requests.front(), static_cast<int32_t>(StatusCode::kMismatch), message));
     table_.erase(key);
   }
   std::vector<std::string> keep;
@@ -415,7 +420,8 @@ void Controller::report_stalls(std::vector<Response>& out) {
     const Request& first = s.requests.front();
     out.push_back(Response::Failure(first, static_cast<int32_t>(StatusCode::kTimeout),
                                     std::string(op_name(first.op)) + " of tensor '" + first.name + "' stalled for " +
-                                        std::to_string(static_cast<int>(age)) + " s: rank(s) " + missing_ranks_text(s) +
+                                        std::to_string(static_cast<int>(age)) + " s: rank(s) " +
+                                        missing_ranks_text(s) +
                                         " never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)"));
     table_.erase(key);
   }

@@ -4,10 +4,14 @@ namespace hvdlite {
 
 ReduceKind reduce_kind(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return ReduceKind::kMin;
-    case ReduceOp::kMax: return ReduceKind::kMax;
-    case ReduceOp::kProduct: return ReduceKind::kProduct;
-    default: return ReduceKind::kSum;
+    case ReduceOp::kMin:
+      return ReduceKind::kMin;
+    case ReduceOp::kMax:
+      return ReduceKind::kMax;
+    case ReduceOp::kProduct:
+      return ReduceKind::kProduct;
+    default:
+      return ReduceKind::kSum;
   }
 }
 

@@ -14,10 +14,10 @@
 namespace hvdlite {
 
 struct HandleState {
-  std::atomic<uint32_t> done{0};  // futex word: 0 pending, 1 finished
-  std::atomic<uint32_t> waiters{0};  // threads asleep on done: finish() skips the wake syscall when none
-  Status status;                   // written before done is set
-  std::unique_ptr<char[]> output;  // results the core owns (allgather, alltoall, reducescatter); not zeroed
+  std::atomic<uint32_t> done{0};        // futex word: 0 pending, 1 finished
+  std::atomic<uint32_t> waiters{0};     // threads asleep on done: finish() skips the wake syscall when none
+  Status status;                        // written before done is set
+  std::unique_ptr<char[]> output;       // results the core owns (allgather, alltoall, reducescatter); not zeroed
   std::shared_ptr<void> device_output;  // the same in CUDA memory (freed with cudaFree), instead of output
   size_t output_bytes = 0;
   std::vector<int64_t> output_shape;

@@ -44,15 +44,23 @@ class TimelineSpan {
 };
 
 bool is_transport_failure(const Error& e) {
-  return e.code() == StatusCode::kRemoteError || e.code() == StatusCode::kTimeout || e.code() == StatusCode::kInternal;
+  return e.code() == StatusCode::kRemoteError || e.code() == StatusCode::kTimeout ||
+         e.code() == StatusCode::kInternal;
 }
 
 }  // namespace
 
-Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller, TensorQueue& queue,
-                   Timeline& timeline, Backend& backend, GpuContext& gpu_context)
-    : config_(config), rank_(rank), sets_(sets), controller_(controller), queue_(queue), timeline_(timeline),
-      backend_(backend), gpu_context_(gpu_context), tuner_(config, rank),
+Executor::Executor(const Config& config, int rank, ProcessSetRegistry& sets, Controller& controller,
+                   TensorQueue& queue, Timeline& timeline, Backend& backend, GpuContext& gpu_context)
+    : config_(config),
+      rank_(rank),
+      sets_(sets),
+      controller_(controller),
+      queue_(queue),
+      timeline_(timeline),
+      backend_(backend),
+      gpu_context_(gpu_context),
+      tuner_(config, rank),
       fusion_(static_cast<size_t>(std::max<int64_t>(0, config.huge_page_bytes))) {}
 
 Executor::~Executor() = default;
@@ -69,9 +77,7 @@ std::string upper(const char* text) {
 }
 }  // namespace
 
-char* Executor::fusion_buffer(size_t bytes) {
-  return fusion_.reserve(bytes);
-}
+char* Executor::fusion_buffer(size_t bytes) { return fusion_.reserve(bytes); }
 
 void Executor::execute(const std::vector<Response>& responses, const std::vector<EagerResult>& eager) {
   finish_eager(eager);
@@ -92,14 +98,17 @@ void Executor::execute(const std::vector<Response>& responses, const std::vector
   }
   // The autotuner's windows count every allreduce of the negotiated stream, member or not, eager ones too (a
   // window sized to a training step's gradients must close once per step): the same on every rank.
-  auto bytes_of = [](const Response& r) { return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype)); };
+  auto bytes_of = [](const Response& r) {
+    return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  };
   int64_t allreduced = 0;
   for (const EagerResult& done : eager) allreduced += bytes_of(*done.response);
   for (const Response& r : responses) {
     if (!r.is_error && r.op == OpType::kAllreduce) allreduced += bytes_of(r);
   }
   if (allreduced > 0) {
-    tuner_.record(allreduced, [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
+    tuner_.record(allreduced,
+                  [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
   }
 }
 
@@ -162,11 +171,16 @@ void Executor::run_single(const Response& r) {
       default: {
         Communicator* comm = sets_.get(r.process_set);
         if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
-        if (r.op == OpType::kAllreduce) run_allreduce(*comm, r, e);
-        else if (r.op == OpType::kAllgather) run_allgather(*comm, r, e);
-        else if (r.op == OpType::kBroadcast) run_broadcast(*comm, r, e);
-        else if (r.op == OpType::kAlltoall && e) run_alltoall(*comm, r, e);
-        else if (r.op == OpType::kReducescatter && e) run_reducescatter(*comm, r, e);
+        if (r.op == OpType::kAllreduce)
+          run_allreduce(*comm, r, e);
+        else if (r.op == OpType::kAllgather)
+          run_allgather(*comm, r, e);
+        else if (r.op == OpType::kBroadcast)
+          run_broadcast(*comm, r, e);
+        else if (r.op == OpType::kAlltoall && e)
+          run_alltoall(*comm, r, e);
+        else if (r.op == OpType::kReducescatter && e)
+          run_reducescatter(*comm, r, e);
       }
     }
   } catch (const Error& error) {
@@ -226,22 +240,29 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   const std::string algorithm =
       timeline_.enabled() && !two_tier ? backend_.flat_allreduce_algorithm(*comm, total * esize, total) : "";
   const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) +
-                               (two_tier ? ", hierarchical)" : algorithm.empty() ? ")" : ", " + algorithm + ")");
+                               (two_tier            ? ", hierarchical)"
+                                : algorithm.empty() ? ")"
+                                                    : ", " + algorithm + ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   for (size_t i = 0; i < group.size(); ++i) {
     if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, activity));
   }
   char* buffer = fusion_buffer(total * esize);
   for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i]) copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i].input, counts[i], head.prescale);
-    else std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
+    if (have[i])
+      copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i].input, counts[i], head.prescale);
+    else
+      std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
   }
   try {
-    if (head.reduce_op == ReduceOp::kAdasum) backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
-    else backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op),
-                            1.0);
+    if (head.reduce_op == ReduceOp::kAdasum)
+      backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
+    else
+      backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op),
+                         1.0);
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
-    for (size_t i = 0; i < group.size(); ++i) if (have[i]) controller_.return_pending(std::move(entries[i]));
+    for (size_t i = 0; i < group.size(); ++i)
+      if (have[i]) controller_.return_pending(std::move(entries[i]));
     throw;
   }
   double post = effective_postscale(head, comm->size());
@@ -307,7 +328,8 @@ void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry*
 void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry* e) {
   const size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
   int root_index = -1;
-  for (int i = 0; i < comm.size(); ++i) if (comm.global_rank(i) == r.root_rank) root_index = i;
+  for (int i = 0; i < comm.size(); ++i)
+    if (comm.global_rank(i) == r.root_rank) root_index = i;
   void* buffer = e ? e->output : fusion_buffer(bytes);
   if (rank_ == r.root_rank && e && e->input != e->output && bytes > 0) copy_bytes(e->output, e->input, bytes);
   backend_.broadcast(r.process_set, comm, buffer, bytes, root_index);
@@ -371,7 +393,8 @@ void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
     }
   } else {
     int id = r.ranks.empty() ? -1 : r.ranks[0];
-    if (!sets_.remove(id)) status = Status(StatusCode::kInvalidArgument, "no process set with id " + std::to_string(id) + " to remove");
+    if (!sets_.remove(id))
+      status = Status(StatusCode::kInvalidArgument, "no process set with id " + std::to_string(id) + " to remove");
     else {
       backend_.set_removed(id);
       if (gpu_) gpu_->set_removed(id);

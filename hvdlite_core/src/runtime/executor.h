@@ -52,8 +52,8 @@ class Executor {
   GpuContext& gpu_context_;
   std::unique_ptr<GpuExecutor> gpu_;  // made by the first CUDA collective
   Autotuner tuner_;                   // HVDLITE_AUTOTUNE: the fusion threshold in use
-  HugePageBuffer fusion_;  // on huge pages: a peer's single copy reads it (common/huge_page_buffer.h)
-  std::vector<char> zeros_;  // stand-in input of a joined rank
+  HugePageBuffer fusion_;             // on huge pages: a peer's single copy reads it (common/huge_page_buffer.h)
+  std::vector<char> zeros_;           // stand-in input of a joined rank
 };
 
 }  // namespace hvdlite

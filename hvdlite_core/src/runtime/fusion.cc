@@ -8,8 +8,8 @@ namespace {
 bool fusable(const Response& r) { return !r.is_error && r.op == OpType::kAllreduce && r.joined.empty(); }
 
 bool compatible(const Response& a, const Response& b) {
-  return a.process_set == b.process_set && a.on_device == b.on_device && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale;
+  return a.process_set == b.process_set && a.on_device == b.on_device && a.dtype == b.dtype &&
+         a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale;
 }
 
 int64_t bytes_of(const Response& r) { return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype)); }

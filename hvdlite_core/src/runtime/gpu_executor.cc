@@ -11,15 +11,24 @@ namespace {
 
 nccl::DataType nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kUInt8: return nccl::kUint8;
-    case DType::kBool: return nccl::kUint8;
-    case DType::kInt8: return nccl::kInt8;
-    case DType::kInt32: return nccl::kInt32;
-    case DType::kInt64: return nccl::kInt64;
-    case DType::kFloat16: return nccl::kFloat16;
-    case DType::kBFloat16: return nccl::kBfloat16;
-    case DType::kFloat32: return nccl::kFloat32;
-    case DType::kFloat64: return nccl::kFloat64;
+    case DType::kUInt8:
+      return nccl::kUint8;
+    case DType::kBool:
+      return nccl::kUint8;
+    case DType::kInt8:
+      return nccl::kInt8;
+    case DType::kInt32:
+      return nccl::kInt32;
+    case DType::kInt64:
+      return nccl::kInt64;
+    case DType::kFloat16:
+      return nccl::kFloat16;
+    case DType::kBFloat16:
+      return nccl::kBfloat16;
+    case DType::kFloat32:
+      return nccl::kFloat32;
+    case DType::kFloat64:
+      return nccl::kFloat64;
     default:  // refused at enqueue (gpu_request_problem)
       throw Error(StatusCode::kInvalidArgument, std::string("NCCL has no reduction for ") + dtype_name(dtype));
   }
@@ -44,8 +53,14 @@ struct GpuExecutor::Reduction {
 };
 
 GpuExecutor::GpuExecutor(GpuContext& context, Backend& host, TensorQueue& queue, Timeline& timeline)
-    : context_(context), cuda_(*context.gpu().cuda), nccl_(*context.gpu().nccl), device_(context.device()),
-      host_(host), queue_(queue), timeline_(timeline), comms_(nccl_, host) {
+    : context_(context),
+      cuda_(*context.gpu().cuda),
+      nccl_(*context.gpu().nccl),
+      device_(context.device()),
+      host_(host),
+      queue_(queue),
+      timeline_(timeline),
+      comms_(nccl_, host) {
   DeviceScope scope(cuda_, device_);
   check_cuda(cuda_, cuda_.StreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking), "cudaStreamCreateWithFlags");
   completions_.reset(new CompletionQueue(context_, device_, [this]() {
@@ -111,19 +126,33 @@ GpuExecutor::Reduction GpuExecutor::plan_reduction(const Response& r, int member
         return plan;
       }
       // PreMulSum's scalar has the tensor's own type.
-      union { double f64; float f32; uint16_t f16; } scalar;
-      if (r.dtype == DType::kFloat64) scalar.f64 = factor;
-      else if (r.dtype == DType::kFloat32) scalar.f32 = static_cast<float>(factor);
-      else if (r.dtype == DType::kFloat16) scalar.f16 = float_to_half(static_cast<float>(factor));
-      else scalar.f16 = float_to_bf16(static_cast<float>(factor));
+      union {
+        double f64;
+        float f32;
+        uint16_t f16;
+      } scalar;
+      if (r.dtype == DType::kFloat64)
+        scalar.f64 = factor;
+      else if (r.dtype == DType::kFloat32)
+        scalar.f32 = static_cast<float>(factor);
+      else if (r.dtype == DType::kFloat16)
+        scalar.f16 = float_to_half(static_cast<float>(factor));
+      else
+        scalar.f16 = float_to_bf16(static_cast<float>(factor));
       check_nccl(nccl_, nccl_.RedOpCreatePreMulSum(&plan.op, &scalar, plan.type, nccl::kScalarHostImmediate, comm),
                  "ncclRedOpCreatePreMulSum");
       plan.custom = true;
       return plan;
     }
-    case ReduceOp::kMin: plan.op = nccl::kMin; break;  // bool: and
-    case ReduceOp::kMax: plan.op = nccl::kMax; break;
-    case ReduceOp::kProduct: plan.op = r.dtype == DType::kBool ? nccl::kMin : nccl::kProd; break;  // and
+    case ReduceOp::kMin:
+      plan.op = nccl::kMin;
+      break;  // bool: and
+    case ReduceOp::kMax:
+      plan.op = nccl::kMax;
+      break;
+    case ReduceOp::kProduct:
+      plan.op = r.dtype == DType::kBool ? nccl::kMin : nccl::kProd;
+      break;  // and
     default:
       throw Error(StatusCode::kInvalidArgument, std::string(reduce_op_name(r.reduce_op)) + " does not run on NCCL");
   }
@@ -198,7 +227,8 @@ void GpuExecutor::broadcast(Communicator& comm, nccl::Comm nc, const Response& r
   const size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
   if (bytes == 0) return;
   int root = -1;
-  for (int i = 0; i < comm.size(); ++i) if (comm.global_rank(i) == r.root_rank) root = i;
+  for (int i = 0; i < comm.size(); ++i)
+    if (comm.global_rank(i) == r.root_rank) root = i;
   // The root sends its input (NCCL copies it into the root's output too); the others receive into output.
   const void* send = comm.rank() == root ? e.input : e.output;
   check_nccl(nccl_, nccl_.Broadcast(send, e.output, bytes, nccl::kUint8, root, nc, stream_), "ncclBroadcast");
@@ -232,8 +262,8 @@ void GpuExecutor::allgather(Communicator& comm, nccl::Comm nc, const Response& r
   nccl::Result result = nccl::kSuccess;
   for (int i = 0; i < n && result == nccl::kSuccess; ++i) {
     if (block[i] == 0) continue;
-    result = nccl_.Broadcast(i == comm.rank() ? e.input : out + offset[i], out + offset[i], block[i], nccl::kUint8,
-                             i, nc, stream_);
+    result = nccl_.Broadcast(i == comm.rank() ? e.input : out + offset[i], out + offset[i], block[i], nccl::kUint8, i,
+                             nc, stream_);
   }
   nccl::Result end = nccl_.GroupEnd();
   check_nccl(nccl_, result, "ncclBroadcast (allgather of unequal blocks)");
@@ -268,8 +298,9 @@ void GpuExecutor::alltoall(Communicator& comm, nccl::Comm nc, const Response& r,
   const int me = comm.rank();
   const size_t mine = static_cast<size_t>(send_rows[me]) * row_bytes;
   if (mine > 0) {
-    check_cuda(cuda_, cuda_.MemcpyAsync(out + recv_offset[me], in + send_offset[me], mine, cuda::kMemcpyDefault,
-                                        stream_), "cudaMemcpyAsync (alltoall's own rows)");
+    check_cuda(cuda_,
+               cuda_.MemcpyAsync(out + recv_offset[me], in + send_offset[me], mine, cuda::kMemcpyDefault, stream_),
+               "cudaMemcpyAsync (alltoall's own rows)");
   }
   check_nccl(nccl_, nccl_.GroupStart(), "ncclGroupStart");
   nccl::Result result = nccl::kSuccess;
@@ -309,7 +340,8 @@ void GpuExecutor::reducescatter(Communicator& comm, nccl::Comm nc, const Respons
   if (total == 0) return;
   // A copy of the input to reduce in (the input is the caller's and stays unchanged).
   char* work = fusion_buffer(total * esize);
-  check_cuda(cuda_, cuda_.MemcpyAsync(work, e.input, total * esize, cuda::kMemcpyDefault, stream_), "cudaMemcpyAsync");
+  check_cuda(cuda_, cuda_.MemcpyAsync(work, e.input, total * esize, cuda::kMemcpyDefault, stream_),
+             "cudaMemcpyAsync");
   Reduction plan = plan_reduction(r, n, nc);
   scale(work, total, r.dtype, plan.pre);
   nccl::Result result;
@@ -345,11 +377,21 @@ void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& gr
     e.ready = nullptr;
   }
   switch (head.op) {
-    case OpType::kAllreduce: allreduce(comm, nc, group, entries); break;
-    case OpType::kBroadcast: broadcast(comm, nc, head, entries[0]); break;
-    case OpType::kAllgather: allgather(comm, nc, head, entries[0]); break;
-    case OpType::kAlltoall: alltoall(comm, nc, head, entries[0]); break;
-    case OpType::kReducescatter: reducescatter(comm, nc, head, entries[0]); break;
+    case OpType::kAllreduce:
+      allreduce(comm, nc, group, entries);
+      break;
+    case OpType::kBroadcast:
+      broadcast(comm, nc, head, entries[0]);
+      break;
+    case OpType::kAllgather:
+      allgather(comm, nc, head, entries[0]);
+      break;
+    case OpType::kAlltoall:
+      alltoall(comm, nc, head, entries[0]);
+      break;
+    case OpType::kReducescatter:
+      reducescatter(comm, nc, head, entries[0]);
+      break;
     default:
       throw Error(StatusCode::kInternal, std::string(op_name(head.op)) + " has no CUDA path");
   }

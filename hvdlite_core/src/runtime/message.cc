@@ -6,8 +6,9 @@
 namespace hvdlite {
 
 const char* op_name(OpType op) {
-  static const char* const names[kNumOpTypes] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-                                                 "barrier", "join", "add_process_set", "remove_process_set"};
+  static const char* const names[kNumOpTypes] = {"allreduce", "allgather",       "broadcast",
+                                                 "alltoall",  "reducescatter",   "barrier",
+                                                 "join",      "add_process_set", "remove_process_set"};
   int i = static_cast<int>(op);
   if (op == OpType::kAbort) return "abort";
   return (i >= 0 && i < kNumOpTypes) ? names[i] : "unknown";

@@ -12,8 +12,15 @@
 namespace hvdlite {
 
 enum class OpType : int32_t {
-  kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3, kReducescatter = 4, kBarrier = 5, kJoin = 6,
-  kAddProcessSet = 7, kRemoveProcessSet = 8,
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
   // Internal, never submitted through the C ABI: a rank leaving because of an error tells the others why
   // (Request.name carries the reason; the coordinator turns it into Outcome::peer_failure on every rank).
   kAbort = 9,
@@ -37,10 +44,10 @@ struct Request {
   std::vector<int64_t> shape;
   std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
   std::string name;
-  bool cacheable = true;       // false for auto-named tensors: their names never repeat
-  bool on_device = false;      // CUDA memory (the NCCL data plane); negotiated, since every member must agree
-  int32_t device = -1;         // this rank's CUDA device ordinal (local: ranks use different devices)
-  double waited_seconds = 0;   // how long the submitter has had it when sent (stall ages count from there)
+  bool cacheable = true;      // false for auto-named tensors: their names never repeat
+  bool on_device = false;     // CUDA memory (the NCCL data plane); negotiated, since every member must agree
+  int32_t device = -1;        // this rank's CUDA device ordinal (local: ranks use different devices)
+  double waited_seconds = 0;  // how long the submitter has had it when sent (stall ages count from there)
 
   void write(WireWriter& w) const;
   static Request Read(WireReader& r);
@@ -48,7 +55,7 @@ struct Request {
 
 struct Response {
   bool is_error = false;
-  int32_t error_code = 0;   // a StatusCode when is_error
+  int32_t error_code = 0;  // a StatusCode when is_error
   std::string error;
   OpType op = OpType::kAllreduce;
   DType dtype = DType::kFloat32;
@@ -63,7 +70,7 @@ struct Response {
   std::vector<int32_t> ranks;       // add/remove_process_set payload; join: {last rank to join}
   std::string name;
   bool cacheable = true;
-  bool on_device = false;           // runs on the NCCL data plane (runtime/gpu_executor.h)
+  bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
 
   void write(WireWriter& w) const;
   static Response Read(WireReader& r);

@@ -33,8 +33,8 @@ void RecentOps::finished(const TensorEntry& entry, bool ok) {
 
 std::string RecentOps::report(int rank) const {
   if (ops_.empty()) return "";
-  std::string text = "last " + std::to_string(ops_.size()) + " collectives on rank " + std::to_string(rank) +
-                     ", oldest first: ";
+  std::string text =
+      "last " + std::to_string(ops_.size()) + " collectives on rank " + std::to_string(rank) + ", oldest first: ";
   for (size_t i = 0; i < ops_.size(); ++i) {
     const Op& op = ops_[i];
     text += (i ? ", " : "") + std::string(op_name(op.op)) + " '" + op.name + "' (";

@@ -30,7 +30,8 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
   chooser_.establish(*world, *mesh_);
-  backend_ = config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend(chooser_);
+  backend_ =
+      config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend(chooser_);
   controller_.reset(new Controller(config_, rank_, size_, *sets_, chooser_.adaptive()));
   executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_, gpu_context_));
   thread_ = std::thread([this] { background_loop(); });
@@ -128,8 +129,10 @@ bool Runtime::run_cycle() {
     executor_->execute(outcome.responses, outcome.eager);
     if (outcome.shutdown) {
       std::string why = "another rank shut hvdlite down before this operation completed";
-      if (shutdown_requested_) why = "hvdlite was shut down before this operation completed";
-      else if (!outcome.peer_failure.empty()) why = outcome.peer_failure + "; hvdlite stopped on every rank";
+      if (shutdown_requested_)
+        why = "hvdlite was shut down before this operation completed";
+      else if (!outcome.peer_failure.empty())
+        why = outcome.peer_failure + "; hvdlite stopped on every rank";
       fail_everything(Status(StatusCode::kAborted, why));
       return false;
     }
@@ -253,8 +256,10 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   out->dtype = static_cast<DType>(q.dtype);
   if (q.ndim < 0 || (q.ndim > 0 && !q.shape)) return invalid(subject() + ": bad shape");
   out->shape.assign(q.shape, q.shape + q.ndim);
-  for (int64_t d : out->shape) if (d < 0) return invalid(subject() + ": negative dimension in " + shape_string(out->shape));
-  if (q.reduce_op < 0 || q.reduce_op > 5) return invalid(subject() + ": unknown reduce op " + std::to_string(q.reduce_op));
+  for (int64_t d : out->shape)
+    if (d < 0) return invalid(subject() + ": negative dimension in " + shape_string(out->shape));
+  if (q.reduce_op < 0 || q.reduce_op > 5)
+    return invalid(subject() + ": unknown reduce op " + std::to_string(q.reduce_op));
   out->reduce_op = static_cast<ReduceOp>(q.reduce_op);
   const size_t bytes = static_cast<size_t>(element_count(out->shape)) * dtype_size(out->dtype);
   if (bytes > 0 && !q.input) return invalid(subject() + ": input buffer is null");
@@ -263,13 +268,16 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     case OpType::kReducescatter:
       if (out->reduce_op == ReduceOp::kAdasum) {
         if (q.memory == HVDLITE_CUDA_MEMORY) {
-          return invalid(subject() + ": Adasum runs on host tensors only in hvdlite (Horovod's GPU Adasum is not "
+          return invalid(subject() +
+                         ": Adasum runs on host tensors only in hvdlite (Horovod's GPU Adasum is not "
                          "built); move the tensor to the CPU");
         }
         if (out->op != OpType::kAllreduce) return invalid(subject() + ": Adasum applies to allreduce only");
         if (!adasum_supports(out->dtype)) {
-          return invalid(subject() + ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
-                         "not " + dtype_name(out->dtype));
+          return invalid(subject() +
+                         ": Adasum needs a floating-point tensor (float16, bfloat16, float32, float64), "
+                         "not " +
+                         dtype_name(out->dtype));
         }
         const size_t n = members.size();
         if ((n & (n - 1)) != 0) {
@@ -283,8 +291,10 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
       if (out->dtype == DType::kBool && (q.prescale_factor != 1.0 || q.postscale_factor != 1.0)) {
         return invalid(subject() + ": prescale_factor and postscale_factor do not apply to bool tensors");
       }
-      if (out->op == OpType::kAllreduce && bytes > 0 && !q.output) return invalid(subject() + ": output buffer is null");
-      if (out->op == OpType::kReducescatter && out->shape.empty()) return invalid(subject() + ": needs at least one dimension");
+      if (out->op == OpType::kAllreduce && bytes > 0 && !q.output)
+        return invalid(subject() + ": output buffer is null");
+      if (out->op == OpType::kReducescatter && out->shape.empty())
+        return invalid(subject() + ": needs at least one dimension");
       break;
     case OpType::kBroadcast:
       if (std::find(members.begin(), members.end(), q.root_rank) == members.end()) {
@@ -329,7 +339,8 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
       break;
   }
   if (q.memory == HVDLITE_CUDA_MEMORY) return check_device_request(q, *out, subject);
-  if (q.memory != HVDLITE_HOST_MEMORY) return invalid(subject() + ": unknown memory kind " + std::to_string(q.memory));
+  if (q.memory != HVDLITE_HOST_MEMORY)
+    return invalid(subject() + ": unknown memory kind " + std::to_string(q.memory));
   return Status::Ok();
 }
 
@@ -342,7 +353,8 @@ Status Runtime::check_device_request(const hvdlite_request& q, Request& out,
     return invalid("takes no tensor; pass host memory");
   }
   if (reduces && (out.dtype == DType::kUInt16 || out.dtype == DType::kInt16)) {
-    return invalid(std::string("NCCL cannot reduce ") + dtype_name(out.dtype) + " tensors; use int32 or a float type");
+    return invalid(std::string("NCCL cannot reduce ") + dtype_name(out.dtype) +
+                   " tensors; use int32 or a float type");
   }
   if (reduces && !dtype_is_floating(out.dtype) && (out.prescale != 1.0 || out.postscale != 1.0)) {
     return invalid(std::string("prescale_factor and postscale_factor apply to floating-point CUDA tensors, not ") +
@@ -375,8 +387,9 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     TensorEntry& entry = entries[i];
     if (!entry.request.on_device) continue;
     entry.stream = const_cast<void*>(requests[i].stream);
-    std::string subject = std::string(op_name(entry.request.op)) +
-                          (entry.request.name.empty() ? " of an unnamed tensor" : " of tensor '" + entry.request.name + "'");
+    std::string subject =
+        std::string(op_name(entry.request.op)) +
+        (entry.request.name.empty() ? " of an unnamed tensor" : " of tensor '" + entry.request.name + "'");
     Status prepared = gpu_context_.prepare(subject, entry.request.device, entry.stream, &entry.ready);
     if (!prepared.ok()) {
       release_events();

@@ -3,17 +3,17 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <map>
 #include <unordered_map>
 
 #include "choice/chooser.h"
 #include "common/timeline.h"
+#include "gpu/gpu_context.h"
 #include "hvdlite.h"
 #include "runtime/controller.h"
-#include "gpu/gpu_context.h"
 #include "runtime/executor.h"
 #include "runtime/handle_table.h"
 #include "runtime/process_sets.h"
@@ -60,7 +60,8 @@ class Runtime {
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
   // The NCCL data plane's limits, for a request on CUDA memory (marks it on_device).
-  Status check_device_request(const hvdlite_request& request, Request& out, const std::function<std::string()>& subject);
+  Status check_device_request(const hvdlite_request& request, Request& out,
+                              const std::function<std::string()>& subject);
 
   const Config config_;  // as read from the environment; what init derives is the chooser's (choice/chooser.h)
   GpuContext gpu_context_{config_};  // CUDA tensors' device and events; outlives the executor
@@ -69,7 +70,7 @@ class Runtime {
   Timeline timeline_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<ProcessSetRegistry> sets_;
-  Chooser chooser_{config_};  // how each collective of the built-in backend runs
+  Chooser chooser_{config_};          // how each collective of the built-in backend runs
   std::unique_ptr<Backend> backend_;  // the data plane (HVDLITE_CPU_OPERATIONS)
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;

@@ -12,11 +12,11 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
       if (entry.request.name.empty()) continue;
       std::string key = entry_key(entry.request.process_set, entry.request.name);
       if (in_flight_.count(key) || (entries.size() > 1 && !batch.insert(key).second)) {
-        return Status(StatusCode::kInvalidArgument,
-                      "a collective named '" + entry.request.name + "' is already in flight on this rank" +
-                          (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set)
-                                                     : "") +
-                          "; wait for it (synchronize) before reusing the name, or give the new one another name");
+        return Status(
+            StatusCode::kInvalidArgument,
+            "a collective named '" + entry.request.name + "' is already in flight on this rank" +
+                (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set) : "") +
+                "; wait for it (synchronize) before reusing the name, or give the new one another name");
       }
     }
     for (TensorEntry& entry : entries) {
@@ -29,8 +29,8 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
   }
   // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once.
   if (wake) ready_.notify_one();
-  // Otherwise no wake-up here. A synchronous caller drives its own operation in wait(); asynchronous work is taken up by
-  // the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a
+  // Otherwise no wake-up here. A synchronous caller drives its own operation in wait(); asynchronous work is taken up
+  // by the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a
   // futex wake, a context switch and a thread competing for the caller's core, more than a small allreduce itself.
   return Status::Ok();
 }

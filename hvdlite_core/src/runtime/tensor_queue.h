@@ -1,7 +1,7 @@
 // Hand-off from framework threads to the background thread: enqueue never blocks on communication and wakes
 // nobody (a synchronous caller drives its operation itself, asynchronous work waits for the next cycle tick); the
-// background thread sleeps until woken (work handed back, shutdown) or a cycle passes. It also owns the set of names in flight,
-// so a duplicate is refused at enqueue time on the rank that made the mistake.
+// background thread sleeps until woken (work handed back, shutdown) or a cycle passes. It also owns the set of names
+// in flight, so a duplicate is refused at enqueue time on the rank that made the mistake.
 #pragma once
 #include <condition_variable>
 #include <deque>

@@ -11,7 +11,8 @@ namespace hvdlite {
 namespace {
 
 // "rank 0: float32; ranks 1, 2: int32" for a field that differs.
-std::string describe_groups(const std::vector<Request>& requests, const std::function<std::string(const Request&)>& show) {
+std::string describe_groups(const std::vector<Request>& requests,
+                            const std::function<std::string(const Request&)>& show) {
   std::map<std::string, std::vector<int>> groups;
   std::vector<std::string> order;
   for (const Request& q : requests) {
@@ -65,15 +66,15 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
     const char* what;
     std::function<std::string(const Request&)> show;
   };
-  std::vector<Check> checks = {{"collective operations", [](const Request& q) { return std::string(op_name(q.op)); }}};
+  std::vector<Check> checks = {
+      {"collective operations", [](const Request& q) { return std::string(op_name(q.op)); }}};
   bool ops_agree = all_equal(requests, checks[0].show);
   if (ops_agree) {
     checks.push_back({"data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); }});
     if (first.op != OpType::kBarrier && first.op != OpType::kJoin && first.op != OpType::kAddProcessSet &&
         first.op != OpType::kRemoveProcessSet) {
-      checks.push_back({"tensor locations", [](const Request& q) {
-                          return std::string(q.on_device ? "CUDA memory" : "host memory");
-                        }});
+      checks.push_back({"tensor locations",
+                        [](const Request& q) { return std::string(q.on_device ? "CUDA memory" : "host memory"); }});
     }
     switch (first.op) {
       case OpType::kAllreduce:
@@ -113,20 +114,22 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
 
   if (!joined.empty() && first.on_device) {
     return error_response(first, StatusCode::kInvalidArgument,
-                          std::string(op_name(first.op)) + " of " + subject + " is on CUDA devices while some ranks "
-                          "have joined; join covers host tensors only (move the tensor to the CPU, or call join "
-                          "after the last CUDA collective)");
+                          std::string(op_name(first.op)) + " of " + subject +
+                              " is on CUDA devices while some ranks "
+                              "have joined; join covers host tensors only (move the tensor to the CPU, or call join "
+                              "after the last CUDA collective)");
   }
   if (!joined.empty()) {
-    bool supported = first.op == OpType::kAllreduce || first.op == OpType::kAllgather ||
-                     (first.op == OpType::kBroadcast &&
-                      std::find(joined.begin(), joined.end(), first.root_rank) == joined.end());
+    bool supported =
+        first.op == OpType::kAllreduce || first.op == OpType::kAllgather ||
+        (first.op == OpType::kBroadcast && std::find(joined.begin(), joined.end(), first.root_rank) == joined.end());
     if (!supported) {
       std::ostringstream ranks;
       for (size_t i = 0; i < joined.size(); ++i) ranks << (i ? ", " : "") << joined[i];
       return error_response(first, StatusCode::kInvalidArgument,
                             std::string(op_name(first.op)) + " of " + subject + " cannot run while rank(s) " +
-                                ranks.str() + " have joined (only allreduce, allgather and broadcast from a "
+                                ranks.str() +
+                                " have joined (only allreduce, allgather and broadcast from a "
                                 "non-joined root are supported)");
     }
   }

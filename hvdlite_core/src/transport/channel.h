@@ -52,7 +52,7 @@ class Channel {
 
  private:
   std::vector<char> bounce_;  // try_recv_with's default: bytes received, not yet handed over
-  size_t bounce_fill_ = 0;   // fewer than one granule between calls
+  size_t bounce_fill_ = 0;    // fewer than one granule between calls
 };
 
 }  // namespace hvdlite

@@ -47,7 +47,8 @@ void encode_rank(int32_t rank, uint8_t* p) {
 
 }  // namespace
 
-void handshake_connect(int fd, int my_rank, int expected_peer, const HandshakeKeys& keys, Clock::time_point deadline) {
+void handshake_connect(int fd, int my_rank, int expected_peer, const HandshakeKeys& keys,
+                       Clock::time_point deadline) {
   std::string who = "rank " + std::to_string(expected_peer) + " at " + socket_peer_name(fd);
   uint8_t hello[8 + 16];
   socket_read_all(fd, hello, sizeof(hello), deadline, who);

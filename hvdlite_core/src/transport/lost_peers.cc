@@ -25,17 +25,20 @@ std::string describe_lost_peers(const std::vector<PeerCondition>& peers, double 
   }
   std::string closed, unreachable, silent;
   for (const PeerCondition& p : peers) {
-    if (p.state == PeerCondition::kClosed) append(&closed, p);
-    else if (p.state == PeerCondition::kUnreachable || unreachable_hosts.count(host_of(p.address))) append(&unreachable, p);
-    else if (p.state == PeerCondition::kSilent) append(&silent, p);
+    if (p.state == PeerCondition::kClosed)
+      append(&closed, p);
+    else if (p.state == PeerCondition::kUnreachable || unreachable_hosts.count(host_of(p.address)))
+      append(&unreachable, p);
+    else if (p.state == PeerCondition::kSilent)
+      append(&silent, p);
   }
   std::string report;
   if (!closed.empty()) report += "; connections closed by now: " + closed;
   if (!unreachable.empty()) {
     std::ostringstream limit;
     limit << unreachable_seconds;
-    report += "; unreachable (no heartbeat answer for " + limit.str() + " s: host down or network cut): " +
-              unreachable;
+    report +=
+        "; unreachable (no heartbeat answer for " + limit.str() + " s: host down or network cut): " + unreachable;
   }
   if (!silent.empty()) report += "; not responding for over 1 s (stopped or hung): " + silent;
   return report;

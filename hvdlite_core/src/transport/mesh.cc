@@ -57,9 +57,9 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   bool use_shm = !config_.shm_disable && local_ranks_.size() > 1;
   InboxAttempt attempt;
   if (use_shm) {
-    attempt = create_inbox_within_room(ShmInbox::Name(keys_.job_id, rank_), rank_,
-                                       static_cast<int>(local_ranks_.size()),
-                                       static_cast<size_t>(config_.shm_ring_bytes));
+    attempt =
+        create_inbox_within_room(ShmInbox::Name(keys_.job_id, rank_), rank_, static_cast<int>(local_ranks_.size()),
+                                 static_cast<size_t>(config_.shm_ring_bytes));
     my_inbox_ = std::move(attempt.inbox);
     if (my_inbox_.header()) my_inbox_.header()->cma_probe_address = reinterpret_cast<uint64_t>(&g_cma_probe);
   }
@@ -74,7 +74,8 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
     build_channels();
     exchange_status_bytes(deadline);
   } catch (...) {
-    for (int fd : control_fds_) if (fd >= 0) ::close(fd);  // fds moved into channels are already -1
+    for (int fd : control_fds_)
+      if (fd >= 0) ::close(fd);  // fds moved into channels are already -1
     ::close(listen_fd_);
     throw;
   }
@@ -83,8 +84,8 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   listen_fd_ = -1;
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
-                                 &my_inbox_.header()->alive_ns,
-                                 config_.spin_microseconds, config_.peer_timeout_seconds));
+                                 &my_inbox_.header()->alive_ns, config_.spin_microseconds,
+                                 config_.peer_timeout_seconds));
   } else {
     progress_.reset(new Progress(nullptr, nullptr, nullptr, config_.spin_microseconds, config_.peer_timeout_seconds));
   }
@@ -92,7 +93,8 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
 
 Mesh::~Mesh() {
   channels_.clear();  // TCP channels close their sockets
-  for (int fd : control_fds_) if (fd >= 0) ::close(fd);
+  for (int fd : control_fds_)
+    if (fd >= 0) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -133,7 +135,8 @@ void Mesh::accept_all(Clock::time_point deadline) {
       for (int fd : in_progress) ::shutdown(fd, SHUT_RDWR);  // unblocks their handshakes at once
     }
     for (std::thread& t : workers) t.join();
-    for (const Outcome& o : outcomes) if (o.peer >= 0) ::close(o.fd);  // authenticated but not taken
+    for (const Outcome& o : outcomes)
+      if (o.peer >= 0) ::close(o.fd);  // authenticated but not taken
   };
   while (expected > 0) {
     std::vector<Outcome> ready;
@@ -156,7 +159,8 @@ void Mesh::accept_all(Clock::time_point deadline) {
     if (Clock::now() >= deadline) {
       finish();
       std::string missing;
-      for (int r = rank_ + 1; r < size(); ++r) if (control_fds_[r] < 0) missing += " " + std::to_string(r);
+      for (int r = rank_ + 1; r < size(); ++r)
+        if (control_fds_[r] < 0) missing += " " + std::to_string(r);
       throw Error(StatusCode::kTimeout, "timed out at start waiting for ranks" + missing + " to connect");
     }
     struct pollfd p = {listen_fd_, POLLIN, 0};
@@ -255,7 +259,10 @@ std::string Mesh::describe() const {
   int shm = 0, tcp = 0;
   for (const auto& c : channels_) {
     if (!c) continue;
-    if (std::strcmp(c->kind(), "shm") == 0) ++shm; else ++tcp;
+    if (std::strcmp(c->kind(), "shm") == 0)
+      ++shm;
+    else
+      ++tcp;
   }
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
   std::string costs = link_costs_.describe();

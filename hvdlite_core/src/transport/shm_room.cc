@@ -53,21 +53,27 @@ std::string describe_shm_shortage(const std::vector<int>& ranks, const std::vect
   std::vector<int> without, smaller;
   uint64_t smallest = configured_ring_bytes;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    if (rings[i] == 0) without.push_back(ranks[i]);
-    else if (rings[i] < configured_ring_bytes) smaller.push_back(ranks[i]);
+    if (rings[i] == 0)
+      without.push_back(ranks[i]);
+    else if (rings[i] < configured_ring_bytes)
+      smaller.push_back(ranks[i]);
     if (rings[i] > 0) smallest = std::min(smallest, rings[i]);
   }
   const size_t n = ranks.size();
   const std::string need = mebibytes(static_cast<double>(configured_ring_bytes) * n) + " per rank (" +
-                           std::to_string(n) + " rings of HVDLITE_SHM_RING_BYTES=" +
-                           std::to_string(configured_ring_bytes) + "), " +
+                           std::to_string(n) +
+                           " rings of HVDLITE_SHM_RING_BYTES=" + std::to_string(configured_ring_bytes) + "), " +
                            mebibytes(static_cast<double>(configured_ring_bytes) * n * n) + " for the host's " +
                            std::to_string(n) + " ranks";
   if (!without.empty()) {
-    return "shared memory is off between the " + std::to_string(n) + " ranks on this host, which talk over TCP "
-           "instead (slower): " + dev_shm_room() + " has no room for rank(s) " + join_ranks(without) +
-           "'s inbox even with " + std::to_string(kMinShmRingBytes >> 10) + " KiB rings; the configured rings "
-           "need " + need + " [" + failure + "]. " + kFix;
+    return "shared memory is off between the " + std::to_string(n) +
+           " ranks on this host, which talk over TCP "
+           "instead (slower): " +
+           dev_shm_room() + " has no room for rank(s) " + join_ranks(without) + "'s inbox even with " +
+           std::to_string(kMinShmRingBytes >> 10) +
+           " KiB rings; the configured rings "
+           "need " +
+           need + " [" + failure + "]. " + kFix;
   }
   if (!smaller.empty()) {
     return "rank(s) " + join_ranks(smaller) + " use smaller shared-memory rings (down to " +

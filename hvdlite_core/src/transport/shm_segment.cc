@@ -88,8 +88,8 @@ ShmInbox ShmInbox::Open(const std::string& name, int expected_owner) {
   InboxHeader* header = inbox.header();
   if (bytes < sizeof(InboxHeader) || header->magic != kMagic || header->owner_rank != expected_owner ||
       total_bytes(header->slots, header->ring_bytes) != bytes) {
-    throw Error(StatusCode::kInternal, "shared memory " + name + " is not rank " + std::to_string(expected_owner) +
-                                           "'s inbox of this job");
+    throw Error(StatusCode::kInternal,
+                "shared memory " + name + " is not rank " + std::to_string(expected_owner) + "'s inbox of this job");
   }
   return inbox;
 }

@@ -55,7 +55,8 @@ int socket_listen(const std::string& bind_host, int* port_out) {
   struct addrinfo* result = nullptr;
   const char* host = bind_host.empty() ? nullptr : bind_host.c_str();
   int rc = getaddrinfo(host, "0", &hints, &result);
-  if (rc != 0) throw Error(StatusCode::kInvalidArgument, "cannot resolve bind address '" + bind_host + "': " + gai_strerror(rc));
+  if (rc != 0)
+    throw Error(StatusCode::kInvalidArgument, "cannot resolve bind address '" + bind_host + "': " + gai_strerror(rc));
   int fd = -1;
   std::string last_error = "no address";
   for (struct addrinfo* ai = result; ai; ai = ai->ai_next) {
@@ -74,7 +75,7 @@ int socket_listen(const std::string& bind_host, int* port_out) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len);
   *port_out = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                                : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+                                               : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return fd;
 }
 
@@ -105,7 +106,8 @@ int socket_connect(const std::string& address, Clock::time_point deadline) {
       last_error = gai_strerror(rc);
     }
     if (Clock::now() >= deadline) {
-      throw Error(StatusCode::kTimeout, "could not connect to " + address + " before the start timeout: " + last_error);
+      throw Error(StatusCode::kTimeout,
+                  "could not connect to " + address + " before the start timeout: " + last_error);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
