@@ -1,0 +1,99 @@
+// The background loop: the steps every cycle takes (drain, negotiate and validate, fuse, execute, complete), who
+// runs a cycle (this thread, or a caller waiting on a handle, whoever holds progress_mutex_), and when this thread
+// sleeps between cycles.
+#include "common/log.h"
+#include "runtime/runtime.h"
+
+namespace hvdlite {
+
+void Runtime::background_loop() {
+  Progress::set_thread_spin(config_.background_spin_microseconds);
+  while (!stopped_) {
+    // HVDLITE_AUTOTUNE may change it between cycles.
+    const auto cycle = std::chrono::microseconds(static_cast<int64_t>(executor_->tuner().cycle_time_ms() * 1000));
+    // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
+    // hand-back or the cycle timer wakes us then. Otherwise the cycle tick does, and new work only after a pause.
+    if (active_waiters_.load() > 0) {
+      queue_.wait_for_wake(cycle);
+    } else if (long_idle()) {
+      queue_.wait_for_work(std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000)), true);
+    } else {
+      queue_.wait_for_work(cycle);
+    }
+    // A caller that has just enqueued is usually microseconds away from wait(); let it drive rather than
+    // race it for the lock (each lost race costs two cross-thread wake-ups on a busy machine).
+    mesh_->progress().stamp_alive();  // co-located peers read it to tell a stopped rank from a slow one
+    auto grace = Clock::now();
+    while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
+    bool recent = Clock::now() - last_cycle_ < cycle;
+    if (active_waiters_.load() > 0 && recent) continue;
+    std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // a caller is driving; it hands back work it leaves behind
+    // Idle wake-up, but a cycle ran recently: our peers are being served, skip the extra round.
+    bool skip = queue_.empty() && Clock::now() - last_cycle_ < cycle;
+    bool running = skip || run_cycle();
+    lock.unlock();
+    announce_progress();
+    if (!running) return;
+  }
+}
+
+// Cycles are collective, so an idle job still wakes every rank's background thread every CYCLE_TIME, preempting
+// the training computation where it fills the cores. After a run of cycles in which nothing happened on any rank,
+// each rank sleeps IDLE_CYCLE_TIME instead and new work wakes it at once: work submitted by every member of a set
+// wakes each of them; a rank outside a process set, or a peer that stops, is answered within IDLE_CYCLE_TIME.
+bool Runtime::long_idle() const {
+  constexpr int kIdleCyclesBeforeLongSleep = 16;
+  return idle_cycles_ >= kIdleCyclesBeforeLongSleep &&
+         config_.idle_cycle_time_ms > executor_->tuner().cycle_time_ms();
+}
+
+std::string Runtime::lost_peers_note() { return mesh_ ? mesh_->lost_peers_report() : ""; }
+
+void Runtime::announce_progress() {
+  progress_epoch_.fetch_add(1, std::memory_order_seq_cst);
+  if (epoch_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&progress_epoch_);
+}
+
+bool Runtime::run_cycle() {
+  if (stopped_) return false;
+  // 1. Drain: what this process's callers enqueued since the last cycle.
+  std::vector<TensorEntry> fresh = queue_.drain();
+  last_cycle_ = Clock::now();
+  if (timeline_.enabled()) {
+    for (const TensorEntry& e : fresh) {
+      timeline_.begin(e.request.name, std::string("NEGOTIATE_") + op_name(e.request.op), e.enqueued);
+    }
+  }
+  try {
+    // 2-3. Negotiate and validate (controller.h): which tensors every member of a set has submitted, in one order
+    // on every rank, with mismatches turned into errors that name the ranks.
+    const bool leaving = shutdown_requested_.load();
+    Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
+    idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
+    if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
+    // 4-6. Fuse, run on the backend and complete the handles (executor.h).
+    executor_->execute(outcome.responses, outcome.eager);
+    if (outcome.shutdown) {
+      std::string why = "another rank shut hvdlite down before this operation completed";
+      if (shutdown_requested_)
+        why = "hvdlite was shut down before this operation completed";
+      else if (!outcome.peer_failure.empty())
+        why = outcome.peer_failure + "; hvdlite stopped on every rank";
+      fail_everything(Status(StatusCode::kAborted, why));
+      return false;
+    }
+    return true;
+  } catch (const Error& e) {
+    std::string what = e.what() + lost_peers_note();
+    std::string recent = queue_.recent_report(rank_);
+    if (!recent.empty()) what += "; " + recent;
+    HVD_LOG(kError, "background loop stopped: " << what);
+    fail_everything(Status(e.code(), "hvdlite cannot continue: " + what));
+  } catch (const std::exception& e) {
+    fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
+  }
+  return false;
+}
+
+}  // namespace hvdlite
