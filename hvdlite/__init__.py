@@ -1,8 +1,9 @@
 """hvdlite: Horovod-compatible distributed training.
 
 Import a framework module for the training API (``import hvdlite.torch as hvd``). This top-level package
-stays light (no framework imports) so that the launcher starts quickly; ``hvdlite.run`` is imported on first
-use.
+stays light (no framework imports) so that the launcher starts quickly; ``hvdlite.run`` (Horovod's
+``horovod.run``) is imported on first use from ``hvdlite.runner.api``, the launcher's public module and the only
+part of the launcher the rest of hvdlite imports (docs/architecture.md, "Layers").
 """
 from hvdlite.common.errors import HorovodInternalError, HvdliteError  # noqa: F401
 

@@ -1,7 +1,25 @@
-"""``hvdlite.run(fn, ...)``: run a Python function on every rank of a job and collect the results
-(Horovod's ``horovod.run``). The function, its arguments and the results travel through the job's
-rendezvous service (protocol in run_task.py), so remote hosts need the same Python environment but no shared
-filesystem. ``fn`` calls ``hvd.init()`` itself, like a training script."""
+"""The launcher's public API: the one module of ``hvdlite.runner`` that code outside the launcher imports.
+
+``hvdlite.run`` (hvdlite/__init__.py), ``hvdlite.spark`` and ``hvdlite.ray`` run jobs of their own (Spark tasks
+and Ray actors as ranks) with the launcher's pieces; they take those pieces from here and only from here
+(``tests/test_layering.py`` checks it), so the rest of ``hvdlite.runner`` can change without breaking them, and
+the launcher and the library do not depend on each other's insides. What this module offers:
+
+- ``run(fn, ...)``: ``hvdlite.run``, Horovod's ``horovod.run``: run a Python function on every rank of a job and
+  collect the results, and :class:`RunError`, what it (and ``hvdlite.spark.run``, ``hvdlite.ray``) raises when a
+  rank fails;
+- :func:`build_rank_env`: a rank's environment (the ``HVDLITE_*`` and ``HOROVOD_*`` variables a rank reads);
+- shipping a function to the ranks and its results back over the job's rendezvous service (protocol in
+  run_task.py): :data:`RUN_SCOPE`, :func:`pack_call`, :func:`put_blob`, :func:`get_blob`, and
+  :func:`run_rank_function`, the rank's side;
+- the rules for the ranks' output lines (output.py): :class:`LineSplitter` (a stream's bytes to line events),
+  :class:`LineSink` (writes them, thinning progress updates), :func:`progress_interval`, :func:`rank_prefix`,
+  :func:`timestamp_prefix`.
+
+``run(fn)`` itself: the function, its arguments and the results travel through the job's rendezvous service, so
+remote hosts need the same Python environment but no shared filesystem. ``fn`` calls ``hvd.init()`` itself, like
+a training script.
+"""
 from __future__ import annotations
 
 import signal
@@ -9,8 +27,20 @@ import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from hvdlite.runner.hosts import parse_hostfile, parse_hosts
+from hvdlite.runner.output import LineSink, LineSplitter, progress_interval, rank_prefix, timestamp_prefix
+from hvdlite.runner.processes import build_rank_env
+from hvdlite.runner.run_task import SCOPE as RUN_SCOPE
+from hvdlite.runner.run_task import get_blob, pack_call, put_blob
+from hvdlite.runner.run_task import main as run_rank_function
 from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, Settings
 from hvdlite.runner.ssh import SshOptions
+
+__all__ = [
+    "run", "RunError",
+    "build_rank_env",
+    "RUN_SCOPE", "pack_call", "put_blob", "get_blob", "run_rank_function",
+    "LineSplitter", "LineSink", "progress_interval", "rank_prefix", "timestamp_prefix",
+]
 
 
 class RunError(RuntimeError):
@@ -45,7 +75,6 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
     import cloudpickle
 
     from hvdlite.runner.job import BuiltinJob
-    from hvdlite.runner.run_task import get_blob, pack_call, put_blob
 
     if hosts is not None and hostfile is not None:
         raise ValueError("give hosts or hostfile, not both")

@@ -46,8 +46,9 @@ from hvdlite.common import network
 from hvdlite.common.rendezvous import RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.hosts import HostSlots, parse_hostfile_text
-from hvdlite.runner.local import (JobOutcome, RankProcess, _SignalCatcher, report, start_rank, stop_ranks,
-                                  terminate_group)
+from hvdlite.runner.output import report
+from hvdlite.runner.processes import (JobOutcome, RankProcess, SignalCatcher, start_rank, stop_ranks,
+                                      terminate_group)
 from hvdlite.runner.settings import Settings
 from hvdlite.runner.ssh import resolve_hostname, start_remote_rank
 
@@ -345,7 +346,7 @@ class ElasticDriver:
         # Every interface: hosts may join later. Requests are authenticated with the job's secret.
         self.server = RendezvousServer(self.secret, host="0.0.0.0", port=0).start()
         try:
-            with _SignalCatcher() as signals:
+            with SignalCatcher() as signals:
                 outcome = self._supervise(hosts, signals)
         finally:
             processes = [w.process for w in self.workers]
@@ -355,7 +356,7 @@ class ElasticDriver:
             self.server.stop()
         return outcome
 
-    def _supervise(self, hosts: List[HostSlots], signals: _SignalCatcher) -> JobOutcome:
+    def _supervise(self, hosts: List[HostSlots], signals: SignalCatcher) -> JobOutcome:
         # The first round: -np workers (fewer if the hosts have fewer slots: at least --min-np are awaited).
         self._fill_slots(hosts, limit=self.settings.np)
         last_discovery = time.monotonic()

@@ -2,12 +2,19 @@
 
 Ranks fill the hosts in the order given, each up to its slots (as Horovod and ``mpirun --map-by slot`` do):
 ``-np 3 -H a:2,b:2`` puts ranks 0 and 1 on ``a`` and rank 2 on ``b``.
+
+``--host-ids 0,0,1,1`` (a testing aid of ``hvdlite-run`` and ``python -m hvdlite.runner.local``) lets this one
+machine pretend to be several hosts instead: rank ``r`` runs here as host ``host<id_r>``, which sets the local
+and cross ranks exactly as a multi-host launch would (:func:`emulated_hosts`).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
+
+from hvdlite.common.topology import RankInfo, topology_for_hosts
 
 _SLOTS_KEY = re.compile(r"^(slots|max[-_]slots)=(\S+)$")
 
@@ -117,3 +124,36 @@ def assign_ranks(hosts: Sequence[HostSlots], np: Optional[int]) -> List[HostSlot
 def to_mpi_hosts(hosts: Sequence[HostSlots]) -> str:
     """``-H`` value for mpirun (same syntax)."""
     return ",".join("%s:%d" % (host.name, host.slots) for host in hosts)
+
+
+def parse_host_ids(text: str) -> List[str]:
+    """Parse ``"0,0,1,1"`` into ``["0", "0", "1", "1"]``."""
+    ids = [part.strip() for part in text.split(",")]
+    if not ids or any(not part for part in ids):
+        raise ValueError("host ids must be a comma-separated list of "
+                         "non-empty ids, got %r" % text)
+    return ids
+
+
+def emulated_hosts(host_ids: Sequence[Union[str, int]]) -> List[HostSlots]:
+    """The host of each rank under ``--host-ids`` (one id per rank): rank ``r`` on ``host<id_r>``, all of them
+    on this machine, each host with as many slots as it has ranks."""
+    names = ["host%s" % str(host_id).strip() for host_id in host_ids]
+    slots = collections.Counter(names)
+    return [HostSlots(name, slots[name]) for name in names]
+
+
+def compute_topology(np: int, host_ids: Optional[Sequence[Union[str, int]]] = None) -> List[RankInfo]:
+    """Rank, local and cross coordinates of every rank on this machine.
+
+    Without ``host_ids`` all ranks share the host ``"localhost"``.  With ``host_ids`` (one id per rank), rank
+    ``r`` runs on host ``host<id>`` (:func:`emulated_hosts`). See :func:`topology_for_hosts` for how the
+    coordinates are derived.
+    """
+    if np < 1:
+        raise ValueError("the number of ranks must be at least 1, got %d" % np)
+    if host_ids is None:
+        return topology_for_hosts(["localhost"] * np)
+    if len(host_ids) != np:
+        raise ValueError("got %d host ids for %d ranks" % (len(host_ids), np))
+    return topology_for_hosts([host.hostname for host in emulated_hosts(host_ids)])

@@ -13,9 +13,10 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from hvdlite.common import network
 from hvdlite.common.rendezvous import RendezvousClient, RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
-from hvdlite.runner.hosts import HostSlots, assign_ranks
-from hvdlite.runner.local import (TIMEOUT_EXIT_CODE, JobOutcome, RankProcess, build_rank_env, report, run_ranks,
-                                  start_rank)
+from hvdlite.runner.hosts import HostSlots, assign_ranks, emulated_hosts
+from hvdlite.runner.output import report
+from hvdlite.runner.processes import (TIMEOUT_EXIT_CODE, JobOutcome, RankProcess, build_rank_env, run_ranks,
+                                      start_rank)
 from hvdlite.runner.settings import Settings, propagated_environment
 from hvdlite.runner.ssh import resolve_hostname, ssh_command, start_remote_rank
 
@@ -44,13 +45,19 @@ class BuiltinJob:
         self.base_env = dict(self.environ)
         self.base_env.update(extra_env or {})
         self.base_env.update(settings.knob_env())
-        hosts = settings.host_list()
-        try:
-            self.assignment: List[HostSlots] = assign_ranks(hosts, settings.np)
-        except ValueError as exc:
-            raise LaunchError(str(exc)) from None
+        self.assignment: List[HostSlots]
+        self.is_local: Dict[str, bool]
+        if settings.host_ids is not None:  # one machine pretending to be several hosts (--host-ids)
+            self.assignment = emulated_hosts(settings.host_ids)
+            self.is_local = {host.name: True for host in self.assignment}
+        else:
+            hosts = settings.host_list()
+            try:
+                self.assignment = assign_ranks(hosts, settings.np)
+            except ValueError as exc:
+                raise LaunchError(str(exc)) from None
+            self.is_local = {host.name: network.is_local_host(host.hostname) for host in hosts}
         self.topology = topology_for_hosts([host.hostname for host in self.assignment])
-        self.is_local: Dict[str, bool] = {host.name: network.is_local_host(host.hostname) for host in hosts}
         self.secret = secrets.token_bytes(32)
         self.job_id = secrets.token_hex(6)
         self.server: Optional[RendezvousServer] = None

@@ -7,7 +7,11 @@
     hvdlite-run --check-build
 
 The built-in mode is described in docs/launcher.md; the modules behind it: hosts (-H, --hostfile), job (the
-rendezvous service and the ranks), ssh (remote ranks), local (processes, output, teardown), mpi_run (--mpi).
+rendezvous service and the ranks), ssh (remote ranks), processes (local processes, teardown), output (the ranks'
+lines), mpi_run (--mpi).
+
+This is the launcher's one command line: ``python -m hvdlite.runner`` is this, and ``python -m
+hvdlite.runner.local -np N [--host-ids ...] -- command`` (local.py) only translates its flags into this one's.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import sys
 from typing import Callable, List, Optional, Sequence
 
 from hvdlite.runner import knob_flags
-from hvdlite.runner.hosts import parse_hostfile, parse_hosts
+from hvdlite.runner.hosts import parse_host_ids, parse_hostfile, parse_hosts
 from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, Settings
 from hvdlite.runner.ssh import SshOptions
 
@@ -67,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "[user@]host, IPv6 addresses in brackets")
     hosts.add_argument("-hostfile", "--hostfile", default=None, metavar="FILE",
                        help="file with one host per line: 'host slots=N'")
+    # A testing aid, not in --help: this machine pretends to be several hosts, rank r on "host<id_r>" (local and
+    # cross ranks as on that many hosts). python -m hvdlite.runner.local documents it.
+    parser.add_argument("--host-ids", type=parse_host_ids, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--start-timeout", "--gloo-timeout-seconds", dest="start_timeout", type=float,
                         default=_default_start_timeout(), metavar="SECONDS",
                         help="how long ranks wait for each other at init, and ssh for a connection "
@@ -172,7 +179,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ssh=SshOptions(port=args.ssh_port, identity_file=args.ssh_identity_file,
                        config_file=args.ssh_config_file, options=list(args.ssh_option)),
         mpi_args=shlex.split(args.mpi_args), binding_args=shlex.split(args.binding_args),
-        prefix_timestamps=args.prefix_output_with_timestamp, max_restarts=args.max_restarts)
+        prefix_timestamps=args.prefix_output_with_timestamp, max_restarts=args.max_restarts,
+        host_ids=getattr(args, "host_ids", None))
     settings.validate()
     return settings
 
@@ -226,10 +234,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
 
-    from hvdlite.runner.local import report
-    from hvdlite.runner.output import ROUTER
+    from hvdlite.runner.output import ROUTER, report
 
     ROUTER.timestamps = settings.prefix_timestamps
+    if settings.host_ids is not None and (args.mpi or args.host_discovery_script):
+        parser.error("--host-ids emulates hosts with the built-in launcher; it cannot be used with --mpi or "
+                     "--host-discovery-script")
     if args.binding_args and not args.mpi:
         report("--binding-args applies to mpirun (--mpi) only; the built-in launcher does not bind ranks")
     if args.mpi and settings.max_restarts:
@@ -259,7 +269,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run_elastic(args: argparse.Namespace, settings: Settings, command: List[str],
                  parser: argparse.ArgumentParser) -> int:
     from hvdlite.runner.elastic import ElasticDriver, ElasticSettings
-    from hvdlite.runner.local import report
+    from hvdlite.runner.output import report
 
     if args.np is None:
         parser.error("elastic mode needs -np (the number of workers to start with)")

@@ -28,6 +28,7 @@ class Settings:
     binding_args: List[str] = dataclasses.field(default_factory=list)  # mpirun's binding; empty: its default
     prefix_timestamps: bool = False  # rank lines start with the time (horovodrun's --prefix-output-with-timestamp)
     max_restarts: int = 0  # how many times a failed job is started again
+    host_ids: Optional[List[str]] = None  # --host-ids: one id per rank, all ranks here as hosts "host<id>"
 
     def host_list(self) -> List[HostSlots]:
         if self.hosts:
@@ -55,6 +56,11 @@ class Settings:
             raise ValueError("--timeout must be positive")
         if self.max_restarts < 0:
             raise ValueError("--max-restarts must be at least 0, got %d" % self.max_restarts)
+        if self.host_ids is not None:
+            if self.hosts:
+                raise ValueError("--host-ids emulates hosts on this machine; it cannot be used with -H/--hostfile")
+            if len(self.host_ids) != self.np:
+                raise ValueError("--host-ids has %d entries for -np %d" % (len(self.host_ids), self.np))
 
 
 def _number(value: float) -> str:

@@ -23,7 +23,7 @@ import signal
 import subprocess
 from typing import List, Mapping, Optional, Sequence
 
-from hvdlite.runner.local import TERMINATE_GRACE_SECONDS, RankProcess, start_rank
+from hvdlite.runner.processes import TERMINATE_GRACE_SECONDS, RankProcess, start_rank
 
 SSH = "ssh"
 SSH_FAILURE_CODE = 255

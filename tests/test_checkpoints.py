@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hvdlite.common import checkpoint
 from hvdlite.common.elastic import State, run_fn
 from hvdlite.runner.job import BuiltinJob, run_restarting
-from hvdlite.runner.local import JobOutcome
+from hvdlite.runner.processes import JobOutcome
 from hvdlite.runner.settings import Settings
 from launcher_helpers import LiveJob, run_launcher, wait_until
 from multiproc import REPO_ROOT

@@ -20,7 +20,7 @@ def test_knobs_doc_is_the_generated_one():
 def test_the_built_core_reports_every_entry_of_its_source_table():
     source = _read("hvdlite_core", "src", "common", "config.cc")
     table = source[source.index("static const std::vector<Knob> table"):source.index("return table;")]
-    in_source = re.findall(r'(?:_knob\(|\{)"([A-Z0-9_]+)"', table)
+    in_source = re.findall(r'(?:_knob\(|\{)\s*"([A-Z0-9_]+)"', table)
     assert len(in_source) > 40, in_source
     assert [name for name, _, _ in knobs_doc.core_settings()] == in_source
     assert all(meaning for _, _, meaning in knobs_doc.core_settings())

@@ -178,11 +178,11 @@ def test_closing_the_terminal_stops_every_rank(tmp_path):
 
 
 def test_sighup_stays_ignored_under_nohup():
-    from hvdlite.runner.local import _SignalCatcher
+    from hvdlite.runner.processes import SignalCatcher
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with _SignalCatcher() as catcher:
+        with SignalCatcher() as catcher:
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) == catcher._handle
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN

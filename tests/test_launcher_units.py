@@ -258,10 +258,41 @@ def test_advertise_address():
 
 
 def test_output_folders_are_zero_padded_as_horovodrun_pads_them():
-    from hvdlite.runner.local import rank_output_folder
+    from hvdlite.runner.processes import rank_output_folder
 
     assert [rank_output_folder("d", rank, size) for rank, size in ((0, 1), (9, 10), (3, 12), (10, 11), (5, 101))] == [
         "d/rank.0", "d/rank.9", "d/rank.03", "d/rank.10", "d/rank.005"]
+
+
+def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
+    """python -m hvdlite.runner.local translates its flags into hvdlite-run's, which has --host-ids hidden from
+    --help; the emulated hosts give the same places as before."""
+    from hvdlite.runner import local
+    from hvdlite.runner.hosts import compute_topology, emulated_hosts
+    from hvdlite.runner.job import BuiltinJob
+    from hvdlite.runner.launch import _command, build_parser, settings_from_args
+
+    args = local._build_parser().parse_args(["-np", "3", "--host-ids", "0,1,0", "--timeout", "7.5",
+                                             "--output-filename=-out"])
+    argv = local.hvdlite_run_argv(args, ["python", "-m", "x", "--", "-np"])
+    assert argv == ["-np", "3", "--host-ids=0,1,0", "--timeout=7.5", "--output-filename=-out", "--",
+                    "python", "-m", "x", "--", "-np"]
+    parsed = build_parser().parse_args(argv)
+    assert _command(parsed) == ["python", "-m", "x", "--", "-np"]
+    settings = settings_from_args(parsed)
+    assert (settings.np, settings.host_ids, settings.timeout, settings.output_filename) == \
+        (3, ["0", "1", "0"], 7.5, "-out")
+    job = BuiltinJob(settings, ["true"])
+    assert [host.name for host in job.assignment] == ["host0", "host1", "host0"] and all(job.is_local.values())
+    assert job.topology == compute_topology(3, ["0", "1", "0"])
+    assert [host.slots for host in emulated_hosts(["0", "1", "0"])] == [2, 1, 2]
+    with pytest.raises(ValueError, match="--host-ids has 2 entries for -np 3"):
+        settings_from_args(build_parser().parse_args(["-np", "3", "--host-ids", "0,1", "true"]))
+    with pytest.raises(ValueError, match="-H/--hostfile"):
+        settings_from_args(build_parser().parse_args(["-np", "2", "-H", "a:2", "--host-ids", "0,1", "true"]))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert "--host-ids" not in capsys.readouterr().out
 
 
 def test_horovodrun_elastic_flag_names_are_accepted():

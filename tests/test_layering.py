@@ -1,4 +1,5 @@
-"""The package's layers import only downward: no import cycles, and the common layer knows no framework.
+"""The package's layers import only downward: no import cycles, the common layer knows no framework, and the rest
+of hvdlite reaches the launcher (hvdlite.runner) only through its public module, hvdlite.runner.api.
 
 Imports inside functions count too: a deferred import that closes a circle still couples the two modules both
 ways, which is what this guards against.
@@ -27,32 +28,34 @@ def _modules():
     return found
 
 
+def _imports_of(module, path, modules):
+    """The modules among ``modules`` that ``module`` (source file ``path``) imports, anywhere in the file."""
+    is_package = path.endswith("__init__.py")
+    targets = set()
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                parts = module.split(".")
+                anchor = parts if is_package else parts[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import sub` imports the module pkg.sub when it is one, else a name of pkg.
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                     for alias in node.names]
+        else:
+            continue
+        targets.update(name for name in names if name in modules and name != module)
+    return targets
+
+
 def _import_graph():
     modules = _modules()
-    graph = {}
-    for module, path in modules.items():
-        is_package = path.endswith("__init__.py")
-        targets = set()
-        with open(path) as f:
-            tree = ast.parse(f.read(), path)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative import
-                    parts = module.split(".")
-                    anchor = parts if is_package else parts[:-1]
-                    anchor = anchor[:len(anchor) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                # `from pkg import sub` imports the module pkg.sub when it is one, else a name of pkg.
-                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                         for alias in node.names]
-            else:
-                continue
-            targets.update(name for name in names if name in modules and name != module)
-        graph[module] = targets
-    return graph
+    return {module: _imports_of(module, path, modules) for module, path in modules.items()}
 
 
 def _cycles(graph):
@@ -88,6 +91,48 @@ def test_common_layer_imports_no_layer_above_it():
     offenders = {module: sorted(t for t in targets if t.startswith(above))
                  for module, targets in _import_graph().items() if module.startswith("hvdlite.common")}
     assert not {m: t for m, t in offenders.items() if t}
+
+
+#: The launcher's public module: the only part of hvdlite.runner that the rest of hvdlite may import.
+RUNNER_PUBLIC_MODULE = "hvdlite.runner.api"
+
+
+def _in_runner(module: str) -> bool:
+    return module == "hvdlite.runner" or module.startswith("hvdlite.runner.")
+
+
+def test_the_library_uses_the_launcher_only_through_its_public_module():
+    """hvdlite.run, hvdlite.spark and hvdlite.ray share code with the launcher through hvdlite.runner.api alone, so
+    the rest of hvdlite.runner can change without them; hvdlite.common, which the launcher builds on, imports
+    nothing of it at all."""
+    graph = _import_graph()
+    assert RUNNER_PUBLIC_MODULE in graph
+    outside = {module: sorted(t for t in targets if _in_runner(t) and t != RUNNER_PUBLIC_MODULE)
+               for module, targets in graph.items() if not _in_runner(module)}
+    assert not {m: t for m, t in outside.items() if t}, \
+        "modules outside hvdlite.runner importing more of it than %s" % RUNNER_PUBLIC_MODULE
+    common = {module: sorted(t for t in targets if _in_runner(t))
+              for module, targets in graph.items() if module.split(".")[:2] == ["hvdlite", "common"]}
+    assert not {m: t for m, t in common.items() if t}, "hvdlite.common importing the launcher"
+
+
+def test_the_layering_checks_see_imports_of_the_launcher(tmp_path):
+    """The graph catches each way of reaching into hvdlite.runner: absolute, from-package and deferred imports."""
+    sources = {
+        "hvdlite/x.py": "def f():\n    from hvdlite.runner.local import main\n",
+        "hvdlite/y.py": "from hvdlite.runner import processes\n",
+        "hvdlite/z.py": "import hvdlite.runner.api\nfrom hvdlite.runner.api import run\n",
+    }
+    modules = {"hvdlite.runner.local", "hvdlite.runner.processes", "hvdlite.runner.api", "hvdlite.runner"}
+    found = {}
+    for relative, text in sources.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        module = relative[:-3].replace("/", ".")
+        found[module] = _imports_of(module, str(path), modules | {"hvdlite.x", "hvdlite.y", "hvdlite.z"})
+    assert found == {"hvdlite.x": {"hvdlite.runner.local"}, "hvdlite.y": {"hvdlite.runner.processes"},
+                     "hvdlite.z": {"hvdlite.runner.api"}}
 
 
 def test_launcher_sources_install_as_hvdlite_runner():

@@ -14,7 +14,8 @@ import pytest
 
 from launcher_helpers import HOROVOD_VARIABLES_SCRIPT, check_horovod_variables, processes_with_marker
 
-from hvdlite.runner.local import build_rank_env, compute_topology
+from hvdlite.runner.hosts import compute_topology
+from hvdlite.runner.processes import build_rank_env
 from multiproc import REPO_ROOT, job_env
 
 PRINT_ENV = """

@@ -27,8 +27,7 @@ from hvdlite.common.rendezvous import RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
 from hvdlite.ray import strategy as strategies
 from hvdlite.ray.worker import Worker
-from hvdlite.runner.api import RunError
-from hvdlite.runner.local import build_rank_env
+from hvdlite.runner.api import RunError, build_rank_env
 
 
 class WorkerError(RunError):

@@ -3,10 +3,10 @@
 to the ``stdout`` and ``stderr`` streams given to ``run`` (default: ``sys.stdout`` and ``sys.stderr`` at the
 time of writing, so notebooks and pytest's capture see it).
 
-The line rules are the launcher's (hvdlite/runner/output.py: partial lines wait for their end, progress bars
-drawn with ``\\r`` become whole lines at most once every ``HVDLITE_PROGRESS_INTERVAL`` seconds, colours pass
-through). A Spark driver's console is a notebook or a log far more often than a terminal, so there is no
-in-place drawing here.
+The line rules are the launcher's (hvdlite/runner/output.py, offered through hvdlite.runner.api: partial lines
+wait for their end, progress bars drawn with ``\\r`` become whole lines at most once every
+``HVDLITE_PROGRESS_INTERVAL`` seconds, colours pass through). A Spark driver's console is a notebook or a log
+far more often than a terminal, so there is no in-place drawing here.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Dict, Optional, TextIO, Tuple
 
-from hvdlite.runner.output import LineSink, LineSplitter, progress_interval, rank_prefix, timestamp_prefix
+from hvdlite.runner.api import LineSink, LineSplitter, progress_interval, rank_prefix, timestamp_prefix
 
 
 class RankOutput:

@@ -1,9 +1,9 @@
 """One rank of ``hvdlite.spark.run``: ``python -m hvdlite.spark.rank --parent PID --job ID``, started by its Spark
 task (task.py) with the rank's environment.
 
-It runs ``hvdlite.run(fn)``'s rank program (hvdlite/runner/run_task.py) after tying its life to the task's: when
-Spark kills the task's Python worker (a cancelled job, a lost executor), the kernel kills this process too
-(``PR_SET_PDEATHSIG``), so no rank outlives its task. ``--job`` only names the job on the command line.
+It runs ``hvdlite.run(fn)``'s rank program (``hvdlite.runner.api.run_rank_function``) after tying its life to
+the task's: when Spark kills the task's Python worker (a cancelled job, a lost executor), the kernel kills this
+process too (``PR_SET_PDEATHSIG``), so no rank outlives its task. ``--job`` only names the job on the command line.
 """
 import argparse
 import ctypes
@@ -30,9 +30,9 @@ def main(argv=None) -> int:
     parser.add_argument("--job", required=True, help="the job's id (for ps and the logs)")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
-    from hvdlite.runner.run_task import main as run_function
+    from hvdlite.runner.api import run_rank_function
 
-    return run_function()
+    return run_rank_function()
 
 
 if __name__ == "__main__":

@@ -33,10 +33,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from hvdlite.common import network
 from hvdlite.common.rendezvous import RendezvousClient, RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
-from hvdlite.runner.api import RunError
-from hvdlite.runner.local import build_rank_env
-from hvdlite.runner.run_task import SCOPE as RUN_SCOPE
-from hvdlite.runner.run_task import get_blob, pack_call, put_blob
+from hvdlite.runner.api import RUN_SCOPE, RunError, build_rank_env, get_blob, pack_call, put_blob
 from hvdlite.spark import protocol
 from hvdlite.spark.output import RankOutput
 from hvdlite.spark.protocol import TaskSpec
