@@ -71,9 +71,12 @@ sanitize:
 	tools/sanitize.sh address
 	tools/sanitize.sh thread
 
-# Applies the style tests/test_style.py checks: clang-format (.clang-format) on the C and C++ sources.
+# Applies the style tests/test_style.py checks: ruff (pyproject.toml) on the Python sources, clang-format
+# (.clang-format) on the C and C++ ones.
 format:
 	$(MAKE) --no-print-directory $(VENV)/.installed-dev
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 	git ls-files -z -- '*.cc' '*.h' '*.c' | xargs -0 $(VENV)/bin/clang-format -i
 
 clean:

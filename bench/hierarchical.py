@@ -15,6 +15,7 @@ bench/cost_model_cli.cc) with the link figures the automatic run measured at ini
 on paper, to 32 hosts x 8 and 256 hosts x 8 (flat ring, two-tier, and a pipelined tree for reference).
 Writes hierarchical.json, hierarchical.md and hierarchical.png.
 """
+
 import argparse
 import json
 import os
@@ -43,16 +44,34 @@ def build_cli(workdir):
     binary = os.path.join(workdir, "cost_model_cli")
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     core = os.path.join(ROOT, "hvdlite_core")
-    subprocess.run([compiler, "-std=c++17", "-O2", f"-I{core}/src", f"-I{core}/include",
-                    os.path.join(HERE, "cost_model_cli.cc"), os.path.join(core, "src", "choice", "cost_model.cc"),
-                    "-o", binary], check=True)
+    subprocess.run(
+        [
+            compiler,
+            "-std=c++17",
+            "-O2",
+            f"-I{core}/src",
+            f"-I{core}/include",
+            os.path.join(HERE, "cost_model_cli.cc"),
+            os.path.join(core, "src", "choice", "cost_model.cc"),
+            "-o",
+            binary,
+        ],
+        check=True,
+    )
     return binary
 
 
 def predict(cli, figures, small, layouts, sizes):
-    args = [cli, str(figures["local_latency_us"] * 1e-6), str(figures["local_gbytes_per_s"] * 1e9),
-            str(figures["cross_latency_us"] * 1e-6), str(figures["cross_gbytes_per_s"] * 1e9), str(small),
-            ",".join(f"{h}x{l}" for h, l in layouts), ",".join(map(str, sizes))]
+    args = [
+        cli,
+        str(figures["local_latency_us"] * 1e-6),
+        str(figures["local_gbytes_per_s"] * 1e9),
+        str(figures["cross_latency_us"] * 1e-6),
+        str(figures["cross_gbytes_per_s"] * 1e9),
+        str(small),
+        ",".join(f"{hosts}x{per_host}" for hosts, per_host in layouts),
+        ",".join(map(str, sizes)),
+    ]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines()]
 
@@ -64,13 +83,16 @@ def two_tier_key(prefix):
 
 def link_figures(build_info):
     fields = dict(part.split("=", 1) for part in build_info.split(";") if "=" in part)
-    return {key: float(fields[key]) for key in ("local_latency_us", "local_gbytes_per_s", "cross_latency_us",
-                                                 "cross_gbytes_per_s")}, int(fields.get("SMALL_MESSAGE_BYTES", 65536))
+    return {
+        key: float(fields[key])
+        for key in ("local_latency_us", "local_gbytes_per_s", "cross_latency_us", "cross_gbytes_per_s")
+    }, int(fields.get("SMALL_MESSAGE_BYTES", 65536))
 
 
 def chosen_algorithms(timeline_path, collective="allreduce"):
     sys.path.insert(0, ROOT)
     from hvdlite.timeline import activities, load
+
     chosen = {}
     for tensor, names in activities(load(timeline_path), collective.upper()).items():
         kinds = {"two_tier" if "hierarchical" in name else "flat" for name in names}
@@ -80,14 +102,34 @@ def chosen_algorithms(timeline_path, collective="allreduce"):
 
 def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None, collective="allreduce"):
     a, b = cluster.hosts
-    env = dict(os.environ, **{"HVDLITE_HIERARCHICAL_" + collective.upper(): setting},
-               PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(
+        os.environ,
+        **{"HVDLITE_HIERARCHICAL_" + collective.upper(): setting},
+        PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+    )
     if timeline:
         env["HVDLITE_TIMELINE"] = timeline
     launcher = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
-    result = subprocess.run([launcher, "-np", str(2 * per_host), "-H", f"{a.address}:{per_host},{b.address}:{per_host}",
-                             *cluster.ssh_flags(), sys.executable, JOB, out_path, ",".join(map(str, sizes)),
-                             str(repeats), collective], env=env, capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [
+            launcher,
+            "-np",
+            str(2 * per_host),
+            "-H",
+            f"{a.address}:{per_host},{b.address}:{per_host}",
+            *cluster.ssh_flags(),
+            sys.executable,
+            JOB,
+            out_path,
+            ",".join(map(str, sizes)),
+            str(repeats),
+            collective,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if result.returncode != 0:
         raise SystemExit(f"the {setting} job failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     with open(out_path) as f:
@@ -119,15 +161,27 @@ def main():
         for round_ in range(args.rounds):
             for mode, setting in MODES:
                 timeline = os.path.join(workdir, "timeline.json") if mode == "auto" and round_ == 0 else None
-                result = run_job(cluster, args.per_host, sizes, args.repeats, setting,
-                                 os.path.join(workdir, f"{mode}.{round_}.json"), timeline, args.collective)
+                result = run_job(
+                    cluster,
+                    args.per_host,
+                    sizes,
+                    args.repeats,
+                    setting,
+                    os.path.join(workdir, f"{mode}.{round_}.json"),
+                    timeline,
+                    args.collective,
+                )
                 for size, seconds in result["times"].items():
                     times[mode][int(size)] += seconds
                 if timeline:
                     build_info = result["build_info"]
-                print(f"round {round_ + 1}/{args.rounds} {mode}: " + ", ".join(
-                    f"{human(int(s))} {statistics.median(v) * 1e3:.1f} ms" for s, v in result["times"].items()),
-                    flush=True)
+                print(
+                    f"round {round_ + 1}/{args.rounds} {mode}: "
+                    + ", ".join(
+                        f"{human(int(s))} {statistics.median(v) * 1e3:.1f} ms" for s, v in result["times"].items()
+                    ),
+                    flush=True,
+                )
         chosen = chosen_algorithms(os.path.join(workdir, "timeline.json"), args.collective)
     finally:
         cluster.stop()
@@ -141,39 +195,64 @@ def main():
 
     rows = []
     for size in sizes:
-        row = {"bytes": size, "chosen": chosen.get(size, "?"),
-               "predicted_flat_s": predicted[size][prefix + "flat"],
-               "predicted_two_tier_s": predicted[size][two_tier]}
+        row = {
+            "bytes": size,
+            "chosen": chosen.get(size, "?"),
+            "predicted_flat_s": predicted[size][prefix + "flat"],
+            "predicted_two_tier_s": predicted[size][two_tier],
+        }
         for mode, _ in MODES:
             row[f"{mode}_median_s"] = statistics.median(times[mode][size])
             row[f"{mode}_worst_s"] = max(times[mode][size])
         rows.append(row)
-    report = {"machine": machine_line(), "collective": args.collective, "rate": args.rate,
-              "layout": f"2 hosts x {args.per_host}",
-              "rounds": args.rounds, "repeats": args.repeats, "link_figures": figures, "rows": rows,
-              "extrapolated": extrapolated}
+    report = {
+        "machine": machine_line(),
+        "collective": args.collective,
+        "rate": args.rate,
+        "layout": f"2 hosts x {args.per_host}",
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "link_figures": figures,
+        "rows": rows,
+        "extrapolated": extrapolated,
+    }
     with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(report, f, indent=1)
-    lines = [f"# Flat ring vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})", "",
-             machine_line() + f"; {args.rounds} interleaved rounds x {args.repeats} timed {args.collective}s per size"
-             + (" (size: the output, an equal share from every rank)." if args.collective == "allgather" else "."),
-             "Link figures measured at init by the automatic run: " +
-             ", ".join(f"{k} {v:g}" for k, v in figures.items()) + ".", "",
-             "| size | flat median / worst (ms) | two-tier median / worst (ms) | speedup (medians) | auto median (ms) "
-             "| auto chose | predicted flat / two-tier (ms) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Flat ring vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})",
+        "",
+        machine_line()
+        + f"; {args.rounds} interleaved rounds x {args.repeats} timed {args.collective}s per size"
+        + (" (size: the output, an equal share from every rank)." if args.collective == "allgather" else "."),
+        "Link figures measured at init by the automatic run: "
+        + ", ".join(f"{k} {v:g}" for k, v in figures.items())
+        + ".",
+        "",
+        "| size | flat median / worst (ms) | two-tier median / worst (ms) | speedup (medians) | auto median (ms) "
+        "| auto chose | predicted flat / two-tier (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {human(row['bytes'])} | {row['flat_median_s'] * 1e3:.1f} / {row['flat_worst_s'] * 1e3:.1f} | "
-                     f"{row['two_tier_median_s'] * 1e3:.1f} / {row['two_tier_worst_s'] * 1e3:.1f} | "
-                     f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
-                     f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |")
-    lines += ["", "Extrapolated with the same link figures (model only):", "",
-              "| layout | size | flat ring (ms) | two-tier (ms) |" +
-              (" two-tier, tiers overlapped (ms) | pipelined tree (ms) |" if not prefix else ""),
-              "|---|---|---|---|" + ("---|---|" if not prefix else "")]
+        lines.append(
+            f"| {human(row['bytes'])} | {row['flat_median_s'] * 1e3:.1f} / {row['flat_worst_s'] * 1e3:.1f} | "
+            f"{row['two_tier_median_s'] * 1e3:.1f} / {row['two_tier_worst_s'] * 1e3:.1f} | "
+            f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
+            f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |"
+        )
+    lines += [
+        "",
+        "Extrapolated with the same link figures (model only):",
+        "",
+        "| layout | size | flat ring (ms) | two-tier (ms) |"
+        + (" two-tier, tiers overlapped (ms) | pipelined tree (ms) |" if not prefix else ""),
+        "|---|---|---|---|" + ("---|---|" if not prefix else ""),
+    ]
     for p in extrapolated:
-        lines.append(f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p[prefix + 'flat'] * 1e3:.2f} | "
-                     f"{p[prefix + 'hierarchical'] * 1e3:.2f} |" +
-                     (f" {p['pipelined'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |" if not prefix else ""))
+        lines.append(
+            f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p[prefix + 'flat'] * 1e3:.2f} | "
+            f"{p[prefix + 'hierarchical'] * 1e3:.2f} |"
+            + (f" {p['pipelined'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |" if not prefix else "")
+        )
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -182,31 +261,53 @@ def main():
 
 def plot(report, out_dir, name="hierarchical", prefix=""):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     rows = report["rows"]
     x = [r["bytes"] for r in rows]
     for mode, style in (("flat", "o-"), ("two_tier", "s-"), ("auto", "^:")):
         left.plot(x, [r[f"{mode}_median_s"] * 1e3 for r in rows], style, label=f"{mode} (measured median)")
     left.plot(x, [r["predicted_flat_s"] * 1e3 for r in rows], "--", color="C0", alpha=0.6, label="flat (model)")
-    left.plot(x, [r["predicted_two_tier_s"] * 1e3 for r in rows], "--", color="C1", alpha=0.6,
-              label="two-tier (model)")
-    left.set(xscale="log", yscale="log", xlabel=f"{report['collective']} size (bytes)", ylabel="time (ms)",
-             title=f"measured, {report['layout']}, links at {report['rate']}")
+    left.plot(
+        x, [r["predicted_two_tier_s"] * 1e3 for r in rows], "--", color="C1", alpha=0.6, label="two-tier (model)"
+    )
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"{report['collective']} size (bytes)",
+        ylabel="time (ms)",
+        title=f"measured, {report['layout']}, links at {report['rate']}",
+    )
     left.legend(fontsize=8)
     for (hosts, per_host), color in zip(EXTRAPOLATE, ("C2", "C3")):
         points = [p for p in report["extrapolated"] if p["hosts"] == hosts and p["per_host"] == per_host]
         sizes = [p["bytes"] for p in points]
-        right.plot(sizes, [p[prefix + "flat"] / p[two_tier_key(prefix)] for p in points], "-", color=color,
-                   label=f"{hosts}x{per_host}: flat / two-tier")
+        right.plot(
+            sizes,
+            [p[prefix + "flat"] / p[two_tier_key(prefix)] for p in points],
+            "-",
+            color=color,
+            label=f"{hosts}x{per_host}: flat / two-tier",
+        )
         if not prefix:  # the tree estimate is for allreduce
-            right.plot(sizes, [p["flat"] / p["tree"] for p in points], ":", color=color,
-                       label=f"{hosts}x{per_host}: flat / tree")
+            right.plot(
+                sizes,
+                [p["flat"] / p["tree"] for p in points],
+                ":",
+                color=color,
+                label=f"{hosts}x{per_host}: flat / tree",
+            )
     right.axhline(1.0, color="grey", linewidth=0.8)
-    right.set(xscale="log", yscale="log", xlabel=f"{report['collective']} size (bytes)",
-              ylabel="speedup over the flat ring",
-              title="model, same link figures, extrapolated")
+    right.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"{report['collective']} size (bytes)",
+        ylabel="speedup over the flat ring",
+        title="model, same link figures, extrapolated",
+    )
     right.legend(fontsize=8)
     fig.suptitle(report["machine"])
     fig.tight_layout()

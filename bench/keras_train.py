@@ -20,6 +20,7 @@ in the MWMS workers only:
   2. reduce_per_replica reduces scalar metrics with strategy.reduce("MEAN", v, axis=0), which fails on 0-d
      values; axis=None averages them over the workers as intended.
 """
+
 import argparse
 import json
 import os
@@ -45,16 +46,18 @@ def _configure_tf():
 def build_model(keras):
     layers = keras.layers
     keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((32, 32, 3)),
-        layers.Conv2D(32, 3, activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(64, 3, activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dense(10),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(10),
+        ]
+    )
 
 
 def _patch_keras_for_multi_worker(tf):
@@ -68,8 +71,13 @@ def _patch_keras_for_multi_worker(tf):
             for _, _, it in iterator:
                 batch = next(it)
                 data_batch = tree.map_structure(
-                    lambda x: (self.distribute_strategy.experimental_local_results(x)[0]
-                               if isinstance(x, tf.distribute.DistributedValues) else x), batch)
+                    lambda x: (
+                        self.distribute_strategy.experimental_local_results(x)[0]
+                        if isinstance(x, tf.distribute.DistributedValues)
+                        else x
+                    ),
+                    batch,
+                )
                 break
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=data_batch)
@@ -99,8 +107,10 @@ def worker(kind, warmup, steps, batch, out):
         size = strategy.num_replicas_in_sync
         with strategy.scope():
             model = build_model(keras)
-            model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
         global_batch = batch * size
         x = rng.random((global_batch, 32, 32, 3), dtype=np.float32)
         y = rng.integers(0, 10, global_batch)
@@ -131,8 +141,17 @@ def worker(kind, warmup, steps, batch, out):
     seconds = time.perf_counter() - start
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"kind": kind, "ranks": size, "seconds": seconds, "steps": steps, "batch_per_rank": batch,
-                       "img_per_s": size * batch * steps / seconds}, f)
+            json.dump(
+                {
+                    "kind": kind,
+                    "ranks": size,
+                    "seconds": seconds,
+                    "steps": steps,
+                    "batch_per_rank": batch,
+                    "img_per_s": size * batch * steps / seconds,
+                },
+                f,
+            )
 
 
 def overhead_worker(out, steps=1000, rounds=5):
@@ -152,8 +171,9 @@ def overhead_worker(out, steps=1000, rounds=5):
     steps_fns = {}
     for name in ("plain", "hvdlite"):
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
-                                  keras.layers.Dense(10)])
+        model = keras.Sequential(
+            [keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)]
+        )
         optimizer = keras.optimizers.SGD(0.01)
         if name == "hvdlite":
             optimizer = hvd.DistributedOptimizer(optimizer)
@@ -176,8 +196,16 @@ def overhead_worker(out, steps=1000, rounds=5):
             per_step = (time.perf_counter() - start) / steps * 1e6
             best[name] = min(best.get(name, float("inf")), per_step)
     with open(out, "w") as f:
-        json.dump({"plain_us_per_step": best["plain"], "hvdlite_us_per_step": best["hvdlite"],
-                   "overhead_us_per_step": best["hvdlite"] - best["plain"], "steps": steps, "rounds": rounds}, f)
+        json.dump(
+            {
+                "plain_us_per_step": best["plain"],
+                "hvdlite_us_per_step": best["hvdlite"],
+                "overhead_us_per_step": best["hvdlite"] - best["plain"],
+                "steps": steps,
+                "rounds": rounds,
+            },
+            f,
+        )
 
 
 def _free_ports(count):
@@ -191,10 +219,26 @@ def _free_ports(count):
 
 
 def launch(kind, args, out):
-    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    me = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warmup", str(args.warmup), "--steps",
-          str(args.steps), "--batch", str(args.batch), "--out", out]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    me = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        kind,
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--batch",
+        str(args.batch),
+        "--out",
+        out,
+    ]
     if kind in ("single", "overhead"):
         return subprocess.run(me, env=env, timeout=1800).returncode
     if kind == "pair":  # two independent single processes at once: the ceiling for 2 processes on this machine
@@ -208,18 +252,30 @@ def launch(kind, args, out):
                     results.append(json.load(f))
                 os.remove(f"{out}.{i}")
             with open(out, "w") as f:
-                json.dump({"kind": "pair", "ranks": 2, "seconds": max(r["seconds"] for r in results),
-                           "steps": args.steps, "batch_per_rank": args.batch,
-                           "img_per_s": sum(r["img_per_s"] for r in results)}, f)
+                json.dump(
+                    {
+                        "kind": "pair",
+                        "ranks": 2,
+                        "seconds": max(r["seconds"] for r in results),
+                        "steps": args.steps,
+                        "batch_per_rank": args.batch,
+                        "img_per_s": sum(r["img_per_s"] for r in results),
+                    },
+                    f,
+                )
         return code
     if kind == "hvdlite":
-        return subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env,
-                              timeout=1800).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env, timeout=1800
+        ).returncode
     ports = _free_ports(2)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
-    procs = [subprocess.Popen(me, env=dict(env, TF_CONFIG=json.dumps({"cluster": cluster,
-                                                                      "task": {"type": "worker", "index": i}})))
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            me, env=dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+        )
+        for i in range(2)
+    ]
     return max(p.wait(timeout=1800) for p in procs)
 
 
@@ -259,8 +315,9 @@ def main():
     os.remove(path)
 
     best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in KINDS}
-    by_round = [{x["kind"]: x["img_per_s"] for x in rounds[i:i + len(KINDS)]}
-                for i in range(0, len(rounds), len(KINDS))]
+    by_round = [
+        {x["kind"]: x["img_per_s"] for x in rounds[i : i + len(KINDS)]} for i in range(0, len(rounds), len(KINDS))
+    ]
     eff = {k: best[k] / (2 * best["single"]) for k in ("pair", "mwms", "hvdlite")}
     ratio = best["hvdlite"] / best["mwms"]
     lines = [
@@ -281,10 +338,13 @@ def main():
         "",
         "All rounds (img/s): " + ", ".join(f"{x['kind']} {x['img_per_s']:.1f}" for x in rounds),
         "",
-        "Within each round (same load for every configuration): " + "; ".join(
+        "Within each round (same load for every configuration): "
+        + "; ".join(
             f"round {r + 1}: hvdlite efficiency {by_round[r]['hvdlite'] / (2 * by_round[r]['single']):.1%}, "
             f"MWMS {by_round[r]['mwms'] / (2 * by_round[r]['single']):.1%}, hvdlite / MWMS "
-            f"{by_round[r]['hvdlite'] / by_round[r]['mwms']:.2f}x" for r in range(len(by_round))),
+            f"{by_round[r]['hvdlite'] / by_round[r]['mwms']:.2f}x"
+            for r in range(len(by_round))
+        ),
         "",
         f"Bridge overhead (1 rank, tf.function train step of a 64-32-10 MLP, batch 8, best of "
         f"{overhead['rounds']} x {overhead['steps']} steps): plain SGD {overhead['plain_us_per_step']:.0f} us/step, "
@@ -296,9 +356,18 @@ def main():
     with open(os.path.join(args.out_dir, "keras_train.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(args.out_dir, "keras_train.json"), "w") as f:
-        json.dump({"rounds": rounds, "best": best, "efficiency": eff, "hvdlite_over_mwms": ratio,
-                   "overhead": overhead, "args": {k: v for k, v in vars(args).items()
-                                                  if k in ("steps", "warmup", "rounds", "batch")}}, f, indent=1)
+        json.dump(
+            {
+                "rounds": rounds,
+                "best": best,
+                "efficiency": eff,
+                "hvdlite_over_mwms": ratio,
+                "overhead": overhead,
+                "args": {k: v for k, v in vars(args).items() if k in ("steps", "warmup", "rounds", "batch")},
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ the path) and the Python side marking forward, backward and the optimizer step. 
 ``step_timeline.png`` (both ranks, one lane each for the Python phases, the gradients' negotiation and their
 execution), ``step_timeline.json`` (each step's phases and hvdlite's busy time per rank) and prints a table.
 """
+
 import argparse
 import json
 import os
@@ -19,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from train import build  # noqa: E402  (puts examples/ on sys.path too)
 from allreduce import machine_line  # noqa: E402
+from train import build  # noqa: E402  (puts examples/ on sys.path too)
 
 
 def worker(args):
@@ -33,8 +34,9 @@ def worker(args):
     hvd.init()
     rank = hvd.rank()
     model, data, target = build(args.model, args.image_size)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
     def step(marks=None):
@@ -65,7 +67,8 @@ def worker(args):
 
 def spans(path):
     """(tensor, activity, start s, end s) of every span in a timeline, in seconds from its origin."""
-    from hvdlite.timeline import load, spans as timeline_spans
+    from hvdlite.timeline import load
+    from hvdlite.timeline import spans as timeline_spans
 
     return [(tensor, name, began / 1e6, ended / 1e6) for tensor, name, began, ended in timeline_spans(load(path))]
 
@@ -96,9 +99,27 @@ def main():
         worker(args)
         return
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--", sys.executable, os.path.abspath(__file__),
-           "--worker", "--model", args.model, "--image-size", str(args.image_size), "--warmup", str(args.warmup),
-           "--steps", str(args.steps), "--out-dir", args.out_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hvdlite.runner.local",
+        "-np",
+        "2",
+        "--",
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--model",
+        args.model,
+        "--image-size",
+        str(args.image_size),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--out-dir",
+        args.out_dir,
+    ]
     subprocess.run(cmd, env=env, check=True, timeout=1800)
 
     ranks = {}
@@ -108,9 +129,13 @@ def main():
         ranks[rank] = {"origin": info["origin"], "marks": info["marks"], "spans": spans(info["timeline"])}
     base = min(r["origin"] for r in ranks.values())
     summary = {"machine": machine_line(), "model": args.model, "image_size": args.image_size, "steps": []}
-    lines = [f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size}, batch 8 per rank, 2 ranks", "",
-             "| step | rank | forward ms | backward ms | optimizer step ms | allreduce executing ms | negotiating "
-             "(any gradient) ms |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size}, batch 8 per rank, 2 ranks",
+        "",
+        "| step | rank | forward ms | backward ms | optimizer step ms | allreduce executing ms | negotiating "
+        "(any gradient) ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for i in range(args.steps):
         for rank, r in ranks.items():
             m = r["marks"][i]
@@ -118,12 +143,19 @@ def main():
             clipped = [(n, max(a, begin), min(b, end)) for _, n, a, b in r["spans"] if b > begin and a < end]
             executing = union_length([(a, b) for n, a, b in clipped if not n.startswith("NEGOTIATE")])
             negotiating = union_length([(a, b) for n, a, b in clipped if n.startswith("NEGOTIATE")])
-            row = {"step": i, "rank": rank, **{k: 1000 * (v[1] - v[0]) for k, v in m.items()},
-                   "allreduce_executing_ms": 1000 * executing, "negotiating_ms": 1000 * negotiating}
+            row = {
+                "step": i,
+                "rank": rank,
+                **{k: 1000 * (v[1] - v[0]) for k, v in m.items()},
+                "allreduce_executing_ms": 1000 * executing,
+                "negotiating_ms": 1000 * negotiating,
+            }
             summary["steps"].append(row)
-            lines.append(f"| {i} | {rank} | {row['forward']:.1f} | {row['backward']:.1f} | "
-                         f"{row['optimizer step']:.1f} | {row['allreduce_executing_ms']:.1f} | "
-                         f"{row['negotiating_ms']:.1f} |")
+            lines.append(
+                f"| {i} | {rank} | {row['forward']:.1f} | {row['backward']:.1f} | "
+                f"{row['optimizer step']:.1f} | {row['allreduce_executing_ms']:.1f} | "
+                f"{row['negotiating_ms']:.1f} |"
+            )
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(args.out_dir, "step_timeline.md"), "w") as f:
@@ -154,8 +186,9 @@ def plot(ranks, base, args):
         ax.broken_barh(execute, (y, 0.8), color="C3", label="allreduce executing" if rank == 1 else None)
         labels.append(f"rank {rank}: executing")
         y += 1
-        ax.broken_barh(negotiate, (y, 0.8), color="C7", alpha=0.5, label="gradient submitted, negotiating"
-                       if rank == 1 else None)
+        ax.broken_barh(
+            negotiate, (y, 0.8), color="C7", alpha=0.5, label="gradient submitted, negotiating" if rank == 1 else None
+        )
         labels.append(f"rank {rank}: negotiating")
         y += 1
         for phase, color in colors.items():

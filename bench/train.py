@@ -11,6 +11,7 @@ Runs are interleaved over --rounds (single, ddp, hvdlite, single, ...) so that l
 hit every configuration alike; the best round of each configuration is reported, and every round is recorded with
 the load average at its start. Writes train.md, train.json and train.png (img/s of every round).
 """
+
 import argparse
 import json
 import os
@@ -74,15 +75,19 @@ def worker(kind, warmup, steps, out, model_name, image_size):
         if kind == "hvdlite-autotune":
             # One window per step: the gradients' bytes. The search's 21 windows run before the timed steps.
             grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-            os.environ.update(HVDLITE_AUTOTUNE="1", HVDLITE_AUTOTUNE_WINDOW_BYTES=str(grad_bytes),
-                              HVDLITE_AUTOTUNE_WARMUP_WINDOWS="1")
+            os.environ.update(
+                HVDLITE_AUTOTUNE="1",
+                HVDLITE_AUTOTUNE_WINDOW_BYTES=str(grad_bytes),
+                HVDLITE_AUTOTUNE_WARMUP_WINDOWS="1",
+            )
             warmup = max(warmup, AUTOTUNE_STEPS)
         import hvdlite.torch as hvd
 
         hvd.init()
         rank, size = hvd.rank(), hvd.size()
-        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                             named_parameters=model.named_parameters())
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), named_parameters=model.named_parameters()
+        )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         net, sync = model, hvd.barrier
 
@@ -93,7 +98,13 @@ def worker(kind, warmup, steps, out, model_name, image_size):
 
     seconds = timed_loop(step, warmup, steps, sync)
     if rank == 0:
-        result = {"kind": kind, "ranks": size, "seconds": seconds, "steps": steps, "img_per_s": size * 8 * steps / seconds}
+        result = {
+            "kind": kind,
+            "ranks": size,
+            "seconds": seconds,
+            "steps": steps,
+            "img_per_s": size * 8 * steps / seconds,
+        }
         if kind.startswith("hvdlite"):
             info = dict(kv.split("=", 1) for kv in hvd.build_info().split(";") if "=" in kv)
             result["knobs"] = {k: v for k, v in info.items() if k.isupper()}  # the settings this row ran with
@@ -124,8 +135,22 @@ def launch(kind, warmup, steps, out, model_name, image_size):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
     def worker_command(worker_kind, worker_out):
-        return [sys.executable, os.path.abspath(__file__), "--worker", worker_kind, "--warmup", str(warmup),
-                "--steps", str(steps), "--out", worker_out, "--model", model_name, "--image-size", str(image_size)]
+        return [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--worker",
+            worker_kind,
+            "--warmup",
+            str(warmup),
+            "--steps",
+            str(steps),
+            "--out",
+            worker_out,
+            "--model",
+            model_name,
+            "--image-size",
+            str(image_size),
+        ]
 
     me = worker_command(kind, out)
     if kind == "single":
@@ -141,8 +166,9 @@ def launch(kind, warmup, steps, out, model_name, image_size):
                     halves.append(json.load(f))
                 os.remove(part)
             with open(out, "w") as f:
-                json.dump(dict(halves[0], kind="independent", ranks=2,
-                               img_per_s=sum(h["img_per_s"] for h in halves)), f)
+                json.dump(
+                    dict(halves[0], kind="independent", ranks=2, img_per_s=sum(h["img_per_s"] for h in halves)), f
+                )
         return code
     if kind == "hvdlite-during-backward":
         env["HVDLITE_REDUCE_DURING_BACKWARD"] = "1"
@@ -153,11 +179,12 @@ def launch(kind, warmup, steps, out, model_name, image_size):
     if kind == "hvdlite-fixed":
         env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
     if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
-        env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion"):]) << 20)
+        env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion") :]) << 20)
     env.update(ENV_ROWS.get(kind, {}))
     if kind.startswith("hvdlite"):
-        return subprocess.run([sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env,
-                              timeout=1800).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env, timeout=1800
+        ).returncode
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29600 + os.getpid() % 1000), WORLD_SIZE="2")
     procs = [subprocess.Popen(me, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(2)]
     return max(p.wait(timeout=1800) for p in procs)
@@ -171,26 +198,49 @@ def main():
     parser.add_argument("--model", default="resnet50", help="resnet50 (default) or resnet_small")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
-    parser.add_argument("--autotune", action="store_true",
-                        help="add a row for hvdlite with HVDLITE_AUTOTUNE=1 (its search runs in extra warm-up steps)")
-    parser.add_argument("--fusion-mb", default="",
-                        help="comma-separated fusion thresholds in MB: a row for hvdlite with each (paired with the "
-                             "default row in every round)")
-    parser.add_argument("--during-backward", action="store_true",
-                        help="add a row for hvdlite reducing each gradient during backward "
-                             "(HVDLITE_REDUCE_DURING_BACKWARD=1), whatever the automatic choice is")
-    parser.add_argument("--static-algorithms", action="store_true",
-                        help="add a row for hvdlite with the measured algorithm table alone, without the online "
-                             "choice of large allreduces (HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0)")
-    parser.add_argument("--no-streaming", action="store_true",
-                        help="add a row for hvdlite without streaming stores into large results "
-                             "(HVDLITE_STREAMING_STORE_BYTES=0)")
-    parser.add_argument("--fixed-algorithms", action="store_true",
-                        help="add a row for hvdlite with the fixed rules instead of the machine's measurements "
-                             "(HVDLITE_ALLREDUCE_ALGORITHMS=fixed: the ring, streaming stores from 16 MiB)")
-    parser.add_argument("--env-row", action="append", default=[], type=parse_env_row, metavar="VAR=VALUE[,...]",
-                        help="add a row for hvdlite with these environment settings (repeatable), e.g. "
-                             "--env-row HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=2965820")
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="add a row for hvdlite with HVDLITE_AUTOTUNE=1 (its search runs in extra warm-up steps)",
+    )
+    parser.add_argument(
+        "--fusion-mb",
+        default="",
+        help="comma-separated fusion thresholds in MB: a row for hvdlite with each (paired with the "
+        "default row in every round)",
+    )
+    parser.add_argument(
+        "--during-backward",
+        action="store_true",
+        help="add a row for hvdlite reducing each gradient during backward "
+        "(HVDLITE_REDUCE_DURING_BACKWARD=1), whatever the automatic choice is",
+    )
+    parser.add_argument(
+        "--static-algorithms",
+        action="store_true",
+        help="add a row for hvdlite with the measured algorithm table alone, without the online "
+        "choice of large allreduces (HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0)",
+    )
+    parser.add_argument(
+        "--no-streaming",
+        action="store_true",
+        help="add a row for hvdlite without streaming stores into large results (HVDLITE_STREAMING_STORE_BYTES=0)",
+    )
+    parser.add_argument(
+        "--fixed-algorithms",
+        action="store_true",
+        help="add a row for hvdlite with the fixed rules instead of the machine's measurements "
+        "(HVDLITE_ALLREDUCE_ALGORITHMS=fixed: the ring, streaming stores from 16 MiB)",
+    )
+    parser.add_argument(
+        "--env-row",
+        action="append",
+        default=[],
+        type=parse_env_row,
+        metavar="VAR=VALUE[,...]",
+        help="add a row for hvdlite with these environment settings (repeatable), e.g. "
+        "--env-row HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=2965820",
+    )
     parser.add_argument("--worker")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -199,12 +249,15 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
-    kinds = ("single", "independent", "ddp", "hvdlite") + (("hvdlite-autotune",) if args.autotune else ()) + (
-        ("hvdlite-during-backward",) if args.during_backward else ()) + (
-        ("hvdlite-static",) if args.static_algorithms else ()) + (
-        ("hvdlite-no-streaming",) if args.no_streaming else ()) + (
-        ("hvdlite-fixed",) if args.fixed_algorithms else ()) + tuple(
-        f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
+    kinds = (
+        ("single", "independent", "ddp", "hvdlite")
+        + (("hvdlite-autotune",) if args.autotune else ())
+        + (("hvdlite-during-backward",) if args.during_backward else ())
+        + (("hvdlite-static",) if args.static_algorithms else ())
+        + (("hvdlite-no-streaming",) if args.no_streaming else ())
+        + (("hvdlite-fixed",) if args.fixed_algorithms else ())
+        + tuple(f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
+    )
     for i, settings in enumerate(args.env_row):
         ENV_ROWS[f"hvdlite-env{i + 1}"] = settings
     kinds += tuple(ENV_ROWS)
@@ -234,22 +287,34 @@ def main():
     ]
     if args.autotune:
         tuned = [x["tuned"] for x in rounds if x["kind"] == "hvdlite-autotune"]
-        chosen = ", ".join(f"{int(t['tuned_fusion_threshold']) >> 20} MB / {t['tuned_cycle_time_ms']} ms ({t['autotune']})"
-                           for t in tuned)
-        lines.append(f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
-                     f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |")
+        chosen = ", ".join(
+            f"{int(t['tuned_fusion_threshold']) >> 20} MB / {t['tuned_cycle_time_ms']} ms ({t['autotune']})"
+            for t in tuned
+        )
+        lines.append(
+            f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
+            f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |"
+        )
     if args.during_backward:
-        lines.append(f"| hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1 | {best['hvdlite-during-backward']:.2f} | "
-                     f"{eff['hvdlite-during-backward']:.1%} |")
+        lines.append(
+            f"| hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1 | {best['hvdlite-during-backward']:.2f} | "
+            f"{eff['hvdlite-during-backward']:.1%} |"
+        )
     if args.static_algorithms:
-        lines.append(f"| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 | {best['hvdlite-static']:.2f} | "
-                     f"{eff['hvdlite-static']:.1%} |")
+        lines.append(
+            f"| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 | {best['hvdlite-static']:.2f} | "
+            f"{eff['hvdlite-static']:.1%} |"
+        )
     if args.no_streaming:
-        lines.append(f"| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 | {best['hvdlite-no-streaming']:.2f} | "
-                     f"{eff['hvdlite-no-streaming']:.1%} |")
+        lines.append(
+            f"| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 | {best['hvdlite-no-streaming']:.2f} | "
+            f"{eff['hvdlite-no-streaming']:.1%} |"
+        )
     if args.fixed_algorithms:
-        lines.append(f"| hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed | {best['hvdlite-fixed']:.2f} | "
-                     f"{eff['hvdlite-fixed']:.1%} |")
+        lines.append(
+            f"| hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed | {best['hvdlite-fixed']:.2f} | "
+            f"{eff['hvdlite-fixed']:.1%} |"
+        )
     for kind in kinds:
         if kind.startswith("hvdlite-fusion") or kind in ENV_ROWS:
             lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
@@ -258,30 +323,48 @@ def main():
         f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x; hvdlite / ceiling: "
         f"{best['hvdlite'] / best['independent']:.2f}x; DDP / ceiling: {best['ddp'] / best['independent']:.2f}x",
         "",
-        "All rounds (img/s, load average at the start): " +
-        ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
+        "All rounds (img/s, load average at the start): "
+        + ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
     ]
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(args.out_dir, "train.md"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(args.out_dir, "train.json"), "w") as f:
-        json.dump({"machine": machine_line(), "model": args.model, "image_size": args.image_size,
-                   "steps": args.steps, "rounds": rounds, "best": best, "efficiency": eff}, f, indent=1)
+        json.dump(
+            {
+                "machine": machine_line(),
+                "model": args.model,
+                "image_size": args.image_size,
+                "steps": args.steps,
+                "rounds": rounds,
+                "best": best,
+                "efficiency": eff,
+            },
+            f,
+            indent=1,
+        )
     plot(rounds, best, args.out_dir)
 
 
 def label(kind, short=False):
     if kind in ENV_ROWS:
         settings = ", ".join(f"{k}={v}" for k, v in ENV_ROWS[kind].items())
-        return f"hvdlite, {kind[len('hvdlite-'):]}" if short else f"hvdlite, 2 ranks, {settings}"
+        return f"hvdlite, {kind[len('hvdlite-') :]}" if short else f"hvdlite, 2 ranks, {settings}"
     if kind.startswith("hvdlite-fusion"):
-        mb = kind[len("hvdlite-fusion"):]
+        mb = kind[len("hvdlite-fusion") :]
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
-    return {"single": "single process", "independent": "2 independent", "ddp": "torch DDP, 2 ranks",
-            "hvdlite": "hvdlite, 2 ranks", "hvdlite-autotune": "hvdlite, autotuned",
-            "hvdlite-during-backward": "hvdlite, during bwd", "hvdlite-static": "hvdlite, static algorithms",
-            "hvdlite-no-streaming": "hvdlite, no streaming stores", "hvdlite-fixed": "hvdlite, fixed rules"}[kind]
+    return {
+        "single": "single process",
+        "independent": "2 independent",
+        "ddp": "torch DDP, 2 ranks",
+        "hvdlite": "hvdlite, 2 ranks",
+        "hvdlite-autotune": "hvdlite, autotuned",
+        "hvdlite-during-backward": "hvdlite, during bwd",
+        "hvdlite-static": "hvdlite, static algorithms",
+        "hvdlite-no-streaming": "hvdlite, no streaming stores",
+        "hvdlite-fixed": "hvdlite, fixed rules",
+    }[kind]
 
 
 def plot(rounds, best, out_dir):
@@ -304,6 +387,7 @@ def plot(rounds, best, out_dir):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "train.png"), dpi=110)
+
 
 if __name__ == "__main__":
     main()

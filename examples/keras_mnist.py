@@ -8,6 +8,7 @@ pipeline reshuffled every epoch), scales the learning rate by the number of rank
 metrics over ranks, and lets rank 0 alone print progress and write the checkpoint (a plain Keras file that
 loads without hvdlite, or with hvd.load_model to resume distributed training).
 """
+
 import argparse
 import math
 import os
@@ -37,16 +38,18 @@ def shard(images, labels, rank, size):
 
 def build_model(keras):
     layers = keras.layers
-    return keras.Sequential([
-        keras.Input((28, 28, 1)),
-        layers.Conv2D(16, 5, activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(32, 5, activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Flatten(),
-        layers.Dense(64, activation="relu"),
-        layers.Dense(10),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(16, 5, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 5, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(10),
+        ]
+    )
 
 
 def main():
@@ -62,8 +65,8 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    hvd.init()                                                               # hvdlite: 1. start
-    tf.config.threading.set_intra_op_parallelism_threads(1)                  # hvdlite: 2. one core per rank
+    hvd.init()  # hvdlite: 1. start
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # hvdlite: 2. one core per rank
     tf.config.threading.set_inter_op_parallelism_threads(1)
     import keras
 
@@ -71,26 +74,37 @@ def main():
 
     x_train, y_train = shard(*load_split(args.data_dir, train=True), hvd.rank(), hvd.size())
     x_test, y_test = shard(*load_split(args.data_dir, train=False), hvd.rank(), hvd.size())
-    train = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-             .shuffle(len(y_train), seed=args.seed, reshuffle_each_iteration=True)
-             .batch(args.batch_size, drop_remainder=True).prefetch(2))
+    train = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .shuffle(len(y_train), seed=args.seed, reshuffle_each_iteration=True)
+        .batch(args.batch_size, drop_remainder=True)
+        .prefetch(2)
+    )
     test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(256)
 
     model = build_model(keras)
     scaled_lr = args.lr * hvd.size()
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(scaled_lr, momentum=0.9),  # hvdlite: 3.
-                                         compression=compression)
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"], steps_per_execution=args.steps_per_execution)
+    optimizer = hvd.DistributedOptimizer(
+        keras.optimizers.SGD(scaled_lr, momentum=0.9),  # hvdlite: 3.
+        compression=compression,
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        steps_per_execution=args.steps_per_execution,
+    )
     callbacks = [
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),                  # hvdlite: 4. same start everywhere
-        hvd.callbacks.MetricAverageCallback(),          # averaged logs before anything reads them
-        hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs,
-                                                 verbose=1 if hvd.rank() == 0 else 0),
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # hvdlite: 4. same start everywhere
+        hvd.callbacks.MetricAverageCallback(),  # averaged logs before anything reads them
+        hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs, verbose=1 if hvd.rank() == 0 else 0
+        ),
     ]
-    model.fit(train, epochs=args.epochs, validation_data=test, callbacks=callbacks,
-              verbose=2 if hvd.rank() == 0 else 0)
+    model.fit(
+        train, epochs=args.epochs, validation_data=test, callbacks=callbacks, verbose=2 if hvd.rank() == 0 else 0
+    )
 
     loss, accuracy = model.evaluate(test, verbose=0)
     accuracy = float(hvd.allreduce(accuracy, name="metric.test_accuracy"))

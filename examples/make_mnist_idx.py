@@ -4,6 +4,7 @@ The images are synthetic but learnable: each class is a distinct stroke pattern 
 above 10% shows that training works. The file layout and format are exactly MNIST's:
   train-images-idx3-ubyte(.gz)  train-labels-idx1-ubyte(.gz)  t10k-images-idx3-ubyte(.gz)  t10k-labels-idx1-ubyte(.gz)
 """
+
 import argparse
 import gzip
 import os

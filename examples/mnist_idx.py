@@ -1,4 +1,5 @@
 """Reading MNIST's IDX files (gzipped or not), shared by the PyTorch and Keras examples."""
+
 import gzip
 import math
 import os

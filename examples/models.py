@@ -3,6 +3,7 @@
 resnet50() follows torchvision's ResNet-50 v1.5 layer for layer (bottleneck stride on the 3x3 conv): 25,557,032
 parameters with 1000 classes, the same as torchvision.models.resnet50().
 """
+
 import torch.nn as nn
 
 
@@ -50,8 +51,10 @@ class ResNet(nn.Module):
     def _stage(self, width, blocks, stride):
         downsample = None
         if stride != 1 or self.in_channels != width * Bottleneck.expansion:
-            downsample = nn.Sequential(nn.Conv2d(self.in_channels, width * Bottleneck.expansion, 1, stride=stride,
-                                                 bias=False), nn.BatchNorm2d(width * Bottleneck.expansion))
+            downsample = nn.Sequential(
+                nn.Conv2d(self.in_channels, width * Bottleneck.expansion, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(width * Bottleneck.expansion),
+            )
         layers = [Bottleneck(self.in_channels, width, stride, downsample)]
         self.in_channels = width * Bottleneck.expansion
         layers += [Bottleneck(self.in_channels, width) for _ in range(1, blocks)]

@@ -12,6 +12,7 @@ commit and hvdlite-run re-forms the job without it; when the discovery script re
 starts there and joins at the next commit. The ElasticSampler splits what is left of the epoch among whoever
 is there, so no sample is skipped or seen twice in an epoch. The learning rate follows the number of workers.
 """
+
 import argparse
 import os
 import sys
@@ -63,20 +64,20 @@ def main():
     torch.manual_seed(42)
     torch.set_num_threads(1)
     train_set, test_set = MnistIdx(args.data_dir, train=True), MnistIdx(args.data_dir, train=False)
-    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=42)                 # elastic: 1.
+    sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=42)  # elastic: 1.
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     model = Net()
     base = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
     optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
 
-    def on_reset():                                                                        # elastic: 2.
+    def on_reset():  # elastic: 2.
         sampler.reset()
         for group in optimizer.param_groups:
             group["lr"] = args.lr * hvd.size()
         if hvd.rank() == 0:
             print(f"re-formed: {hvd.size()} worker(s)", flush=True)
 
-    @hvd.elastic.run                                                                       # elastic: 3.
+    @hvd.elastic.run  # elastic: 3.
     def train(state):
         while state.epoch < args.epochs:
             model.train()
@@ -86,14 +87,14 @@ def main():
                 optimizer.step()
                 sampler.record_batch(batch_idx, args.batch_size)
                 if batch_idx % args.batches_per_commit == 0:
-                    state.commit()                                                         # elastic: 4.
+                    state.commit()  # elastic: 4.
             state.epoch += 1
             sampler.set_epoch(state.epoch)
             state.commit()
             if hvd.rank() == 0:
                 print(f"epoch {state.epoch} done on {hvd.size()} worker(s)", flush=True)
 
-    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0)             # elastic: 5.
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0)  # elastic: 5.
     state.register_reset_callbacks([on_reset])
     train(state)
 

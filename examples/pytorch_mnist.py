@@ -6,6 +6,7 @@
 Reads the standard IDX files (gzipped or not), shards the training set across ranks like DistributedSampler,
 shows a progress bar on rank 0, averages metrics over ranks and lets rank 0 alone write the checkpoint.
 """
+
 import argparse
 import math
 import os
@@ -47,11 +48,13 @@ class ShardSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         if self.shuffle:
-            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+            order = torch.randperm(
+                self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)
+            ).tolist()
         else:
             order = list(range(self.size))
         order += order[: self.per_rank * self.replicas - len(order)]  # pad so every rank gets as many
-        return iter(order[self.rank::self.replicas])
+        return iter(order[self.rank :: self.replicas])
 
     def __len__(self):
         return self.per_rank
@@ -86,9 +89,9 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    hvd.init()                                                              # hvdlite: 1. start
+    hvd.init()  # hvdlite: 1. start
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)                                                # hvdlite: 2. one core per rank
+    torch.set_num_threads(1)  # hvdlite: 2. one core per rank
     train_set, test_set = MnistIdx(args.data_dir, train=True), MnistIdx(args.data_dir, train=False)
     sampler = ShardSampler(len(train_set), hvd.size(), hvd.rank(), seed=args.seed)
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
@@ -98,9 +101,12 @@ def main():
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),  # hvdlite: 3.
-                                         compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)              # hvdlite: 4. same start everywhere
+    optimizer = hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),  # hvdlite: 3.
+        compression=compression,
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # hvdlite: 4. same start everywhere
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     for epoch in range(1, args.epochs + 1):
@@ -125,13 +131,17 @@ def main():
                 total += len(labels)
         accuracy = averaged(correct / max(1, total), "metric.accuracy")
         if hvd.rank() == 0:
-            print(f"epoch {epoch}: train loss {train_loss:.4f}, test accuracy {accuracy:.2%} "
-                  f"(averaged over {hvd.size()} ranks)", flush=True)
+            print(
+                f"epoch {epoch}: train loss {train_loss:.4f}, test accuracy {accuracy:.2%} "
+                f"(averaged over {hvd.size()} ranks)",
+                flush=True,
+            )
 
     if hvd.rank() == 0:
         os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epochs": args.epochs},
-                   args.checkpoint)
+        torch.save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epochs": args.epochs}, args.checkpoint
+        )
         print(f"checkpoint written to {args.checkpoint}")
 
 

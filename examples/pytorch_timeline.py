@@ -11,6 +11,7 @@ https://ui.perfetto.dev or chrome://tracing: one row per tensor, a NEGOTIATE_* s
 rank has submitted it (so it also shows how far the ranks' backward passes drift apart), then the operation
 itself ("ALLREDUCE (fused x4)" when it shared a fusion buffer with three others).
 """
+
 import argparse
 import os
 import sys
@@ -39,8 +40,9 @@ def main():
     hvd.init()
     torch.manual_seed(hvd.rank())
     model = MODELS[args.model](num_classes=10)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size()),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size()), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
@@ -60,8 +62,10 @@ def main():
         if problems:
             raise SystemExit(f"{args.trace} is not a well-formed trace: {problems[:5]}")
         summaries, cycles = hvdlite.timeline.summarize(events)
-        print(f"recorded steps {args.record_from}..{args.record_from + args.record_steps - 1} "
-              f"to {args.trace}: {len(events)} events")
+        print(
+            f"recorded steps {args.record_from}..{args.record_from + args.record_steps - 1} "
+            f"to {args.trace}: {len(events)} events"
+        )
         print(hvdlite.timeline.format_table(summaries, cycles, top=args.top))
         print(f"open {os.path.abspath(args.trace)} in https://ui.perfetto.dev or chrome://tracing")
     hvd.shutdown()

@@ -7,6 +7,7 @@ The data is a CSV file of a noisy linear function, written here so nothing is do
 the file and trains on its own shard, gradients averaged by hvdlite. Prints each epoch's loss averaged over
 the workers and the learned weights, which every worker holds identically.
 """
+
 import argparse
 import csv
 import os
@@ -41,12 +42,13 @@ def train(data_path, epochs, batch_size, lr):
     torch.set_num_threads(1)
     torch.manual_seed(hvd.rank())  # different on purpose: broadcast_parameters makes the models equal
     table = np.loadtxt(data_path, delimiter=",", skiprows=1, dtype=np.float32)
-    shard = torch.from_numpy(table[hvd.rank()::hvd.size()])
+    shard = torch.from_numpy(table[hvd.rank() :: hvd.size()])
     features, targets = shard[:, :-1], shard[:, -1:]
 
     model = torch.nn.Linear(features.shape[1], 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr * hvd.size()),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr * hvd.size()), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 

@@ -9,6 +9,7 @@ function, so the executors need no shared filesystem; each rank trains on its ow
 hvdlite. Prints each epoch's loss averaged over the ranks and the learned weights, which every rank holds
 identically. The executors need hvdlite and torch installed in the Python Spark runs them with (PYSPARK_PYTHON).
 """
+
 import argparse
 import os
 import sys
@@ -35,12 +36,13 @@ def train(x, y, epochs, batch_size, lr):
     hvd.init()
     torch.set_num_threads(1)
     torch.manual_seed(hvd.rank())  # different on purpose: broadcast_parameters makes the models equal
-    features = torch.from_numpy(x[hvd.rank()::hvd.size()])
-    targets = torch.from_numpy(y[hvd.rank()::hvd.size()])
+    features = torch.from_numpy(x[hvd.rank() :: hvd.size()])
+    targets = torch.from_numpy(y[hvd.rank() :: hvd.size()])
 
     model = torch.nn.Linear(features.shape[1], 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr * hvd.size()),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr * hvd.size()), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
@@ -85,8 +87,7 @@ def main():
     spark.sparkContext.setLogLevel("ERROR")
     try:
         x, y = make_dataset(args.rows)
-        results = hvdlite.spark.run(train, args=(x, y, args.epochs, args.batch_size, args.lr),
-                                    num_proc=args.num_proc)
+        results = hvdlite.spark.run(train, args=(x, y, args.epochs, args.batch_size, args.lr), num_proc=args.num_proc)
     finally:
         spark.stop()
     for epoch, loss in enumerate(results[0]["losses"]):

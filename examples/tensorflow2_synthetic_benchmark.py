@@ -6,6 +6,7 @@ tensorflow2_synthetic_benchmark.py: a custom training loop in a tf.function with
 --model is any keras.applications model (ResNet50, MobileNetV2, ...) or small_cnn. Prints images/second per
 rank and in total (mean and 95% interval over the measured iterations).
 """
+
 import argparse
 import timeit
 
@@ -18,14 +19,16 @@ import hvdlite.tensorflow as hvd
 def build_model(keras, name, image_size):
     if name == "small_cnn":
         layers = keras.layers
-        return keras.Sequential([
-            keras.Input((image_size, image_size, 3)),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.GlobalAveragePooling2D(),
-            layers.Dense(1000),
-        ])
+        return keras.Sequential(
+            [
+                keras.Input((image_size, image_size, 3)),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(64, 3, activation="relu"),
+                layers.GlobalAveragePooling2D(),
+                layers.Dense(1000),
+            ]
+        )
     return getattr(keras.applications, name)(weights=None, input_shape=(image_size, image_size, 3))
 
 
@@ -70,8 +73,10 @@ def main():
         if hvd.rank() == 0:
             print(text, flush=True)
 
-    log(f"model {args.model}, batch size {args.batch_size}, image size {args.image_size}, {hvd.size()} ranks, "
-        f"{args.threads} thread(s) each")
+    log(
+        f"model {args.model}, batch size {args.batch_size}, image size {args.image_size}, {hvd.size()} ranks, "
+        f"{args.threads} thread(s) each"
+    )
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
     rates = []
     for i in range(args.num_iters):

@@ -5,6 +5,7 @@ stays light (no framework imports) so that the launcher starts quickly; ``hvdlit
 ``horovod.run``) is imported on first use from ``hvdlite.runner.api``, the launcher's public module and the only
 part of the launcher the rest of hvdlite imports (docs/architecture.md, "Layers").
 """
+
 from hvdlite.common.errors import HorovodInternalError, HvdliteError  # noqa: F401
 
 __version__ = "0.1.0"

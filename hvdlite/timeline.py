@@ -14,6 +14,7 @@ processor would be the natural checker, but its Python package downloads a nativ
 A file cut short, by a process that was killed while writing, is read as Chrome reads it: the JSON array may
 lack its closing bracket.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ def load(path: str) -> List[dict]:
         if not text.lstrip().startswith("["):
             raise
         # Cut short: keep the complete events (the writer puts one per line) and close the array.
-        complete = text[:text.rfind("\n")] if not text.rstrip().endswith("}") else text
+        complete = text[: text.rfind("\n")] if not text.rstrip().endswith("}") else text
         data = json.loads(complete.rstrip().rstrip(",") + "]")
     if isinstance(data, dict):
         if "traceEvents" not in data:
@@ -149,13 +150,17 @@ def summarize(events: List[dict]) -> Tuple[List[TensorSummary], int]:
 
 def format_table(summaries: List[TensorSummary], cycles: int, top: Union[int, None] = None) -> str:
     shown = summaries if top is None else summaries[:top]
-    lines = [f"{len(summaries)} tensors, {cycles} cycle markers",
-             f"{'tensor':<40} {'activity':<24} {'count':>6} {'total ms':>10} {'mean us':>9}"]
+    lines = [
+        f"{len(summaries)} tensors, {cycles} cycle markers",
+        f"{'tensor':<40} {'activity':<24} {'count':>6} {'total ms':>10} {'mean us':>9}",
+    ]
     for summary in shown:
         for activity in sorted(summary.total_us, key=lambda a: -summary.total_us[a]):
             count, total = summary.count[activity], summary.total_us[activity]
-            lines.append(f"{summary.tensor[:40]:<40} {activity[:24]:<24} {count:>6} {total / 1000:>10.3f} "
-                         f"{total / count:>9.1f}")
+            lines.append(
+                f"{summary.tensor[:40]:<40} {activity[:24]:<24} {count:>6} {total / 1000:>10.3f} "
+                f"{total / count:>9.1f}"
+            )
     return "\n".join(lines)
 
 

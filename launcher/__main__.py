@@ -1,4 +1,5 @@
 """``python -m hvdlite.runner`` is ``hvdlite-run``."""
+
 import sys
 
 from hvdlite.runner.launch import main

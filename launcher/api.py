@@ -20,6 +20,7 @@ the launcher and the library do not depend on each other's insides. What this mo
 remote hosts need the same Python environment but no shared filesystem. ``fn`` calls ``hvd.init()`` itself, like
 a training script.
 """
+
 from __future__ import annotations
 
 import signal
@@ -36,10 +37,19 @@ from hvdlite.runner.settings import DEFAULT_START_TIMEOUT, Settings
 from hvdlite.runner.ssh import SshOptions
 
 __all__ = [
-    "run", "RunError",
+    "run",
+    "RunError",
     "build_rank_env",
-    "RUN_SCOPE", "pack_call", "put_blob", "get_blob", "run_rank_function",
-    "LineSplitter", "LineSink", "progress_interval", "rank_prefix", "timestamp_prefix",
+    "RUN_SCOPE",
+    "pack_call",
+    "put_blob",
+    "get_blob",
+    "run_rank_function",
+    "LineSplitter",
+    "LineSink",
+    "progress_interval",
+    "rank_prefix",
+    "timestamp_prefix",
 ]
 
 
@@ -54,14 +64,25 @@ class RunError(RuntimeError):
         self.remote_traceback = remote_traceback
 
 
-def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None,
-        np: int = 2, hosts: Optional[str] = None, hostfile: Optional[str] = None,
-        start_timeout: Optional[float] = None, ssh_port: Optional[int] = None,
-        ssh_identity_file: Optional[str] = None, ssh_options: Sequence[str] = (),
-        output_filename: Optional[str] = None, verbose: bool = False,
-        network_interface: Optional[str] = None, executable: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
-        num_proc: Optional[int] = None) -> List[Any]:
+def run(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Optional[Mapping[str, Any]] = None,
+    np: int = 2,
+    hosts: Optional[str] = None,
+    hostfile: Optional[str] = None,
+    start_timeout: Optional[float] = None,
+    ssh_port: Optional[int] = None,
+    ssh_identity_file: Optional[str] = None,
+    ssh_options: Sequence[str] = (),
+    output_filename: Optional[str] = None,
+    verbose: bool = False,
+    network_interface: Optional[str] = None,
+    executable: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+    num_proc: Optional[int] = None,
+) -> List[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``np`` ranks and returns the results in rank order.
 
     ``hosts`` is ``"host1:2,host2:2"`` (default: all on this machine) or ``hostfile`` a file of
@@ -81,11 +102,15 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
     if num_proc is not None:  # horovod.run's name for np
         np = num_proc
     settings = Settings(
-        np=np, hosts=parse_hosts(hosts) if hosts else parse_hostfile(hostfile) if hostfile else None,
-        start_timeout=start_timeout or DEFAULT_START_TIMEOUT, timeout=timeout, verbose=verbose,
+        np=np,
+        hosts=parse_hosts(hosts) if hosts else parse_hostfile(hostfile) if hostfile else None,
+        start_timeout=start_timeout or DEFAULT_START_TIMEOUT,
+        timeout=timeout,
+        verbose=verbose,
         output_filename=output_filename,
         network_interfaces=[nic for nic in (network_interface or "").split(",") if nic],
-        ssh=SshOptions(port=ssh_port, identity_file=ssh_identity_file, options=list(ssh_options)))
+        ssh=SshOptions(port=ssh_port, identity_file=ssh_identity_file, options=list(ssh_options)),
+    )
     payload = pack_call(fn, args, kwargs)
     command = [executable or sys.executable, "-m", "hvdlite.runner.run_task"]
     with BuiltinJob(settings, command, extra_env=env) as job:
@@ -112,5 +137,10 @@ def _failure(code: int, rank: Optional[int], results: Dict[int, tuple]) -> RunEr
     stored = results.get(rank)
     if stored is not None and stored[0] == "error":
         return RunError(f"hvdlite.run: rank {rank} failed:\n{stored[1]}", rank, code, stored[1])
-    return RunError(f"hvdlite.run: rank {rank} exited with code {code} without a Python exception (killed, or "
-                    "it crashed); see its output above", rank, code, None)
+    return RunError(
+        f"hvdlite.run: rank {rank} exited with code {code} without a Python exception (killed, or "
+        "it crashed); see its output above",
+        rank,
+        code,
+        None,
+    )

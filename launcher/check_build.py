@@ -3,6 +3,7 @@
 Backends come from the core itself (``hvdlite_build_info``); frameworks and mpi4py are looked up without being
 imported, so the report is quick.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,6 @@ def _has_module(name: str) -> bool:
 
 def report() -> str:
     import hvdlite
-
     from hvdlite.common.build_queries import mpi_facts
 
     info = mpi_facts()
@@ -29,29 +29,42 @@ def report() -> str:
         return [title] + ["    [%s] %s" % ("X" if present else " ", name) for name, present in rows] + [""]
 
     lines = ["hvdlite v%s:" % hvdlite.__version__, ""]
-    lines += section("Available Frameworks:", [
-        ("PyTorch", _has_module("torch") and _has_module("hvdlite.torch")),
-        ("TensorFlow", _has_module("tensorflow") and _has_module("hvdlite.tensorflow")),
-    ])
-    lines += section("Available Controllers (bootstrap):", [
-        ("built-in (hvdlite-run rendezvous, torchrun, Slurm)", True),
-        ("MPI (mpi4py)", _has_module("mpi4py")),
-        ("mpirun for --mpi", shutil.which("mpirun") is not None),
-    ])
+    lines += section(
+        "Available Frameworks:",
+        [
+            ("PyTorch", _has_module("torch") and _has_module("hvdlite.torch")),
+            ("TensorFlow", _has_module("tensorflow") and _has_module("hvdlite.tensorflow")),
+        ],
+    )
+    lines += section(
+        "Available Controllers (bootstrap):",
+        [
+            ("built-in (hvdlite-run rendezvous, torchrun, Slurm)", True),
+            ("MPI (mpi4py)", _has_module("mpi4py")),
+            ("mpirun for --mpi", shutil.which("mpirun") is not None),
+        ],
+    )
     mpi = info.get("mpi") == "1"
     mpi_row = "MPI (%s)" % info.get("mpi_library", "") if mpi else "MPI: %s" % info.get("mpi_missing", "not built")
     nccl = info.get("nccl") == "1"
     if nccl:
         version = int(info.get("nccl_version", "0"))
         nccl_row = "NCCL %d.%d.%d for CUDA tensors (%s, %s device(s))" % (
-            version // 10000, version // 100 % 100, version % 100, info.get("nccl_library", ""),
-            info.get("cuda_devices", "?"))
+            version // 10000,
+            version // 100 % 100,
+            version % 100,
+            info.get("nccl_library", ""),
+            info.get("cuda_devices", "?"),
+        )
     else:
         nccl_row = "NCCL: %s" % info.get("nccl_missing", "not available")
-    lines += section("Available Tensor Operations:", [
-        ("TCP", "tcp" in backends),
-        ("shared memory", "shm" in backends),
-        (mpi_row, mpi),
-        (nccl_row, nccl),
-    ])
+    lines += section(
+        "Available Tensor Operations:",
+        [
+            ("TCP", "tcp" in backends),
+            ("shared memory", "shm" in backends),
+            (mpi_row, mpi),
+            (nccl_row, nccl),
+        ],
+    )
     return "\n".join(lines)

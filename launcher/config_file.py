@@ -14,6 +14,7 @@ flag gives.
     library_options: {gloo_timeout_seconds: 60}
     logging: {level: INFO, hide_timestamp: false}
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -31,6 +32,7 @@ def _switch(on: str, off: Optional[str] = None) -> Callable[[Any], List[str]]:
     def convert(value: Any) -> List[str]:
         flag = on if _boolean(value) else off
         return [flag] if flag else []
+
     return convert
 
 
@@ -39,6 +41,7 @@ def _unsupported(flag: str) -> Callable[[Any], List[str]]:
         if value is None or value is False:
             return []  # turned off: nothing to honour
         raise ValueError(f"{flag} is not supported: {UNSUPPORTED_FLAGS[flag]}")
+
     return convert
 
 
@@ -91,6 +94,7 @@ SETTINGS: Dict[str, Dict[str, Callable[[Any], List[str]]]] = {
     },
 }
 
+
 def read(path: str) -> Mapping[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -119,8 +123,10 @@ def to_arguments(config: Mapping[str, Any], path: str, controller_given: bool) -
             continue
         known = SETTINGS.get(section)
         if known is None:
-            raise ValueError(f"--config-file {path}: unknown section {section!r}; the sections are controller, "
-                             + ", ".join(SETTINGS))
+            raise ValueError(
+                f"--config-file {path}: unknown section {section!r}; the sections are controller, "
+                + ", ".join(SETTINGS)
+            )
         if entries is None:
             continue
         if not isinstance(entries, dict):
@@ -128,8 +134,9 @@ def to_arguments(config: Mapping[str, Any], path: str, controller_given: bool) -
         for key, value in entries.items():
             convert = known.get(key)
             if convert is None:
-                raise ValueError(f"--config-file {path}: unknown key {section}.{key}; {section} takes "
-                                 + ", ".join(known))
+                raise ValueError(
+                    f"--config-file {path}: unknown key {section}.{key}; {section} takes " + ", ".join(known)
+                )
             try:
                 arguments += convert(value)
             except ValueError as exc:

@@ -29,6 +29,7 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
 Ranks are numbered host by host (co-located ranks share memory). Rank 0 always goes to a worker of the previous
 round (the lowest surviving rank), because ``state.sync()`` broadcasts from rank 0.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,7 @@ from hvdlite.common.rendezvous import RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.hosts import HostSlots, parse_hostfile_text
 from hvdlite.runner.output import report
-from hvdlite.runner.processes import (JobOutcome, RankProcess, SignalCatcher, start_rank, stop_ranks,
-                                      terminate_group)
+from hvdlite.runner.processes import JobOutcome, RankProcess, SignalCatcher, start_rank, stop_ranks, terminate_group
 from hvdlite.runner.settings import Settings
 from hvdlite.runner.ssh import resolve_hostname, start_remote_rank
 
@@ -89,8 +89,9 @@ def discover_hosts(script: str, slots_per_host: int, timeout: float = 30.0) -> L
     else:
         result = subprocess.run(script, shell=True, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise RuntimeError(f"host discovery script {script} exited with {result.returncode}: "
-                           f"{result.stderr.strip()[-500:]}")
+        raise RuntimeError(
+            f"host discovery script {script} exited with {result.returncode}: {result.stderr.strip()[-500:]}"
+        )
     lines = []
     for line in result.stdout.splitlines():
         line = line.strip()
@@ -102,7 +103,7 @@ def discover_hosts(script: str, slots_per_host: int, timeout: float = 30.0) -> L
 @dataclasses.dataclass
 class Worker:
     worker_id: str  # "w<n>", stable for the job
-    index: int      # n: the prefix of its output lines
+    index: int  # n: the prefix of its output lines
     host: str
     slot: int
     process: RankProcess
@@ -151,18 +152,33 @@ class ElasticDriver:
         env = dict(self.base_env)
         for name in ("HVDLITE_RANK", "HVDLITE_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE"):
             env.pop(name, None)
-        env.update({
-            "HVDLITE_ELASTIC": "1", "HVDLITE_WORKER_ID": worker_id, "HVDLITE_JOB_ID": self.job_id,
-            "HVDLITE_RENDEZVOUS_ADDR": self._rendezvous_address(host), "HVDLITE_RENDEZVOUS_PORT":
-            str(self.server.address[1]), "HVDLITE_SECRET": self.secret.hex(), "HVDLITE_HOSTNAME": host,
-            "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "HVDLITE_ELASTIC": "1",
+                "HVDLITE_WORKER_ID": worker_id,
+                "HVDLITE_JOB_ID": self.job_id,
+                "HVDLITE_RENDEZVOUS_ADDR": self._rendezvous_address(host),
+                "HVDLITE_RENDEZVOUS_PORT": str(self.server.address[1]),
+                "HVDLITE_SECRET": self.secret.hex(),
+                "HVDLITE_HOSTNAME": host,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if self.settings.verbose:
             report(f"starting worker {worker_id} on {host} slot {slot}: {shlex.join(self.command)}")
         if local:
             process = start_rank(index, self.command, env, output_dir=self.settings.output_filename)
         else:
-            process = start_remote_rank(index, host, self.command, env, os.getcwd(), self.settings.ssh,
-                                        dict(os.environ), output_dir=self.settings.output_filename)
+            process = start_remote_rank(
+                index,
+                host,
+                self.command,
+                env,
+                os.getcwd(),
+                self.settings.ssh,
+                dict(os.environ),
+                output_dir=self.settings.output_filename,
+            )
         self.workers.append(Worker(worker_id, index, host, slot, process))
         self.started_in_round += 1
         if host not in self.host_order:
@@ -202,26 +218,35 @@ class ElasticDriver:
         marked = False
         for host in hosts:
             # Highest local rank first; workers not yet in a round count as the highest.
-            on_host = sorted((w for w in self.active() if w.host == host.name),
-                             key=lambda w: (w.last_rank is None, w.last_rank or 0, w.slot), reverse=True)
+            on_host = sorted(
+                (w for w in self.active() if w.host == host.name),
+                key=lambda w: (w.last_rank is None, w.last_rank or 0, w.slot),
+                reverse=True,
+            )
             staying = [w for w in on_host if not w.leaving]
             leaving = [w for w in on_host if w.leaving]
             if len(staying) > host.slots:
-                for worker in staying[:len(staying) - host.slots]:
+                for worker in staying[: len(staying) - host.slots]:
                     if worker.worker_id not in self.members:  # in no round's mesh yet: nothing to wait for
-                        report(f"host {host.name} now has {host.slots} slot(s); stopping worker "
-                               f"{worker.worker_id} (not yet in a round); it is not a failure")
+                        report(
+                            f"host {host.name} now has {host.slots} slot(s); stopping worker "
+                            f"{worker.worker_id} (not yet in a round); it is not a failure"
+                        )
                         self._stop(worker, "its slot was removed")
                         continue
                     worker.leaving = True
                     marked = True
-                    report(f"host {host.name} now has {host.slots} slot(s); worker {worker.worker_id} "
-                           f"({self._describe_rank(worker)}) leaves the job at the next commit")
+                    report(
+                        f"host {host.name} now has {host.slots} slot(s); worker {worker.worker_id} "
+                        f"({self._describe_rank(worker)}) leaves the job at the next commit"
+                    )
             elif leaving and len(staying) < host.slots:
-                for worker in reversed(leaving[max(0, len(leaving) - (host.slots - len(staying))):]):
+                for worker in reversed(leaving[max(0, len(leaving) - (host.slots - len(staying))) :]):
                     worker.leaving = False
-                    report(f"host {host.name} has {host.slots} slot(s) again; worker {worker.worker_id} "
-                           f"({self._describe_rank(worker)}) stays")
+                    report(
+                        f"host {host.name} has {host.slots} slot(s) again; worker {worker.worker_id} "
+                        f"({self._describe_rank(worker)}) stays"
+                    )
         return marked
 
     @staticmethod
@@ -246,7 +271,7 @@ class ElasticDriver:
                 continue
             on_host = [w for w in self.live() if w.host == host.name]
             used = {w.slot for w in on_host}
-            free = [slot for slot in range(host.slots) if slot not in used][:max(0, host.slots - len(on_host))]
+            free = [slot for slot in range(host.slots) if slot not in used][: max(0, host.slots - len(on_host))]
             for slot in free:
                 if len([w for w in self.active() if not w.leaving]) >= limit:
                     return started
@@ -264,8 +289,11 @@ class ElasticDriver:
         if marked or started:
             self.server.put(self.scope, "hosts_updated", str(self.round).encode())
             self.hosts_updated_round = self.round
-        elif (self.hosts_updated_round == self.round and not self.started_in_round
-              and not any(w.leaving for w in self.active())):
+        elif (
+            self.hosts_updated_round == self.round
+            and not self.started_in_round
+            and not any(w.leaving for w in self.active())
+        ):
             # The slots came back before the removal: nothing left to re-form for. (A rank 0 that already read
             # the flag re-forms the same workers, which is harmless.)
             self.server.put(self.scope, "hosts_updated", b"-1")
@@ -278,22 +306,36 @@ class ElasticDriver:
 
     def _form_round(self, members: List[Worker]) -> None:
         """Publishes round self.round + 1 with these members (host by host; rank 0 a previous member)."""
+
         def host_key(host: str) -> Tuple[float, int]:
             previous = [w.last_rank for w in members if w.host == host and w.last_rank is not None]
             return (min(previous) if previous else float("inf"), self.host_order.index(host))
 
         hosts = sorted({w.host for w in members}, key=host_key)
-        ordered = sorted(members, key=lambda w: (hosts.index(w.host), w.last_rank is None,
-                                                 w.last_rank if w.last_rank is not None else 0, w.slot))
-        ordered = ordered[:self.elastic.max_np]
+        ordered = sorted(
+            members,
+            key=lambda w: (
+                hosts.index(w.host),
+                w.last_rank is None,
+                w.last_rank if w.last_rank is not None else 0,
+                w.slot,
+            ),
+        )
+        ordered = ordered[: self.elastic.max_np]
         layout = topology_for_hosts([w.host for w in ordered])
         self.round += 1
         assignment = {}
         for worker, info in zip(ordered, layout):
             worker.last_rank = info.rank
             assignment[worker.worker_id] = {
-                "rank": info.rank, "size": info.size, "local_rank": info.local_rank, "local_size": info.local_size,
-                "cross_rank": info.cross_rank, "cross_size": info.cross_size, "hostname": worker.host}
+                "rank": info.rank,
+                "size": info.size,
+                "local_rank": info.local_rank,
+                "local_size": info.local_size,
+                "cross_rank": info.cross_rank,
+                "cross_size": info.cross_size,
+                "hostname": worker.host,
+            }
         self.members = set(assignment)
         self.started_in_round = 0
         self.server.put(self.scope, f"round.{self.round}", json.dumps({"workers": assignment}).encode())
@@ -304,8 +346,10 @@ class ElasticDriver:
         """Stops the workers marked to leave (their host has fewer slots now) as the next round is formed."""
         for worker in ready:
             if worker.leaving:
-                report(f"stopping worker {worker.worker_id} ({self._describe_rank(worker)} on {worker.host}): "
-                       f"its slot was removed; it is not a failure")
+                report(
+                    f"stopping worker {worker.worker_id} ({self._describe_rank(worker)} on {worker.host}): "
+                    f"its slot was removed; it is not a failure"
+                )
                 self._stop(worker, "its slot was removed")
 
     def _blacklist(self, host: str) -> Optional[float]:
@@ -321,12 +365,16 @@ class ElasticDriver:
     def _report_failure(self, worker: Worker, code: int) -> None:
         seconds = self._blacklist(worker.host)
         if seconds is None:
-            banned = (f"no new worker starts on {worker.host} for the rest of the job (blacklisted; "
-                      f"--blacklist-cooldown-range allows it again after a while)")
+            banned = (
+                f"no new worker starts on {worker.host} for the rest of the job (blacklisted; "
+                f"--blacklist-cooldown-range allows it again after a while)"
+            )
         else:
             low, high = self.elastic.cooldown_range
-            banned = (f"no new worker starts on {worker.host} for the next {seconds:.0f} s (blacklisted; "
-                      f"--blacklist-cooldown-range {low:g} {high:g})")
+            banned = (
+                f"no new worker starts on {worker.host} for the next {seconds:.0f} s (blacklisted; "
+                f"--blacklist-cooldown-range {low:g} {high:g})"
+            )
         others = [w for w in self.active() if w.host == worker.host]
         if others:
             banned += f"; its {len(others)} other worker(s) there go on"
@@ -335,8 +383,11 @@ class ElasticDriver:
         else:
             remaining = len([w for w in self.active() if not w.leaving])
             going_on = f"the job re-forms with the {remaining} remaining worker(s)"
-        where = (f"rank {worker.last_rank} on {worker.host}" if worker.last_rank is not None
-                 else f"not yet in a round, on {worker.host}")
+        where = (
+            f"rank {worker.last_rank} on {worker.host}"
+            if worker.last_rank is not None
+            else f"not yet in a round, on {worker.host}"
+        )
         report(f"worker {worker.worker_id} ({where}) exited with code {code}; {going_on}; {banned}")
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -385,8 +436,9 @@ class ElasticDriver:
                 if any(w.exit_code == 0 for w in self.workers):
                     return JobOutcome(0)
                 report("every worker has exited without finishing")
-                return JobOutcome(self.failure[1] if self.failure else 1,
-                                  self.failure[0].index if self.failure else None)
+                return JobOutcome(
+                    self.failure[1] if self.failure else 1, self.failure[0].index if self.failure else None
+                )
             if any(w.exit_code == 0 for w in self.workers):
                 time.sleep(_POLL_INTERVAL)  # the job is finishing: no new rounds, no new workers
                 continue
@@ -419,26 +471,36 @@ class ElasticDriver:
             staying = [w for w in ready if not w.leaving]
             if len(staying) < self.elastic.min_np:
                 short_since = short_since or now
-                wait_limit, flag = ((self.settings.start_timeout, "--start-timeout")
-                                    if self.elastic.elastic_timeout is None
-                                    else (self.elastic.elastic_timeout, "--elastic-timeout"))
+                wait_limit, flag = (
+                    (self.settings.start_timeout, "--start-timeout")
+                    if self.elastic.elastic_timeout is None
+                    else (self.elastic.elastic_timeout, "--elastic-timeout")
+                )
                 if now - short_since > wait_limit:
-                    report(f"only {len(staying)} worker(s) can continue, fewer than --min-np {self.elastic.min_np}, "
-                           f"and no more came within {wait_limit:g} s ({flag}); stopping the job")
-                    return JobOutcome(self.failure[1] if self.failure else 1,
-                                      self.failure[0].index if self.failure else None)
+                    report(
+                        f"only {len(staying)} worker(s) can continue, fewer than --min-np {self.elastic.min_np}, "
+                        f"and no more came within {wait_limit:g} s ({flag}); stopping the job"
+                    )
+                    return JobOutcome(
+                        self.failure[1] if self.failure else 1, self.failure[0].index if self.failure else None
+                    )
                 time.sleep(_POLL_INTERVAL)
                 continue
             short_since = None
             if self.round >= 0 and self.elastic.reset_limit is not None and target > self.elastic.reset_limit:
-                report(f"the job has re-formed {target - 1} time(s) and --reset-limit is "
-                       f"{self.elastic.reset_limit}; stopping it instead of re-forming it again")
-                return JobOutcome(self.failure[1] if self.failure else 1,
-                                  self.failure[0].index if self.failure else None)
+                report(
+                    f"the job has re-formed {target - 1} time(s) and --reset-limit is "
+                    f"{self.elastic.reset_limit}; stopping it instead of re-forming it again"
+                )
+                return JobOutcome(
+                    self.failure[1] if self.failure else 1, self.failure[0].index if self.failure else None
+                )
             for worker in live:
                 if worker not in ready:
-                    report(f"worker {worker.worker_id} on {worker.host} did not ask to join round {target} within "
-                           f"{ROUND_SETTLE_SECONDS:g} s; stopping it")
+                    report(
+                        f"worker {worker.worker_id} on {worker.host} did not ask to join round {target} within "
+                        f"{ROUND_SETTLE_SECONDS:g} s; stopping it"
+                    )
                     terminate_group(worker.process)
                     self._blacklist(worker.host)
             self._drop_leavers(ready)

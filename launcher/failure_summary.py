@@ -7,6 +7,7 @@ finished line to :data:`RECORD`, which keeps the latest record of each rank; whe
 prints them together, rank by rank, so a user sees where every rank was without reading N interleaved
 tracebacks. Ranks that printed no record (the one that died first, or one that was busy elsewhere) are named.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,10 @@ class RecentCollectives:
             known = dict(self._by_rank)
         lines = ["where each rank was (its last collectives, oldest first, from its error):"]
         for rank in sorted(set(ranks) | set(known)):
-            lines.append("  rank %d: %s" % (rank, known.get(rank, "no record printed (it stopped first, or "
-                                                                  "failed outside a collective)")))
+            lines.append(
+                "  rank %d: %s"
+                % (rank, known.get(rank, "no record printed (it stopped first, or failed outside a collective)"))
+            )
         return lines
 
 

@@ -7,6 +7,7 @@ Ranks fill the hosts in the order given, each up to its slots (as Horovod and ``
 machine pretend to be several hosts instead: rank ``r`` runs here as host ``host<id_r>``, which sets the local
 and cross ranks exactly as a multi-host launch would (:func:`emulated_hosts`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -113,8 +114,9 @@ def assign_ranks(hosts: Sequence[HostSlots], np: Optional[int]) -> List[HostSlot
         raise ValueError("-np must be at least 1, got %d" % np)
     if np > total:
         listing = ",".join("%s:%d" % (host.name, host.slots) for host in hosts)
-        raise ValueError("requested %d processes but the hosts have only %d slots (%s); add slots or hosts"
-                         % (np, total, listing))
+        raise ValueError(
+            "requested %d processes but the hosts have only %d slots (%s); add slots or hosts" % (np, total, listing)
+        )
     assignment: List[HostSlots] = []
     for host in hosts:
         assignment += [host] * min(host.slots, np - len(assignment))
@@ -130,8 +132,7 @@ def parse_host_ids(text: str) -> List[str]:
     """Parse ``"0,0,1,1"`` into ``["0", "0", "1", "1"]``."""
     ids = [part.strip() for part in text.split(",")]
     if not ids or any(not part for part in ids):
-        raise ValueError("host ids must be a comma-separated list of "
-                         "non-empty ids, got %r" % text)
+        raise ValueError("host ids must be a comma-separated list of non-empty ids, got %r" % text)
     return ids
 
 

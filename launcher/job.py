@@ -1,5 +1,6 @@
 """The built-in launch mode: a rendezvous service plus one process per rank, started directly on this
 machine or over ssh on the others (protocol in docs/launcher.md)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,7 @@ from hvdlite.common.rendezvous import RendezvousClient, RendezvousServer
 from hvdlite.common.topology import topology_for_hosts
 from hvdlite.runner.hosts import HostSlots, assign_ranks, emulated_hosts
 from hvdlite.runner.output import report
-from hvdlite.runner.processes import (TIMEOUT_EXIT_CODE, JobOutcome, RankProcess, build_rank_env, run_ranks,
-                                      start_rank)
+from hvdlite.runner.processes import TIMEOUT_EXIT_CODE, JobOutcome, RankProcess, build_rank_env, run_ranks, start_rank
 from hvdlite.runner.settings import Settings, propagated_environment
 from hvdlite.runner.ssh import resolve_hostname, ssh_command, start_remote_rank
 
@@ -32,14 +32,20 @@ class BuiltinJob:
     data for the ranks before :meth:`run` and read what they left after it.
     """
 
-    def __init__(self, settings: Settings, command: Sequence[str],
-                 extra_env: Optional[Mapping[str, str]] = None, environ: Optional[Mapping[str, str]] = None):
+    def __init__(
+        self,
+        settings: Settings,
+        command: Sequence[str],
+        extra_env: Optional[Mapping[str, str]] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ):
         settings.validate()
         if not command:
             raise LaunchError("no command given")
         self.settings = settings
-        self.ssh = dataclasses.replace(settings.ssh,
-                                       connect_timeout=settings.ssh.connect_timeout or settings.start_timeout)
+        self.ssh = dataclasses.replace(
+            settings.ssh, connect_timeout=settings.ssh.connect_timeout or settings.start_timeout
+        )
         self.command = list(command)
         self.environ = dict(os.environ if environ is None else environ)
         self.base_env = dict(self.environ)
@@ -72,8 +78,10 @@ class BuiltinJob:
         if self.settings.network_interfaces:
             address = network.first_interface_ipv4(self.settings.network_interfaces)
             if address is None:
-                raise LaunchError("none of the network interfaces %s has an IPv4 address on this machine"
-                                  % ",".join(self.settings.network_interfaces))
+                raise LaunchError(
+                    "none of the network interfaces %s has an IPv4 address on this machine"
+                    % ",".join(self.settings.network_interfaces)
+                )
             return address, {name: address for name in names}
         if not remote:
             return "127.0.0.1", {name: "127.0.0.1" for name in names}
@@ -83,8 +91,9 @@ class BuiltinJob:
             try:
                 per_host[name] = network.source_address_for(target)
             except OSError as exc:
-                raise LaunchError("cannot find a route from this machine to %s (%s): %s"
-                                  % (name, target, exc)) from None
+                raise LaunchError(
+                    "cannot find a route from this machine to %s (%s): %s" % (name, target, exc)
+                ) from None
         # Local ranks must be reachable from the remote ones too: not loopback.
         for name in names:
             per_host.setdefault(name, per_host[remote[0]])
@@ -115,20 +124,38 @@ class BuiltinJob:
         info = self.topology[rank]
         local = self.is_local[host.name]
         base = self.base_env if local else propagated_environment(self.base_env)
-        env = build_rank_env(info, rendezvous_addr=self._address_for[host.name],
-                             rendezvous_port=self.server.address[1], secret=self.secret, job_id=self.job_id,
-                             base_env=base)
+        env = build_rank_env(
+            info,
+            rendezvous_addr=self._address_for[host.name],
+            rendezvous_port=self.server.address[1],
+            secret=self.secret,
+            job_id=self.job_id,
+            base_env=base,
+        )
         output_dir = self.settings.output_filename
         if local:
             if self.settings.verbose:
                 report("rank %d on %s (local): %s" % (rank, host.name, shlex.join(self.command)))
-            return functools.partial(start_rank, rank, self.command, env, output_dir=output_dir,
-                                     size=len(self.assignment))
+            return functools.partial(
+                start_rank, rank, self.command, env, output_dir=output_dir, size=len(self.assignment)
+            )
         if self.settings.verbose:
-            report("rank %d on %s over ssh: %s <<< [environment and command]"
-                   % (rank, host.name, shlex.join(ssh_command(host.name, self.ssh))))
-        return functools.partial(start_remote_rank, rank, host.name, self.command, env, os.getcwd(),
-                                 self.ssh, self.environ, output_dir=output_dir, size=len(self.assignment))
+            report(
+                "rank %d on %s over ssh: %s <<< [environment and command]"
+                % (rank, host.name, shlex.join(ssh_command(host.name, self.ssh)))
+            )
+        return functools.partial(
+            start_remote_rank,
+            rank,
+            host.name,
+            self.command,
+            env,
+            os.getcwd(),
+            self.ssh,
+            self.environ,
+            output_dir=output_dir,
+            size=len(self.assignment),
+        )
 
     def run(self) -> JobOutcome:
         if self.server is None:
@@ -171,12 +198,16 @@ def run_restarting(settings: Settings, attempt: Attempt) -> JobOutcome:
             report("the job is not started again: %s" % keep_stopped)
             return outcome
         if restart >= settings.max_restarts:
-            report("the job failed with exit code %d after %d restart(s) (--max-restarts %d); giving up"
-                   % (outcome.code, restart, settings.max_restarts))
+            report(
+                "the job failed with exit code %d after %d restart(s) (--max-restarts %d); giving up"
+                % (outcome.code, restart, settings.max_restarts)
+            )
             return outcome
         restart += 1
-        report("the job failed with exit code %d; starting it again (restart %d of %d)"
-               % (outcome.code, restart, settings.max_restarts))
+        report(
+            "the job failed with exit code %d; starting it again (restart %d of %d)"
+            % (outcome.code, restart, settings.max_restarts)
+        )
 
 
 def _stopped_by_launcher(outcome: JobOutcome) -> Optional[str]:
@@ -198,7 +229,8 @@ def run_command(settings: Settings, command: Sequence[str]) -> JobOutcome:
     def attempt(attempt_settings: Settings) -> Tuple[JobOutcome, Optional[str]]:
         with BuiltinJob(attempt_settings, command) as job:
             outcome = job.run()
-            return outcome, ("its ranks did not all start within --start-timeout"
-                             if job.missed_start(outcome) else None)
+            return outcome, (
+                "its ranks did not all start within --start-timeout" if job.missed_start(outcome) else None
+            )
 
     return run_restarting(settings, attempt)

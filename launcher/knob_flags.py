@@ -2,6 +2,7 @@
 init (Horovod's ``HOROVOD_*`` name works too, set by hand). The flags hvdlite cannot honour are in a second table
 with the reason, and fail with it instead of being ignored.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,9 @@ def count(text: str) -> str:
 
 def log_level(text: str) -> str:
     if text.lower() not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError("%r is not one of %s (either case)" % (text, ", ".join(
-            level.upper() for level in LOG_LEVELS)))
+        raise argparse.ArgumentTypeError(
+            "%r is not one of %s (either case)" % (text, ", ".join(level.upper() for level in LOG_LEVELS))
+        )
     return text.lower()
 
 
@@ -60,6 +62,7 @@ def text(value: str) -> str:
 class KnobFlag:
     """A flag that sets variables for every rank: ``convert`` turns its argument into the value of each of
     ``variables``; a switch (``convert`` None) sets ``constant``."""
+
     flags: Tuple[str, ...]
     variables: Tuple[str, ...]
     help: str
@@ -74,53 +77,96 @@ class KnobFlag:
 
 
 KNOB_FLAGS: Tuple[KnobFlag, ...] = (
-    KnobFlag(("--fusion-threshold-mb",), ("FUSION_THRESHOLD",), "fuse allreduces up to this many MiB (default 64)",
-             mebibytes, metavar="MB"),
-    KnobFlag(("--cycle-time-ms",), ("CYCLE_TIME",), "background cycle period in ms (default 1)", positive,
-             metavar="MS"),
-    KnobFlag(("--cache-capacity",), ("CACHE_CAPACITY",), "response cache entries; 0 turns the cache off "
-             "(default 1024)", count, metavar="N"),
-    KnobFlag(("--hierarchical-allreduce",), ("HIERARCHICAL_ALLREDUCE",), "always reduce in two tiers (in each "
-             "host, then across hosts) when ranks span hosts (default: a cost model chooses per size)"),
-    KnobFlag(("--no-hierarchical-allreduce",), ("HIERARCHICAL_ALLREDUCE",), "always the flat allreduce",
-             constant="0"),
-    KnobFlag(("--hierarchical-allgather",), ("HIERARCHICAL_ALLGATHER",), "always gather in two tiers when ranks "
-             "span hosts (default: a cost model chooses per size)"),
-    KnobFlag(("--no-hierarchical-allgather",), ("HIERARCHICAL_ALLGATHER",), "always the flat allgather",
-             constant="0"),
+    KnobFlag(
+        ("--fusion-threshold-mb",),
+        ("FUSION_THRESHOLD",),
+        "fuse allreduces up to this many MiB (default 64)",
+        mebibytes,
+        metavar="MB",
+    ),
+    KnobFlag(
+        ("--cycle-time-ms",), ("CYCLE_TIME",), "background cycle period in ms (default 1)", positive, metavar="MS"
+    ),
+    KnobFlag(
+        ("--cache-capacity",),
+        ("CACHE_CAPACITY",),
+        "response cache entries; 0 turns the cache off (default 1024)",
+        count,
+        metavar="N",
+    ),
+    KnobFlag(
+        ("--hierarchical-allreduce",),
+        ("HIERARCHICAL_ALLREDUCE",),
+        "always reduce in two tiers (in each "
+        "host, then across hosts) when ranks span hosts (default: a cost model chooses per size)",
+    ),
+    KnobFlag(
+        ("--no-hierarchical-allreduce",), ("HIERARCHICAL_ALLREDUCE",), "always the flat allreduce", constant="0"
+    ),
+    KnobFlag(
+        ("--hierarchical-allgather",),
+        ("HIERARCHICAL_ALLGATHER",),
+        "always gather in two tiers when ranks span hosts (default: a cost model chooses per size)",
+    ),
+    KnobFlag(
+        ("--no-hierarchical-allgather",), ("HIERARCHICAL_ALLGATHER",), "always the flat allgather", constant="0"
+    ),
     KnobFlag(("--autotune",), ("AUTOTUNE",), "search the fusion threshold and cycle time while the job runs"),
-    KnobFlag(("--autotune-log-file",), ("AUTOTUNE_LOG",), "rank 0 writes each scored setting here", text,
-             metavar="FILE"),
-    KnobFlag(("--autotune-warmup-samples",), ("AUTOTUNE_WARMUP_WINDOWS",), "scoring windows left out before the "
-             "search starts (hvdlite scores windows of allreduced bytes)", count, metavar="N"),
-    KnobFlag(("--timeline-filename",), ("TIMELINE",), "rank 0 writes a Chrome-trace timeline to FILE", text,
-             metavar="FILE"),
-    KnobFlag(("--timeline-mark-cycles",), ("TIMELINE_MARK_CYCLES",), "mark each background cycle in the "
-             "timeline"),
+    KnobFlag(
+        ("--autotune-log-file",), ("AUTOTUNE_LOG",), "rank 0 writes each scored setting here", text, metavar="FILE"
+    ),
+    KnobFlag(
+        ("--autotune-warmup-samples",),
+        ("AUTOTUNE_WARMUP_WINDOWS",),
+        "scoring windows left out before the search starts (hvdlite scores windows of allreduced bytes)",
+        count,
+        metavar="N",
+    ),
+    KnobFlag(
+        ("--timeline-filename",), ("TIMELINE",), "rank 0 writes a Chrome-trace timeline to FILE", text, metavar="FILE"
+    ),
+    KnobFlag(("--timeline-mark-cycles",), ("TIMELINE_MARK_CYCLES",), "mark each background cycle in the timeline"),
     KnobFlag(("--no-stall-check",), ("STALL_CHECK_DISABLE",), "never warn about, or stop on, stalled tensors"),
-    KnobFlag(("--stall-check-warning-time-seconds",), ("STALL_CHECK_TIME_SECONDS",), "warn about a tensor some "
-             "ranks have not submitted after this long (default 60)", non_negative, metavar="SECONDS"),
-    KnobFlag(("--stall-check-shutdown-time-seconds",), ("STALL_SHUTDOWN_TIME_SECONDS",), "fail a tensor stalled "
-             "this long (default: never)", non_negative, metavar="SECONDS"),
-    KnobFlag(("--log-level",), ("LOG_LEVEL",), "log level of the ranks: TRACE, DEBUG, INFO, WARNING, ERROR, "
-             "FATAL, either case (default WARNING); INFO shows each rank's bootstrap", log_level,
-             metavar="LEVEL"),
-    KnobFlag(("--log-without-timestamp", "--log-hide-timestamp"), ("LOG_HIDE_TIME",), "log lines without their "
-             "time"),
-    KnobFlag(("--tcp",), ("SHM_DISABLE", "CMA_DISABLE"), "move every byte over TCP, also between ranks of one "
-             "host (no shared memory, no single copy)"),
+    KnobFlag(
+        ("--stall-check-warning-time-seconds",),
+        ("STALL_CHECK_TIME_SECONDS",),
+        "warn about a tensor some ranks have not submitted after this long (default 60)",
+        non_negative,
+        metavar="SECONDS",
+    ),
+    KnobFlag(
+        ("--stall-check-shutdown-time-seconds",),
+        ("STALL_SHUTDOWN_TIME_SECONDS",),
+        "fail a tensor stalled this long (default: never)",
+        non_negative,
+        metavar="SECONDS",
+    ),
+    KnobFlag(
+        ("--log-level",),
+        ("LOG_LEVEL",),
+        "log level of the ranks: TRACE, DEBUG, INFO, WARNING, ERROR, "
+        "FATAL, either case (default WARNING); INFO shows each rank's bootstrap",
+        log_level,
+        metavar="LEVEL",
+    ),
+    KnobFlag(("--log-without-timestamp", "--log-hide-timestamp"), ("LOG_HIDE_TIME",), "log lines without their time"),
+    KnobFlag(
+        ("--tcp",),
+        ("SHM_DISABLE", "CMA_DISABLE"),
+        "move every byte over TCP, also between ranks of one host (no shared memory, no single copy)",
+    ),
 )
 
 #: horovodrun flags that have no meaning here, and why. They fail at once rather than be silently dropped.
 UNSUPPORTED_FLAGS: Dict[str, str] = {
     "--autotune-steps-per-sample": "hvdlite's autotuner scores windows of allreduced bytes, not of steps "
-                                   "(HVDLITE_AUTOTUNE_WINDOW_BYTES sets their size)",
+    "(HVDLITE_AUTOTUNE_WINDOW_BYTES sets their size)",
     "--autotune-bayes-opt-max-samples": "hvdlite's autotuner searches by successive halving, not Bayesian "
-                                        "optimisation",
+    "optimisation",
     "--autotune-gaussian-process-noise": "hvdlite's autotuner searches by successive halving, not Bayesian "
-                                         "optimisation",
+    "optimisation",
     "--mpi-threads-disable": "hvdlite calls MPI from its background thread only and asks MPI for the thread "
-                             "level that needs; there is no multi-threaded use to turn off",
+    "level that needs; there is no multi-threaded use to turn off",
     "--num-nccl-streams": "hvdlite's NCCL data plane has no setting for its number of streams",
     "--thread-affinity": "hvdlite does not pin its background thread to a core",
     "--jsrun": "IBM's jsrun (LSF) is not supported; use --mpi, or the built-in launcher with -H or --hostfile",
@@ -140,14 +186,27 @@ def add_to_parser(parser: argparse.ArgumentParser) -> None:
     """Adds the knob flags (as a group) and the refused ones (hidden) to ``parser``."""
     group = parser.add_argument_group("tuning (passed to every rank as HVDLITE_* variables)")
     for knob in KNOB_FLAGS:
-        names = ", ".join("HVDLITE_%s=%s" % (v, knob.constant if knob.convert is None else "…")
-                          for v in knob.variables)
+        names = ", ".join(
+            "HVDLITE_%s=%s" % (v, knob.constant if knob.convert is None else "…") for v in knob.variables
+        )
         if knob.convert is None:
-            group.add_argument(*knob.flags, dest=knob.dest, action="store_const", const=knob.constant,
-                               default=None, help="%s (%s)" % (knob.help, names))
+            group.add_argument(
+                *knob.flags,
+                dest=knob.dest,
+                action="store_const",
+                const=knob.constant,
+                default=None,
+                help="%s (%s)" % (knob.help, names),
+            )
         else:
-            group.add_argument(*knob.flags, dest=knob.dest, type=knob.convert, default=None,
-                               metavar=knob.metavar, help="%s (%s)" % (knob.help, names))
+            group.add_argument(
+                *knob.flags,
+                dest=knob.dest,
+                type=knob.convert,
+                default=None,
+                metavar=knob.metavar,
+                help="%s (%s)" % (knob.help, names),
+            )
     for flag in UNSUPPORTED_FLAGS:
         parser.add_argument(flag, action=_Unsupported, help=argparse.SUPPRESS)
 

@@ -5,6 +5,7 @@
 variables read by the Python package are described here. tests/test_knobs_doc.py fails when the file and this output
 differ, or when the code reads a variable the file does not name.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,31 +19,63 @@ from hvdlite.runner.launch import build_parser
 #: Variables the Python package reads (name without prefix, default, meaning). HOROVOD_<NAME> works too where
 #: the "Horovod" column says so.
 PYTHON_SETTINGS: Tuple[Tuple[str, str, str, bool], ...] = (
-    ("NETWORK_INTERFACE", "", "interfaces (comma-separated) whose address a rank advertises to its peers "
-                              "(also HOROVOD_GLOO_IFACE)", True),
+    (
+        "NETWORK_INTERFACE",
+        "",
+        "interfaces (comma-separated) whose address a rank advertises to its peers (also HOROVOD_GLOO_IFACE)",
+        True,
+    ),
     ("ADVERTISE_ADDR", "", "the address peers use to reach this rank, overriding NETWORK_INTERFACE", False),
     ("ELASTIC_TIMEOUT", "600", "seconds an elastic worker waits to be placed in a round", True),
-    ("REDUCE_DURING_BACKWARD", "auto", "torch DistributedOptimizer: 1 reduces each gradient as soon as it is "
-                                       "ready, 0 all at step(); auto: 0 where compute threads fill every core", False),
-    ("BOOTSTRAP", "", "force how a rank finds its place: elastic, launcher, mpi, torchrun, slurm or single "
-                      "(default: detected)", False),
+    (
+        "REDUCE_DURING_BACKWARD",
+        "auto",
+        "torch DistributedOptimizer: 1 reduces each gradient as soon as it is "
+        "ready, 0 all at step(); auto: 0 where compute threads fill every core",
+        False,
+    ),
+    (
+        "BOOTSTRAP",
+        "",
+        "force how a rank finds its place: elastic, launcher, mpi, torchrun, slurm or single (default: detected)",
+        False,
+    ),
     ("CORE_LIBRARY", "", "path of the core library to load instead of the installed one", False),
-    ("MPI_PLUGIN_CACHE", "~/.cache/hvdlite/mpi-plugin", "where the MPI plugin compiled on first use is kept",
-     True),
-    ("CHECKPOINT_DIR", "", "hvd.elastic.run: rank 0 writes the committed state to this directory and resumes "
-                           "from its newest complete checkpoint (hvdlite-run --checkpoint-dir)", False),
-    ("CHECKPOINT_EVERY", str(checkpoint.EVERY_DEFAULT), "hvd.elastic.run writes every N-th commit (hvdlite-run "
-                                                        "--checkpoint-every)", False),
-    ("CHECKPOINT_KEEP", str(checkpoint.KEEP_DEFAULT), "hvd.elastic.run keeps the newest K checkpoints (hvdlite-run "
-                                                      "--checkpoint-keep)", False),
-    ("PROGRESS_INTERVAL", "1", "the launcher writes a rank's unfinished line (a progress bar) at most this often, "
-                               "in seconds, when its output is not a terminal", False),
+    ("MPI_PLUGIN_CACHE", "~/.cache/hvdlite/mpi-plugin", "where the MPI plugin compiled on first use is kept", True),
+    (
+        "CHECKPOINT_DIR",
+        "",
+        "hvd.elastic.run: rank 0 writes the committed state to this directory and resumes "
+        "from its newest complete checkpoint (hvdlite-run --checkpoint-dir)",
+        False,
+    ),
+    (
+        "CHECKPOINT_EVERY",
+        str(checkpoint.EVERY_DEFAULT),
+        "hvd.elastic.run writes every N-th commit (hvdlite-run --checkpoint-every)",
+        False,
+    ),
+    (
+        "CHECKPOINT_KEEP",
+        str(checkpoint.KEEP_DEFAULT),
+        "hvd.elastic.run keeps the newest K checkpoints (hvdlite-run --checkpoint-keep)",
+        False,
+    ),
+    (
+        "PROGRESS_INTERVAL",
+        "1",
+        "the launcher writes a rank's unfinished line (a progress bar) at most this often, "
+        "in seconds, when its output is not a terminal",
+        False,
+    ),
 )
 
 #: Variables hvdlite-run sets for every rank (Horovod's HOROVOD_* names are set too where they exist).
 LAUNCHER_SETS: Tuple[Tuple[str, str], ...] = (
-    ("RANK, SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, HOSTNAME", "the rank's place in the job "
-                                                                            "(HOROVOD_* too)"),
+    (
+        "RANK, SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, HOSTNAME",
+        "the rank's place in the job (HOROVOD_* too)",
+    ),
     ("RENDEZVOUS_ADDR, RENDEZVOUS_PORT, SECRET, JOB_ID", "the job's authenticated rendezvous service"),
     ("ELASTIC, WORKER_ID", "elastic mode and the worker's identity across rounds"),
     ("RESTART_COUNT", "how many times the job was started again (--max-restarts): 0 in the first attempt"),
@@ -94,25 +127,52 @@ def render() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for name, default, meaning in core_settings():
-        out.append("| `HVDLITE_%s` | `HOROVOD_%s` | %s | %s | %s |" % (
-            name, name, _cell(default), _flags_of(name), _cell(meaning)))
-    out += ["", "## Read by the Python package", "",
-            "| Variable | Horovod name | Default | Meaning |", "| --- | --- | --- | --- |"]
+        out.append(
+            "| `HVDLITE_%s` | `HOROVOD_%s` | %s | %s | %s |"
+            % (name, name, _cell(default), _flags_of(name), _cell(meaning))
+        )
+    out += [
+        "",
+        "## Read by the Python package",
+        "",
+        "| Variable | Horovod name | Default | Meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, default, meaning, horovod in PYTHON_SETTINGS:
-        out.append("| `HVDLITE_%s` | %s | %s | %s |" % (name, "`HOROVOD_%s`" % name if horovod else "-",
-                                                         _cell(default), _cell(meaning)))
-    out += ["", "## Set by hvdlite-run for every rank", "", "| Variables (`HVDLITE_` prefix) | What |",
-            "| --- | --- |"]
+        out.append(
+            "| `HVDLITE_%s` | %s | %s | %s |"
+            % (name, "`HOROVOD_%s`" % name if horovod else "-", _cell(default), _cell(meaning))
+        )
+    out += [
+        "",
+        "## Set by hvdlite-run for every rank",
+        "",
+        "| Variables (`HVDLITE_` prefix) | What |",
+        "| --- | --- |",
+    ]
     for names, what in LAUNCHER_SETS:
         out.append("| %s | %s |" % (names, what))
-    out += ["", "## hvdlite-run flags", "",
-            "Flags of horovodrun keep their meaning. The tuning flags are in the first table's flag column; "
-            "`--config-file` takes horovodrun's YAML of the same settings.", "",
-            "| Flag | Meaning |", "| --- | --- |"]
+    out += [
+        "",
+        "## hvdlite-run flags",
+        "",
+        "Flags of horovodrun keep their meaning. The tuning flags are in the first table's flag column; "
+        "`--config-file` takes horovodrun's YAML of the same settings.",
+        "",
+        "| Flag | Meaning |",
+        "| --- | --- |",
+    ]
     for flags, help_text in _launcher_flags():
         out.append("| %s | %s |" % (flags, _cell(help_text)))
-    out += ["", "## horovodrun flags that do not apply", "",
-            "They fail at once with this reason instead of being ignored.", "", "| Flag | Why |", "| --- | --- |"]
+    out += [
+        "",
+        "## horovodrun flags that do not apply",
+        "",
+        "They fail at once with this reason instead of being ignored.",
+        "",
+        "| Flag | Why |",
+        "| --- | --- |",
+    ]
     for flag, why in knob_flags.UNSUPPORTED_FLAGS.items():
         out.append("| `%s` | %s |" % (flag, _cell(why)))
     return "\n".join(out) + "\n"

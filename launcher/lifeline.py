@@ -15,6 +15,7 @@ launcher has reaped every rank, so the watcher finds nothing to stop.
 This file runs as the watcher with ``python -I -S lifeline.py LAUNCHER_PID``: standard library only, so it
 starts quickly and does not import hvdlite.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,6 +32,7 @@ _GRACE_SECONDS = 1.0  # SIGTERM to SIGKILL: well inside the 2 s in which a rank 
 # ---------------------------------------------------------------------------
 # The launcher's side
 # ---------------------------------------------------------------------------
+
 
 class Lifeline:
     """The launcher's end of the pipe; the watcher starts on the first :meth:`watch`."""
@@ -70,7 +72,11 @@ class Lifeline:
         try:
             self._watcher = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
-                stdin=read_fd, stdout=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+                stdin=read_fd,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
+            )
         except OSError:
             os.close(write_fd)
             self._broken = True
@@ -101,6 +107,7 @@ LIFELINE = Lifeline()
 # The watcher
 # ---------------------------------------------------------------------------
 
+
 def _start_time(pid: int) -> Optional[str]:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if it is gone."""
     try:
@@ -125,8 +132,10 @@ def _stop_groups(launcher_pid: int, watched: Dict[int, str]) -> None:
     groups = [pid for pid, started in watched.items() if _start_time(pid) == started]
     if not groups:
         return
-    sys.stderr.write("hvdlite: the launcher (pid %d) is gone; stopping its %d local rank(s) (pid %s)\n"
-                     % (launcher_pid, len(groups), ", ".join(map(str, sorted(groups)))))
+    sys.stderr.write(
+        "hvdlite: the launcher (pid %d) is gone; stopping its %d local rank(s) (pid %s)\n"
+        % (launcher_pid, len(groups), ", ".join(map(str, sorted(groups))))
+    )
     sys.stderr.flush()
     for signum in (signal.SIGTERM, signal.SIGCONT):  # SIGCONT: a stopped rank would hold SIGTERM pending
         for pgid in groups:

@@ -36,21 +36,28 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hvdlite.runner.local",
         description="Run an hvdlite job as N processes on this machine.",
-        usage="%(prog)s -np N [--host-ids IDS] [--timeout SECONDS] "
-              "[--output-filename DIR] -- command [args ...]")
-    parser.add_argument("-np", "--num-proc", dest="np", type=int,
-                        required=True, help="number of ranks to start")
-    parser.add_argument("--host-ids", type=parse_host_ids, default=None,
-                        help="comma-separated host id per rank, e.g. 0,0,1,1, "
-                             "to emulate several hosts (default: one host)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="stop the job and exit 124 after this many "
-                             "seconds (default: no limit)")
-    parser.add_argument("--output-filename", default=None, metavar="DIR",
-                        help="also keep each rank's raw output in "
-                             "DIR/rank.<r>/stdout and DIR/rank.<r>/stderr")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="the command each rank runs (after --)")
+        usage="%(prog)s -np N [--host-ids IDS] [--timeout SECONDS] [--output-filename DIR] -- command [args ...]",
+    )
+    parser.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of ranks to start")
+    parser.add_argument(
+        "--host-ids",
+        type=parse_host_ids,
+        default=None,
+        help="comma-separated host id per rank, e.g. 0,0,1,1, to emulate several hosts (default: one host)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="stop the job and exit 124 after this many seconds (default: no limit)",
+    )
+    parser.add_argument(
+        "--output-filename",
+        default=None,
+        metavar="DIR",
+        help="also keep each rank's raw output in DIR/rank.<r>/stdout and DIR/rank.<r>/stderr",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs (after --)")
     return parser
 
 
@@ -73,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Everything after the first "--" is the command, verbatim.
     if "--" in argv:
         split = argv.index("--")
-        options, command = argv[:split], argv[split + 1:]
+        options, command = argv[:split], argv[split + 1 :]
     else:
         options, command = argv, []
     parser = _build_parser()
@@ -84,8 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.np < 1:
         parser.error("-np must be at least 1")
     if args.host_ids is not None and len(args.host_ids) != args.np:
-        parser.error("--host-ids has %d entries for -np %d"
-                     % (len(args.host_ids), args.np))
+        parser.error("--host-ids has %d entries for -np %d" % (len(args.host_ids), args.np))
     if args.timeout is not None and args.timeout <= 0:
         parser.error("--timeout must be positive")
     return launch.main(hvdlite_run_argv(args, command))

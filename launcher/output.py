@@ -31,6 +31,7 @@ content of an unfinished line, as a line of its own, at most once every ``HVDLIT
 that long, so a line written in pieces is not cut. The final content of every line is always written (once:
 not again if exactly that text was the line's last update written).
 """
+
 from __future__ import annotations
 
 import os
@@ -102,8 +103,8 @@ class LineSplitter:
         else:
             self._content += text
         while len(self._content) > self.max_line:
-            events.append(LineEvent(self._content[:self.max_line], self._in_place, True))
-            self._content, self._in_place = self._content[self.max_line:], False
+            events.append(LineEvent(self._content[: self.max_line], self._in_place, True))
+            self._content, self._in_place = self._content[self.max_line :], False
 
     def close(self) -> List[LineEvent]:
         """The end of the stream: finishes the unfinished line, if any."""
@@ -118,7 +119,7 @@ class _Unfinished:
     def __init__(self, prefix: bytes, now: float):
         self.prefix = prefix
         self.started = now
-        self.last_bytes = now                 # when its content last changed
+        self.last_bytes = now  # when its content last changed
         self.written_at: Optional[float] = None
         self.written: Optional[bytes] = None  # the last update written
         self.content = b""
@@ -231,6 +232,7 @@ def _terminal_size(stream):
         except (OSError, ValueError, AttributeError):
             return 80, 24
         return (columns or 80), (lines or 24)
+
     return size
 
 
@@ -241,7 +243,7 @@ class OutputRouter:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self._sinks: Dict[int, tuple] = {}      # id(stream) -> (stream, sink, writer)
+        self._sinks: Dict[int, tuple] = {}  # id(stream) -> (stream, sink, writer)
         self._terminals: Dict[tuple, tuple] = {}  # terminal device -> (sink, writer)
         self.timestamps = False  # --prefix-output-with-timestamp: each rank line starts with the time
 
@@ -254,8 +256,9 @@ class OutputRouter:
         if entry is not None and entry[0] is stream:
             return entry[1:]
         # Forget the sinks of streams that are no longer ours (each test of a pytest run has its own).
-        self._sinks = {ident: entry for ident, entry in self._sinks.items()
-                       if entry[0] is sys.stdout or entry[0] is sys.stderr}
+        self._sinks = {
+            ident: entry for ident, entry in self._sinks.items() if entry[0] is sys.stdout or entry[0] is sys.stderr
+        }
         found = None
         if supports_live_area(stream):
             try:
@@ -327,8 +330,9 @@ def report(message: str) -> None:
     ROUTER.message("stderr", "%s%s\n" % (LAUNCHER_PREFIX, message))
 
 
-def pump(pipe: IO[bytes], rank: int, stream_name: str, log_path: Optional[str],
-         router: OutputRouter = ROUTER) -> None:
+def pump(
+    pipe: IO[bytes], rank: int, stream_name: str, log_path: Optional[str], router: OutputRouter = ROUTER
+) -> None:
     """Forwards ``pipe`` (the rank's ``stream_name``, "stdout" or "stderr") until EOF; runs on its own thread.
 
     Waits for bytes with poll(), waking up when the sink has an update due (a thinned or throttled line).

@@ -65,10 +65,16 @@ _POLL_INTERVAL = 0.05
 # Environment
 # ---------------------------------------------------------------------------
 
-def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
-                   rendezvous_port: int, secret: bytes, job_id: str,
-                   base_env: Optional[Mapping[str, str]] = None
-                   ) -> Dict[str, str]:
+
+def build_rank_env(
+    info: RankInfo,
+    *,
+    rendezvous_addr: str,
+    rendezvous_port: int,
+    secret: bytes,
+    job_id: str,
+    base_env: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
     """Environment of one rank: ``base_env`` (default ``os.environ``) plus
 
     ``HVDLITE_RANK``, ``HVDLITE_SIZE``, ``HVDLITE_LOCAL_RANK``,
@@ -92,19 +98,22 @@ def build_rank_env(info: RankInfo, *, rendezvous_addr: str,
     }
     for prefix in ("HVDLITE_", "HOROVOD_"):
         env.update((prefix + name, value) for name, value in placement.items())
-    env.update({
-        "HVDLITE_RENDEZVOUS_ADDR": rendezvous_addr,
-        "HVDLITE_RENDEZVOUS_PORT": str(rendezvous_port),
-        "HVDLITE_SECRET": secret.hex(),
-        "HVDLITE_JOB_ID": job_id,
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "HVDLITE_RENDEZVOUS_ADDR": rendezvous_addr,
+            "HVDLITE_RENDEZVOUS_PORT": str(rendezvous_port),
+            "HVDLITE_SECRET": secret.hex(),
+            "HVDLITE_JOB_ID": job_id,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
 # ---------------------------------------------------------------------------
 # Rank processes
 # ---------------------------------------------------------------------------
+
 
 class RankProcess:
     """A started rank: its :class:`subprocess.Popen` and output threads.
@@ -115,12 +124,11 @@ class RankProcess:
     safely (to clean up anything the rank left behind) until :meth:`reap`.
     """
 
-    def __init__(self, rank: int, popen: subprocess.Popen,
-                 threads: Sequence[threading.Thread]) -> None:
+    def __init__(self, rank: int, popen: subprocess.Popen, threads: Sequence[threading.Thread]) -> None:
         self.rank = rank
         self.popen = popen
         self.threads = list(threads)
-        self._status: Optional[int] = None   # exit code once known
+        self._status: Optional[int] = None  # exit code once known
 
     def describe(self) -> str:
         """How the supervisor names this rank in its messages."""
@@ -143,14 +151,12 @@ class RankProcess:
             return self._status
         if hasattr(os, "waitid"):
             try:
-                info = os.waitid(os.P_PID, self.popen.pid,
-                                 os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 # Already reaped elsewhere; Popen knows the status.
                 self.popen.poll()
                 if self.popen.returncode is not None:
-                    self._status = exit_code_from_returncode(
-                        self.popen.returncode)
+                    self._status = exit_code_from_returncode(self.popen.returncode)
                 return self._status
             if info is None:
                 return None
@@ -213,12 +219,16 @@ def rank_output_folder(output_dir: str, rank: int, size: Optional[int]) -> str:
     return os.path.join(output_dir, "rank.%0*d" % (width, rank))
 
 
-def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
-               output_dir: Optional[str] = None,
-               cwd: Optional[str] = None,
-               stdin_data: Optional[bytes] = None,
-               process_class: type = RankProcess,
-               size: Optional[int] = None) -> RankProcess:
+def start_rank(
+    rank: int,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    output_dir: Optional[str] = None,
+    cwd: Optional[str] = None,
+    stdin_data: Optional[bytes] = None,
+    process_class: type = RankProcess,
+    size: Optional[int] = None,
+) -> RankProcess:
     """Start one rank in its own session and begin forwarding its output.
 
     With ``output_dir`` the rank's raw output is also written to
@@ -234,12 +244,17 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
         log_dir = rank_output_folder(output_dir, rank, size)
         os.makedirs(log_dir, exist_ok=True)
     popen = subprocess.Popen(
-        list(command), env=dict(env), cwd=cwd,
+        list(command),
+        env=dict(env),
+        cwd=cwd,
         stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
         # Own session => own process group, and no controlling terminal:
         # the ranks never see the terminal's ^C; the starter stops them.
-        start_new_session=True)
+        start_new_session=True,
+    )
     LIFELINE.watch(popen.pid)  # a session of its own: without this it would outlive a killed launcher
     if stdin_data is not None:
         try:
@@ -250,10 +265,11 @@ def start_rank(rank: int, command: Sequence[str], env: Mapping[str, str],
     threads = []
     for name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
         thread = threading.Thread(
-            target=pump, name="hvdlite-rank%d-%s" % (rank, name),
-            args=(pipe, rank, name,
-                  None if log_dir is None else os.path.join(log_dir, name)),
-            daemon=True)
+            target=pump,
+            name="hvdlite-rank%d-%s" % (rank, name),
+            args=(pipe, rank, name, None if log_dir is None else os.path.join(log_dir, name)),
+            daemon=True,
+        )
         thread.start()
         threads.append(thread)
     return process_class(rank, popen, threads)
@@ -266,9 +282,9 @@ def terminate_group(rank: RankProcess) -> None:
     rank.signal_group(signal.SIGCONT)
 
 
-def stop_ranks(ranks: Sequence[RankProcess],
-               grace: float = TERMINATE_GRACE_SECONDS,
-               hurry: Optional[Callable[[], bool]] = None) -> None:
+def stop_ranks(
+    ranks: Sequence[RankProcess], grace: float = TERMINATE_GRACE_SECONDS, hurry: Optional[Callable[[], bool]] = None
+) -> None:
     """Stop every rank and everything in their process groups, then reap.
 
     Sends SIGTERM to the process group of each still-running rank, waits up
@@ -280,9 +296,11 @@ def stop_ranks(ranks: Sequence[RankProcess],
     for rank in running:
         terminate_group(rank)
     deadline = time.monotonic() + grace
-    while (any(r.exited() is None for r in running)
-           and time.monotonic() < deadline
-           and not (hurry is not None and hurry())):
+    while (
+        any(r.exited() is None for r in running)
+        and time.monotonic() < deadline
+        and not (hurry is not None and hurry())
+    ):
         time.sleep(_POLL_INTERVAL)
     for rank in ranks:
         rank.signal_group(signal.SIGKILL)
@@ -293,6 +311,7 @@ def stop_ranks(ranks: Sequence[RankProcess],
 # ---------------------------------------------------------------------------
 # The job
 # ---------------------------------------------------------------------------
+
 
 class SignalCatcher:
     """Turn SIGINT/SIGTERM/SIGHUP into a flag while the job runs.
@@ -314,8 +333,7 @@ class SignalCatcher:
     def __enter__(self) -> "SignalCatcher":
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
-                if (signum == signal.SIGHUP
-                        and signal.getsignal(signum) == signal.SIG_IGN):
+                if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
                     continue
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -323,8 +341,7 @@ class SignalCatcher:
     def __exit__(self, *exc_info) -> None:
         for signum, handler in self._previous.items():
             # getsignal() gives None for handlers not set from Python.
-            signal.signal(signum, signal.SIG_DFL if handler is None
-                          else handler)
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
@@ -340,8 +357,7 @@ class JobOutcome:
     failed_rank: Optional[int] = None
 
 
-def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
-               signals: SignalCatcher) -> JobOutcome:
+def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float], signals: SignalCatcher) -> JobOutcome:
     """Wait for the ranks; stop them all on failure, timeout or signal."""
     started = time.monotonic()
     pending = list(ranks)
@@ -365,23 +381,26 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
                 # then stop whoever is left (busy elsewhere, or stopped).
                 others = [other for other in ranks if other is not rank]
                 deadline = time.monotonic() + PEER_REPORT_GRACE_SECONDS
-                while (any(other.exited() is None and not other.stopped() for other in others)
-                       and time.monotonic() < deadline
-                       and not signals.received):
+                while (
+                    any(other.exited() is None and not other.stopped() for other in others)
+                    and time.monotonic() < deadline
+                    and not signals.received
+                ):
                     time.sleep(_POLL_INTERVAL)
                 for other in others:
                     if other.exited() is None:
                         terminate_group(other)
                 rank.join_output(timeout=1.0)
-                report("%s exited with code %d%s; stopping the other ranks"
-                       % (rank.describe(), code, rank.explain_exit(code)))
+                report(
+                    "%s exited with code %d%s; stopping the other ranks"
+                    % (rank.describe(), code, rank.explain_exit(code))
+                )
                 stop_ranks(ranks, hurry=lambda: bool(signals.received))
                 return JobOutcome(code, rank.rank)
         pending = still_running
 
         if timeout is not None and time.monotonic() - started > timeout:
-            report("job exceeded the timeout of %g s; stopping all ranks"
-                   % timeout)
+            report("job exceeded the timeout of %g s; stopping all ranks" % timeout)
             stop_ranks(ranks, hurry=lambda: bool(signals.received))
             return JobOutcome(TIMEOUT_EXIT_CODE)
 
@@ -389,8 +408,7 @@ def _supervise(ranks: Sequence[RankProcess], timeout: Optional[float],
             time.sleep(_POLL_INTERVAL)
 
 
-def run_ranks(starters: Sequence[Callable[[], RankProcess]],
-              timeout: Optional[float] = None) -> JobOutcome:
+def run_ranks(starters: Sequence[Callable[[], RankProcess]], timeout: Optional[float] = None) -> JobOutcome:
     """Start one rank per starter (in order), supervise them, clean up.
 
     Returns exit code 0 if every rank exited 0, the code of the first

@@ -6,6 +6,7 @@ separately) has its line cut and mixed with other ranks'. This wrapper runs the 
 writes only whole lines, each with the rank's ``[<rank>]<stdout>: `` prefix, in one write: the same output as the
 built-in launcher's. Unfinished text is written when the stream ends or once it reaches the line limit.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,14 @@ def rank_from_environment(environ=None) -> int:
     for name in RANK_VARIABLES:
         if environ.get(name, "").isdigit():
             return int(environ[name])
-    raise RuntimeError("rank_lines: no rank in the environment (%s); it runs under mpirun" %
-                       ", ".join(RANK_VARIABLES))
+    raise RuntimeError(
+        "rank_lines: no rank in the environment (%s); it runs under mpirun" % ", ".join(RANK_VARIABLES)
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def relay(command: Sequence[str], rank: int, timestamps: bool = False) -> int:
@@ -41,8 +43,10 @@ def relay(command: Sequence[str], rank: int, timestamps: bool = False) -> int:
     # mpirun stops a job by signalling the processes it started, which are these wrappers: pass it on.
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(number, lambda signum, _frame: child.send_signal(signum))
-    streams = {child.stdout.fileno(): ("stdout", sys.stdout.fileno()),
-               child.stderr.fileno(): ("stderr", sys.stderr.fileno())}
+    streams = {
+        child.stdout.fileno(): ("stdout", sys.stdout.fileno()),
+        child.stderr.fileno(): ("stderr", sys.stderr.fileno()),
+    }
     splitters = {fd: LineSplitter() for fd in streams}
     selector = selectors.DefaultSelector()
     for fd in streams:

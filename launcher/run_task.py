@@ -7,6 +7,7 @@ A blob is stored in chunks below the service's request limit, with its chunk cou
 carries fn's source file, which cloudpickle (3.1.3 on) replaces with "<dynamic-code>" in what it pickles by
 value: the rank puts it back, so tracebacks name the file.
 """
+
 import json
 import os
 import sys
@@ -19,7 +20,7 @@ CHUNK = MAX_BODY_SIZE // 2
 
 
 def put_blob(client: RendezvousClient, key: str, data: bytes) -> None:
-    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+    chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
     for index, chunk in enumerate(chunks):
         client.put(SCOPE, f"{key}.{index}", chunk)
     client.put(SCOPE, key, json.dumps({"chunks": len(chunks)}).encode())
@@ -51,8 +52,11 @@ def _with_file(code, source_file: str):
 
 def restore_source_file(fn, source_file: str) -> None:
     """Puts source_file back into fn and into the functions of fn's module that came with it by value."""
-    functions = [fn] + [value for value in getattr(fn, "__globals__", {}).values()
-                        if callable(value) and getattr(value, "__module__", None) == getattr(fn, "__module__", "")]
+    functions = [fn] + [
+        value
+        for value in getattr(fn, "__globals__", {}).values()
+        if callable(value) and getattr(value, "__module__", None) == getattr(fn, "__module__", "")
+    ]
     for function in functions:
         code = getattr(function, "__code__", None)
         if code is not None and code.co_filename == DYNAMIC_CODE:

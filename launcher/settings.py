@@ -1,6 +1,7 @@
 """What the user asked the launcher for (CLI flags or ``hvdlite.run`` arguments), and the environment it
 implies for the ranks: tuning knobs as ``HVDLITE_*`` variables and which of the launcher's own variables
 travel to other hosts."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ DEFAULT_START_TIMEOUT = 60.0
 
 @dataclasses.dataclass
 class Settings:
-    np: Optional[int] = None                 # None: one rank per slot
+    np: Optional[int] = None  # None: one rank per slot
     hosts: Optional[List[HostSlots]] = None  # None: all ranks on localhost
     start_timeout: float = DEFAULT_START_TIMEOUT
     network_interfaces: List[str] = dataclasses.field(default_factory=list)
@@ -23,7 +24,7 @@ class Settings:
     verbose: bool = False
     knobs: Dict[str, str] = dataclasses.field(default_factory=dict)  # HVDLITE_* values of the tuning flags
     ssh: SshOptions = dataclasses.field(default_factory=SshOptions)
-    timeout: Optional[float] = None          # stop the whole job after this many seconds
+    timeout: Optional[float] = None  # stop the whole job after this many seconds
     mpi_args: List[str] = dataclasses.field(default_factory=list)
     binding_args: List[str] = dataclasses.field(default_factory=list)  # mpirun's binding; empty: its default
     prefix_timestamps: bool = False  # rank lines start with the time (horovodrun's --prefix-output-with-timestamp)
@@ -68,12 +69,44 @@ def _number(value: float) -> str:
 
 
 # Variables that describe the launcher's own login or terminal, not the job: another host keeps its own.
-_HOST_SPECIFIC = frozenset({
-    "HOME", "USER", "LOGNAME", "SHELL", "MAIL", "HOSTNAME", "HOST", "PWD", "OLDPWD", "SHLVL", "_", "TERM",
-    "TERMCAP", "COLUMNS", "LINES", "DISPLAY", "XAUTHORITY", "TMUX", "TMUX_PANE", "STY", "WINDOW", "PS1", "PS2",
-    "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS",
-    "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "SSH_ORIGINAL_COMMAND",
-})
+_HOST_SPECIFIC = frozenset(
+    {
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "MAIL",
+        "HOSTNAME",
+        "HOST",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "TERM",
+        "TERMCAP",
+        "COLUMNS",
+        "LINES",
+        "DISPLAY",
+        "XAUTHORITY",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "WINDOW",
+        "PS1",
+        "PS2",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "XDG_SESSION_ID",
+        "XDG_SESSION_TYPE",
+        "XDG_SESSION_CLASS",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "SSH_ORIGINAL_COMMAND",
+    }
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -81,5 +114,8 @@ def propagated_environment(environ: Mapping[str, str]) -> Dict[str, str]:
     """The part of the launcher's environment that remote ranks get: everything (PATH, PYTHONPATH, the
     user's own variables, as Horovod does) except what describes this login or terminal, exported shell
     functions and names a shell cannot export."""
-    return {key: value for key, value in environ.items()
-            if _NAME.match(key) and key not in _HOST_SPECIFIC and not key.startswith("BASH_FUNC_")}
+    return {
+        key: value
+        for key, value in environ.items()
+        if _NAME.match(key) and key not in _HOST_SPECIFIC and not key.startswith("BASH_FUNC_")
+    }

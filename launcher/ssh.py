@@ -15,6 +15,7 @@ launcher's working directory and the rank's command, and then keeps stdin open. 
 
 The rank's own stdin is ``/dev/null``, as for local ranks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,12 @@ def ssh_option_args(options: SshOptions) -> List[str]:
     args += ["-o", "BatchMode=yes"]  # fail instead of prompting for a password nobody can type
     # A host that vanishes (power, link down) sends no FIN: without these ssh would wait for hours, and the
     # launcher with it. ssh gives up after 5 unanswered requests a second apart and exits 255.
-    args += ["-o", "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL, "-o", "ServerAliveCountMax=%d" % SERVER_ALIVE_COUNT]
+    args += [
+        "-o",
+        "ServerAliveInterval=%d" % SERVER_ALIVE_INTERVAL,
+        "-o",
+        "ServerAliveCountMax=%d" % SERVER_ALIVE_COUNT,
+    ]
     if options.connect_timeout:
         args += ["-o", "ConnectTimeout=%d" % max(1, round(options.connect_timeout))]
     return args
@@ -72,8 +78,13 @@ def resolve_hostname(host: str, options: SshOptions) -> str:
     """The address ssh will connect to for ``host``, after ssh config aliases (``ssh -G``); ``host`` itself
     if ssh cannot say."""
     try:
-        out = subprocess.run([SSH, "-G"] + ssh_option_args(options) + [host], capture_output=True, text=True,
-                             timeout=10, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [SSH, "-G"] + ssh_option_args(options) + [host],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return host.rsplit("@", 1)[-1]
     for line in out.stdout.splitlines():
@@ -83,8 +94,9 @@ def resolve_hostname(host: str, options: SshOptions) -> str:
     return host.rsplit("@", 1)[-1]
 
 
-def remote_script(env: Mapping[str, str], cwd: str, command: Sequence[str],
-                  grace: float = TERMINATE_GRACE_SECONDS) -> bytes:
+def remote_script(
+    env: Mapping[str, str], cwd: str, command: Sequence[str], grace: float = TERMINATE_GRACE_SECONDS
+) -> bytes:
     """The bash script that runs one rank on the remote host (see the module docstring).
 
     Everything is inside one ``{ ... }`` group: bash reads a whole compound command before running it, so
@@ -95,14 +107,13 @@ def remote_script(env: Mapping[str, str], cwd: str, command: Sequence[str],
     lines = ["{"]
     lines += ["export %s=%s" % (key, shlex.quote(value)) for key, value in sorted(env.items())]
     lines += [
-        "cd %s || { echo \"hvdlite-run: cannot cd to %s on $(hostname)\" >&2; exit 127; }"
+        'cd %s || { echo "hvdlite-run: cannot cd to %s on $(hostname)" >&2; exit 127; }'
         % (shlex.quote(cwd), cwd.replace('"', "'")),
         "set -m",
         "%s </dev/null &" % " ".join(shlex.quote(arg) for arg in command),
         "rank_pid=$!",
         "{ cat >/dev/null; kill -TERM -- -$rank_pid; kill -CONT -- -$rank_pid; sleep %g; kill -KILL -- -$rank_pid; }"
-        " >/dev/null 2>&1 &"
-        % grace,
+        " >/dev/null 2>&1 &" % grace,
         "watcher_pid=$!",
         "set +m",
         "wait $rank_pid",
@@ -130,10 +141,12 @@ class RemoteRankProcess(RankProcess):
     def explain_exit(self, code: int) -> str:
         if code != SSH_FAILURE_CODE:
             return ""
-        return (" (255 is ssh's own failure code: the connection to %s was lost (\"Timeout, server not "
-                "responding\" above: the host went down or its network was cut), or ssh could not connect: then "
-                "check that 'ssh %s true' works without any prompt; an unknown host key can be accepted with "
-                "--ssh-option StrictHostKeyChecking=accept-new)" % (self.host, self.host))
+        return (
+            " (255 is ssh's own failure code: the connection to %s was lost (\"Timeout, server not "
+            'responding" above: the host went down or its network was cut), or ssh could not connect: then '
+            "check that 'ssh %s true' works without any prompt; an unknown host key can be accepted with "
+            "--ssh-option StrictHostKeyChecking=accept-new)" % (self.host, self.host)
+        )
 
     def signal_group(self, signum: int) -> None:
         # SIGTERM: close the lifeline, the remote script stops the rank and ssh exits with its code.
@@ -150,12 +163,27 @@ class RemoteRankProcess(RankProcess):
         super().signal_group(signum)
 
 
-def start_remote_rank(rank: int, host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
-                      options: SshOptions, ssh_env: Mapping[str, str],
-                      output_dir: Optional[str] = None, size: Optional[int] = None) -> RemoteRankProcess:
+def start_remote_rank(
+    rank: int,
+    host: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    options: SshOptions,
+    ssh_env: Mapping[str, str],
+    output_dir: Optional[str] = None,
+    size: Optional[int] = None,
+) -> RemoteRankProcess:
     """Starts ``command`` as ``rank`` on ``host`` with environment ``env`` (exactly these variables on top of
     what sshd gives the login). ``ssh_env`` is the ssh client's own environment."""
-    process = start_rank(rank, ssh_command(host, options), ssh_env, output_dir=output_dir, size=size,
-                         stdin_data=remote_script(env, cwd, command), process_class=RemoteRankProcess)
+    process = start_rank(
+        rank,
+        ssh_command(host, options),
+        ssh_env,
+        output_dir=output_dir,
+        size=size,
+        stdin_data=remote_script(env, cwd, command),
+        process_class=RemoteRankProcess,
+    )
     process.host = host
     return process

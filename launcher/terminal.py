@@ -13,6 +13,7 @@ last row says how many are not shown. Escape sequences used: cursor up/down (CSI
 (CSI 2K), which every terminal emulator in use supports; ``TERM=dumb`` gets the plain line mode instead (see
 :func:`supports_live_area`).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,10 @@ from typing import Callable, Dict, Hashable, List, Optional, Tuple
 REFRESH_SECONDS = 0.05
 
 _ESCAPE = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*[@-~]"          # CSI: colours (SGR), cursor movement, erasing
-    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)"      # OSC: window title, hyperlinks
-    r"|[@-Z\\-_])")                        # other two-byte sequences
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]"  # CSI: colours (SGR), cursor movement, erasing
+    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: window title, hyperlinks
+    r"|[@-Z\\-_])"
+)  # other two-byte sequences
 _ESCAPE_BYTES = re.compile(_ESCAPE.pattern.encode())
 _RESET = "\x1b[0m"
 
@@ -66,13 +68,13 @@ def fit_to_width(data: bytes, width: int) -> bytes:
     styled = False
     position = 0
     for match in _ESCAPE.finditer(text + "\x1b[m"):  # the sentinel flushes the text after the last escape
-        for char in text[position:match.start()]:
+        for char in text[position : match.start()]:
             if char == "\t":
                 spaces = min(8 - used % 8, width - used)
                 out.append(" " * spaces)
                 used += spaces
                 continue
-            if ord(char) < 0x20 or ord(char) == 0x7f:
+            if ord(char) < 0x20 or ord(char) == 0x7F:
                 continue
             char_width = _char_width(char)
             if used + char_width > width:
@@ -90,9 +92,9 @@ class _Row:
     def __init__(self, prefix: bytes, content: bytes, now: float):
         self.prefix = prefix
         self.content = content
-        self.visible = False                # in the live area (drawn at every repaint)
+        self.visible = False  # in the live area (drawn at every repaint)
         self.drawn: Optional[bytes] = None  # content now on the screen
-        self.changed_at = now               # last redraw, or when the row appeared
+        self.changed_at = now  # last redraw, or when the row appeared
 
 
 class TerminalSink:
@@ -102,13 +104,12 @@ class TerminalSink:
     them; the caller (:class:`hvdlite.runner.output.OutputRouter`) serialises all calls.
     """
 
-    def __init__(self, write: Callable[[bytes], None],
-                 size: Callable[[], Tuple[int, int]] = lambda: (80, 24)):
+    def __init__(self, write: Callable[[bytes], None], size: Callable[[], Tuple[int, int]] = lambda: (80, 24)):
         self._write = write
-        self._size = size                       # () -> (columns, lines)
-        self._rows: Dict[Hashable, _Row] = {}   # every unfinished line, in order of appearance
-        self._layout: List[Hashable] = []       # keys of the rows on the screen, top to bottom
-        self._drawn_rows = 0                    # lines the live area takes (rows plus the summary line)
+        self._size = size  # () -> (columns, lines)
+        self._rows: Dict[Hashable, _Row] = {}  # every unfinished line, in order of appearance
+        self._layout: List[Hashable] = []  # keys of the rows on the screen, top to bottom
+        self._drawn_rows = 0  # lines the live area takes (rows plus the summary line)
 
     # -- what the router calls ------------------------------------------------------------------------
 
@@ -193,9 +194,9 @@ class TerminalSink:
         hidden = 0
         if len(keys) > room:
             hidden = len(keys) - (room - 1)
-            for key in keys[room - 1:]:
+            for key in keys[room - 1 :]:
                 self._rows[key].drawn = self._rows[key].content  # nothing to redraw until shown
-            keys = keys[:room - 1]
+            keys = keys[: room - 1]
         for key in keys:
             row = self._rows[key]
             out += self._render(row, columns) + b"\n"

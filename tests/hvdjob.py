@@ -5,6 +5,7 @@ inputs of *every* rank with :func:`make`, a deterministic function of ``(rank, k
 the expected result of a collective locally and compare (exactly where the arithmetic is exact, otherwise with a
 dtype-dependent tolerance).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,19 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # uint16 needs torch >= 2.3 (which has few kernels for it: the tests only copy, compare and convert it).
 _UINT16 = [torch.uint16] if hasattr(torch, "uint16") else []
-ALL_DTYPES = [torch.uint8, torch.int8, *_UINT16, torch.int16, torch.int32, torch.int64, torch.float16,
-              torch.bfloat16, torch.float32, torch.float64, torch.bool]
+ALL_DTYPES = [
+    torch.uint8,
+    torch.int8,
+    *_UINT16,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+]
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT_DTYPES = (torch.uint8, torch.int8, *_UINT16, torch.int16, torch.int32, torch.int64)
 UNSIGNED_DTYPES = (torch.uint8, *_UINT16)
@@ -68,7 +80,7 @@ def make(rank: int, key, shape: Sequence[int], dtype: torch.dtype, lo: int = -3,
         lo = max(lo, 0)
     assert -128 <= lo <= hi <= 127
     offset = seed_of(rank, key, dtype) % (_POOL_SIZE - numel + 1)
-    return _pool(rank, lo, hi)[offset:offset + numel].to(dtype, copy=True).reshape(shape)
+    return _pool(rank, lo, hi)[offset : offset + numel].to(dtype, copy=True).reshape(shape)
 
 
 def value_range(op: str, dtype: torch.dtype):
@@ -93,8 +105,9 @@ def horovod_scale(x: torch.Tensor, factor: float) -> torch.Tensor:
     return torch.trunc(x.to(torch.float64) * factor).to(torch.int64).to(x.dtype)
 
 
-def reduce_reference(inputs: List[torch.Tensor], op: str, dtype: torch.dtype, prescale: float = 1.0,
-                     postscale: float = 1.0) -> torch.Tensor:
+def reduce_reference(
+    inputs: List[torch.Tensor], op: str, dtype: torch.dtype, prescale: float = 1.0, postscale: float = 1.0
+) -> torch.Tensor:
     """What allreduce/reducescatter should compute, in float64 (floats), int64 (ints) or bool; cast to dtype.
 
     Integers: prescale, then postscale (postscale / n for Average) by Horovod's rule (horovod_scale: the product
@@ -111,8 +124,11 @@ def reduce_reference(inputs: List[torch.Tensor], op: str, dtype: torch.dtype, pr
     is_float = dtype in FLOAT_DTYPES
     xs = [t.to(torch.float64) for t in inputs] if is_float else [t.to(torch.int64) for t in inputs]
     if prescale != 1.0:
-        xs = [x * prescale for x in xs] if is_float else [
-            horovod_scale(x.to(dtype), prescale).to(torch.int64) for x in xs]
+        xs = (
+            [x * prescale for x in xs]
+            if is_float
+            else [horovod_scale(x.to(dtype), prescale).to(torch.int64) for x in xs]
+        )
     stacked = torch.stack(xs)
     if op in ("Sum", "Average"):
         result = stacked.sum(0)
@@ -156,8 +172,10 @@ def check(what: str, got, expected: torch.Tensor, exact: bool = True) -> None:
     if bool(bad.any()):
         idx = bad.reshape(-1).nonzero()[0].item()
         count = int(bad.sum())
-        raise CheckFailure(f"{what}: {count} of {got.numel()} elements differ; first at flat index {idx}: got "
-                           f"{got.reshape(-1)[idx].item()!r}, expected {expected.reshape(-1)[idx].item()!r}")
+        raise CheckFailure(
+            f"{what}: {count} of {got.numel()} elements differ; first at flat index {idx}: got "
+            f"{got.reshape(-1)[idx].item()!r}, expected {expected.reshape(-1)[idx].item()!r}"
+        )
 
 
 def even_rows(rows: int, n: int) -> List[int]:
@@ -212,8 +230,10 @@ def ok_ranks(stdout: str, tag: str = "OK") -> Dict[int, str]:
 
 def assert_job_ok(result, np: int, tag: str = "OK", min_count: int = 1) -> Dict[int, str]:
     """The job exited 0 and every rank printed ``<tag> <count>`` with count >= min_count."""
-    detail = f"exit code {result.returncode}\n--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n" \
-             f"{result.stderr[-6000:]}"
+    detail = (
+        f"exit code {result.returncode}\n--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n"
+        f"{result.stderr[-6000:]}"
+    )
     assert result.returncode == 0, detail
     found = ok_ranks(result.stdout, tag)
     assert sorted(found) == list(range(np)), f"ranks with an {tag} line: {sorted(found)}\n{detail}"
@@ -226,6 +246,7 @@ def assert_job_ok(result, np: int, tag: str = "OK", min_count: int = 1) -> Dict[
 def synchronize_within(hvd, handle, seconds: float, what: str):
     """hvd.synchronize(handle), but raises CheckFailure instead of hanging if it is not done within `seconds`."""
     import time
+
     deadline = time.monotonic() + seconds
     while not hvd.poll(handle):
         if time.monotonic() > deadline:

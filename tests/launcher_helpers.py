@@ -1,4 +1,5 @@
 """Helpers for tests that start jobs through the ``hvdlite-run`` console script."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,6 @@ import time
 from typing import List, Mapping, Optional, Sequence
 
 import pytest
-
 from multiproc import REPO_ROOT, job_env
 
 # Every job script checks its collectives against values computed locally and prints one OK line per rank.
@@ -68,9 +68,14 @@ def check_horovod_variables(stdout: str, hostnames: Sequence[str]) -> None:
     assert sorted(found) == list(range(size)), stdout
     for rank, (before, after, hvdlite_hostname) in found.items():
         host = hostnames[rank]
-        expected = {"RANK": str(rank), "SIZE": str(size),
-                    "LOCAL_RANK": str(hostnames[:rank].count(host)), "LOCAL_SIZE": str(hostnames.count(host)),
-                    "CROSS_RANK": str(hosts.index(host)), "CROSS_SIZE": str(len(hosts))}
+        expected = {
+            "RANK": str(rank),
+            "SIZE": str(size),
+            "LOCAL_RANK": str(hostnames[:rank].count(host)),
+            "LOCAL_SIZE": str(hostnames.count(host)),
+            "CROSS_RANK": str(hosts.index(host)),
+            "CROSS_SIZE": str(len(hosts)),
+        }
         assert after == expected, (rank, after, expected)
         assert before == dict(expected, HOSTNAME=host), (rank, before, expected)
         assert hvdlite_hostname == host
@@ -80,8 +85,10 @@ def hvdlite_run() -> str:
     """The installed console script (next to this interpreter)."""
     path = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
     if not os.access(path, os.X_OK):
-        pytest.fail("the hvdlite-run console script is not installed next to %s: run pip install -e . "
-                    "(make test does)" % sys.executable)
+        pytest.fail(
+            "the hvdlite-run console script is not installed next to %s: run pip install -e . "
+            "(make test does)" % sys.executable
+        )
     return path
 
 
@@ -92,18 +99,29 @@ def write_script(directory, source: str, name: str = "job.py") -> str:
     return path
 
 
-def run_launcher(args: Sequence[str], timeout: float = 60, env: Optional[Mapping[str, str]] = None,
-                 cwd: str = REPO_ROOT) -> subprocess.CompletedProcess:
+def run_launcher(
+    args: Sequence[str], timeout: float = 60, env: Optional[Mapping[str, str]] = None, cwd: str = REPO_ROOT
+) -> subprocess.CompletedProcess:
     """Runs ``hvdlite-run *args`` to completion (text output). Past ``timeout`` it is stopped the way a user
     would (SIGTERM: it stops its ranks), then killed, and the test fails."""
-    proc = subprocess.Popen([hvdlite_run(), *args], cwd=cwd, env=job_env(env), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    proc = subprocess.Popen(
+        [hvdlite_run(), *args],
+        cwd=cwd,
+        env=job_env(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         stdout, stderr = stop(proc)
-        pytest.fail("hvdlite-run %s did not finish in %g s\nstdout:\n%s\nstderr:\n%s"
-                    % (" ".join(args), timeout, stdout, stderr))
+        pytest.fail(
+            "hvdlite-run %s did not finish in %g s\nstdout:\n%s\nstderr:\n%s"
+            % (" ".join(args), timeout, stdout, stderr)
+        )
     except BaseException:
         stop(proc)
         raise
@@ -125,14 +143,23 @@ class LiveJob:
     can act while the job runs."""
 
     def __init__(self, args: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: str = REPO_ROOT):
-        self.proc = subprocess.Popen([hvdlite_run(), *args], cwd=cwd, env=job_env(env),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, errors="replace")
+        self.proc = subprocess.Popen(
+            [hvdlite_run(), *args],
+            cwd=cwd,
+            env=job_env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
         self.lines: "queue.Queue[str]" = queue.Queue()
         self.stdout: List[str] = []
         self.stderr: List[str] = []
-        self._threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True),
-                         threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -150,8 +177,7 @@ class LiveJob:
                 line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 self.close()
-                pytest.fail("expected output did not come within %g s; output so far:\n%s"
-                            % (timeout, self.output()))
+                pytest.fail("expected output did not come within %g s; output so far:\n%s" % (timeout, self.output()))
             if predicate(line):
                 found.append(line)
         return found
@@ -223,16 +249,29 @@ class TmuxPane:
         # The command waits until the pane is fully set up: tmux may drop what a pane writes at once.
         started = os.path.join(self.directory, "started")
         self._status = os.path.join(self.directory, "status")
-        self._tmux("new-session", "-d", "-x", str(columns), "-y", str(lines),
-                   "while [ ! -e %s ]; do sleep 0.02; done; %s; echo $? >%s.tmp; mv %s.tmp %s; exec sleep 3600"
-                   % (shlex.quote(started), command, *[shlex.quote(self._status)] * 3))
+        self._tmux(
+            "new-session",
+            "-d",
+            "-x",
+            str(columns),
+            "-y",
+            str(lines),
+            "while [ ! -e %s ]; do sleep 0.02; done; %s; echo $? >%s.tmp; mv %s.tmp %s; exec sleep 3600"
+            % (shlex.quote(started), command, *[shlex.quote(self._status)] * 3),
+        )
         size = self._tmux("display-message", "-p", "#{pane_width}x#{pane_height}").strip()
         assert size == "%dx%d" % (columns, lines), size
         open(started, "w").close()
 
     def _tmux(self, *args: str) -> str:
-        out = subprocess.run(["tmux", "-S", self._socket, "-f", self._config, *args], env=self._env,
-                             capture_output=True, text=True, timeout=10, cwd=REPO_ROOT)
+        out = subprocess.run(
+            ["tmux", "-S", self._socket, "-f", self._config, *args],
+            env=self._env,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=REPO_ROOT,
+        )
         if out.returncode != 0:
             raise RuntimeError("tmux %s failed: %s" % (" ".join(args), out.stderr))
         return out.stdout
@@ -253,8 +292,10 @@ class TmuxPane:
             if predicate(lines):
                 return lines
             if time.monotonic() > deadline:
-                pytest.fail("the terminal did not show what was expected within %g s; it shows:\n%s"
-                            % (timeout, "\n".join(lines)))
+                pytest.fail(
+                    "the terminal did not show what was expected within %g s; it shows:\n%s"
+                    % (timeout, "\n".join(lines))
+                )
             time.sleep(0.05)
 
     def exit_status(self, timeout: float = 60) -> int:
@@ -262,8 +303,10 @@ class TmuxPane:
         deadline = time.monotonic() + timeout
         while not os.path.exists(self._status):
             if time.monotonic() > deadline:
-                pytest.fail("the command in the terminal did not end within %g s; it shows:\n%s"
-                            % (timeout, "\n".join(self.screen())))
+                pytest.fail(
+                    "the command in the terminal did not end within %g s; it shows:\n%s"
+                    % (timeout, "\n".join(self.screen()))
+                )
             time.sleep(0.05)
         with open(self._status) as f:
             return int(f.read())

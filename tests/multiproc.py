@@ -36,16 +36,20 @@ def job_env(env: Optional[Mapping[str, str]] = None) -> dict:
     result = dict(os.environ)
     if env:
         result.update(env)
-    paths = [REPO_ROOT] + [p for p in result.get("PYTHONPATH", "").split(
-        os.pathsep) if p and p != REPO_ROOT]
+    paths = [REPO_ROOT] + [p for p in result.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO_ROOT]
     result["PYTHONPATH"] = os.pathsep.join(paths)
     return result
 
 
-def run_job(script: str, np: int,
-            host_ids: Optional[Sequence[Union[int, str]]] = None,
-            timeout: float = 120, env: Optional[Mapping[str, str]] = None,
-            args: Sequence[str] = (), launcher: str = "local") -> subprocess.CompletedProcess:
+def run_job(
+    script: str,
+    np: int,
+    host_ids: Optional[Sequence[Union[int, str]]] = None,
+    timeout: float = 120,
+    env: Optional[Mapping[str, str]] = None,
+    args: Sequence[str] = (),
+    launcher: str = "local",
+) -> subprocess.CompletedProcess:
     """Run ``script`` (Python source, dedented) as an ``np``-rank job.
 
     Starts ``python -m hvdlite.runner.local -np NP [--host-ids ...]
@@ -71,8 +75,17 @@ def run_job(script: str, np: int,
             f.write(textwrap.dedent(script))
         if launcher == "mpi":
             assert host_ids is None, "mpirun jobs run on this host"
-            cmd = [sys.executable, "-m", "hvdlite.runner.launch", "--mpi", "-np", str(np),
-                   sys.executable, script_path, *[str(a) for a in args]]
+            cmd = [
+                sys.executable,
+                "-m",
+                "hvdlite.runner.launch",
+                "--mpi",
+                "-np",
+                str(np),
+                sys.executable,
+                script_path,
+                *[str(a) for a in args],
+            ]
             # Unbuffered, print() writes text and newline apart, and Open MPI tags each write: lines would break.
             rank_env = {k: v for k, v in job_env(env).items() if k != "PYTHONUNBUFFERED"}
             result = _run_starter(cmd, rank_env, timeout + TIMEOUT_SLACK)
@@ -81,8 +94,7 @@ def run_job(script: str, np: int,
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np)]
         if host_ids is not None:
             cmd += ["--host-ids", ",".join(str(h) for h in host_ids)]
-        cmd += ["--timeout", str(timeout), "--",
-                sys.executable, script_path, *[str(a) for a in args]]
+        cmd += ["--timeout", str(timeout), "--", sys.executable, script_path, *[str(a) for a in args]]
         return _run_starter(cmd, job_env(env), timeout + TIMEOUT_SLACK)
 
 
@@ -91,18 +103,22 @@ def _untag(text: str) -> str:
     return re.sub(r"^\[\d+,(\d+)\]<(stdout|stderr)>:", r"[\1]<\2>: ", text, flags=re.MULTILINE)
 
 
-def _run_starter(cmd: Sequence[str], env: Mapping[str, str],
-                 limit: float) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=dict(env),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            errors="replace")
+def _run_starter(cmd: Sequence[str], env: Mapping[str, str], limit: float) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
     try:
         stdout, stderr = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         stdout, stderr = _stop_starter(proc)
-        raise subprocess.TimeoutExpired(cmd, limit, output=stdout,
-                                        stderr=stderr) from None
+        raise subprocess.TimeoutExpired(cmd, limit, output=stdout, stderr=stderr) from None
     except BaseException:  # e.g. ^C in pytest: do not leave the job behind
         _stop_starter(proc)
         raise
@@ -124,8 +140,9 @@ def _stop_starter(proc: subprocess.Popen):
         return proc.communicate()
 
 
-def run_checked(script: str, np: int, marker: str = "DONE", timeout: float = 120,
-                env: Optional[Mapping[str, str]] = None) -> str:
+def run_checked(
+    script: str, np: int, marker: str = "DONE", timeout: float = 120, env: Optional[Mapping[str, str]] = None
+) -> str:
     """Runs script on np ranks; asserts exit code 0 and that every rank printed marker. Returns the output."""
     result = run_job(script, np=np, timeout=timeout, env=env)
     out = result.stdout + result.stderr

@@ -9,6 +9,7 @@ openssh-server; :func:`start_cluster` raises :class:`ClusterUnavailable` with th
 Names carry this process's pid so that concurrent test runs on one machine do not collide; :meth:`stop`
 kills everything running in the namespaces and deletes them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,18 +32,20 @@ class ClusterUnavailable(RuntimeError):
 
 @dataclasses.dataclass
 class TestHost:
-    alias: str          # name in the generated ssh config
+    alias: str  # name in the generated ssh config
     namespace: str
     address: str
     sshd: Optional[subprocess.Popen] = None
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        list(cmd), capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL
+    )
     if check and result.returncode != 0:
-        raise ClusterUnavailable("%s failed (exit %d): %s" % (" ".join(cmd), result.returncode,
-                                                               (result.stderr or result.stdout).strip()))
+        raise ClusterUnavailable(
+            "%s failed (exit %d): %s" % (" ".join(cmd), result.returncode, (result.stderr or result.stdout).strip())
+        )
     return result
 
 
@@ -66,8 +69,10 @@ class Cluster:
         self.net = _free_subnet()
         self.bridge = "hvb" + self.tag
         self.gateway = "10.123.%d.1" % self.net
-        self.hosts = [TestHost("hvdhost%d" % i, "hvdlite-%s-%d" % (self.tag, i), "10.123.%d.%d" % (self.net, 10 + i))
-                      for i in range(count)]
+        self.hosts = [
+            TestHost("hvdhost%d" % i, "hvdlite-%s-%d" % (self.tag, i), "10.123.%d.%d" % (self.net, 10 + i))
+            for i in range(count)
+        ]
         self.identity = os.path.join(workdir, "id_ed25519")
         self.ssh_config = os.path.join(workdir, "ssh_config")
         self._links: List[str] = []
@@ -103,26 +108,48 @@ class Cluster:
         shutil.copyfile(self.identity + ".pub", os.path.join(self.workdir, "authorized_keys"))
         with open(self.ssh_config, "w") as f:
             for host in self.hosts:
-                f.write("Host %s\n  HostName %s\n  Port %d\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n"
-                        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n\n"
-                        % (host.alias, host.address, SSH_PORT, self.identity))
+                f.write(
+                    "Host %s\n  HostName %s\n  Port %d\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n"
+                    "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n\n"
+                    % (host.alias, host.address, SSH_PORT, self.identity)
+                )
 
     def _start_sshd(self, host: TestHost) -> None:
         # sshd refuses to start without its privilege separation directory (normally made by its service).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         config = os.path.join(self.workdir, "sshd_%s.conf" % host.alias)
         with open(config, "w") as f:
-            f.write("\n".join([
-                "Port %d" % SSH_PORT, "ListenAddress %s" % host.address,
-                "HostKey %s" % os.path.join(self.workdir, "host_ed25519"),
-                "PidFile %s" % os.path.join(self.workdir, "sshd_%s.pid" % host.alias),
-                "AuthorizedKeysFile %s" % os.path.join(self.workdir, "authorized_keys"),
-                "PermitRootLogin prohibit-password", "PubkeyAuthentication yes", "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "X11Forwarding no",
-                "AllowTcpForwarding no", "PermitUserEnvironment no", "MaxStartups 64", "LogLevel ERROR", ""]))
+            f.write(
+                "\n".join(
+                    [
+                        "Port %d" % SSH_PORT,
+                        "ListenAddress %s" % host.address,
+                        "HostKey %s" % os.path.join(self.workdir, "host_ed25519"),
+                        "PidFile %s" % os.path.join(self.workdir, "sshd_%s.pid" % host.alias),
+                        "AuthorizedKeysFile %s" % os.path.join(self.workdir, "authorized_keys"),
+                        "PermitRootLogin prohibit-password",
+                        "PubkeyAuthentication yes",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "UsePAM no",
+                        "StrictModes no",
+                        "X11Forwarding no",
+                        "AllowTcpForwarding no",
+                        "PermitUserEnvironment no",
+                        "MaxStartups 64",
+                        "LogLevel ERROR",
+                        "",
+                    ]
+                )
+            )
         log = open(os.path.join(self.workdir, "sshd_%s.log" % host.alias), "wb")
-        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", config],
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        host.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", config],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
 
     def _wait_for_sshd(self, host: TestHost, timeout: float = 15.0) -> None:
@@ -130,22 +157,34 @@ class Cluster:
         while time.monotonic() < deadline:
             if host.sshd.poll() is not None:
                 with open(os.path.join(self.workdir, "sshd_%s.log" % host.alias)) as f:
-                    raise ClusterUnavailable("sshd in %s exited with %d: %s"
-                                             % (host.namespace, host.sshd.returncode, f.read().strip()))
+                    raise ClusterUnavailable(
+                        "sshd in %s exited with %d: %s" % (host.namespace, host.sshd.returncode, f.read().strip())
+                    )
             try:
                 with socket.create_connection((host.address, SSH_PORT), timeout=1.0):
                     return
             except OSError:
                 time.sleep(0.1)
-        raise ClusterUnavailable("sshd in %s does not accept connections on %s:%d"
-                                 % (host.namespace, host.address, SSH_PORT))
+        raise ClusterUnavailable(
+            "sshd in %s does not accept connections on %s:%d" % (host.namespace, host.address, SSH_PORT)
+        )
 
     # -- use ------------------------------------------------------------------------------------------------
 
     def ssh_flags(self) -> List[str]:
         """hvdlite-run flags that reach the hosts by address, without the generated ssh config."""
-        return ["-p", str(SSH_PORT), "-i", self.identity, "--ssh-option", "StrictHostKeyChecking=no",
-                "--ssh-option", "UserKnownHostsFile=/dev/null", "--ssh-option", "LogLevel=ERROR"]
+        return [
+            "-p",
+            str(SSH_PORT),
+            "-i",
+            self.identity,
+            "--ssh-option",
+            "StrictHostKeyChecking=no",
+            "--ssh-option",
+            "UserKnownHostsFile=/dev/null",
+            "--ssh-option",
+            "LogLevel=ERROR",
+        ]
 
     def interfaces(self) -> List[str]:
         """The bridge (the launcher's side), then each host's veth."""
@@ -159,13 +198,29 @@ class Cluster:
     def limit_rate(self, index: int, rate: Optional[str]) -> None:
         """Host ``index``'s link at ``rate`` (tc's units, e.g. "1gbit") in both directions, with a token bucket
         (``tbf``: a 1 MB burst and up to 100 ms of queue, as a switch port buffers); ``None`` lifts it."""
-        for prefix, device in ((), self.outside(index)), \
-                (("ip", "netns", "exec", self.hosts[index].namespace), self._veth(index)):
+        for prefix, device in (
+            ((), self.outside(index)),
+            (("ip", "netns", "exec", self.hosts[index].namespace), self._veth(index)),
+        ):
             if rate is None:
                 _run(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
             else:
-                _run(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate", rate, "burst", "1mb",
-                     "latency", "100ms")
+                _run(
+                    *prefix,
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    device,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    "1mb",
+                    "latency",
+                    "100ms",
+                )
 
     def outside(self, index: int) -> str:
         """Host ``index``'s link as seen from the bridge: what it receives there, the host sent."""
@@ -208,6 +263,7 @@ def cluster_for_tests(tmp_path_factory, count: int, what: str):
     """Body of a pytest fixture: yields ``count`` hosts and removes them afterwards. The test fails, not skips,
     when the machine cannot create them, with the reason (``what`` names who needed them)."""
     import pytest
+
     workdir = str(tmp_path_factory.mktemp("cluster"))
     try:
         cluster = start_cluster(workdir, count=count)

@@ -16,6 +16,7 @@ forge content.
 
 ``tests/test_rendezvous.py`` runs a short one in CI.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,25 @@ from typing import List, Set, Tuple
 from hvdlite.common import rendezvous
 
 SECRET = b"fuzz-secret-0123456789abcdef"
-INTERESTING = [b"\x00", b"\xff", b"\r\n", b"\r\n\r\n", b":", b" ", b"%", b"%ff", b"/", b"?", b"-1", b"0",
-               b"99999999999999999999", b"\x7f", "é".encode(), b"Content-Length: ", b"Transfer-Encoding: chunked"]
+INTERESTING = [
+    b"\x00",
+    b"\xff",
+    b"\r\n",
+    b"\r\n\r\n",
+    b":",
+    b" ",
+    b"%",
+    b"%ff",
+    b"/",
+    b"?",
+    b"-1",
+    b"0",
+    b"99999999999999999999",
+    b"\x7f",
+    "é".encode(),
+    b"Content-Length: ",
+    b"Transfer-Encoding: chunked",
+]
 
 
 class _FakeSocket:
@@ -65,9 +83,14 @@ class _Server:
 def _signed(method: str, path: str, body: bytes) -> bytes:
     timestamp = "%.6f" % time.time()
     nonce = secrets.token_hex(16)
-    lines = [f"{method} {path} HTTP/1.1", "Host: rendezvous", f"Content-Length: {len(body)}",
-             f"{rendezvous.HEADER_TIMESTAMP}: {timestamp}", f"{rendezvous.HEADER_NONCE}: {nonce}",
-             f"{rendezvous.HEADER_AUTH}: {rendezvous.sign_request(SECRET, method, path, timestamp, nonce, body)}"]
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        "Host: rendezvous",
+        f"Content-Length: {len(body)}",
+        f"{rendezvous.HEADER_TIMESTAMP}: {timestamp}",
+        f"{rendezvous.HEADER_NONCE}: {nonce}",
+        f"{rendezvous.HEADER_AUTH}: {rendezvous.sign_request(SECRET, method, path, timestamp, nonce, body)}",
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
@@ -103,7 +126,7 @@ def mutate(rng: random.Random, data: bytes, corpus: List[bytes]) -> bytes:
         elif kind == 2:
             out[at:at] = rng.choice(INTERESTING)
         elif kind == 3:
-            del out[at:at + rng.randrange(1, 32)]
+            del out[at : at + rng.randrange(1, 32)]
         elif kind == 4:
             end = min(len(out), at + rng.randrange(1, 64))
             out[at:at] = out[at:end]
@@ -133,8 +156,11 @@ def check_one(server: _Server, payload: bytes, unexpected: _Unexpected) -> int:
     """Runs one input through the handler; returns the status (0 when it closed without answering)."""
     sock = _FakeSocket(payload)
     rendezvous._Handler(sock, ("fuzz", 0), server)
-    assert not unexpected.records, (payload, [r.getMessage() for r in unexpected.records],
-                                    unexpected.records[0].exc_info)
+    assert not unexpected.records, (
+        payload,
+        [r.getMessage() for r in unexpected.records],
+        unexpected.records[0].exc_info,
+    )
     answer = bytes(sock.written)
     if not answer:
         return 0

@@ -1,12 +1,12 @@
 """allreduce(op=Adasum) across real processes, on the built-in backend and on MPI, against a NumPy reference of
 Horovod's algorithm (tests/jobs/adasum.py). The error cases (integers, non-power-of-two jobs, other collectives)
 are in tests/jobs/errors.py."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 

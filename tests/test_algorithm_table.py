@@ -1,18 +1,20 @@
 """The allreduce algorithms of a job on one host are chosen from measurements of this machine, cached per machine
-(choice/algorithm_cache.h): measured by the first three jobs (the table comes from each figure's fastest of the three),
-read by the next, obeyed by every rank, overridden by the fixed-rule knobs, and re-measured when the cache file is
-damaged. Across real processes, with numpy buffers through
-the core; each run checks its results against a reference at sizes on both sides of every band."""
+(choice/algorithm_cache.h): measured by the first three jobs (the table comes from each figure's fastest of the
+three), read by the next, obeyed by every rank, overridden by the fixed-rule knobs, and re-measured when the cache
+file is damaged. Across real processes, with numpy buffers through the core; each run checks its results against a
+reference at sizes on both sides of every band."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
-from hvdjob import assert_job_ok, parse_build_info, prelude
+from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 
-JOB = prelude() + """
+JOB = (
+    prelude()
+    + """
 import json, os, sys
 import numpy as np
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
@@ -39,6 +41,7 @@ print("INFO %d %s" % (me, json.dumps(shown)), flush=True)
 print("OK %d" % checked, flush=True)
 basics.shutdown()
 """
+)
 
 
 def infos(result) -> dict:
@@ -46,6 +49,7 @@ def infos(result) -> dict:
     for line in result.stdout.splitlines():
         if "INFO " in line:
             import json
+
             rank, rest = line.split("INFO ", 1)[1].split(" ", 1)
             found[int(rank)] = json.loads(rest)
     return found
@@ -99,9 +103,12 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
     # against the reference for each; large sizes are not chosen online here); the timeline names the algorithm
     # each allreduce ran.
     from hvdlite.timeline import activities, load
-    for bands, expected in (("ring@0", {1: "rd", 1000: "ring", (4 << 20) + 5: "ring"}),
-                            ("rd@0,single_copy@16384", {1000: "rd", 9000: "single_copy", 1 << 20: "single_copy"}),
-                            ("single_copy@0,ring@1000000", {1: "single_copy", 3: "single_copy", 300000: "ring"})):
+
+    for bands, expected in (
+        ("ring@0", {1: "rd", 1000: "ring", (4 << 20) + 5: "ring"}),
+        ("rd@0,single_copy@16384", {1000: "rd", 9000: "single_copy", 1 << 20: "single_copy"}),
+        ("single_copy@0,ring@1000000", {1: "single_copy", 3: "single_copy", 300000: "ring"}),
+    ):
         with open(path, "w") as f:
             f.write("%s\n%s\n%s\n" % (header, key, bands))
         timeline = tmp_path / "timeline.json"
@@ -121,14 +128,20 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     path = first["allreduce_table_file"]
     good = open(path).read()
     measurement = good.splitlines()[3]
-    for damage in ("", "hvdlite allreduce table v1\nsomething else\nring@0\n", good.replace("@0", "@5", 1),
-                   "garbage@@\n\n", good + "measured 4096:1,2\n", good + "by hand\n",
-                   good + (measurement + "\n") * 3,  # more than are kept
-                   good + measurement.replace("4096:", "8192:") + "\n",  # other probes
-                   # a complete file, but measured on another build's probe sizes: its table is not trusted
-                   "\n".join(good.splitlines()[:3] + [measurement.replace("4096:", "8192:")] * 3) + "\n",
-                   good + measurement.split(" streaming ")[0] + "\n",  # a v2 line: no store-mode figures
-                   good + measurement.replace("streaming 16777216:", "streaming 16777216:-") + "\n"):
+    for damage in (
+        "",
+        "hvdlite allreduce table v1\nsomething else\nring@0\n",
+        good.replace("@0", "@5", 1),
+        "garbage@@\n\n",
+        good + "measured 4096:1,2\n",
+        good + "by hand\n",
+        good + (measurement + "\n") * 3,  # more than are kept
+        good + measurement.replace("4096:", "8192:") + "\n",  # other probes
+        # a complete file, but measured on another build's probe sizes: its table is not trusted
+        "\n".join(good.splitlines()[:3] + [measurement.replace("4096:", "8192:")] * 3) + "\n",
+        good + measurement.split(" streaming ")[0] + "\n",  # a v2 line: no store-mode figures
+        good + measurement.replace("streaming 16777216:", "streaming 16777216:-") + "\n",
+    ):
         with open(path, "w") as f:
             f.write(damage)
         again = run(2, tmp_path)
@@ -136,10 +149,16 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
         assert again["allreduce_table_measurements"] == "1", (damage, again)  # from scratch
         assert open(path).read().splitlines()[2] == again["allreduce_algorithms"]  # and rewritten
     # The fixed-rule knobs keep a user's tuning; ALLREDUCE_ALGORITHMS=fixed asks for the fixed rules outright.
-    for env in ({"HVDLITE_SINGLE_COPY_ALLREDUCE": "1"}, {"HOROVOD_SMALL_MESSAGE_BYTES": "1024"},
-                {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"}):
-        assert run(2, tmp_path, **env) == {"allreduce_table": "fixed", "streaming_store_bytes_from": "default",
-                                           "STREAMING_STORE_BYTES": str(16 << 20)}, env
+    for env in (
+        {"HVDLITE_SINGLE_COPY_ALLREDUCE": "1"},
+        {"HOROVOD_SMALL_MESSAGE_BYTES": "1024"},
+        {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
+    ):
+        assert run(2, tmp_path, **env) == {
+            "allreduce_table": "fixed",
+            "streaming_store_bytes_from": "default",
+            "STREAMING_STORE_BYTES": str(16 << 20),
+        }, env
     # STREAMING_STORE_BYTES given: obeyed, whatever the measurement says.
     given = run(2, tmp_path, HVDLITE_STREAMING_STORE_BYTES="12345")
     assert given["streaming_store_bytes_from"] == "knob" and given["STREAMING_STORE_BYTES"] == "12345", given
@@ -149,7 +168,9 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     assert run(2, blocked / "sub")["allreduce_table"] == "measured"
 
 
-ADAPTIVE_JOB = prelude() + """
+ADAPTIVE_JOB = (
+    prelude()
+    + """
 import json, os, sys
 import numpy as np
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
@@ -172,6 +193,7 @@ print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startsw
 print("OK %d" % checked, flush=True)
 basics.shutdown()
 """
+)
 
 
 @pytest.mark.timeout(240)
@@ -181,10 +203,17 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
     every rank's timeline, right results, and both algorithms run (the other one is tried now and then)."""
     steps = 30
     timeline = tmp_path / "timeline-{rank}.json"
-    result = run_job(ADAPTIVE_JOB, np_, timeout=200,
-                     env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path), "STEPS": str(steps),
-                          "HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": str(256 << 10),
-                          "HVDLITE_TIMELINE": str(timeline)})
+    result = run_job(
+        ADAPTIVE_JOB,
+        np_,
+        timeout=200,
+        env={
+            "HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path),
+            "STEPS": str(steps),
+            "HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": str(256 << 10),
+            "HVDLITE_TIMELINE": str(timeline),
+        },
+    )
     assert_job_ok(result, np_, min_count=3 * steps)
     found = infos(result)
     assert sorted(found) == list(range(np_)), result.stdout
@@ -194,19 +223,31 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
     assert int(runs["ring"]) + int(runs["single_copy"]) == 3 * steps, found  # the 4 KB one is not among them
     assert int(runs["ring"]) > 0 and int(runs["single_copy"]) > 0, found  # each band tried the other algorithm
     from hvdlite.timeline import load, spans
-    sequences = [[(tensor, activity) for tensor, activity, _, _ in spans(load(str(tmp_path / f"timeline-{r}.json")))
-                  if tensor.startswith("a.") and activity.startswith("ALLREDUCE")] for r in range(np_)]
+
+    sequences = [
+        [
+            (tensor, activity)
+            for tensor, activity, _, _ in spans(load(str(tmp_path / f"timeline-{r}.json")))
+            if tensor.startswith("a.") and activity.startswith("ALLREDUCE")
+        ]
+        for r in range(np_)
+    ]
     assert len(sequences[0]) == 3 * steps, sequences[0][:10]
     assert all(seq == sequences[0] for seq in sequences), [seq[:12] for seq in sequences]
     assert {a for _, a in sequences[0]} == {"ALLREDUCE (ring)", "ALLREDUCE (single_copy)"}, sequences[0]
 
 
-@pytest.mark.parametrize("knob,value,differs", [
-    ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
-    ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 16777216 on rank 0"),
-])
+@pytest.mark.parametrize(
+    "knob,value,differs",
+    [
+        ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
+        ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 16777216 on rank 0"),
+    ],
+)
 def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):
-    script = prelude() + f"""
+    script = (
+        prelude()
+        + f"""
 import os
 from hvdlite.common import basics
 from hvdlite.common.errors import InvalidArgumentError
@@ -217,6 +258,7 @@ try:
 except InvalidArgumentError as error:
     print("REFUSED %s" % str(error).replace(chr(10), " "), flush=True)
 """
+    )
     result = run_job(script, 2, env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path)}, timeout=60)
     refused = [line for line in result.stdout.splitlines() if "REFUSED" in line]
     assert len(refused) == 2, result.stdout + result.stderr
@@ -225,16 +267,24 @@ except InvalidArgumentError as error:
 
 
 def test_an_unknown_setting_is_refused_by_name(tmp_path):
-    result = run_job(prelude() + """
+    result = run_job(
+        prelude()
+        + """
 from hvdlite.common import basics
 from hvdlite.common.errors import InvalidArgumentError
 try:
     basics.init()
 except InvalidArgumentError as error:
     print("REFUSED %s" % error, flush=True)
-""", 1, env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"}, timeout=60)
-    assert ("REFUSED HVDLITE_ALLREDUCE_ALGORITHMS (or HOROVOD_ALLREDUCE_ALGORITHMS) is 'sometimes'; it takes measured"
-            in result.stdout), result.stdout + result.stderr
+""",
+        1,
+        env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"},
+        timeout=60,
+    )
+    assert (
+        "REFUSED HVDLITE_ALLREDUCE_ALGORITHMS (or HOROVOD_ALLREDUCE_ALGORITHMS) is 'sometimes'; it takes measured"
+        in result.stdout
+    ), result.stdout + result.stderr
 
 
 def test_the_suite_measures_into_its_own_directory_not_the_users_cache():

@@ -2,12 +2,12 @@
 windows while results stay correct, every rank ends on rank 0's choice, rank 0 says what it chose and writes every
 window's score to AUTOTUNE_LOG. (Whether its choice is as good as the hand-set values is bench/train.py's
 --autotune row: docs/benchmarks.md.)"""
+
 from __future__ import annotations
 
 import csv
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 
@@ -44,12 +44,17 @@ print(f"OK {count} tensors checked; tuned {info['tuned_fusion_threshold']} {info
 @pytest.mark.timeout(150)
 def test_autotune_searches_and_agrees(tmp_path):
     log = tmp_path / "autotune.csv"
-    env = {"HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_WINDOW_BYTES": str(150 << 10),
-           "HVDLITE_AUTOTUNE_WARMUP_WINDOWS": "1", "HOROVOD_AUTOTUNE_LOG": str(log)}
+    env = {
+        "HVDLITE_AUTOTUNE": "1",
+        "HVDLITE_AUTOTUNE_WINDOW_BYTES": str(150 << 10),
+        "HVDLITE_AUTOTUNE_WARMUP_WINDOWS": "1",
+        "HOROVOD_AUTOTUNE_LOG": str(log),
+    }
     result = run_job(prelude() + JOB, np=2, env=env, timeout=120)
     assert_job_ok(result, 2, min_count=2400)
-    assert "[0]<stderr>: hvdlite autotune: chose FUSION_THRESHOLD=" in result.stdout + result.stderr, \
+    assert "[0]<stderr>: hvdlite autotune: chose FUSION_THRESHOLD=" in result.stdout + result.stderr, (
         result.stdout[-3000:] + result.stderr[-3000:]
+    )
     with open(log, encoding="utf-8") as f:
         rows = [row for row in csv.reader(f) if row and not row[0].startswith("#")]
     header, windows = rows[0], rows[1:]
@@ -64,7 +69,9 @@ def test_autotune_searches_and_agrees(tmp_path):
 @pytest.mark.timeout(60)
 def test_autotune_is_a_setting_every_rank_must_share():
     """The windows end where every rank broadcasts: a rank without the tuner would never join; init refuses."""
-    script = prelude() + """
+    script = (
+        prelude()
+        + """
 import os
 if os.environ["HVDLITE_RANK"] == "1":
     os.environ["HVDLITE_AUTOTUNE"] = "1"
@@ -74,5 +81,6 @@ expect_raises("autotune on rank 1 only", hvd.HvdliteError, hvd.init,
               match=["HVDLITE_AUTOTUNE differs between ranks", "0 on rank 0", "1 on rank 1"])
 print("OK 1", flush=True)
 """
+    )
     result = run_job(script, np=2, timeout=40)
     assert_job_ok(result, 2)

@@ -1,5 +1,6 @@
 """`make bench` regenerates its tables and plots: the allreduce benchmark, run for real on two sizes against
 Open MPI, and the hierarchical benchmark on two test hosts write bench/results-style files."""
+
 import json
 import os
 import subprocess
@@ -7,17 +8,29 @@ import sys
 
 import pytest
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.timeout(300)
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
     sizes = [8, 65536]
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "allreduce.py"), "--peers",
-                             "hvdlite,hvdlite-mpi,mpi", "--rounds", "2", "--sizes", ",".join(map(str, sizes)),
-                             "--out-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "allreduce.py"),
+            "--peers",
+            "hvdlite,hvdlite-mpi,mpi",
+            "--rounds",
+            "2",
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads((tmp_path / "allreduce.json").read_text())
     assert set(runs) == {"hvdlite", "hvdlite-mpi", "mpi"}
@@ -43,9 +56,23 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
     """bench/hierarchical.py for real on two network-namespace hosts, one size, one round (a smoke run)."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "hierarchical.py"), "--sizes", "1048576",
-                             "--rounds", "1", "--repeats", "1", "--out-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "hierarchical.py"),
+            "--sizes",
+            "1048576",
+            "--rounds",
+            "1",
+            "--repeats",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "hierarchical.json").read_text())
     (row,) = report["rows"]
@@ -62,20 +89,51 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
     ceiling), DDP, hvdlite, hvdlite with the autotuner, hvdlite without the online algorithm choice, hvdlite without
     streaming stores, hvdlite on the fixed rules and hvdlite with settings of its own (--env-row) all train."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train.py"), "--model", "resnet_small",
-                             "--image-size", "32", "--steps", "2", "--warmup", "1", "--rounds", "1",
-                             "--autotune", "--static-algorithms", "--no-streaming", "--fixed-algorithms",
-                             "--env-row", "HVDLITE_FUSION_THRESHOLD=1048576,HVDLITE_CYCLE_TIME=2",
-                             "--out-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "train.py"),
+            "--model",
+            "resnet_small",
+            "--image-size",
+            "32",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--rounds",
+            "1",
+            "--autotune",
+            "--static-algorithms",
+            "--no-streaming",
+            "--fixed-algorithms",
+            "--env-row",
+            "HVDLITE_FUSION_THRESHOLD=1048576,HVDLITE_CYCLE_TIME=2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "train.json").read_text())
-    assert {r["kind"] for r in report["rounds"]} == {"single", "independent", "ddp", "hvdlite", "hvdlite-autotune",
-                                                     "hvdlite-static", "hvdlite-no-streaming", "hvdlite-fixed",
-                                                     "hvdlite-env1"}
+    assert {r["kind"] for r in report["rounds"]} == {
+        "single",
+        "independent",
+        "ddp",
+        "hvdlite",
+        "hvdlite-autotune",
+        "hvdlite-static",
+        "hvdlite-no-streaming",
+        "hvdlite-fixed",
+        "hvdlite-env1",
+    }
     # An --env-row row ran with its settings, the default row without them.
     knobs = {r["kind"]: r["knobs"] for r in report["rounds"] if r["kind"].startswith("hvdlite")}
-    assert knobs["hvdlite-env1"]["FUSION_THRESHOLD"] == "1048576" and knobs["hvdlite-env1"]["CYCLE_TIME"] == "2", knobs
+    assert knobs["hvdlite-env1"]["FUSION_THRESHOLD"] == "1048576" and knobs["hvdlite-env1"]["CYCLE_TIME"] == "2", (
+        knobs
+    )
     assert knobs["hvdlite"]["FUSION_THRESHOLD"] != "1048576", knobs
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
@@ -92,9 +150,25 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(200)
 def test_step_timeline_draws_both_ranks(tmp_path):
     """bench/step_timeline.py as a smoke run: both ranks' timelines and phases become a table, JSON and a PNG."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_timeline.py"), "--model",
-                             "resnet_small", "--image-size", "32", "--warmup", "1", "--steps", "2", "--out-dir",
-                             str(tmp_path)], capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "step_timeline.py"),
+            "--model",
+            "resnet_small",
+            "--image-size",
+            "32",
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "step_timeline.json").read_text())
     assert sorted((s["step"], s["rank"]) for s in report["steps"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]

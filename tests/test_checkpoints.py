@@ -2,6 +2,7 @@
 hvdlite-run's --checkpoint-dir and --max-restarts. The end-to-end tests kill whole jobs (the launcher and every
 rank, SIGKILL) and check that running the command again ends with the weights of an uninterrupted run, bit for
 bit."""
+
 from __future__ import annotations
 
 import collections
@@ -17,14 +18,14 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from launcher_helpers import LiveJob, run_launcher, wait_until
+from multiproc import REPO_ROOT
 
 from hvdlite.common import checkpoint
 from hvdlite.common.elastic import State, run_fn
 from hvdlite.runner.job import BuiltinJob, run_restarting
 from hvdlite.runner.processes import JobOutcome
 from hvdlite.runner.settings import Settings
-from launcher_helpers import LiveJob, run_launcher, wait_until
-from multiproc import REPO_ROOT
 
 TORCH_JOB = os.path.join(REPO_ROOT, "tests", "jobs", "checkpoint_train.py")
 KERAS_JOB = os.path.join(REPO_ROOT, "tests", "jobs", "checkpoint_keras.py")
@@ -97,8 +98,9 @@ def test_a_corrupted_byte_anywhere_is_detected(three_checkpoints, data):
     position = data.draw(st.integers(0, len(original) - 1), label="position")
     damaged = bytearray(original)
     damaged[position] ^= data.draw(st.integers(1, 255), label="xor")
-    _expect_fallback(directory, newest, bytes(damaged), original,
-                     "magic|format version|header says|digest|payload of")
+    _expect_fallback(
+        directory, newest, bytes(damaged), original, "magic|format version|header says|digest|payload of"
+    )
 
 
 def test_no_usable_checkpoint_means_a_fresh_start(tmp_path):
@@ -114,8 +116,11 @@ def test_keep_deletes_all_but_the_newest(tmp_path):
     directory = str(tmp_path)
     for sequence in range(1, 8):
         checkpoint.write(directory, sequence, {"attributes": {"n": sequence}}, keep=3)
-    assert sorted(os.listdir(directory)) == ["state-000000000005.ckpt", "state-000000000006.ckpt",
-                                             "state-000000000007.ckpt"]
+    assert sorted(os.listdir(directory)) == [
+        "state-000000000005.ckpt",
+        "state-000000000006.ckpt",
+        "state-000000000007.ckpt",
+    ]
 
 
 def test_temporary_files_never_count_and_are_removed_before_a_resume(tmp_path):
@@ -211,18 +216,25 @@ def _parse(*flags):
 
 
 def test_checkpoint_and_restart_flags(tmp_path, capsys):
-    settings = _parse("--checkpoint-dir", "ckpt", "--checkpoint-every", "4", "--checkpoint-keep", "2",
-                      "--max-restarts", "3")
-    assert settings.knobs == {"HVDLITE_CHECKPOINT_DIR": os.path.abspath("ckpt"), "HVDLITE_CHECKPOINT_EVERY": "4",
-                              "HVDLITE_CHECKPOINT_KEEP": "2"}
+    settings = _parse(
+        "--checkpoint-dir", "ckpt", "--checkpoint-every", "4", "--checkpoint-keep", "2", "--max-restarts", "3"
+    )
+    assert settings.knobs == {
+        "HVDLITE_CHECKPOINT_DIR": os.path.abspath("ckpt"),
+        "HVDLITE_CHECKPOINT_EVERY": "4",
+        "HVDLITE_CHECKPOINT_KEEP": "2",
+    }
     assert settings.max_restarts == 3
     assert _parse().max_restarts == 0 and _parse().knobs == {}
-    for flags, message in ((["--checkpoint-every", "2"], "need --checkpoint-dir"),
-                           (["--checkpoint-dir", "d", "--checkpoint-keep", "0"], "must be at least 1"),
-                           (["--max-restarts", "-1"], "must be at least 0"),
-                           (["--mpi", "--max-restarts", "1"], "needs the built-in launcher")):
+    for flags, message in (
+        (["--checkpoint-every", "2"], "need --checkpoint-dir"),
+        (["--checkpoint-dir", "d", "--checkpoint-keep", "0"], "must be at least 1"),
+        (["--max-restarts", "-1"], "must be at least 0"),
+        (["--mpi", "--max-restarts", "1"], "needs the built-in launcher"),
+    ):
         with pytest.raises(SystemExit):
             from hvdlite.runner.launch import main
+
             main(["-np", "2", *flags, "python", "t.py"])
         assert message in capsys.readouterr().err, flags
 
@@ -239,6 +251,7 @@ def test_which_failures_are_started_again(capsys):
             assert settings.output_filename == expected_output
             seen.append(restart)
             return results.pop(0)
+
         settings = Settings(np=2, max_restarts=2, knobs={"HVDLITE_X": "1"}, output_filename="logs")
         return run_restarting(settings, attempt), seen
 
@@ -335,6 +348,7 @@ def torch_reference(tmp_path_factory):
 
 def _stopped_process(job: LiveJob, timeout: float = 60) -> bool:
     """Waits until a process of the job is stopped (rank 0 at its PAUSE_AT); False when the job ended first."""
+
     def stopped_or_ended():
         if job.proc.poll() is not None:
             return True
@@ -343,12 +357,13 @@ def _stopped_process(job: LiveJob, timeout: float = 60) -> bool:
                 if f.read().rsplit(b")", 1)[1].split()[0] == b"T":
                     return True
         return False
+
     assert wait_until(stopped_or_ended, timeout, interval=0.02), job.output()
     return job.proc.poll() is None
 
 
 def test_a_job_killed_20_times_ends_with_the_weights_of_an_uninterrupted_run(torch_reference, tmp_path):
-    seed = random.randrange(2 ** 32)
+    seed = random.randrange(2**32)
     rng = random.Random(seed)
     args, out = _torch_command(tmp_path)
     starts = []

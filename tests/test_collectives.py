@@ -4,12 +4,12 @@ Each test starts ONE job (ranks pay ~1.5 s each to import torch); the job script
 checks every result on every rank against a reference computed locally from every rank's (deterministic)
 input. See tests/jobs/*.py for the cases.
 """
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 
@@ -32,23 +32,47 @@ SWEEPS = [
     # two-tier allreduce: reduce-scatter in each host, allreduce across, allgather in each host; hosts in
     # interleaved rank order (ranks 0 and 2 on one host) so that local and cross member orders differ from ranks;
     # Horovod's variable name
-    ("hierarchical-2hosts-np4", 4, [0, 1, 0, 1], {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
-                                                  "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "EXPECT_TRANSPORT": "tcp"},
-     "small"),
+    (
+        "hierarchical-2hosts-np4",
+        4,
+        [0, 1, 0, 1],
+        {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "EXPECT_TRANSPORT": "tcp"},
+        "small",
+    ),
     # three hosts of two, so that the cross tier is a ring of three and a host receives slices of two others
-    ("hierarchical-3hosts-np6", 6, [0, 1, 2, 2, 1, 0], {"HVDLITE_HIERARCHICAL_ALLREDUCE": "1",
-                                                        "HVDLITE_HIERARCHICAL_ALLGATHER": "1"}, "small"),
+    (
+        "hierarchical-3hosts-np6",
+        6,
+        [0, 1, 2, 2, 1, 0],
+        {"HVDLITE_HIERARCHICAL_ALLREDUCE": "1", "HVDLITE_HIERARCHICAL_ALLGATHER": "1"},
+        "small",
+    ),
     # TCP only, non-power-of-two
     ("tcp-only-np3", 3, None, {"HVDLITE_SHM_DISABLE": "1", "EXPECT_TRANSPORT": "tcp"}, "small"),
     # shared-memory rings without the single-copy (cross-memory attach) path
     ("shm-nocma-np3", 3, None, {"HVDLITE_CMA_DISABLE": "1", "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
     # threshold 1 byte: single-copy (or, without CMA, the ring) even for 1-element tensors
-    ("single-copy-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"},
-     "small"),
+    (
+        "single-copy-always-np3",
+        3,
+        None,
+        {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"},
+        "small",
+    ),
     # ... and with streaming stores into every result (STREAMING_STORE_BYTES=1: 16 MiB by default, so that only
     # this sweep's sizes and edges, down to one element, go through them)
-    ("ring-always-np4", 4, None, {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_CMA_DISABLE": "1",
-                                  "HVDLITE_STREAMING_STORE_BYTES": "1", "EXPECT_TRANSPORT": "shm-nocma"}, "small"),
+    (
+        "ring-always-np4",
+        4,
+        None,
+        {
+            "HVDLITE_SMALL_MESSAGE_BYTES": "1",
+            "HVDLITE_CMA_DISABLE": "1",
+            "HVDLITE_STREAMING_STORE_BYTES": "1",
+            "EXPECT_TRANSPORT": "shm-nocma",
+        },
+        "small",
+    ),
     # huge threshold: recursive doubling / binomial tree even for the large tensors
     ("latency-algos-always-np3", 3, None, {"HVDLITE_SMALL_MESSAGE_BYTES": str(1 << 30)}, "small"),
 ]
@@ -71,8 +95,9 @@ MPI_SWEEPS = [("mpi-np2", 2, "full"), ("mpi-np3", 3, "small"), ("mpi-np4", 4, "s
 @pytest.mark.parametrize("case", MPI_SWEEPS, ids=[s[0] for s in MPI_SWEEPS])
 def test_collective_sweep_on_mpi(case):
     _, np, level = case
-    result = run_job(job_source("collectives.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, args=[level], timeout=170,
-                     launcher="mpi")
+    result = run_job(
+        job_source("collectives.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, args=[level], timeout=170, launcher="mpi"
+    )
     assert_job_ok(result, np, min_count=250)
 
 
@@ -112,8 +137,9 @@ EAGER = [
 def test_eager_small_allreduces(case, tmp_path):
     _, np, host_ids, env, expect, budget = case
     env = dict(env, HVDLITE_TIMELINE=str(tmp_path / "timeline.json"))
-    result = run_job(job_source("eager.py"), np=np, host_ids=host_ids, env=env, args=[expect, str(budget)],
-                     timeout=100)
+    result = run_job(
+        job_source("eager.py"), np=np, host_ids=host_ids, env=env, args=[expect, str(budget)], timeout=100
+    )
     assert_job_ok(result, np, min_count=300 + 6 * 50)
 
 

@@ -1,6 +1,7 @@
 """Comments say why; the figures live in docs/benchmarks.md and the history in git. A comment that quotes a
 measured ratio, names a processor, points at the benchmark journal or cites an issue number goes stale the day
 the code or the machine changes, so none may creep back into the sources."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,7 @@
-"""Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC, out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes, the huge-page buffer and promotion, the allreduce table, the streaming-store vote and
-the adaptive allreduce choice)."""
+"""Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC,
+out-of-step detection, cost model, the lost-peer report, receiving in place, copy_bytes, the huge-page buffer and
+promotion, the allreduce table, the streaming-store vote and the adaptive allreduce choice)."""
+
 import os
 import shutil
 import subprocess
@@ -8,12 +10,32 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "hvdlite_core")
-SOURCES = ["runtime/validation.cc", "runtime/message.cc", "runtime/response_cache.cc", "runtime/eager.cc", "runtime/fusion.cc", "runtime/desync.cc", "runtime/recent_ops.cc",
-           "common/dtype.cc", "common/hmac_sha256.cc", "collectives/reduce_kernels.cc", "choice/cost_model.cc",
-           "transport/lost_peers.cc", "common/ordered_worker.cc",
-           "choice/allreduce_table.cc", "choice/streaming_choice.cc", "choice/allreduce_adaptive.cc", "collectives/algorithm_names.cc", "transport/channel.cc", "transport/shm_channel.cc",
-           "transport/shm_segment.cc", "common/wait.cc", "common/copy_bytes.cc", "common/huge_page_buffer.cc",
-           "common/huge_page_promotion.cc"]
+SOURCES = [
+    "runtime/validation.cc",
+    "runtime/message.cc",
+    "runtime/response_cache.cc",
+    "runtime/eager.cc",
+    "runtime/fusion.cc",
+    "runtime/desync.cc",
+    "runtime/recent_ops.cc",
+    "common/dtype.cc",
+    "common/hmac_sha256.cc",
+    "collectives/reduce_kernels.cc",
+    "choice/cost_model.cc",
+    "transport/lost_peers.cc",
+    "common/ordered_worker.cc",
+    "choice/allreduce_table.cc",
+    "choice/streaming_choice.cc",
+    "choice/allreduce_adaptive.cc",
+    "collectives/algorithm_names.cc",
+    "transport/channel.cc",
+    "transport/shm_channel.cc",
+    "transport/shm_segment.cc",
+    "common/wait.cc",
+    "common/copy_bytes.cc",
+    "common/huge_page_buffer.cc",
+    "common/huge_page_promotion.cc",
+]
 
 
 @pytest.mark.timeout(180)
@@ -21,15 +43,27 @@ def test_core_unit_tests(tmp_path):
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is required to build hvdlite"
     binary = tmp_path / "unit_tests"
-    subprocess.run([compiler, "-std=c++17", "-O1", "-Wall", f"-I{CORE}/include", f"-I{CORE}/src",
-                    os.path.join(CORE, "tests", "unit_tests.cc"), os.path.join(CORE, "tests", "algorithm_choice_tests.cc")] + [os.path.join(CORE, "src", s) for s in SOURCES]
-                   + ["-o", str(binary)], check=True)
+    subprocess.run(
+        [
+            compiler,
+            "-std=c++17",
+            "-O1",
+            "-Wall",
+            f"-I{CORE}/include",
+            f"-I{CORE}/src",
+            os.path.join(CORE, "tests", "unit_tests.cc"),
+            os.path.join(CORE, "tests", "algorithm_choice_tests.cc"),
+        ]
+        + [os.path.join(CORE, "src", s) for s in SOURCES]
+        + ["-o", str(binary)],
+        check=True,
+    )
     result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
     print(result.stdout)
     assert result.returncode == 0, result.stdout
     assert " 0 failed" in result.stdout
     # The cost model's table in docs/architecture.md is the one this build computes.
-    table = [line[len("TABLE "):] for line in result.stdout.splitlines() if line.startswith("TABLE ")]
+    table = [line[len("TABLE ") :] for line in result.stdout.splitlines() if line.startswith("TABLE ")]
     assert table, "the unit tests printed no table"
     with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
         docs = f.read()

@@ -1,6 +1,7 @@
 """Single-process tests: the pure-Python pieces (error mapping, reduce-op codes, dtype codes, handle table) and a
 size-1 job run in-process (hvd.init() without a launcher), including property tests of the core's scaling
 kernels (Horovod's integer truncation, float16/bfloat16 conversion) through allreduce's pre/postscale factors."""
+
 from __future__ import annotations
 
 import os
@@ -8,27 +9,37 @@ import re
 
 import pytest
 import torch
+from hvdjob import ALL_DTYPES, check, horovod_scale, make, reduce_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hvdlite.torch as hvd
-from hvdjob import ALL_DTYPES, check, horovod_scale, make, reduce_reference
 from hvdlite.common import errors, ops
 from hvdlite.common.binding import check as binding_check
 from hvdlite.torch import core_ops
 
 pytestmark = pytest.mark.timeout(120)
 
-HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hvdlite_core", "include",
-                      "hvdlite.h")
+HEADER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hvdlite_core", "include", "hvdlite.h"
+)
 
 
 # ------------------------------------------------------------------------------------------------ errors
 
-@pytest.mark.parametrize("status,cls", [(2, errors.InvalidArgumentError), (3, errors.NotInitializedError),
-                                        (4, errors.MismatchError), (5, errors.PeerError),
-                                        (6, errors.HvdliteTimeoutError), (7, errors.InternalError),
-                                        (8, errors.AbortedError)])
+
+@pytest.mark.parametrize(
+    "status,cls",
+    [
+        (2, errors.InvalidArgumentError),
+        (3, errors.NotInitializedError),
+        (4, errors.MismatchError),
+        (5, errors.PeerError),
+        (6, errors.HvdliteTimeoutError),
+        (7, errors.InternalError),
+        (8, errors.AbortedError),
+    ],
+)
 def test_error_for_status_maps_each_code(status, cls):
     e = errors.error_for_status(status, "the message")
     assert type(e) is cls
@@ -64,10 +75,19 @@ def test_error_class_hierarchy_and_exports():
     for cls in (errors.MismatchError, errors.PeerError, errors.AbortedError, errors.InternalError):
         assert issubclass(cls, errors.HvdliteError)
         assert not issubclass(cls, ValueError)
-    for name in ("HvdliteError", "HorovodInternalError", "MismatchError", "InvalidArgumentError",
-                 "NotInitializedError", "PeerError", "HvdliteTimeoutError", "AbortedError"):
+    for name in (
+        "HvdliteError",
+        "HorovodInternalError",
+        "MismatchError",
+        "InvalidArgumentError",
+        "NotInitializedError",
+        "PeerError",
+        "HvdliteTimeoutError",
+        "AbortedError",
+    ):
         assert getattr(hvd, name) is getattr(errors, name)
     import hvdlite
+
     assert hvdlite.HorovodInternalError is errors.HvdliteError
 
 
@@ -79,6 +99,7 @@ def test_binding_check():
 
 # ------------------------------------------------------------------------------------------------ ops
 
+
 def test_horovod_reduce_op_constants():
     # the same values as horovod.torch, so code comparing them keeps working
     assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
@@ -87,8 +108,10 @@ def test_horovod_reduce_op_constants():
 def test_core_reduce_op_matches_the_c_header():
     with open(HEADER) as f:
         text = f.read()
-    codes = dict((name, int(value)) for name, value in re.findall(
-        r"HVDLITE_(SUM|AVERAGE|MIN|MAX|PRODUCT|ADASUM) = (\d+)", text))
+    codes = dict(
+        (name, int(value))
+        for name, value in re.findall(r"HVDLITE_(SUM|AVERAGE|MIN|MAX|PRODUCT|ADASUM) = (\d+)", text)
+    )
     assert ops.core_reduce_op(hvd.Sum) == codes["SUM"]
     assert ops.core_reduce_op(hvd.Average) == codes["AVERAGE"]
     assert ops.core_reduce_op(hvd.Min) == codes["MIN"]
@@ -106,8 +129,12 @@ def test_core_reduce_op_rejects_unknown_ops():
 def test_dtype_codes_agree_everywhere():
     with open(HEADER) as f:
         text = f.read()
-    header = {name.lower(): int(v) for name, v in re.findall(
-        r"HVDLITE_(UINT8|INT8|UINT16|INT16|INT32|INT64|FLOAT16|BFLOAT16|FLOAT32|FLOAT64|BOOL) = (\d+)", text)}
+    header = {
+        name.lower(): int(v)
+        for name, v in re.findall(
+            r"HVDLITE_(UINT8|INT8|UINT16|INT16|INT32|INT64|FLOAT16|BFLOAT16|FLOAT32|FLOAT64|BOOL) = (\d+)", text
+        )
+    }
     assert ops.DTYPE_CODES == header
     assert {str(d).replace("torch.", ""): c for d, c in core_ops._DTYPES.items()} == header
     assert set(core_ops._DTYPES) == set(ALL_DTYPES)
@@ -126,6 +153,7 @@ def test_handle_table_synchronize_unknown_handle():
 
 # ------------------------------------------------------------------------------------------------ size-1 job
 
+
 @pytest.fixture(scope="module")
 def solo():
     """hvd.init() in this process: no launcher variables, so a job of one rank."""
@@ -142,8 +170,14 @@ def solo():
 
 def test_solo_layout(solo):
     assert hvd.is_initialized()
-    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == \
-        (0, 1, 0, 1, 0, 1)
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == (
+        0,
+        1,
+        0,
+        1,
+        0,
+        1,
+    )
     assert hvd.is_homogeneous()
     hvd.init()  # idempotent
     assert hvd.size() == 1
@@ -228,14 +262,19 @@ def test_solo_allreduce_of_views_and_strided_tensors(solo):
 
 # -------------------------------------------------------------------------- property tests of the scaling kernels
 
-SCALE_SETTINGS = settings(max_examples=60, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+SCALE_SETTINGS = settings(
+    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 factors = st.sampled_from([0.5, 0.25, 1.5, 2.0, 3.0, -1.0, 0.1, 1 / 3, 7.0, 1e-3, 1e3])
 
 
 @SCALE_SETTINGS
-@given(values=st.lists(st.integers(-100_000, 100_000), min_size=1, max_size=50), pre=factors, post=factors,
-       dtype=st.sampled_from([torch.int32, torch.int64]))
+@given(
+    values=st.lists(st.integers(-100_000, 100_000), min_size=1, max_size=50),
+    pre=factors,
+    post=factors,
+    dtype=st.sampled_from([torch.int32, torch.int64]),
+)
 def test_integer_scaling_truncates_toward_zero(solo, values, pre, post, dtype):
     x = torch.tensor(values, dtype=dtype)
     out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
@@ -243,9 +282,13 @@ def test_integer_scaling_truncates_toward_zero(solo, values, pre, post, dtype):
 
 
 @SCALE_SETTINGS
-@given(values=st.lists(st.integers(0, 255), min_size=1, max_size=50), pre=st.sampled_from([0.5, 1.5, -0.5, 2.5, 1 / 3]),
-       dtype=st.sampled_from([torch.uint8, torch.int8, torch.int16] + ([torch.uint16] if hasattr(torch, "uint16")
-                                                                         else [])))
+@given(
+    values=st.lists(st.integers(0, 255), min_size=1, max_size=50),
+    pre=st.sampled_from([0.5, 1.5, -0.5, 2.5, 1 / 3]),
+    dtype=st.sampled_from(
+        [torch.uint8, torch.int8, torch.int16] + ([torch.uint16] if hasattr(torch, "uint16") else [])
+    ),
+)
 def test_narrow_integer_scaling(solo, values, pre, dtype):
     """Products truncate toward zero and wrap to the type's width (uint8 * -0.5, int8 * 2.5), as in Horovod."""
     x = torch.tensor(values, dtype=torch.int64).to(dtype)
@@ -258,16 +301,23 @@ def test_narrow_integer_scaling(solo, values, pre, dtype):
 def test_integer_average_truncates_like_horovod(solo):
     """Horovod folds Average into the postscale (postscale / size) and truncates: 7 * (1/3) -> 2, -7 * 0.5 -> -3."""
     x = torch.tensor([7, -7, 5, -5], dtype=torch.int32)
-    check("postscale 1/3", hvd.allreduce(x, op=hvd.Sum, postscale_factor=1 / 3), torch.tensor([2, -2, 1, -1],
-                                                                                                 dtype=torch.int32))
-    check("prescale 0.5", hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5), torch.tensor([3, -3, 2, -2],
-                                                                                             dtype=torch.int32))
+    check(
+        "postscale 1/3",
+        hvd.allreduce(x, op=hvd.Sum, postscale_factor=1 / 3),
+        torch.tensor([2, -2, 1, -1], dtype=torch.int32),
+    )
+    check(
+        "prescale 0.5",
+        hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5),
+        torch.tensor([3, -3, 2, -2], dtype=torch.int32),
+    )
 
 
 def _finite_bits(dtype):
     def ok(bits):
         v = torch.tensor([bits], dtype=torch.int16).view(dtype)
         return bool(torch.isfinite(v.float()).all())
+
     return st.integers(-(1 << 15), (1 << 15) - 1).filter(ok)
 
 
@@ -279,8 +329,11 @@ def test_float16_scaling_matches_round_to_nearest_even(solo, bits, factor):
     x = torch.tensor(bits, dtype=torch.int16).view(torch.float16)
     out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor)
     expected = (x.float() * torch.tensor(factor, dtype=torch.float32)).to(torch.float16)
-    assert torch.equal(out.view(torch.int16), expected.view(torch.int16)) or \
-        torch.equal(out, expected), (x, out, expected)
+    assert torch.equal(out.view(torch.int16), expected.view(torch.int16)) or torch.equal(out, expected), (
+        x,
+        out,
+        expected,
+    )
 
 
 @SCALE_SETTINGS
@@ -289,12 +342,15 @@ def test_bfloat16_scaling_matches_round_to_nearest_even(solo, bits, factor):
     x = torch.tensor(bits, dtype=torch.int16).view(torch.bfloat16)
     out = hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor)
     expected = (x.float() * torch.tensor(factor, dtype=torch.float32)).to(torch.bfloat16)
-    assert torch.equal(out.view(torch.int16), expected.view(torch.int16)) or \
-        torch.equal(out, expected), (x, out, expected)
+    assert torch.equal(out.view(torch.int16), expected.view(torch.int16)) or torch.equal(out, expected), (
+        x,
+        out,
+        expected,
+    )
 
 
 @SCALE_SETTINGS
-@given(values=st.lists(st.floats(-2.0 ** 100, 2.0 ** 100, width=32), min_size=1, max_size=40), factor=factors)
+@given(values=st.lists(st.floats(-(2.0**100), 2.0**100, width=32), min_size=1, max_size=40), factor=factors)
 def test_float32_scaling(solo, values, factor):
     x = torch.tensor(values, dtype=torch.float32)
     out = hvd.allreduce(x, op=hvd.Average, prescale_factor=factor)
@@ -305,8 +361,20 @@ def test_float32_scaling(solo, values, factor):
 def test_half_conversion_edge_values(solo):
     """float16 corner cases of the core's float->half rounding: largest finite, ties at the overflow boundary,
     smallest normal and subnormal, halfway below the smallest subnormal, ties to even, negative zero."""
-    targets = [65504.0, 65519.0, 65520.0, 6.1e-5, 5.96e-8, 2.98e-8, 2.99e-8, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11,
-               -0.0, 1e-10, -65520.0]
+    targets = [
+        65504.0,
+        65519.0,
+        65520.0,
+        6.1e-5,
+        5.96e-8,
+        2.98e-8,
+        2.99e-8,
+        1.0 + 2**-11,
+        1.0 + 3 * 2**-11,
+        -0.0,
+        1e-10,
+        -65520.0,
+    ]
     # feed float16 inputs whose product with the factor lands on the target before rounding
     for target in targets:
         for factor in (2.0, 0.5, 3.0):
@@ -326,5 +394,8 @@ def test_torch_distributed_optimizer_refuses_horovods_adasum_optimizer():
 
     model = torch.nn.Linear(2, 2)
     with pytest.raises(NotImplementedError, match="delta-based Adasum optimizer"):
-        hvd_torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(), op=hvd_torch.Adasum)
+        hvd_torch.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters(),
+            op=hvd_torch.Adasum,
+        )

@@ -1,11 +1,12 @@
 """The documentation's relative links lead somewhere: every link in README.md and docs/*.md names a file of the
 repository, and a `#fragment` names a heading of its target. Pure Python, no build needed."""
+
 from __future__ import annotations
 
 import glob
 import os
 import re
-from typing import Dict, Iterator, List, Tuple
+from typing import Iterator, List, Tuple
 
 import pytest
 
@@ -50,7 +51,8 @@ def _slug(heading: str) -> str:
 def anchors(path: str) -> set:
     """Every anchor a link can name in ``path``: its headings (repeats get -1, -2, ... as on GitHub) and explicit
     <a name/id> tags."""
-    found, seen = set(), {}  # type: set, Dict[str, int]
+    found: set = set()
+    seen: dict = {}
     for _, line in _prose_lines(path):
         found.update(_HTML_ANCHOR.findall(line))
         match = _HEADING.match(line)
@@ -110,18 +112,28 @@ def test_every_relative_link_resolves(path):
 def test_the_knob_reference_exists():
     # Expected, not optional: README.md and docs/ link to docs/knobs.md, the generated table of every knob
     # (another engineer's change adds it). This fails until that file is in the tree.
-    linked_from = [os.path.relpath(p, REPO) for p in PAGES
-                   if any(os.path.normpath(os.path.join(os.path.dirname(p), t.partition("#")[0])) == KNOBS_PAGE
-                          for _, t in links(p) if not _is_external(t) and t.partition("#")[0])]
+    linked_from = [
+        os.path.relpath(p, REPO)
+        for p in PAGES
+        if any(
+            os.path.normpath(os.path.join(os.path.dirname(p), t.partition("#")[0])) == KNOBS_PAGE
+            for _, t in links(p)
+            if not _is_external(t) and t.partition("#")[0]
+        )
+    ]
     assert linked_from, "nothing links to docs/knobs.md any more: drop this test"
-    assert os.path.exists(KNOBS_PAGE), "docs/knobs.md is linked from %s but does not exist yet" % ", ".join(linked_from)
+    assert os.path.exists(KNOBS_PAGE), "docs/knobs.md is linked from %s but does not exist yet" % ", ".join(
+        linked_from
+    )
 
 
 def test_the_checker_sees_links_anchors_and_code(tmp_path):
     # The helpers themselves, on a page made here: a link in a code block or span is no link, and the slug rule
     # matches GitHub's for headings with code, punctuation and repeats.
     page = tmp_path / "page.md"
-    page.write_text("# A `code` title: (x)\n\n## Again\n\n## Again\n\n[ok](#a-code-title-x) [two](#again-1)\n"
-                    "`[not](nowhere.md)`\n\n```\n[not](nowhere.md)\n```\n[ref]: other.md#top\n")
+    page.write_text(
+        "# A `code` title: (x)\n\n## Again\n\n## Again\n\n[ok](#a-code-title-x) [two](#again-1)\n"
+        "`[not](nowhere.md)`\n\n```\n[not](nowhere.md)\n```\n[ref]: other.md#top\n"
+    )
     assert links(str(page)) == [(7, "#a-code-title-x"), (7, "#again-1"), (13, "other.md#top")]
     assert {"a-code-title-x", "again", "again-1"} <= anchors(str(page))

@@ -3,6 +3,7 @@ with the others from the last commit, a worker added back, and a job that loses 
 
 The workers run tests/jobs/elastic_train.py (a small torch model, ElasticSampler, TorchState, a commit after
 every batch) and log what they did; the checks read those logs."""
+
 from __future__ import annotations
 
 import collections
@@ -14,7 +15,6 @@ import sys
 import time
 
 import pytest
-
 from launcher_helpers import hvdlite_run
 from multiproc import job_env
 
@@ -47,16 +47,32 @@ def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="ech
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\n{discover_body}\n")
     discover.chmod(0o755)
-    cmd = [hvdlite_run(), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
-           "--host-discovery-script", str(discover), *extra, sys.executable, JOB, str(tmp_path), str(epochs)]
-    return subprocess.Popen(cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = [
+        hvdlite_run(),
+        "-np",
+        str(np),
+        "--min-np",
+        str(min_np),
+        "--max-np",
+        str(max_np),
+        "--host-discovery-script",
+        str(discover),
+        *extra,
+        sys.executable,
+        JOB,
+        str(tmp_path),
+        str(epochs),
+    ]
+    return subprocess.Popen(
+        cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def kill_worker_after(tmp_path, worker: str, batches: int) -> None:
     def reached():
         log = events(tmp_path).get(worker, [])
         return any(e["event"] == "batch" and e["batches"] >= batches for e in log) and log
+
     log = wait_for(reached, 90, f"{worker} to commit {batches} batches")
     os.kill(log[0]["pid"], signal.SIGKILL)
 
@@ -105,8 +121,10 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
     kill_worker_after(tmp_path, "w2", batches=10)
     out = finish(proc)
     assert proc.returncode == 0, out[-5000:]
-    assert "worker w2 (rank 2 on localhost) exited with code 137; the job re-forms with the 3 remaining worker(s); " \
-        "no new worker starts on localhost for the next " in out, out[-5000:]
+    assert (
+        "worker w2 (rank 2 on localhost) exited with code 137; the job re-forms with the 3 remaining worker(s); "
+        "no new worker starts on localhost for the next " in out
+    ), out[-5000:]
     assert "s (blacklisted; --blacklist-cooldown-range 2 3); its 3 other worker(s) there go on" in out, out[-5000:]
     assert "elastic round 1: 3 worker(s)" in out and "elastic round 2: 4 worker(s)" in out, out[-5000:]
     logs = events(tmp_path)
@@ -121,16 +139,19 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
     assert len({d["batches"] for d in done.values()}) == 1  # the new worker took over the step count too
     check_epochs_cover_every_sample(logs, epochs=8)
     # The reference: one process replays the logged schedule (same samples per step, same commits).
-    replayed = subprocess.run([sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True,
-                              text=True, timeout=120)
+    replayed = subprocess.run(
+        [sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True, text=True, timeout=120
+    )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     reference = json.loads(replayed.stdout.strip().splitlines()[-1])
     assert reference["steps"] == done["w0"]["batches"], (reference["steps"], done["w0"]["batches"])
     final = done["w0"]["weights"]
     # float32 sums in another order (ring allreduce vs this loop): equal to ~1e-6; a step applied twice, lost,
     # or trained on other samples moves them by ~1e-2 (lr 0.01).
-    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(final, reference["weights"])), \
-        (final, reference["weights"])
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(final, reference["weights"])), (
+        final,
+        reference["weights"],
+    )
 
 
 @pytest.mark.timeout(120)
@@ -146,8 +167,9 @@ def test_losing_more_workers_than_min_np_allows_ends_the_job(tmp_path, wait_flag
     start = time.monotonic()
     out = finish(proc, timeout=60)
     assert proc.returncode == 137, out[-4000:]  # the lost worker's code, as for a plain job
-    assert f"only 2 worker(s) can continue, fewer than --min-np 3, and no more came within 3 s ({wait_flag})" \
-        in out, out[-4000:]
+    assert (
+        f"only 2 worker(s) can continue, fewer than --min-np 3, and no more came within 3 s ({wait_flag})" in out
+    ), out[-4000:]
     assert time.monotonic() - start < 30
 
 
@@ -184,16 +206,47 @@ def test_elastic_example_survives_the_loss_of_a_worker(tmp_path):
     the first epoch and the other finishes alone."""
     root = os.path.dirname(TESTS_DIR)
     data = tmp_path / "mnist"
-    subprocess.run([sys.executable, os.path.join(root, "examples", "make_mnist_idx.py"), "--out", str(data),
-                    "--train", "1200", "--test", "400"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(root, "examples", "make_mnist_idx.py"),
+            "--out",
+            str(data),
+            "--train",
+            "1200",
+            "--test",
+            "400",
+        ],
+        check=True,
+    )
     discover = tmp_path / "discover.sh"
     discover.write_text("#!/bin/sh\necho localhost:2\n")
     discover.chmod(0o755)
     example = os.path.join(root, "examples", "pytorch_elastic.py")
-    proc = subprocess.Popen([hvdlite_run(), "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script",
-                             str(discover), sys.executable, example, "--data-dir", str(data), "--epochs", "3"],
-                            env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            hvdlite_run(),
+            "-np",
+            "2",
+            "--min-np",
+            "1",
+            "--max-np",
+            "2",
+            "--host-discovery-script",
+            str(discover),
+            sys.executable,
+            example,
+            "--data-dir",
+            str(data),
+            "--epochs",
+            "3",
+        ],
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     try:
         for line in proc.stdout:
@@ -217,14 +270,33 @@ def test_keras_fit_survives_the_loss_of_a_worker(tmp_path):
     discover.write_text("#!/bin/sh\necho localhost:3\n")
     discover.chmod(0o755)
     job = os.path.join(TESTS_DIR, "jobs", "elastic_keras.py")
-    proc = subprocess.Popen([hvdlite_run(), "-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
-                             str(discover), sys.executable, job, str(tmp_path), "6"],
-                            env=job_env({"TF_CPP_MIN_LOG_LEVEL": "2"}), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            hvdlite_run(),
+            "-np",
+            "3",
+            "--min-np",
+            "2",
+            "--max-np",
+            "3",
+            "--host-discovery-script",
+            str(discover),
+            sys.executable,
+            job,
+            str(tmp_path),
+            "6",
+        ],
+        env=job_env({"TF_CPP_MIN_LOG_LEVEL": "2"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
     def second_epoch():
         log = events(tmp_path).get("w1", [])
         return log if any(e["event"] == "epoch" and e["epoch"] >= 2 for e in log) else None
+
     try:
         log = wait_for(second_epoch, 180, "w1 to finish two epochs")
         os.kill(log[0]["pid"], signal.SIGKILL)
@@ -263,8 +335,9 @@ def _fake_driver(monkeypatch, max_np=3):
     from hvdlite.runner import elastic as driver_module
     from hvdlite.runner.settings import Settings
 
-    driver = driver_module.ElasticDriver(Settings(np=3), driver_module.ElasticSettings(
-        min_np=2, max_np=max_np, discovery_script="true"), ["true"])
+    driver = driver_module.ElasticDriver(
+        Settings(np=3), driver_module.ElasticSettings(min_np=2, max_np=max_np, discovery_script="true"), ["true"]
+    )
     driver.server = RendezvousServer(b"secret").start()
     monkeypatch.setattr(driver_module, "start_rank", lambda *args, **kwargs: _FakeProcess())
     return driver
@@ -337,18 +410,31 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
     interval = 0.5
     slots = tmp_path / "slots"
     slots.write_text("localhost:3\n")
-    proc = start_job(tmp_path, np=3, min_np=2, max_np=3, epochs=6, discover_body=f"cat {slots}",
-                     extra=["--discovery-interval", str(interval)])
+    proc = start_job(
+        tmp_path,
+        np=3,
+        min_np=2,
+        max_np=3,
+        epochs=6,
+        discover_body=f"cat {slots}",
+        extra=["--discovery-interval", str(interval)],
+    )
     try:
+
         def round_of_size(size, after=0):
-            return any(e["event"] == "round" and e["size"] == size and e["time"] > after
-                       for e in events(tmp_path).get("w0", []))
+            return any(
+                e["event"] == "round" and e["size"] == size and e["time"] > after
+                for e in events(tmp_path).get("w0", [])
+            )
 
         def batches_in_round_of(size):
             return any(e["event"] == "batch" and e["size"] == size for e in events(tmp_path).get("w0", []))
 
-        wait_for(lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
-                 120, "w0 to commit 5 batches")
+        wait_for(
+            lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
+            120,
+            "w0 to commit 5 batches",
+        )
         shrink = time.time()
         slots.write_text("localhost:2\n")
         wait_for(lambda: round_of_size(2), 60, "a round of 2 workers")
@@ -366,7 +452,9 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
     # Within one discovery interval plus one commit (a batch is ~0.05 s; the rest is a loaded 2-core machine).
     assert shrunk_after < interval + 5, (shrunk_after, out[-3000:])
     assert started_after < interval + 5, (started_after, out[-3000:])
-    assert "host localhost now has 2 slot(s); worker w2 (rank 2) leaves the job at the next commit" in out, out[-5000:]
+    assert "host localhost now has 2 slot(s); worker w2 (rank 2) leaves the job at the next commit" in out, out[
+        -5000:
+    ]
     assert "stopping worker w2 (rank 2 on localhost): its slot was removed; it is not a failure" in out, out[-5000:]
     assert "exited with code" not in out and "blacklisted" not in out, out[-5000:]
     assert "elastic round 0: 3 worker(s)" in out and "elastic round 1: 2 worker(s)" in out, out[-5000:]
@@ -381,13 +469,16 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
     assert len({tuple(d["weights"]) for d in done.values()}) == 1, "the workers finished with different models"
     assert len({d["batches"] for d in done.values()}) == 1
     check_epochs_cover_every_sample(logs, epochs=6)
-    replayed = subprocess.run([sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True,
-                              text=True, timeout=120)
+    replayed = subprocess.run(
+        [sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True, text=True, timeout=120
+    )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     reference = json.loads(replayed.stdout.strip().splitlines()[-1])
     assert reference["steps"] == done["w0"]["batches"], (reference["steps"], done["w0"]["batches"])
-    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(done["w0"]["weights"], reference["weights"])), \
-        (done["w0"]["weights"], reference["weights"])
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(done["w0"]["weights"], reference["weights"])), (
+        done["w0"]["weights"],
+        reference["weights"],
+    )
 
 
 def _has_worker(worker: str) -> bool:
@@ -406,19 +497,41 @@ def test_failure_message_says_what_blacklisting_does(tmp_path, cooldown):
     discover = tmp_path / "discover.sh"
     discover.write_text("#!/bin/sh\necho localhost:3\n")
     discover.chmod(0o755)
-    worker = ("import os, sys, time\n"
-              "if os.environ['HVDLITE_WORKER_ID'] == 'w1':\n"
-              "    sys.exit(3)\n"
-              "time.sleep(3)\n")
+    worker = "import os, sys, time\nif os.environ['HVDLITE_WORKER_ID'] == 'w1':\n    sys.exit(3)\ntime.sleep(3)\n"
     extra = ["--blacklist-cooldown-range", *cooldown] if cooldown else []
-    result = subprocess.run([hvdlite_run(), "-np", "3", "--min-np", "1", "--max-np", "3", "--host-discovery-script",
-                             str(discover), "--discovery-interval", "0.2", *extra, sys.executable, "-c", worker],
-                            env=job_env(), capture_output=True, text=True, timeout=50)
+    result = subprocess.run(
+        [
+            hvdlite_run(),
+            "-np",
+            "3",
+            "--min-np",
+            "1",
+            "--max-np",
+            "3",
+            "--host-discovery-script",
+            str(discover),
+            "--discovery-interval",
+            "0.2",
+            *extra,
+            sys.executable,
+            "-c",
+            worker,
+        ],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]  # the others finished
-    ban = ("for the rest of the job (blacklisted; --blacklist-cooldown-range allows it again after a while)"
-           if cooldown is None else "for the next 5 s (blacklisted; --blacklist-cooldown-range 5 5)")
-    assert ("worker w1 (not yet in a round, on localhost) exited with code 3; the job re-forms with the 2 remaining "
-            f"worker(s); no new worker starts on localhost {ban}; its 2 other worker(s) there go on") in out, out
+    ban = (
+        "for the rest of the job (blacklisted; --blacklist-cooldown-range allows it again after a while)"
+        if cooldown is None
+        else "for the next 5 s (blacklisted; --blacklist-cooldown-range 5 5)"
+    )
+    assert (
+        "worker w1 (not yet in a round, on localhost) exited with code 3; the job re-forms with the 2 remaining "
+        f"worker(s); no new worker starts on localhost {ban}; its 2 other worker(s) there go on"
+    ) in out, out
     assert "re-forming the job without it" not in out
     assert "w3" not in out, out  # no worker replaced it

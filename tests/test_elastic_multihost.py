@@ -5,6 +5,7 @@ one and back to two.
 The workers run tests/jobs/elastic_train.py (as in test_elastic.py); they share this machine's filesystem, so their
 logs land in the test's directory. The test fails, not skips, when the machine cannot create the hosts.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ import sys
 import time
 
 import pytest
-
 from launcher_helpers import hvdlite_run, wait_until
 from multiproc import job_env
 from netns_cluster import cluster_for_tests
@@ -31,8 +31,9 @@ def cluster(tmp_path_factory):
 
 
 def namespace_of(pid: int) -> str:
-    return subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True,
-                          timeout=10).stdout.strip()
+    return subprocess.run(
+        ["ip", "netns", "identify", str(pid)], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
 
 
 def rounds(log) -> list:
@@ -66,14 +67,32 @@ def test_elastic_rounds_follow_hosts_leaving_and_coming_back(cluster, tmp_path, 
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
     discover.chmod(0o755)
-    cmd = [hvdlite_run(), "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", str(discover),
-           "--discovery-interval", str(INTERVAL), *flags, sys.executable, JOB, str(logs_dir),
-           str(EPOCHS)]
+    cmd = [
+        hvdlite_run(),
+        "-np",
+        "2",
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(discover),
+        "--discovery-interval",
+        str(INTERVAL),
+        *flags,
+        sys.executable,
+        JOB,
+        str(logs_dir),
+        str(EPOCHS),
+    ]
     began = time.monotonic()
-    proc = subprocess.Popen(cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
-        def w0(): return events(logs_dir).get("w0", [])
+
+        def w0():
+            return events(logs_dir).get("w0", [])
 
         wait_for(lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in w0()), 90, "w0 to commit 5 batches")
         # Each worker runs inside its host's namespace (started over ssh), w0 on a and w1 on b.
@@ -96,8 +115,10 @@ def test_elastic_rounds_follow_hosts_leaving_and_coming_back(cluster, tmp_path, 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     elapsed = time.monotonic() - began
-    print(f"shrunk after {shrunk_after:.2f} s, new worker started after {new_start:.2f} s, grown after "
-          f"{grown_after:.2f} s, job {elapsed:.1f} s")
+    print(
+        f"shrunk after {shrunk_after:.2f} s, new worker started after {new_start:.2f} s, grown after "
+        f"{grown_after:.2f} s, job {elapsed:.1f} s"
+    )
     assert proc.returncode == 0, out[-5000:]
     # Removal: one discovery interval, then w1 is stopped at once and w0's collective fails (its peer's sockets
     # close), w0 rolls back to its last commit and re-forms alone. Addition: one discovery interval, the new
@@ -120,14 +141,19 @@ def test_elastic_rounds_follow_hosts_leaving_and_coming_back(cluster, tmp_path, 
     assert len({tuple(d["weights"]) for d in done.values()}) == 1, "the workers finished with different models"
     assert len({d["batches"] for d in done.values()}) == 1
     check_epochs_cover_every_sample(logs, epochs=EPOCHS)
-    replayed = subprocess.run([sys.executable, JOB, "--replay", str(logs_dir)], env=job_env(), capture_output=True,
-                              text=True, timeout=120)
+    replayed = subprocess.run(
+        [sys.executable, JOB, "--replay", str(logs_dir)], env=job_env(), capture_output=True, text=True, timeout=120
+    )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     reference = json.loads(replayed.stdout.strip().splitlines()[-1])
     assert reference["steps"] == done["w0"]["batches"], (reference["steps"], done["w0"]["batches"])
-    assert all(abs(x - y) <= 1e-4 * max(1.0, abs(y)) for x, y in zip(done["w0"]["weights"], reference["weights"])), \
-        (done["w0"]["weights"], reference["weights"])
+    assert all(abs(x - y) <= 1e-4 * max(1.0, abs(y)) for x, y in zip(done["w0"]["weights"], reference["weights"])), (
+        done["w0"]["weights"],
+        reference["weights"],
+    )
     # Nothing of the job is left on either test host (workers, bash wrappers, sshd sessions).
     for host in cluster.hosts:
-        assert wait_until(lambda: not cluster.job_processes(host), timeout=10), (host.namespace,
-                                                                                 cluster.job_processes(host))
+        assert wait_until(lambda: not cluster.job_processes(host), timeout=10), (
+            host.namespace,
+            cluster.job_processes(host),
+        )

@@ -1,5 +1,6 @@
 """hvd.init() without hvdlite-run: under torchrun (the real one, torch.distributed.run) and inside a Slurm
 step (srun is not installed here: the ranks get the variables srun sets). Rank 0 hosts the rendezvous."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from launcher_helpers import write_script
 from multiproc import REPO_ROOT, job_env
 
@@ -59,13 +59,29 @@ def test_torchrun(tmp_path):
     port = free_port_pair()
     env = job_env()
     env.pop("HVDLITE_SECRET", None)
-    cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
-           "127.0.0.1", "--master-port", str(port), script, "torchrun"]
-    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=100,
-                            stdin=subprocess.DEVNULL)
+    cmd = [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        script,
+        "torchrun",
+    ]
+    result = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert ok_lines(result.stdout) == ["OK torchrun rank=0 size=2 local=0/2 cross=0/1",
-                                       "OK torchrun rank=1 size=2 local=1/2 cross=0/1"], result.stdout
+    assert ok_lines(result.stdout) == [
+        "OK torchrun rank=0 size=2 local=0/2 cross=0/1",
+        "OK torchrun rank=1 size=2 local=1/2 cross=0/1",
+    ], result.stdout
     # Without HVDLITE_SECRET, rank 0 says that the job is not authenticated.
     assert "HVDLITE_SECRET is not set" in result.stderr
 
@@ -77,16 +93,35 @@ def test_slurm_step(tmp_path):
     secret = os.urandom(32).hex()  # the same on every rank, as a batch script would export it
     procs = []
     for rank in range(2):
-        env = job_env({
-            "SLURM_JOB_ID": str(os.getpid()), "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
-            "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "2",
-            "SLURM_NTASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "localhost",
-            "SLURMD_NODENAME": "localhost", "HVDLITE_RENDEZVOUS_PORT": str(port),
-            "HVDLITE_SECRET": secret})
+        env = job_env(
+            {
+                "SLURM_JOB_ID": str(os.getpid()),
+                "SLURM_STEP_ID": "0",
+                "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NODEID": "0",
+                "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_NTASKS": "2",
+                "SLURM_STEP_NUM_NODES": "1",
+                "SLURM_STEP_NODELIST": "localhost",
+                "SLURMD_NODENAME": "localhost",
+                "HVDLITE_RENDEZVOUS_PORT": str(port),
+                "HVDLITE_SECRET": secret,
+            }
+        )
         for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(name, None)
-        procs.append(subprocess.Popen([PY, script, "slurm"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [PY, script, "slurm"],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                stdin=subprocess.DEVNULL,
+            )
+        )
     outputs = []
     try:
         for proc in procs:
@@ -98,6 +133,8 @@ def test_slurm_step(tmp_path):
                 proc.wait()
     stdout = "".join(out for out, _ in outputs)
     assert [proc.returncode for proc in procs] == [0, 0], outputs
-    assert ok_lines(stdout) == ["OK slurm rank=0 size=2 local=0/2 cross=0/1",
-                                "OK slurm rank=1 size=2 local=1/2 cross=0/1"], outputs
+    assert ok_lines(stdout) == [
+        "OK slurm rank=0 size=2 local=0/2 cross=0/1",
+        "OK slurm rank=1 size=2 local=1/2 cross=0/1",
+    ], outputs
     assert "HVDLITE_SECRET is not set" not in "".join(err for _, err in outputs)

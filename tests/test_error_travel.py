@@ -1,11 +1,11 @@
 """Errors travel: when user code raises on one rank, the other ranks' collectives fail naming that rank, its host
 and its exception (not a bare "another rank shut hvdlite down")."""
+
 from __future__ import annotations
 
 import socket
 
 import pytest
-
 from hvdjob import prelude
 from multiproc import run_job
 
@@ -48,11 +48,13 @@ def test_uncaught_exception_is_named_in_the_other_ranks_errors(np):
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     line_number = script.splitlines().index('        raise ValueError(f"bad batch {index}")') + 1
-    expected = (f"rank 1 on {socket.gethostname()} raised ValueError: bad batch 7 at job_script.py:{line_number} "
-                "in load_batch; hvdlite stopped on every rank")
+    expected = (
+        f"rank 1 on {socket.gethostname()} raised ValueError: bad batch 7 at job_script.py:{line_number} "
+        "in load_batch; hvdlite stopped on every rank"
+    )
     survivors = [r for r in range(np) if r != 1]
     for rank in survivors:
-        line = next((l for l in out.splitlines() if f"SURVIVOR {rank} " in l), None)
+        line = next((text for text in out.splitlines() if f"SURVIVOR {rank} " in text), None)
         assert line is not None, out
         assert f"SURVIVOR {rank} AbortedError: {expected}" in line, line
     # The runtime stays stopped; later calls say so (it is not silently re-formed without rank 1).
@@ -71,6 +73,7 @@ def test_function_raising_under_hvdlite_run_is_named_in_the_other_ranks_errors(t
         import time
 
         import torch
+
         import hvdlite.torch as hvd
 
         atexit.register(time.sleep, 3)  # runs after hvdlite's exit handler: rank 0 writes before the job ends
@@ -91,6 +94,7 @@ def test_function_raising_under_hvdlite_run_is_named_in_the_other_ranks_errors(t
         hvdlite.run(train_with_a_failing_rank, args=(str(tmp_path),), np=2, timeout=60)
     assert "KeyError" in str(failure.value)
     seen = (tmp_path / "rank0.txt").read_text()
-    assert seen.startswith(f"rank 1 on {socket.gethostname()} raised KeyError: \"missing column 'label'\" at "
-                           "test_error_travel.py:"), seen
+    assert seen.startswith(
+        f"rank 1 on {socket.gethostname()} raised KeyError: \"missing column 'label'\" at test_error_travel.py:"
+    ), seen
     assert "in train_with_a_failing_rank; hvdlite stopped on every rank" in seen, seen

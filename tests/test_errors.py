@@ -1,11 +1,11 @@
 """Error reporting across ranks: mismatches, bad arguments, peer death, stalls, shutdown and re-init."""
+
 from __future__ import annotations
 
 import os
 import re
 
 import pytest
-
 from hvdjob import assert_job_ok, ok_ranks, prelude
 from multiproc import run_job
 
@@ -22,8 +22,10 @@ def inline(body: str) -> str:
 
 
 def detail(result) -> str:
-    return (f"exit code {result.returncode}\n--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n"
-            f"{result.stderr[-6000:]}")
+    return (
+        f"exit code {result.returncode}\n--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n"
+        f"{result.stderr[-6000:]}"
+    )
 
 
 ERROR_CASES = [
@@ -99,8 +101,9 @@ PEER_CASES = [
 @pytest.mark.parametrize("case", PEER_CASES, ids=[c[0] for c in PEER_CASES])
 def test_peer_death_is_reported_quickly(case):
     _, np, host_ids = case
-    result = run_job(inline(PEER_DEATH), np=np, host_ids=host_ids,
-                     env={"HVDLITE_PEER_TIMEOUT_SECONDS": "10"}, timeout=40)
+    result = run_job(
+        inline(PEER_DEATH), np=np, host_ids=host_ids, env={"HVDLITE_PEER_TIMEOUT_SECONDS": "10"}, timeout=40
+    )
     info = detail(result)
     assert result.returncode == 7, "the starter must exit with the dead rank's code\n" + info
     survivors = [r for r in range(np) if r != 1]
@@ -115,8 +118,9 @@ def test_peer_death_is_reported_quickly(case):
         assert re.search(r"rank 1\b", errors[0]), "rank 0's error should name the dead rank 1\n" + info
     after = ok_ranks(result.stdout, "AFTER")
     for r in survivors:
-        assert r in after and after[r].startswith(("PeerError", "HvdliteTimeoutError", "AbortedError")), \
+        assert r in after and after[r].startswith(("PeerError", "HvdliteTimeoutError", "AbortedError")), (
             f"rank {r}: a collective after the peer died must fail at once\n" + info
+        )
         assert float(after[r].split()[1]) < 5.0, info
     shut = ok_ranks(result.stdout, "SHUTDOWN")
     assert sorted(shut) == survivors, "shutdown() after a peer died must return\n" + info
@@ -399,7 +403,8 @@ def test_knobs_that_must_agree_are_compared_at_init_on_every_rank():
     assert sorted(refused) == [0, 1, 2], result.stdout + result.stderr
     assert len(set(refused.values())) == 1, refused  # the same words everywhere
     message = refused[0]
-    assert "HVDLITE_FUSION_THRESHOLD differs between ranks: 1024 on rank 2, 67108864 on ranks 0, 1" in message, \
+    assert "HVDLITE_FUSION_THRESHOLD differs between ranks: 1024 on rank 2, 67108864 on ranks 0, 1" in message, (
         message
+    )
     assert "HVDLITE_SMALL_MESSAGE_BYTES differs between ranks: 1 on rank 1, 65536 on ranks 0, 2" in message, message
     assert "Every rank must use the same value" in message

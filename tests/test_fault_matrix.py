@@ -20,6 +20,7 @@ checks then cover all of them.
 ``HVDLITE_FAULT_TRIALS`` sets the trials per cell (10 by default, as in CI); with ``HVDLITE_FAULT_REPORT=path``
 the measured detection and exit times are written there as JSON (docs/faults.md quotes them).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -34,7 +35,6 @@ import sys
 import time
 
 import pytest
-
 from launcher_helpers import hvdlite_run
 from multiproc import job_env
 
@@ -85,9 +85,14 @@ def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
     """One trial; returns its figures and the pids of its ranks (checked for leftovers by the caller)."""
     out = tmp_path / f"{fault}-np{np}-{victim}-{time.monotonic_ns()}"
     out.mkdir()
-    launcher = subprocess.Popen([hvdlite_run(), "-np", str(np), sys.executable, TRIAL_JOB, str(out), str(victim),
-                                 fault], env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+    launcher = subprocess.Popen(
+        [hvdlite_run(), "-np", str(np), sys.executable, TRIAL_JOB, str(out), str(victim), fault],
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert wait_for_files(out, "running.", np, 60), "the ranks never got going"
         pids = {r: int((out / f"pid.{r}").read_text()) for r in range(np)}
@@ -119,8 +124,10 @@ def run_trial(tmp_path, np: int, fault: str, victim: int) -> dict:
             assert f"collectives on rank {rank}, oldest first: " in error["message"], error
             assert "allreduce 'grad' (16 KB, pending)" in error["message"], error
         if fault == "raise":
-            assert (f"rank {victim} on {socket.gethostname()} raised RuntimeError: user code failed at step 40"
-                    in error["message"]), error
+            assert (
+                f"rank {victim} on {socket.gethostname()} raised RuntimeError: user code failed at step 40"
+                in error["message"]
+            ), error
     assert max(detections) <= DETECTION_BOUND[fault], f"detections {detections}\n{context}"
     exit_after = exit_time - fault_time
     assert exit_after <= LAUNCHER_EXIT_BOUND, f"launcher exited {exit_after:.1f} s after the fault\n{context}"
@@ -155,7 +162,7 @@ def test_fault_matrix(tmp_path, np, fault):
     side_by_side = 5 if fault == "sigstop" else 2  # a stopped rank's trial mostly waits out the peer timeout
     results = []
     for first in range(0, TRIALS, side_by_side):
-        results += run_trials(tmp_path, np, fault, victims[first:first + side_by_side])
+        results += run_trials(tmp_path, np, fault, victims[first : first + side_by_side])
     record_cell(f"{fault} np={np}", results)
 
 
@@ -164,10 +171,16 @@ def record_cell(cell: str, results: list) -> None:
     detect = [r["detect_max_s"] for r in results]
     exits = [r["launcher_exit_s"] for r in results]
     MEASURED[cell] = {
-        "trials": len(results), "detect_median_s": statistics.median(detect), "detect_max_s": max(detect),
-        "launcher_exit_median_s": statistics.median(exits), "launcher_exit_max_s": max(exits)}
-    print(f"{cell}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
-          f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s")
+        "trials": len(results),
+        "detect_median_s": statistics.median(detect),
+        "detect_max_s": max(detect),
+        "launcher_exit_median_s": statistics.median(exits),
+        "launcher_exit_max_s": max(exits),
+    }
+    print(
+        f"{cell}: detection median {statistics.median(detect):.2f} s, max {max(detect):.2f} s; "
+        f"launcher exit median {statistics.median(exits):.2f} s, max {max(exits):.2f} s"
+    )
     report = os.environ.get("HVDLITE_FAULT_REPORT")
     if report:
         with open(report, "w") as f:
@@ -183,8 +196,10 @@ LINK_DOWN_LANES = 3  # trials of a cell that run side by side, each lane on its 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from netns_cluster import cluster_for_tests
-    yield from cluster_for_tests(tmp_path_factory, LINK_DOWN_LANES * sum(map(len, LINK_DOWN_LAYOUTS.values())),
-                                 "the link-down cell")
+
+    yield from cluster_for_tests(
+        tmp_path_factory, LINK_DOWN_LANES * sum(map(len, LINK_DOWN_LAYOUTS.values())), "the link-down cell"
+    )
 
 
 def wait_until_gone(pids, timeout: float) -> list:
@@ -203,10 +218,28 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
     out = tmp_path / f"linkdown-np{np}-{victim_host}-{time.monotonic_ns()}"
     out.mkdir()
     spec = ",".join(f"{host.address}:{slots}" for host, slots in zip(hosts, layout))
-    launcher = subprocess.Popen([hvdlite_run(), "-np", str(np), "-H", spec, *cluster.ssh_flags(), "--start-timeout",
-                                 "30", sys.executable, TRIAL_JOB, str(out), str(victims[0]), "linkdown"],
-                                env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+    launcher = subprocess.Popen(
+        [
+            hvdlite_run(),
+            "-np",
+            str(np),
+            "-H",
+            spec,
+            *cluster.ssh_flags(),
+            "--start-timeout",
+            "30",
+            sys.executable,
+            TRIAL_JOB,
+            str(out),
+            str(victims[0]),
+            "linkdown",
+        ],
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     link = first_host + victim_host
     cut = False
     try:
@@ -221,8 +254,9 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
             raise AssertionError(f"hvdlite-run still running {LAUNCHER_EXIT_BOUND + 20} s after the link went down")
         exit_time = time.time()
         # The cut-off ranks hear nothing more from anyone: their own heartbeat must end them.
-        stranded = wait_until_gone([pids[r] for r in victims], fault_time + DETECTION_BOUND["linkdown"] + 5
-                                   - time.time())
+        stranded = wait_until_gone(
+            [pids[r] for r in victims], fault_time + DETECTION_BOUND["linkdown"] + 5 - time.time()
+        )
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
@@ -236,11 +270,15 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
     detections = [error["time"] - fault_time for error in errors.values()]
     for rank, error in errors.items():
         for victim in victims:
-            assert f"rank {victim} ({hosts[victim_host].address}" in error["message"], f"rank {rank}: {error}\n{context}"
+            assert f"rank {victim} ({hosts[victim_host].address}" in error["message"], (
+                f"rank {rank}: {error}\n{context}"
+            )
         assert "unreachable" in error["message"], f"rank {rank}: {error}\n{context}"
     assert max(detections) <= DETECTION_BOUND["linkdown"], f"detections {detections}\n{context}"
     exit_after = exit_time - fault_time
-    assert exit_after <= LAUNCHER_EXIT_BOUND, f"launcher exited {exit_after:.1f} s after the link went down\n{context}"
+    assert exit_after <= LAUNCHER_EXIT_BOUND, (
+        f"launcher exited {exit_after:.1f} s after the link went down\n{context}"
+    )
     # The launcher's closing summary says where each rank was.
     assert "hvdlite: where each rank was" in output, context
     # Once the link is back, the sshd sessions of the cut host learn that their client is gone and end too.
@@ -259,8 +297,10 @@ def run_link_down_trial(cluster, tmp_path, np: int, first_host: int, victim_host
 def test_fault_matrix_link_down(cluster, tmp_path):
     """Both np cells at once, each in three lanes of its own hosts (np=3: hosts 0-2, 3-5, 6-8; np=4: 9-10, 11-12,
     13-14); lane k runs the cell's trials k, k + 3, ..."""
-    schedules = {np: [random.Random(f"linkdown-{np}").randrange(len(LINK_DOWN_LAYOUTS[np])) for _ in range(TRIALS)]
-                 for np in LINK_DOWN_LAYOUTS}
+    schedules = {
+        np: [random.Random(f"linkdown-{np}").randrange(len(LINK_DOWN_LAYOUTS[np])) for _ in range(TRIALS)]
+        for np in LINK_DOWN_LAYOUTS
+    }
     lanes = []  # (np, first host, victims)
     first = 0
     for np, layout in LINK_DOWN_LAYOUTS.items():

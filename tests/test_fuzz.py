@@ -4,6 +4,7 @@ UndefinedBehaviorSanitizer. Every input must decode to in-range values or fail w
 
 CI's short run: 300,000 inputs. ``HVDLITE_FUZZ_ITERATIONS`` sets the count; docs/faults.md records the long runs
 (1,000,000 and 10,000,000 inputs)."""
+
 import os
 import shutil
 import subprocess
@@ -21,12 +22,29 @@ def test_wire_decoders_survive_mutated_messages(tmp_path):
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     assert compiler, "a C++ compiler is required to build hvdlite"
     binary = tmp_path / "wire_fuzz"
-    subprocess.run([compiler, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined",
-                    "-fno-sanitize-recover=undefined", f"-I{CORE}/include", f"-I{CORE}/src",
-                    os.path.join(CORE, "tests", "wire_fuzz.cc")] + [os.path.join(CORE, "src", s) for s in SOURCES]
-                   + ["-o", str(binary)], check=True)
-    result = subprocess.run([str(binary), str(ITERATIONS), "20261123"], capture_output=True, text=True,
-                            timeout=240, env=dict(os.environ, ASAN_OPTIONS="abort_on_error=1"))
+    subprocess.run(
+        [
+            compiler,
+            "-std=c++17",
+            "-O1",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            f"-I{CORE}/include",
+            f"-I{CORE}/src",
+            os.path.join(CORE, "tests", "wire_fuzz.cc"),
+        ]
+        + [os.path.join(CORE, "src", s) for s in SOURCES]
+        + ["-o", str(binary)],
+        check=True,
+    )
+    result = subprocess.run(
+        [str(binary), str(ITERATIONS), "20261123"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, ASAN_OPTIONS="abort_on_error=1"),
+    )
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{ITERATIONS} inputs" in result.stdout and "0 crashes" in result.stdout

@@ -12,6 +12,7 @@ The signatures are read in a subprocess (this file run as a script), so pytest i
 Behaviour is checked by the multi-process jobs at the end of this file (and by test_tensorflow.py and
 test_keras.py).
 """
+
 import ast
 import inspect
 import json
@@ -20,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-
 from multiproc import run_checked
 
 # --------------------------------------------------------------------------- Horovod's API
@@ -34,15 +34,43 @@ HOROVOD = {
         "is_initialized()",
         "start_timeline(file_path, mark_cycles=False)",
         "stop_timeline()",
-        "size()", "local_size()", "cross_size()", "rank()", "local_rank()", "cross_rank()", "is_homogeneous()",
-        "rank_op(name=None)", "local_rank_op(name=None)", "size_op(process_set_id=0, name=None)",
-        "local_size_op(name=None)", "process_set_included_op(process_set_id=0, name=None)",
-        "mpi_threads_supported()", "mpi_enabled()", "mpi_built()", "gloo_enabled()", "gloo_built()",
-        "nccl_built()", "ddl_built()", "ccl_built()", "cuda_built()", "rocm_built()",
-        "class ProcessSet(ranks_or_comm)", "ProcessSet.size()", "ProcessSet.rank()", "ProcessSet.included()",
-        "global_process_set", "add_process_set(process_set)", "remove_process_set(process_set)",
-        "Average", "Sum", "Adasum", "Min", "Max", "Product",
-        "Compression", "elastic",
+        "size()",
+        "local_size()",
+        "cross_size()",
+        "rank()",
+        "local_rank()",
+        "cross_rank()",
+        "is_homogeneous()",
+        "rank_op(name=None)",
+        "local_rank_op(name=None)",
+        "size_op(process_set_id=0, name=None)",
+        "local_size_op(name=None)",
+        "process_set_included_op(process_set_id=0, name=None)",
+        "mpi_threads_supported()",
+        "mpi_enabled()",
+        "mpi_built()",
+        "gloo_enabled()",
+        "gloo_built()",
+        "nccl_built()",
+        "ddl_built()",
+        "ccl_built()",
+        "cuda_built()",
+        "rocm_built()",
+        "class ProcessSet(ranks_or_comm)",
+        "ProcessSet.size()",
+        "ProcessSet.rank()",
+        "ProcessSet.included()",
+        "global_process_set",
+        "add_process_set(process_set)",
+        "remove_process_set(process_set)",
+        "Average",
+        "Sum",
+        "Adasum",
+        "Min",
+        "Max",
+        "Product",
+        "Compression",
+        "elastic",
         "allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None, "
         "prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set, "
         "ignore_name_scope=False)",
@@ -98,21 +126,51 @@ HOROVOD = {
     ],
     # horovod.tensorflow.compression
     "hvdlite.tensorflow.compression": [
-        "Compressor", "NoneCompressor", "FP16Compressor", "Compression", "Compression.none", "Compression.fp16",
-        "Compressor.compress(tensor, ctx=None)", "Compressor.decompress(tensor, ctx)",
-        "NoneCompressor.compress(tensor, ctx=None)", "NoneCompressor.decompress(tensor, ctx)",
-        "FP16Compressor.compress(tensor, ctx=None)", "FP16Compressor.decompress(tensor, ctx)",
+        "Compressor",
+        "NoneCompressor",
+        "FP16Compressor",
+        "Compression",
+        "Compression.none",
+        "Compression.fp16",
+        "Compressor.compress(tensor, ctx=None)",
+        "Compressor.decompress(tensor, ctx)",
+        "NoneCompressor.compress(tensor, ctx=None)",
+        "NoneCompressor.decompress(tensor, ctx)",
+        "FP16Compressor.compress(tensor, ctx=None)",
+        "FP16Compressor.decompress(tensor, ctx)",
     ],
     # horovod.tensorflow.keras (__init__.py; the optimizer wrapper is horovod/_keras/__init__.py)
     "hvdlite.tensorflow.keras": [
-        "init(comm=None, process_sets=None)", "shutdown()", "is_initialized()",
-        "start_timeline(file_path, mark_cycles=False)", "stop_timeline()",
-        "size()", "local_size()", "cross_size()", "rank()", "local_rank()", "cross_rank()",
-        "mpi_threads_supported()", "mpi_enabled()", "mpi_built()", "gloo_enabled()", "gloo_built()",
-        "nccl_built()", "ddl_built()", "ccl_built()", "cuda_built()", "rocm_built()",
-        "class ProcessSet(ranks_or_comm)", "global_process_set", "add_process_set(process_set)",
+        "init(comm=None, process_sets=None)",
+        "shutdown()",
+        "is_initialized()",
+        "start_timeline(file_path, mark_cycles=False)",
+        "stop_timeline()",
+        "size()",
+        "local_size()",
+        "cross_size()",
+        "rank()",
+        "local_rank()",
+        "cross_rank()",
+        "mpi_threads_supported()",
+        "mpi_enabled()",
+        "mpi_built()",
+        "gloo_enabled()",
+        "gloo_built()",
+        "nccl_built()",
+        "ddl_built()",
+        "ccl_built()",
+        "cuda_built()",
+        "rocm_built()",
+        "class ProcessSet(ranks_or_comm)",
+        "global_process_set",
+        "add_process_set(process_set)",
         "remove_process_set(process_set)",
-        "Average", "Sum", "Compression", "callbacks", "elastic",
+        "Average",
+        "Sum",
+        "Compression",
+        "callbacks",
+        "elastic",
         "DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='', compression=Compression.none, "
         "sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1, "
         "average_aggregated_gradients=False, num_groups=0, groups=None, process_set=global_process_set, "
@@ -147,11 +205,11 @@ HOROVOD = {
 # Horovod names hvdlite does not provide, and why. None of them is API a Horovod user calls.
 NOT_APPLICABLE = {
     "handle_average_backwards_compatibility": "internal helper horovod.tensorflow imports for its own modules "
-                                              "(hvdlite: mpi_ops._resolve_op, same rules)",
+    "(hvdlite: mpi_ops._resolve_op, same rules)",
     "check_num_rank_power_of_2": "internal Adasum helper imported into the namespace; hvdlite's core checks the "
-                                 "number of ranks itself",
+    "number of ranks itself",
     "LocalGradientAggregationHelper": "internal class of Horovod's backward_passes_per_step; hvdlite implements "
-                                      "backward_passes_per_step inside DistributedOptimizer (tested below)",
+    "backward_passes_per_step inside DistributedOptimizer (tested below)",
 }
 
 # Parameters Horovod declares positionally that hvdlite takes by keyword only, and why.
@@ -176,7 +234,7 @@ def parse_entry(entry: str):
     text = entry.strip()
     is_class = text.startswith("class ")
     if is_class:
-        text = text[len("class "):]
+        text = text[len("class ") :]
     if "(" not in text:
         return text, is_class, None
     call = ast.parse(text, mode="eval").body
@@ -252,16 +310,20 @@ def check_entry(module, entry: str, keyword_only_ok: bool):
             try:
                 want = eval(default, vars(module))  # noqa: S307 - our own spec text
             except Exception as e:  # noqa: BLE001
-                problems.append(f"{name}: cannot resolve Horovod's default {default} of {param} in "
-                                f"{module.__name__}: {e}")
+                problems.append(
+                    f"{name}: cannot resolve Horovod's default {default} of {param} in {module.__name__}: {e}"
+                )
                 continue
             same = got.default is want or (type(got.default) is type(want) and got.default == want)
         if not same:
             problems.append(f"{name}: {param} defaults to {got.default!r}, Horovod: {default}")
     horovod_names = {param for param, _, _ in expected}
     for p in actual:
-        if (p.name not in horovod_names and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                and p.default is inspect.Parameter.empty):
+        if (
+            p.name not in horovod_names
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.default is inspect.Parameter.empty
+        ):
             problems.append(f"{name}: extra parameter {p.name!r} has no default (Horovod calls would fail)")
     return problems
 
@@ -286,6 +348,7 @@ def _checker_main():
 
 # --------------------------------------------------------------------------- tests
 
+
 def test_spec_is_well_formed():
     for module_name, entries in HOROVOD.items():
         names = [parse_entry(e)[0] for e in entries]
@@ -301,15 +364,22 @@ def test_hvdlite_matches_horovod_signatures():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(paths))
-    result = subprocess.run([sys.executable, os.path.abspath(__file__)], input=json.dumps(spec), env=env,
-                            capture_output=True, text=True, timeout=150)
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__)],
+        input=json.dumps(spec),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     failures = json.loads(result.stdout.strip().splitlines()[-1])
     pending = {f"{m}|{n}" for m, n in PENDING}
     unexpected = {k: v for k, v in failures.items() if k not in pending}
     landed = sorted(pending - set(failures))
     assert not unexpected, "hvdlite differs from Horovod's API:\n" + "\n".join(
-        p for problems in unexpected.values() for p in problems)
+        p for problems in unexpected.values() for p in problems
+    )
     assert not landed, f"these pending entries now match Horovod; remove them from PENDING: {landed}"
 
 
@@ -370,7 +440,8 @@ def _run_tf(script, np, timeout=200):
 
 @pytest.mark.timeout(300)
 def test_tensorflow_semantics_as_horovod():
-    _run_tf("""
+    _run_tf(
+        """
 mean_r1 = np.mean([r + 1.0 for r in range(N)])
 x = tf.constant([1.0, 2.0]) * (R + 1)
 
@@ -526,14 +597,17 @@ assert hvd.SyncBatchNormalization(fused=False) is not None
 assert hvd.SyncBatchNormalization(fused=None) is not None  # Keras 3 has no fused kernel for None to choose
 raises(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), "fused=True")
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(240)
 def test_tf1_graph_mode_backward_passes_per_step():
     """Horovod's own case for backward_passes_per_step with tf.compat.v1 optimizers: a TF1 graph in a session.
     The accumulators are local variables, initialised by MonitoredTrainingSession."""
-    run_checked("""
+    run_checked(
+        """
 import numpy as np
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
@@ -557,12 +631,17 @@ with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hvd.BroadcastGlobalVaria
     assert np.allclose(seen, expected, atol=1e-5), (seen, expected)
     assert sess.run(step) == 6, sess.run(step)
 print("DONE")
-""", 2, timeout=150, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+""",
+        2,
+        timeout=150,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
 
 
 @pytest.mark.timeout(300)
 def test_keras_semantics_as_horovod(tmp_path):
-    _run_tf(f"""
+    _run_tf(
+        f"""
 import os
 import keras
 import hvdlite.tensorflow.keras as hvd_keras
@@ -654,4 +733,6 @@ for weights_only in (False, True):
 raises(ValueError, lambda: regression().fit(xs, ys, epochs=1, verbose=0,
                                             callbacks=[hvd_keras.callbacks.BestModelCheckpoint()]), "filepath")
 print("DONE")
-""", np=2)
+""",
+        np=2,
+    )

@@ -10,6 +10,7 @@ reduce-op constants by identity).
 Names owned by work that has not landed yet are listed in PENDING; the test requires them to be exactly the
 names still missing, so it fails when one lands (remove it from PENDING then) and when anything else is missing.
 """
+
 import ast
 import inspect
 import types
@@ -125,8 +126,10 @@ def _all_names():
 
 def test_missing_names_are_exactly_the_pending_ones():
     missing = {name for name in _all_names() if not hasattr(hvd, name)}
-    assert missing == PENDING, (f"missing from hvdlite.torch: {sorted(missing - PENDING)}; landed, so remove "
-                                f"from PENDING: {sorted(PENDING - missing)}")
+    assert missing == PENDING, (
+        f"missing from hvdlite.torch: {sorted(missing - PENDING)}; landed, so remove "
+        f"from PENDING: {sorted(PENDING - missing)}"
+    )
 
 
 @pytest.mark.parametrize("spec", HOROVOD_TORCH_API, ids=[_parse(s)[0] for s in HOROVOD_TORCH_API])
@@ -139,18 +142,24 @@ def test_signature_accepts_horovods_parameters(spec):
     for position, (param, default) in enumerate(horovod_params):
         assert param in ours, f"hvdlite.torch.{name} has no parameter {param!r} (Horovod: {spec})"
         mine = ours[param]
-        assert mine.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY), \
+        assert mine.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY), (
             f"hvdlite.torch.{name}: {param!r} cannot be passed positionally"
-        assert ours_list[position].name == param, \
+        )
+        assert ours_list[position].name == param, (
             f"hvdlite.torch.{name}: position {position} is {ours_list[position].name!r}, Horovod has {param!r}"
+        )
         if default is inspect.Parameter.empty:
             assert mine.default is inspect.Parameter.empty, f"hvdlite.torch.{name}: {param!r} should be required"
         else:
-            assert _default_matches(default, mine.default), \
+            assert _default_matches(default, mine.default), (
                 f"hvdlite.torch.{name}: {param!r} defaults to {mine.default!r}, Horovod: {ast.unparse(default)}"
-    extra_required = [p.name for p in ours_list[len(horovod_params):]
-                      if p.default is inspect.Parameter.empty
-                      and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+            )
+    extra_required = [
+        p.name
+        for p in ours_list[len(horovod_params) :]
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
     assert not extra_required, f"hvdlite.torch.{name} requires parameters Horovod does not have: {extra_required}"
 
 

@@ -4,16 +4,18 @@ place: input and output), the kernel's smaps shows huge pages under it, HUGE_PAG
 turns it off, and a buffer allocated afresh for every use is collapsed at most once per address (the policy's
 re-checks, giving up and stopping after wasted collapses are unit-tested with a fake kernel in
 hvdlite_core/tests/unit_tests.cc)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 
-JOB = prelude() + """
+JOB = (
+    prelude()
+    + """
 import json, os, sys
 import numpy as np
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
@@ -55,7 +57,8 @@ for i in range(4):
     assert np.all(allreduce(buffer, "inplace") == expected(i)), i
     checked += 1
 interior = ((buffer.ctypes.data + buffer.nbytes) // HUGE - -(-buffer.ctypes.data // HUGE)) * HUGE
-report = {"in_place": info(), "huge_kb": huge_kb_under(buffer.ctypes.data, buffer.nbytes), "interior_kb": interior // 1024}
+report = {"in_place": info(), "huge_kb": huge_kb_under(buffer.ctypes.data, buffer.nbytes),
+          "interior_kb": interior // 1024}
 # Reused out of place: input and output are both read by the peers.
 source, result = np.empty(COUNT, np.float32), np.empty(COUNT, np.float32)
 for i in range(3):
@@ -78,6 +81,7 @@ print("REPORT %d %s" % (me, json.dumps(report)), flush=True)
 print("OK %d" % checked, flush=True)
 basics.shutdown()
 """
+)
 
 # Single copy for every allreduce (the fixed rules with single copy on), so the sizes need no measured table.
 SINGLE_COPY = {"HVDLITE_SMALL_MESSAGE_BYTES": "1", "HVDLITE_SINGLE_COPY_ALLREDUCE": "1"}

@@ -1,11 +1,11 @@
 """The background thread's long sleep when the job is idle (HVDLITE_IDLE_CYCLE_TIME, runtime/runtime.cc),
 across real processes: an idle pause wakes each process far less often than one cycle per CYCLE_TIME, and work
 after the pause, including a process set that leaves a sleeping rank out, completes at once and correctly."""
+
 import os
 import re
 
 import pytest
-
 from multiproc import run_job
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "idle_cycles.py")
@@ -16,8 +16,10 @@ def idle_figures(env, host_ids=None):
         result = run_job(f.read(), np=3, host_ids=host_ids, env=env, timeout=90)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and out.count("DONE") == 3, out
-    rows = [dict(step=int(m[0]), rank=int(m[1]), switches=int(m[2]), subset_s=float(m[3]), total_s=float(m[4]))
-            for m in re.findall(r"IDLE step=(\d+) rank=(\d+) switches=(\d+) subset_s=([\d.]+) total_s=([\d.]+)", out)]
+    rows = [
+        dict(step=int(m[0]), rank=int(m[1]), switches=int(m[2]), subset_s=float(m[3]), total_s=float(m[4]))
+        for m in re.findall(r"IDLE step=(\d+) rank=(\d+) switches=(\d+) subset_s=([\d.]+) total_s=([\d.]+)", out)
+    ]
     assert len(rows) == 9, out
     return rows
 

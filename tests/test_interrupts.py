@@ -1,10 +1,10 @@
 """A rank blocked in a collective can always be interrupted: signal handlers run while ranks wait on each
 other (Ctrl-C raises KeyboardInterrupt, a SIGALRM timeout fires), the interrupted operation stays pending with its
 buffers alive, and the runtime goes on working."""
+
 from __future__ import annotations
 
 import pytest
-
 from hvdjob import prelude
 from multiproc import run_job
 
@@ -173,7 +173,8 @@ except hvd.MismatchError as e:
 else:
     raise AssertionError("ranks out of step were not detected")
 # 2. The runtime is still usable, also for the same kind of collectives.
-assert hvd.allgather(torch.ones(2) * me, name="features").tolist() == sum(([float(r)] * 2 for r in range(hvd.size())), [])
+gathered = hvd.allgather(torch.ones(2) * me, name="features").tolist()
+assert gathered == sum(([float(r)] * 2 for r in range(hvd.size())), [])
 hvd.barrier()
 # 3. A rank that is merely slow (nothing submitted that the others lack) is not out of step, however long it takes.
 if me == 0:

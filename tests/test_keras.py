@@ -5,11 +5,11 @@ mismatch errors, and the examples.
 TensorFlow and Keras cost seconds to import per rank, so each test is ONE job running many checks; each job
 computes its reference itself and prints DONE.
 """
+
 import os
 import sys
 
 import pytest
-
 from multiproc import run_checked, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +57,8 @@ def run(script, np=2, timeout=150):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("np", [2, 3])
 def test_fit_matches_single_process_with_callbacks(np):
-    run("""
+    run(
+        """
 STEPS, EPOCHS = 6, 2
 x, y = data(STEPS)
 vx, vy = data(2, seed=R + 10)  # each rank validates on different data: MetricAverageCallback averages
@@ -76,8 +77,8 @@ for steps_per_execution, run_eagerly in ((1, False), (3, False), (1, True)):
     raw, averaged = Record(), Record()
     model.fit(shard(x, STEPS), shard(y, STEPS), batch_size=B, epochs=EPOCHS, shuffle=False, verbose=0,
               validation_data=(vx, vy),
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw, hvd.callbacks.MetricAverageCallback(),
-                         averaged])
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw,
+                         hvd.callbacks.MetricAverageCallback(), averaged])
     ref = mlp(100)  # rank 0's initial weights, trained by one process on the global batches
     ref.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
     ref.fit(x, y, batch_size=N * B, epochs=EPOCHS, shuffle=False, verbose=0)
@@ -102,14 +103,17 @@ def embedding_model():
                              keras.layers.Dense(1)])
 for sparse_as_dense in (False, True):
     model, ref = embedding_model(), embedding_model()
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2), sparse_as_dense=sparse_as_dense), loss="mse")
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2), sparse_as_dense=sparse_as_dense),
+                  loss="mse")
     model.fit(shard(ids, STEPS), shard(target, STEPS), batch_size=B, epochs=1, shuffle=False, verbose=0)
     ref.compile(optimizer=keras.optimizers.SGD(0.2), loss="mse")
     ref.fit(ids, target, batch_size=N * B, epochs=1, shuffle=False, verbose=0)
     assert_same_everywhere(flat(model), f"embedding{sparse_as_dense}")
     assert np.allclose(flat(model), flat(ref), atol=1e-5), np.abs(flat(model) - flat(ref)).max()
 print("DONE")
-""", np=np)
+""",
+        np=np,
+    )
 
 
 @pytest.mark.timeout(240)
@@ -148,8 +152,10 @@ def reference(make_opt, passes=1):
 sgd = lambda: keras.optimizers.SGD(0.1, momentum=0.9)
 lso = lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=256.0)
 for graph in (True, False):
-    for name, make_opt, kwargs in (("sgd", sgd, {}), ("lso", lso, {}), ("predivide", sgd, {"gradient_predivide_factor": 2.0}),
-                                   ("fp16", sgd, {"compression": hvd.Compression.fp16}), ("groups", sgd, {"num_groups": 2})):
+    for name, make_opt, kwargs in (("sgd", sgd, {}), ("lso", lso, {}),
+                                   ("predivide", sgd, {"gradient_predivide_factor": 2.0}),
+                                   ("fp16", sgd, {"compression": hvd.Compression.fp16}),
+                                   ("groups", sgd, {"num_groups": 2})):
         model = mlp(0)
         opt = hvd.DistributedOptimizer(make_opt(), **kwargs)
         custom_loop(model, opt, xs[:STEPS * B], ys[:STEPS * B], graph)
@@ -170,7 +176,8 @@ for graph in (True, False):
 
 # ... and inside model.fit, where the tf.cond runs in the tf.while_loop of steps_per_execution
 model = mlp(0)
-model.compile(optimizer=hvd.DistributedOptimizer(sgd(), backward_passes_per_step=2, average_aggregated_gradients=True),
+model.compile(optimizer=hvd.DistributedOptimizer(sgd(), backward_passes_per_step=2,
+                                                 average_aggregated_gradients=True),
               loss=LOSS, steps_per_execution=4)
 model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
 assert_same_everywhere(flat(model), "accumulate fit")
@@ -242,7 +249,8 @@ def sync_step(xl):
         loss = tf.reduce_sum(out * weights[R * 3:(R + 1) * 3])
     return out, tape.gradient(loss, xl)
 out, grad = sync_step(xl)
-assert np.allclose(out.numpy(), out_ref.numpy()[R * 3:(R + 1) * 3], atol=1e-4), np.abs(out.numpy() - out_ref.numpy()[R * 3:(R + 1) * 3]).max()
+mine = out_ref.numpy()[R * 3:(R + 1) * 3]
+assert np.allclose(out.numpy(), mine, atol=1e-4), np.abs(out.numpy() - mine).max()
 assert np.allclose(grad.numpy(), grad_ref.numpy()[R * 3:(R + 1) * 3], atol=1e-4)
 assert np.allclose(sync.moving_mean.numpy(), bn.moving_mean.numpy(), atol=1e-5)
 assert np.allclose(sync.moving_variance.numpy(), bn.moving_variance.numpy(), atol=1e-4)
@@ -433,8 +441,19 @@ def test_examples_keras_mnist_and_synthetic_benchmark(tmp_path):
     import subprocess
 
     data = tmp_path / "mnist"
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_mnist_idx.py"), "--out", str(data),
-                    "--train", "1200", "--test", "400"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "make_mnist_idx.py"),
+            "--out",
+            str(data),
+            "--train",
+            "1200",
+            "--test",
+            "400",
+        ],
+        check=True,
+    )
     checkpoint = tmp_path / "ckpt" / "mnist.keras"
     script = f"""
 import runpy, sys

@@ -1,4 +1,5 @@
 """docs/knobs.md is the generated table of every setting, and stays in step with the code that reads them."""
+
 import os
 import re
 
@@ -14,12 +15,13 @@ def _read(*parts) -> str:
 
 def test_knobs_doc_is_the_generated_one():
     assert _read("docs", "knobs.md") == knobs_doc.render(), (
-        "docs/knobs.md is stale: run `python -m hvdlite.runner.knobs_doc > docs/knobs.md`")
+        "docs/knobs.md is stale: run `python -m hvdlite.runner.knobs_doc > docs/knobs.md`"
+    )
 
 
 def test_the_built_core_reports_every_entry_of_its_source_table():
     source = _read("hvdlite_core", "src", "common", "config.cc")
-    table = source[source.index("static const std::vector<Knob> table"):source.index("return table;")]
+    table = source[source.index("static const std::vector<Knob> table") : source.index("return table;")]
     in_source = re.findall(r'(?:_knob\(|\{)\s*"([A-Z0-9_]+)"', table)
     assert len(in_source) > 40, in_source
     assert [name for name, _, _ in knobs_doc.core_settings()] == in_source
@@ -42,10 +44,31 @@ def test_every_variable_the_python_code_reads_is_documented():
 
 def test_every_horovodrun_flag_is_either_a_flag_or_refused_with_a_reason():
     doc = _read("docs", "knobs.md")
-    for flag in ("--config-file", "--elastic-timeout", "--reset-limit", "--binding-args",
-                 "--prefix-output-with-timestamp", "--autotune", "--slots", "--min-num-proc", "--max-num-proc",
-                 "--tcp", "--hierarchical-allgather", "--timeline-mark-cycles", "--no-stall-check",
-                 "--stall-check-warning-time-seconds", "--stall-check-shutdown-time-seconds", "--mpi-threads-disable",
-                 "--num-nccl-streams", "--thread-affinity", "--gloo-timeout-seconds", "--log-without-timestamp",
-                 "--jsrun", "--network-interface", "--output-filename", "--disable-cache", "--log-level"):
+    for flag in (
+        "--config-file",
+        "--elastic-timeout",
+        "--reset-limit",
+        "--binding-args",
+        "--prefix-output-with-timestamp",
+        "--autotune",
+        "--slots",
+        "--min-num-proc",
+        "--max-num-proc",
+        "--tcp",
+        "--hierarchical-allgather",
+        "--timeline-mark-cycles",
+        "--no-stall-check",
+        "--stall-check-warning-time-seconds",
+        "--stall-check-shutdown-time-seconds",
+        "--mpi-threads-disable",
+        "--num-nccl-streams",
+        "--thread-affinity",
+        "--gloo-timeout-seconds",
+        "--log-without-timestamp",
+        "--jsrun",
+        "--network-interface",
+        "--output-filename",
+        "--disable-cache",
+        "--log-level",
+    ):
         assert "`%s`" % flag in doc, flag

@@ -3,6 +3,7 @@
 Multi-host jobs over ssh are in test_multihost.py, attacks on a running job in test_launcher_security.py,
 --mpi in test_mpi_bootstrap.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,13 +16,22 @@ import time
 import uuid
 
 import pytest
+from launcher_helpers import (
+    COLLECTIVE_SCRIPT,
+    HOROVOD_VARIABLES_SCRIPT,
+    LiveJob,
+    TmuxPane,
+    check_horovod_variables,
+    hvdlite_run,
+    processes_with_marker,
+    run_launcher,
+    wait_until,
+    write_script,
+)
+from multiproc import job_env
 
 import hvdlite
 from hvdlite.runner.api import RunError
-from launcher_helpers import (COLLECTIVE_SCRIPT, HOROVOD_VARIABLES_SCRIPT, LiveJob, TmuxPane,
-                              check_horovod_variables, hvdlite_run, processes_with_marker, run_launcher,
-                              wait_until, write_script)
-from multiproc import job_env
 
 PY = sys.executable
 
@@ -41,7 +51,9 @@ def ok_lines(stdout: str):
 @pytest.mark.timeout(60)
 def test_failing_rank_sets_exit_code_and_stops_everything(tmp_path):
     marker = "hvdlite-launcher-test-" + uuid.uuid4().hex
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import os, subprocess, sys, time
         rank = int(os.environ["HVDLITE_RANK"])
         print("hello from", rank, flush=True)
@@ -52,7 +64,8 @@ def test_failing_rank_sets_exit_code_and_stops_everything(tmp_path):
         # A grandchild in the rank's process group must go as well.
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])
         time.sleep(60)
-        """)
+        """,
+    )
     start = time.monotonic()
     result = run_launcher(["-np", "3", PY, script, marker], timeout=45)
     elapsed = time.monotonic() - start
@@ -68,22 +81,46 @@ def test_failing_rank_sets_exit_code_and_stops_everything(tmp_path):
 @pytest.mark.timeout(60)
 def test_success_flags_reach_the_ranks_and_output_files(tmp_path):
     logs = tmp_path / "logs"
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import os, sys
         names = ["RANK", "SIZE", "LOCAL_RANK", "CROSS_SIZE", "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY",
                  "TIMELINE", "LOG_LEVEL", "START_TIMEOUT"]
         print(" ".join("%s=%s" % (n, os.environ["HVDLITE_" + n]) for n in names), os.environ["MY_VARIABLE"])
         print("err", os.environ["HVDLITE_RANK"], file=sys.stderr)
-        """)
+        """,
+    )
     timeline = str(tmp_path / "timeline.json")
-    result = run_launcher(["-np", "2", "--fusion-threshold-mb", "2", "--cycle-time-ms", "2.5", "--cache-capacity",
-                           "7", "--timeline-filename", timeline, "--log-level", "debug", "--start-timeout", "33",
-                           "--output-filename", str(logs), PY, script], env={"MY_VARIABLE": "propagated"})
+    result = run_launcher(
+        [
+            "-np",
+            "2",
+            "--fusion-threshold-mb",
+            "2",
+            "--cycle-time-ms",
+            "2.5",
+            "--cache-capacity",
+            "7",
+            "--timeline-filename",
+            timeline,
+            "--log-level",
+            "debug",
+            "--start-timeout",
+            "33",
+            "--output-filename",
+            str(logs),
+            PY,
+            script,
+        ],
+        env={"MY_VARIABLE": "propagated"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(2):
-        expected = ("RANK=%d SIZE=2 LOCAL_RANK=%d CROSS_SIZE=1 FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 "
-                    "CACHE_CAPACITY=7 TIMELINE=%s LOG_LEVEL=debug START_TIMEOUT=33 propagated"
-                    % (rank, rank, timeline))
+        expected = (
+            "RANK=%d SIZE=2 LOCAL_RANK=%d CROSS_SIZE=1 FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 "
+            "CACHE_CAPACITY=7 TIMELINE=%s LOG_LEVEL=debug START_TIMEOUT=33 propagated" % (rank, rank, timeline)
+        )
         assert "[%d]<stdout>: %s" % (rank, expected) in result.stdout.splitlines()
         assert (logs / ("rank.%d" % rank) / "stdout").read_text() == expected + "\n"
         assert (logs / ("rank.%d" % rank) / "stderr").read_text() == "err %d\n" % rank
@@ -112,11 +149,14 @@ def test_horovod_variables_are_exported(tmp_path):
 def test_hostfile(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# test hosts\nlocalhost slots=3   # this machine\n\n")
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import os
         print("rank", os.environ["HVDLITE_RANK"], "of", os.environ["HVDLITE_SIZE"], "on",
               os.environ["HVDLITE_HOSTNAME"], os.environ["HVDLITE_LOCAL_SIZE"])
-        """)
+        """,
+    )
     result = run_launcher(["--hostfile", str(hostfile), PY, script])  # no -np: every slot
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(3):
@@ -193,9 +233,9 @@ def test_sighup_stays_ignored_under_nohup():
 @pytest.mark.timeout(90)
 def test_run_function_returns_results_in_rank_order(capfd):
     def train(scale, offset=0):
-        import torch
-
         import os
+
+        import torch
 
         import hvdlite.torch as hvd
 
@@ -205,8 +245,10 @@ def test_run_function_returns_results_in_rank_order(capfd):
         return {"rank": hvd.rank(), "value": total * scale + offset, "HOROVOD_RANK": os.environ["HOROVOD_RANK"]}
 
     results = hvdlite.run(train, args=(10,), kwargs={"offset": 1}, num_proc=2, timeout=60)  # horovod.run's name
-    assert results == [{"rank": 0, "value": 31.0, "HOROVOD_RANK": "0"},
-                       {"rank": 1, "value": 31.0, "HOROVOD_RANK": "1"}]
+    assert results == [
+        {"rank": 0, "value": 31.0, "HOROVOD_RANK": "0"},
+        {"rank": 1, "value": 31.0, "HOROVOD_RANK": "1"},
+    ]
     assert "[1]<stdout>: rank 1 done" in capfd.readouterr().out.splitlines()
 
 
@@ -230,8 +272,10 @@ def test_run_function_raises_with_the_failing_ranks_traceback():
 def test_hvdlite_package_stays_light():
     # `import hvdlite` (and so every rank's and hvdlite-run's startup) imports no framework and no launcher;
     # hvdlite.run is loaded on first use.
-    code = ("import sys, hvdlite; before = [m for m in ('torch', 'hvdlite.runner.api') if m in sys.modules]; "
-            "run = hvdlite.run; print(before, run.__module__, 'torch' in sys.modules)")
+    code = (
+        "import sys, hvdlite; before = [m for m in ('torch', 'hvdlite.runner.api') if m in sys.modules]; "
+        "run = hvdlite.run; print(before, run.__module__, 'torch' in sys.modules)"
+    )
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30, env=job_env())
     assert out.stdout.split() == ["[]", "hvdlite.runner.api", "False"], out.stderr
 
@@ -262,17 +306,54 @@ logging: {level: ERROR, hide_timestamp: true}
 def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path, source):
     """What each rank's core read at init (its build_info), for horovodrun's tuning flags given together, or
     given by horovodrun's YAML (--config-file) where a flag on the command line wins."""
-    names = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLGATHER",
-             "AUTOTUNE", "AUTOTUNE_LOG", "AUTOTUNE_WARMUP_WINDOWS", "TIMELINE_MARK_CYCLES", "STALL_CHECK_TIME_SECONDS",
-             "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "LOG_HIDE_TIME", "SHM_DISABLE", "CMA_DISABLE", "START_TIMEOUT",
-             "shm_peers", "tcp_peers"]
+    names = [
+        "FUSION_THRESHOLD",
+        "CYCLE_TIME",
+        "CACHE_CAPACITY",
+        "HIERARCHICAL_ALLREDUCE",
+        "HIERARCHICAL_ALLGATHER",
+        "AUTOTUNE",
+        "AUTOTUNE_LOG",
+        "AUTOTUNE_WARMUP_WINDOWS",
+        "TIMELINE_MARK_CYCLES",
+        "STALL_CHECK_TIME_SECONDS",
+        "STALL_SHUTDOWN_TIME_SECONDS",
+        "LOG_LEVEL",
+        "LOG_HIDE_TIME",
+        "SHM_DISABLE",
+        "CMA_DISABLE",
+        "START_TIMEOUT",
+        "shm_peers",
+        "tcp_peers",
+    ]
     script = write_script(tmp_path, KNOB_JOB % names)
     tune_log = str(tmp_path / "tune.csv")
-    flags = ["--fusion-threshold-mb", "2", "--cycle-time-ms", "2.5", "--cache-capacity", "7",
-             "--no-hierarchical-allreduce", "--hierarchical-allgather", "--autotune", "--autotune-log-file", tune_log,
-             "--autotune-warmup-samples", "2", "--timeline-mark-cycles", "--stall-check-warning-time-seconds", "7",
-             "--stall-check-shutdown-time-seconds", "9", "--log-level", "ERROR", "--log-without-timestamp", "--tcp",
-             "--gloo-timeout-seconds", "33"]
+    flags = [
+        "--fusion-threshold-mb",
+        "2",
+        "--cycle-time-ms",
+        "2.5",
+        "--cache-capacity",
+        "7",
+        "--no-hierarchical-allreduce",
+        "--hierarchical-allgather",
+        "--autotune",
+        "--autotune-log-file",
+        tune_log,
+        "--autotune-warmup-samples",
+        "2",
+        "--timeline-mark-cycles",
+        "--stall-check-warning-time-seconds",
+        "7",
+        "--stall-check-shutdown-time-seconds",
+        "9",
+        "--log-level",
+        "ERROR",
+        "--log-without-timestamp",
+        "--tcp",
+        "--gloo-timeout-seconds",
+        "33",
+    ]
     if source == "config-file":
         config = tmp_path / "horovod.yaml"
         config.write_text(HOROVODRUN_CONFIG % tune_log)
@@ -284,17 +365,20 @@ def test_horovodrun_knob_flags_reach_every_rank_s_core(tmp_path, source):
         lines = [stamped.fullmatch(line) for line in result.stdout.splitlines() if "KNOBS" in line]
         assert len(lines) == 2 and all(lines), result.stdout
         result.stdout = "\n".join("[%s]<stdout>: %s" % (m.group(2), m.group(3)) for m in lines)
-    expected = ("FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 CACHE_CAPACITY=7 HIERARCHICAL_ALLREDUCE=0 "
-                "HIERARCHICAL_ALLGATHER=1 AUTOTUNE=1 AUTOTUNE_LOG=%s AUTOTUNE_WARMUP_WINDOWS=2 TIMELINE_MARK_CYCLES=1 "
-                "STALL_CHECK_TIME_SECONDS=7 STALL_SHUTDOWN_TIME_SECONDS=9 LOG_LEVEL=error LOG_HIDE_TIME=1 "
-                "SHM_DISABLE=1 CMA_DISABLE=1 START_TIMEOUT=33 shm_peers=0 tcp_peers=1" % tune_log)
+    expected = (
+        "FUSION_THRESHOLD=2097152 CYCLE_TIME=2.5 CACHE_CAPACITY=7 HIERARCHICAL_ALLREDUCE=0 "
+        "HIERARCHICAL_ALLGATHER=1 AUTOTUNE=1 AUTOTUNE_LOG=%s AUTOTUNE_WARMUP_WINDOWS=2 TIMELINE_MARK_CYCLES=1 "
+        "STALL_CHECK_TIME_SECONDS=7 STALL_SHUTDOWN_TIME_SECONDS=9 LOG_LEVEL=error LOG_HIDE_TIME=1 "
+        "SHM_DISABLE=1 CMA_DISABLE=1 START_TIMEOUT=33 shm_peers=0 tcp_peers=1" % tune_log
+    )
     for rank in range(2):
         assert "[%d]<stdout>: KNOBS %d %s" % (rank, rank, expected) in result.stdout.splitlines(), result.stdout
 
     if source == "config-file":
         return
-    stalls = run_launcher(["-np", "2", "--stall-check-warning-time-seconds", "7", "--no-stall-check", PY, script],
-                          timeout=60)
+    stalls = run_launcher(
+        ["-np", "2", "--stall-check-warning-time-seconds", "7", "--no-stall-check", PY, script], timeout=60
+    )
     assert stalls.returncode == 0, stalls.stdout + stalls.stderr
     assert "STALL_CHECK_TIME_SECONDS=0 STALL_SHUTDOWN_TIME_SECONDS=0" in stalls.stdout, stalls.stdout
 
@@ -319,8 +403,10 @@ def test_log_lines_carry_time_level_and_rank_and_take_either_case(tmp_path):
     assert "[0]<stderr>: [I hvdlite rank 0] data-plane listener at" in hidden.stderr, hidden.stderr
     unknown = run_launcher(["-np", "1", PY, script], timeout=60, env={"HOROVOD_LOG_LEVEL": "loud"})
     assert unknown.returncode == 0, unknown.stdout + unknown.stderr
-    assert ("W hvdlite rank 0] HVDLITE_LOG_LEVEL (or HOROVOD_LOG_LEVEL) is 'loud'; it takes TRACE, DEBUG, INFO, "
-            "WARNING, ERROR or FATAL: logging at WARNING") in unknown.stderr, unknown.stderr
+    assert (
+        "W hvdlite rank 0] HVDLITE_LOG_LEVEL (or HOROVOD_LOG_LEVEL) is 'loud'; it takes TRACE, DEBUG, INFO, "
+        "WARNING, ERROR or FATAL: logging at WARNING"
+    ) in unknown.stderr, unknown.stderr
 
 
 @pytest.mark.timeout(90)

@@ -1,5 +1,6 @@
 """The ranks' output through the launcher, end to end: tqdm progress bars on a terminal (a tmux pane) and
 through pipes, partial lines, colours, and the raw streams of --output-filename."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from launcher_helpers import TmuxPane, hvdlite_run, run_launcher, wait_until, write_script
 from multiproc import REPO_ROOT, job_env
 
@@ -52,15 +52,16 @@ def test_progress_bars_update_in_place_on_a_terminal(tmp_path):
         # Half way: each rank's bar is one row showing its current state (20 of 40), drawn while the line
         # is still unfinished; rank 1's ordinary lines are above the bars, whole.
         def both_half_way(lines):
-            return all(len(bar_lines(lines, rank)) == 1 and " 20/40 " in bar_lines(lines, rank)[0]
-                       for rank in (0, 1))
-        assert wait_until(lambda: all(os.path.exists("%s.half%d" % (go, rank)) for rank in (0, 1)), timeout=60), \
+            return all(len(bar_lines(lines, rank)) == 1 and " 20/40 " in bar_lines(lines, rank)[0] for rank in (0, 1))
+
+        assert wait_until(lambda: all(os.path.exists("%s.half%d" % (go, rank)) for rank in (0, 1)), timeout=60), (
             "\n".join(pane.screen())
+        )
         mid = pane.wait_for_screen(both_half_way, timeout=20)
         everything = pane.screen(scrollback=True)
-        assert [line for line in everything if "<stderr>" in line] == bar_lines(mid, 0) + bar_lines(mid, 1) \
-            or [line for line in everything if "<stderr>" in line] == bar_lines(mid, 1) + bar_lines(mid, 0), \
-            "\n".join(everything)
+        assert [line for line in everything if "<stderr>" in line] == bar_lines(mid, 0) + bar_lines(mid, 1) or [
+            line for line in everything if "<stderr>" in line
+        ] == bar_lines(mid, 1) + bar_lines(mid, 0), "\n".join(everything)
         assert "[1]<stdout>: rank 1 at step 10" in mid, "\n".join(mid)
         assert mid.index("[1]<stdout>: rank 1 at step 10") < mid.index(bar_lines(mid, 1)[0])
 
@@ -77,7 +78,8 @@ def test_progress_bars_update_in_place_on_a_terminal(tmp_path):
         assert re.search(r"bar%d: 100%%\|█+\| 40/40 \[" % rank, bars[0]), bars[0]
         assert "[%d]<stdout>: done %d" % (rank, rank) in final
     assert [line for line in final if "rank 1 at step" in line] == [
-        "[1]<stdout>: rank 1 at step %d" % step for step in (0, 10, 20, 30)]
+        "[1]<stdout>: rank 1 at step %d" % step for step in (0, 10, 20, 30)
+    ]
     for line in final:
         assert re.match(r"\[[01]\]<std(out|err)>: ", line), "\n".join(final)
     assert len(final) == 2 + 4 + 2, "\n".join(final)
@@ -85,7 +87,9 @@ def test_progress_bars_update_in_place_on_a_terminal(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_progress_through_a_pipe_is_thinned_to_whole_lines(tmp_path):
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import os, sys, time
         from tqdm import tqdm
 
@@ -98,7 +102,8 @@ def test_progress_through_a_pipe_is_thinned_to_whole_lines(tmp_path):
         time.sleep(1.5)
         print("\\x1b[32mok\\x1b[0m", flush=True)
         print("Continue? [y/N] ", end="", flush=True)   # the last words, without a newline
-        """)
+        """,
+    )
     result = run_launcher(["-np", "2", PY, script], timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "\r" not in result.stdout + result.stderr
@@ -114,16 +119,20 @@ def test_progress_through_a_pipe_is_thinned_to_whole_lines(tmp_path):
         assert counts == sorted(counts) and 0 < counts[0] < 150, bars
         assert stderr == bars + ["[%d]<stderr>: updates took %.2f s" % (rank, took)], "\n".join(stderr)
         stdout = [line for line in result.stdout.splitlines() if line.startswith("[%d]" % rank)]
-        assert stdout == ["[%d]<stdout>: loading... " % rank,              # once idle for a second
-                          "[%d]<stdout>: loading... \x1b[32mok\x1b[0m" % rank,
-                          "[%d]<stdout>: Continue? [y/N] " % rank], stdout
+        assert stdout == [
+            "[%d]<stdout>: loading... " % rank,  # once idle for a second
+            "[%d]<stdout>: loading... \x1b[32mok\x1b[0m" % rank,
+            "[%d]<stdout>: Continue? [y/N] " % rank,
+        ], stdout
 
 
 @pytest.mark.timeout(90)
 def test_output_files_hold_the_raw_streams(tmp_path):
     # Through the minimal starter this time (the same forwarding code as hvdlite-run).
     logs = tmp_path / "logs"
-    script = write_script(tmp_path, """
+    script = write_script(
+        tmp_path,
+        """
         import os, sys
         from tqdm import tqdm
 
@@ -142,11 +151,30 @@ def test_output_files_hold_the_raw_streams(tmp_path):
             pass
         Tee().write("\\x1b[31mred\\x1b[0m and a last line without newline")
         print("out\\r\\nwith crlf", end="")
-        """)
+        """,
+    )
     copy = str(tmp_path / "written")
     result = subprocess.run(
-        [PY, "-m", "hvdlite.runner.local", "-np", "2", "--output-filename", str(logs), "--timeout", "60", "--",
-         PY, script, copy], cwd=REPO_ROOT, env=job_env(), capture_output=True, timeout=80)
+        [
+            PY,
+            "-m",
+            "hvdlite.runner.local",
+            "-np",
+            "2",
+            "--output-filename",
+            str(logs),
+            "--timeout",
+            "60",
+            "--",
+            PY,
+            script,
+            copy,
+        ],
+        cwd=REPO_ROOT,
+        env=job_env(),
+        capture_output=True,
+        timeout=80,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (0, 1):
         raw = (logs / ("rank.%d" % rank) / "stderr").read_bytes()
@@ -158,4 +186,6 @@ def test_output_files_hold_the_raw_streams(tmp_path):
         assert forwarded[-2].startswith("[%d]<stderr>: bar: 100%%|" % rank), forwarded
         assert forwarded[-1] == "[%d]<stderr>: \x1b[31mred\x1b[0m and a last line without newline" % rank
         assert [line for line in result.stdout.decode().split("\n") if line.startswith("[%d]" % rank)] == [
-            "[%d]<stdout>: out" % rank, "[%d]<stdout>: with crlf" % rank]
+            "[%d]<stdout>: out" % rank,
+            "[%d]<stdout>: with crlf" % rank,
+        ]

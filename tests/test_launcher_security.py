@@ -5,6 +5,7 @@ The test learns where to aim from the job's own output: ``--verbose`` prints the
 ``--log-level info`` makes each rank print its listener address. Rank 1 waits for a file the test creates
 after the attacks, so rank 0 sits in its bootstrap (listener open, waiting for rank 1) during them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,9 @@ import threading
 import time
 
 import pytest
+from launcher_helpers import LiveJob, write_script
 
 from hvdlite.common.rendezvous import RendezvousClient, RendezvousError
-from launcher_helpers import LiveJob, write_script
 
 SCRIPT = """
 import os, sys, time
@@ -74,8 +75,9 @@ def attack_listener_with_wrong_secret(address, results):
         assert hello[:8] == MAGIC, hello
         server_nonce, client_nonce, rank = hello[8:], os.urandom(16), struct.pack("<i", 1)
         job_id = b"guessed-job.0"
-        mac = hmac.new(b"not the job secret" * 2, b"client" + job_id + server_nonce + client_nonce + rank,
-                       hashlib.sha256).digest()
+        mac = hmac.new(
+            b"not the job secret" * 2, b"client" + job_id + server_nonce + client_nonce + rank, hashlib.sha256
+        ).digest()
         sock.sendall(MAGIC + rank + client_nonce + mac)
         results["wrong_secret"] = _closed_without_answer(sock)
 
@@ -112,20 +114,26 @@ def attack_rendezvous(host: str, port: int) -> None:
 def test_strangers_are_rejected_and_the_job_completes(tmp_path):
     go = tmp_path / "go"
     script = write_script(tmp_path, SCRIPT)
-    job = LiveJob(["-np", "2", "--verbose", "--log-level", "info", "--start-timeout", "40", sys.executable,
-                   script, str(go)])
+    job = LiveJob(
+        ["-np", "2", "--verbose", "--log-level", "info", "--start-timeout", "40", sys.executable, script, str(go)]
+    )
     try:
-        line = job.wait_for(lambda l: "rendezvous service at" in l)[0]
+        line = job.wait_for(lambda text: "rendezvous service at" in text)[0]
         rdv_host, rdv_port = re.search(r"rendezvous service at ([\d.]+):(\d+)", line).groups()
-        line = job.wait_for(lambda l: l.startswith("[0]<stderr>:") and "data-plane listener at" in l)[0]
+        line = job.wait_for(lambda text: text.startswith("[0]<stderr>:") and "data-plane listener at" in text)[0]
         host, port = re.search(r"data-plane listener at ([\d.]+):(\d+)", line).groups()
         listener = (host, int(port))
 
         attack_rendezvous(rdv_host, int(rdv_port))
         results = {}
-        threads = [threading.Thread(target=attack, args=(listener, results), daemon=True)
-                   for attack in (attack_listener_with_garbage, attack_listener_with_wrong_secret,
-                                  attack_listener_by_hanging_up)]
+        threads = [
+            threading.Thread(target=attack, args=(listener, results), daemon=True)
+            for attack in (
+                attack_listener_with_garbage,
+                attack_listener_with_wrong_secret,
+                attack_listener_by_hanging_up,
+            )
+        ]
         # Two strangers connect first and never say a word. Handshakes run concurrently, so they cannot hold up
         # rank 1 for their 5-second handshake deadlines (serially that would be 10 s or more).
         silent = [socket.create_connection(listener, timeout=10) for _ in range(2)]
@@ -149,7 +157,7 @@ def test_strangers_are_rejected_and_the_job_completes(tmp_path):
     for rank in (0, 1):
         assert "[%d]<stdout>: OK %d\n" % (rank, rank) in job.stdout, output
     # Rank 0's core says why it dropped each stranger.
-    rejected = [l for l in job.stderr if l.startswith("[0]<stderr>:") and "rejected a connection" in l]
+    rejected = [text for text in job.stderr if text.startswith("[0]<stderr>:") and "rejected a connection" in text]
     assert len(rejected) >= 2, output
-    assert any("failed authentication (wrong job secret)" in l for l in rejected), output
-    assert any("did not speak hvdlite" in l for l in rejected), output
+    assert any("failed authentication (wrong job secret)" in text for text in rejected), output
+    assert any("did not speak hvdlite" in text for text in rejected), output

@@ -1,5 +1,6 @@
 """Fast tests of the launcher's pieces: host parsing, the remote script (run through a local bash), the
 mpirun command line, environment propagation and the choice of bootstrap mechanism."""
+
 from __future__ import annotations
 
 import os
@@ -11,13 +12,13 @@ import time
 import uuid
 
 import pytest
+from launcher_helpers import processes_with_marker, wait_until
 
 from hvdlite.common import bootstrap, cluster_bootstrap
 from hvdlite.runner import mpi_run
 from hvdlite.runner.hosts import HostSlots, assign_ranks, parse_hostfile_text, parse_hosts
 from hvdlite.runner.settings import Settings, propagated_environment
 from hvdlite.runner.ssh import SshOptions, remote_script, ssh_command
-from launcher_helpers import processes_with_marker, wait_until
 
 
 def test_parse_hosts():
@@ -26,16 +27,26 @@ def test_parse_hosts():
     assert parse_hosts("a:1,a:2") == [HostSlots("a", 3)]  # repeated hosts add up, as in mpirun
     assert parse_hosts("me@[fe80::1]:2")[0].hostname == "fe80::1"
     assert parse_hosts("me@node7:2")[0].hostname == "node7"
-    for bad, message in (("a:0", "positive"), ("a:x", "positive"), ("a,,b", "expected"), ("", "expected"),
-                         ("fe80::1:2", "brackets"), (":3", "empty host")):
+    for bad, message in (
+        ("a:0", "positive"),
+        ("a:x", "positive"),
+        ("a,,b", "expected"),
+        ("", "expected"),
+        ("fe80::1:2", "brackets"),
+        (":3", "empty host"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_hosts(bad)
 
 
 def test_parse_hostfile():
     text = "# cluster\nnode1 slots=4\nnode2 slots=2 max_slots=8  # comment\n\nnode3\nnode4:3\n"
-    assert parse_hostfile_text(text) == [HostSlots("node1", 4), HostSlots("node2", 2), HostSlots("node3", 1),
-                                         HostSlots("node4", 3)]
+    assert parse_hostfile_text(text) == [
+        HostSlots("node1", 4),
+        HostSlots("node2", 2),
+        HostSlots("node3", 1),
+        HostSlots("node4", 3),
+    ]
     with pytest.raises(ValueError, match=r"hosts:2: expected 'host slots=N'"):
         parse_hostfile_text("node1 slots=2\nnode2 cpus=4\n", "hosts")
     with pytest.raises(ValueError, match="no hosts"):
@@ -57,11 +68,17 @@ def _settings(*flags):
 
 
 # An argument for each knob flag that takes one, and the value its variables must get.
-KNOB_ARGUMENTS = {"--fusion-threshold-mb": ("0.5", "524288"), "--cycle-time-ms": ("2.5", "2.5"),
-                  "--cache-capacity": ("0", "0"), "--autotune-log-file": ("tune.csv", "tune.csv"),
-                  "--autotune-warmup-samples": ("3", "3"), "--timeline-filename": ("t.json", "t.json"),
-                  "--stall-check-warning-time-seconds": ("7", "7"),
-                  "--stall-check-shutdown-time-seconds": ("9", "9"), "--log-level": ("DEBUG", "debug")}
+KNOB_ARGUMENTS = {
+    "--fusion-threshold-mb": ("0.5", "524288"),
+    "--cycle-time-ms": ("2.5", "2.5"),
+    "--cache-capacity": ("0", "0"),
+    "--autotune-log-file": ("tune.csv", "tune.csv"),
+    "--autotune-warmup-samples": ("3", "3"),
+    "--timeline-filename": ("t.json", "t.json"),
+    "--stall-check-warning-time-seconds": ("7", "7"),
+    "--stall-check-shutdown-time-seconds": ("9", "9"),
+    "--log-level": ("DEBUG", "debug"),
+}
 
 
 def test_every_knob_flag_sets_its_variables():
@@ -78,7 +95,8 @@ def test_every_knob_flag_sets_its_variables():
 
 def test_knob_flags_last_one_wins_and_defaults_stay_unset():
     assert _settings("--hierarchical-allreduce", "--no-hierarchical-allreduce").knobs == {
-        "HVDLITE_HIERARCHICAL_ALLREDUCE": "0"}
+        "HVDLITE_HIERARCHICAL_ALLREDUCE": "0"
+    }
     assert _settings().knob_env() == {"HVDLITE_START_TIMEOUT": "60"}  # the model chooses, the core's defaults
     assert _settings("--gloo-timeout-seconds", "12.5").knob_env() == {"HVDLITE_START_TIMEOUT": "12.5"}
     settings = _settings("--network-interface", "eth0", "--network-interfaces", "ib0,eth1")
@@ -88,8 +106,10 @@ def test_knob_flags_last_one_wins_and_defaults_stay_unset():
     assert _settings("--disable-cache").knob_env() == {"HVDLITE_START_TIMEOUT": "60"}
 
 
-@pytest.mark.parametrize("flag,value", [("--cycle-time-ms", "0"), ("--fusion-threshold-mb", "-1"),
-                                        ("--cache-capacity", "1.5"), ("--log-level", "LOUD")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--cycle-time-ms", "0"), ("--fusion-threshold-mb", "-1"), ("--cache-capacity", "1.5"), ("--log-level", "LOUD")],
+)
 def test_bad_knob_values_are_refused_naming_the_flag(flag, value, capsys):
     with pytest.raises(SystemExit):
         _settings(flag, value)
@@ -107,24 +127,56 @@ def test_horovodrun_flags_that_cannot_apply_fail_saying_why(capsys):
 
 
 def test_propagated_environment_drops_login_specific_variables():
-    env = {"PATH": "/x", "PYTHONPATH": "/y", "MY_VAR": "1", "HOME": "/root", "SSH_AUTH_SOCK": "/s", "PWD": "/w",
-           "BASH_FUNC_f%%": "() { :; }", "not-a-name": "v", "HVDLITE_FUSION_THRESHOLD": "9"}
-    assert propagated_environment(env) == {"PATH": "/x", "PYTHONPATH": "/y", "MY_VAR": "1",
-                                           "HVDLITE_FUSION_THRESHOLD": "9"}
+    env = {
+        "PATH": "/x",
+        "PYTHONPATH": "/y",
+        "MY_VAR": "1",
+        "HOME": "/root",
+        "SSH_AUTH_SOCK": "/s",
+        "PWD": "/w",
+        "BASH_FUNC_f%%": "() { :; }",
+        "not-a-name": "v",
+        "HVDLITE_FUSION_THRESHOLD": "9",
+    }
+    assert propagated_environment(env) == {
+        "PATH": "/x",
+        "PYTHONPATH": "/y",
+        "MY_VAR": "1",
+        "HVDLITE_FUSION_THRESHOLD": "9",
+    }
 
 
 def test_ssh_command_puts_user_options_first():
-    options = SshOptions(port=2222, identity_file="/k", config_file="/c", options=["BatchMode=no"],
-                         connect_timeout=7)
+    options = SshOptions(port=2222, identity_file="/k", config_file="/c", options=["BatchMode=no"], connect_timeout=7)
     assert ssh_command("node1", options) == [
-        "ssh", "-T", "-F", "/c", "-o", "BatchMode=no", "-p", "2222", "-i", "/k", "-o", "BatchMode=yes", "-o",
-        "ServerAliveInterval=1", "-o", "ServerAliveCountMax=5", "-o", "ConnectTimeout=7", "node1", "exec bash -s"]
+        "ssh",
+        "-T",
+        "-F",
+        "/c",
+        "-o",
+        "BatchMode=no",
+        "-p",
+        "2222",
+        "-i",
+        "/k",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ServerAliveInterval=1",
+        "-o",
+        "ServerAliveCountMax=5",
+        "-o",
+        "ConnectTimeout=7",
+        "node1",
+        "exec bash -s",
+    ]
 
 
 def _run_remote_script(env, command, cwd="/", close_after=None):
     """Runs the remote script through a local `bash -s`, as sshd would on the remote host."""
-    proc = subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     proc.stdin.write(remote_script(env, cwd, command, grace=2))
     proc.stdin.flush()
     try:
@@ -140,9 +192,11 @@ def _run_remote_script(env, command, cwd="/", close_after=None):
 
 
 def test_remote_script_sets_environment_and_exit_code(tmp_path):
-    env = {"PLAIN": "x", "TRICKY": "it's \"quoted\" $HOME `date` \n next line", "EMPTY": ""}
-    code = ("import os, sys; print(repr(os.environ['TRICKY']), os.environ['PLAIN'], repr(os.environ['EMPTY']), "
-            "os.getcwd(), sys.stdin.read() == ''); sys.exit(5)")
+    env = {"PLAIN": "x", "TRICKY": 'it\'s "quoted" $HOME `date` \n next line', "EMPTY": ""}
+    code = (
+        "import os, sys; print(repr(os.environ['TRICKY']), os.environ['PLAIN'], repr(os.environ['EMPTY']), "
+        "os.getcwd(), sys.stdin.read() == ''); sys.exit(5)"
+    )
     returncode, out, err = _run_remote_script(env, [sys.executable, "-c", code], cwd=str(tmp_path))
     assert returncode == 5, err
     assert out == "%r x '' %s True\n" % (env["TRICKY"], tmp_path)
@@ -152,8 +206,10 @@ def test_remote_script_sets_environment_and_exit_code(tmp_path):
 
 def test_remote_script_stops_the_rank_when_stdin_closes():
     marker = "hvdlite-lifeline-" + uuid.uuid4().hex
-    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
-            "time.sleep(60)', sys.argv[1]]); time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)', sys.argv[1]]); time.sleep(60)"
+    )
     start = time.monotonic()
     returncode, _, _ = _run_remote_script({}, [sys.executable, "-c", code, marker], close_after=1.0)
     assert returncode == 128 + signal.SIGTERM
@@ -166,28 +222,86 @@ def test_mpirun_moves_tensors_through_mpi_unless_told_otherwise():
     assert mpi_run.rank_environment(settings, {})["HVDLITE_CPU_OPERATIONS"] == "mpi"
     # the user's choice (Horovod's variable too) stands
     assert "HVDLITE_CPU_OPERATIONS" not in mpi_run.rank_environment(settings, {"HOROVOD_CPU_OPERATIONS": "gloo"})
-    assert mpi_run.rank_environment(settings, {"HVDLITE_CPU_OPERATIONS": "builtin"})["HVDLITE_CPU_OPERATIONS"] == \
-        "builtin"
+    assert (
+        mpi_run.rank_environment(settings, {"HVDLITE_CPU_OPERATIONS": "builtin"})["HVDLITE_CPU_OPERATIONS"]
+        == "builtin"
+    )
 
 
 def test_mpirun_command_for_open_mpi_and_mpich():
-    settings = Settings(np=4, hosts=parse_hosts("a:2,b:2"), network_interfaces=["eth0"], output_filename="out",
-                        ssh=SshOptions(port=2222), mpi_args=["--mca", "x", "y"], knobs={"HVDLITE_CYCLE_TIME": "3"})
+    settings = Settings(
+        np=4,
+        hosts=parse_hosts("a:2,b:2"),
+        network_interfaces=["eth0"],
+        output_filename="out",
+        ssh=SshOptions(port=2222),
+        mpi_args=["--mca", "x", "y"],
+        knobs={"HVDLITE_CYCLE_TIME": "3"},
+    )
     # Started from inside another job's rank: that job's placement must not reach the MPI ranks.
-    env = mpi_run.rank_environment(settings, {"PATH": "/bin", "HVDLITE_RANK": "1", "OMPI_COMM_WORLD_RANK": "0",
-                                              "HOME": "/root", "HOROVOD_RANK": "1", "HOROVOD_HOSTNAME": "a",
-                                              "HOROVOD_FUSION_THRESHOLD": "1024", "HVDLITE_CPU_OPERATIONS": "gloo"})
-    assert env == {"PATH": "/bin", "HOME": "/root", "HVDLITE_START_TIMEOUT": "60", "HVDLITE_CYCLE_TIME": "3",
-                   "HVDLITE_CPU_OPERATIONS": "gloo",
-                   "HVDLITE_NETWORK_INTERFACE": "eth0", "HOROVOD_FUSION_THRESHOLD": "1024"}
+    env = mpi_run.rank_environment(
+        settings,
+        {
+            "PATH": "/bin",
+            "HVDLITE_RANK": "1",
+            "OMPI_COMM_WORLD_RANK": "0",
+            "HOME": "/root",
+            "HOROVOD_RANK": "1",
+            "HOROVOD_HOSTNAME": "a",
+            "HOROVOD_FUSION_THRESHOLD": "1024",
+            "HVDLITE_CPU_OPERATIONS": "gloo",
+        },
+    )
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "HVDLITE_START_TIMEOUT": "60",
+        "HVDLITE_CYCLE_TIME": "3",
+        "HVDLITE_CPU_OPERATIONS": "gloo",
+        "HVDLITE_NETWORK_INTERFACE": "eth0",
+        "HOROVOD_FUSION_THRESHOLD": "1024",
+    }
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpirun", mpi_run.OPEN_MPI, is_root=True)
     wrapped = [sys.executable, "-m", "hvdlite.runner.rank_lines", "--", "python", "t.py"]
-    assert cmd == ["mpirun", "--allow-run-as-root", "-np", "4", "-H", "a:2,b:2", "--bind-to",
-                   "none", "--map-by", "slot", "-mca", "plm_rsh_args", "-p 2222 -o BatchMode=yes -o ServerAliveInterval=1 -o ServerAliveCountMax=5", "-mca",
-                   "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include", "eth0", "--output-filename",
-                   "out", "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HVDLITE_CPU_OPERATIONS", "-x", "HVDLITE_CYCLE_TIME", "-x",
-                   "HVDLITE_NETWORK_INTERFACE", "-x", "HVDLITE_START_TIMEOUT", "-x", "PATH", "--mca", "x", "y",
-                   *wrapped]
+    assert cmd == [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        "4",
+        "-H",
+        "a:2,b:2",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "-mca",
+        "plm_rsh_args",
+        "-p 2222 -o BatchMode=yes -o ServerAliveInterval=1 -o ServerAliveCountMax=5",
+        "-mca",
+        "btl_tcp_if_include",
+        "eth0",
+        "-mca",
+        "oob_tcp_if_include",
+        "eth0",
+        "--output-filename",
+        "out",
+        "-x",
+        "HOROVOD_FUSION_THRESHOLD",
+        "-x",
+        "HVDLITE_CPU_OPERATIONS",
+        "-x",
+        "HVDLITE_CYCLE_TIME",
+        "-x",
+        "HVDLITE_NETWORK_INTERFACE",
+        "-x",
+        "HVDLITE_START_TIMEOUT",
+        "-x",
+        "PATH",
+        "--mca",
+        "x",
+        "y",
+        *wrapped,
+    ]
     settings.ssh = SshOptions()
     settings.output_filename = None
     cmd = mpi_run.mpirun_command(settings, ["python", "t.py"], env, "mpiexec", mpi_run.MPICH)
@@ -204,8 +318,7 @@ def test_bootstrap_mechanism_order():
     assert detect({}) == "single"
     assert detect({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2"}) == "slurm"
     assert detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) == "single"  # a batch script, not a step
-    slurm_torchrun = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1", "RANK": "3",
-                      "WORLD_SIZE": "4"}
+    slurm_torchrun = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1", "RANK": "3", "WORLD_SIZE": "4"}
     assert detect(slurm_torchrun) == "torchrun"
     assert detect(dict(slurm_torchrun, OMPI_COMM_WORLD_SIZE="4")) == "mpi"
     assert detect({"OMPI_COMM_WORLD_SIZE": "1"}) == "single"  # mpirun -np 1 needs no MPI
@@ -216,11 +329,22 @@ def test_bootstrap_mechanism_order():
 
 
 def test_torchrun_and_slurm_placement():
-    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
-           "TORCHELASTIC_RUN_ID": "abc", "HVDLITE_SECRET": "11" * 32}
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "abc",
+        "HVDLITE_SECRET": "11" * 32,
+    }
     placement = cluster_bootstrap.torchrun_placement(env)
     assert (placement.rank, placement.size, placement.rendezvous, placement.job_id) == (
-        1, 4, ("node0", 29501), "torchrun.abc.0")
+        1,
+        4,
+        ("node0", 29501),
+        "torchrun.abc.0",
+    )
     assert placement.secret == bytes.fromhex("11" * 32) and placement.multi_host and not placement.serve_rendezvous
     public = cluster_bootstrap.torchrun_placement(dict(env, HVDLITE_SECRET="", RANK="0"))
     assert public.serve_rendezvous and len(public.secret) == 32
@@ -229,12 +353,18 @@ def test_torchrun_and_slurm_placement():
     with pytest.raises(RuntimeError, match="set MASTER_ADDR"):
         cluster_bootstrap.torchrun_placement({"RANK": "0", "WORLD_SIZE": "2"})
 
-    slurm = {"SLURM_PROCID": "2", "SLURM_STEP_ID": "3", "SLURM_JOB_ID": "812", "SLURM_STEP_NUM_TASKS": "4",
-             "SLURM_STEP_NODELIST": "gpu[007-008,010],cpu1", "SLURM_STEP_NUM_NODES": "4",
-             "SLURMD_NODENAME": "gpu008", "HVDLITE_SECRET": "22" * 32}
+    slurm = {
+        "SLURM_PROCID": "2",
+        "SLURM_STEP_ID": "3",
+        "SLURM_JOB_ID": "812",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_STEP_NODELIST": "gpu[007-008,010],cpu1",
+        "SLURM_STEP_NUM_NODES": "4",
+        "SLURMD_NODENAME": "gpu008",
+        "HVDLITE_SECRET": "22" * 32,
+    }
     placement = cluster_bootstrap.slurm_placement(slurm)
-    assert (placement.rank, placement.size, placement.hostname, placement.job_id) == (2, 4, "gpu008",
-                                                                                      "slurm.812.3")
+    assert (placement.rank, placement.size, placement.hostname, placement.job_id) == (2, 4, "gpu008", "slurm.812.3")
     assert placement.rendezvous == ("gpu007", cluster_bootstrap.slurm_port("812", "3"))
     assert 20000 <= placement.rendezvous[1] < 32000 and placement.multi_host
     assert cluster_bootstrap.first_host("node1,node2") == "node1"
@@ -250,18 +380,26 @@ def test_advertise_address():
     with pytest.raises(RuntimeError, match="none of the network interfaces hvdlite-none0"):
         advertise(one_host, {"HOROVOD_NETWORK_INTERFACE": "hvdlite-none0"})
     # torchrun with several "nodes" on this machine: MASTER_ADDR=localhost is a one-machine job, not an error.
-    assert advertise(bootstrap.Placement(size=4, rendezvous=("localhost", 1), method="torchrun",
-                                         multi_host=True), {}) == "127.0.0.1"
+    assert (
+        advertise(bootstrap.Placement(size=4, rendezvous=("localhost", 1), method="torchrun", multi_host=True), {})
+        == "127.0.0.1"
+    )
     # MPI, every rank on this host: nothing to route to.
-    assert advertise(bootstrap.Placement(size=2, hostname="h", peer_hosts=["h", "h"], method="mpi"), {}) == \
-        "127.0.0.1"
+    assert (
+        advertise(bootstrap.Placement(size=2, hostname="h", peer_hosts=["h", "h"], method="mpi"), {}) == "127.0.0.1"
+    )
 
 
 def test_output_folders_are_zero_padded_as_horovodrun_pads_them():
     from hvdlite.runner.processes import rank_output_folder
 
     assert [rank_output_folder("d", rank, size) for rank, size in ((0, 1), (9, 10), (3, 12), (10, 11), (5, 101))] == [
-        "d/rank.0", "d/rank.9", "d/rank.03", "d/rank.10", "d/rank.005"]
+        "d/rank.0",
+        "d/rank.9",
+        "d/rank.03",
+        "d/rank.10",
+        "d/rank.005",
+    ]
 
 
 def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
@@ -272,16 +410,32 @@ def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
     from hvdlite.runner.job import BuiltinJob
     from hvdlite.runner.launch import _command, build_parser, settings_from_args
 
-    args = local._build_parser().parse_args(["-np", "3", "--host-ids", "0,1,0", "--timeout", "7.5",
-                                             "--output-filename=-out"])
+    args = local._build_parser().parse_args(
+        ["-np", "3", "--host-ids", "0,1,0", "--timeout", "7.5", "--output-filename=-out"]
+    )
     argv = local.hvdlite_run_argv(args, ["python", "-m", "x", "--", "-np"])
-    assert argv == ["-np", "3", "--host-ids=0,1,0", "--timeout=7.5", "--output-filename=-out", "--",
-                    "python", "-m", "x", "--", "-np"]
+    assert argv == [
+        "-np",
+        "3",
+        "--host-ids=0,1,0",
+        "--timeout=7.5",
+        "--output-filename=-out",
+        "--",
+        "python",
+        "-m",
+        "x",
+        "--",
+        "-np",
+    ]
     parsed = build_parser().parse_args(argv)
     assert _command(parsed) == ["python", "-m", "x", "--", "-np"]
     settings = settings_from_args(parsed)
-    assert (settings.np, settings.host_ids, settings.timeout, settings.output_filename) == \
-        (3, ["0", "1", "0"], 7.5, "-out")
+    assert (settings.np, settings.host_ids, settings.timeout, settings.output_filename) == (
+        3,
+        ["0", "1", "0"],
+        7.5,
+        "-out",
+    )
     job = BuiltinJob(settings, ["true"])
     assert [host.name for host in job.assignment] == ["host0", "host1", "host0"] and all(job.is_local.values())
     assert job.topology == compute_topology(3, ["0", "1", "0"])
@@ -298,8 +452,22 @@ def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
 def test_horovodrun_elastic_flag_names_are_accepted():
     from hvdlite.runner.launch import build_parser
 
-    args = build_parser().parse_args(["-np", "2", "--min-num-proc", "1", "--max-num-proc", "3", "--slots", "2",
-                                      "--host-discovery-script", "discover.sh", "python", "t.py"])
+    args = build_parser().parse_args(
+        [
+            "-np",
+            "2",
+            "--min-num-proc",
+            "1",
+            "--max-num-proc",
+            "3",
+            "--slots",
+            "2",
+            "--host-discovery-script",
+            "discover.sh",
+            "python",
+            "t.py",
+        ]
+    )
     assert (args.min_np, args.max_np, args.slots_per_host) == (1, 3, 2)
 
 
@@ -312,17 +480,26 @@ def test_config_file_errors_name_the_entry(tmp_path):
         return config_file.expand(["-np", "2", "python", "t.py"], str(path), controller_given)
 
     assert arguments("controller: MPI\nstall_check: {enabled: false}\nlogging: {with_timestamp: false}") == [
-        "--mpi", "--no-stall-check", "--log-without-timestamp", "-np", "2", "python", "t.py"]
+        "--mpi",
+        "--no-stall-check",
+        "--log-without-timestamp",
+        "-np",
+        "2",
+        "python",
+        "t.py",
+    ]
     assert arguments("controller: mpi", controller_given=True)[0] == "-np"
     assert arguments("library_options: {num_nccl_streams: null, mpi_threads_disable: false}")[0] == "-np"
     for text, message in [
-            ("params: {fusion_treshold_mb: 3}", "unknown key params.fusion_treshold_mb; params takes"),
-            ("tuning: {a: 1}", "unknown section 'tuning'"),
-            ("library_options: {num_nccl_streams: 2}", "library_options.num_nccl_streams: --num-nccl-streams is "
-                                                       "not supported: hvdlite's NCCL data plane"),
-            ("controller: jsrun", "controller is 'jsrun'; hvdlite-run takes gloo or mpi"),
-            ("params: [1, 2", "is not valid YAML"),
-            ("params: {hierarchical_allreduce: maybe}", "params.hierarchical_allreduce: 'maybe' is not true or false"),
+        ("params: {fusion_treshold_mb: 3}", "unknown key params.fusion_treshold_mb; params takes"),
+        ("tuning: {a: 1}", "unknown section 'tuning'"),
+        (
+            "library_options: {num_nccl_streams: 2}",
+            "library_options.num_nccl_streams: --num-nccl-streams is not supported: hvdlite's NCCL data plane",
+        ),
+        ("controller: jsrun", "controller is 'jsrun'; hvdlite-run takes gloo or mpi"),
+        ("params: [1, 2", "is not valid YAML"),
+        ("params: {hierarchical_allreduce: maybe}", "params.hierarchical_allreduce: 'maybe' is not true or false"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             arguments(text)

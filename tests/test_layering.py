@@ -4,6 +4,7 @@ of hvdlite reaches the launcher (hvdlite.runner) only through its public module,
 Imports inside functions count too: a deferred import that closes a circle still couples the two modules both
 ways, which is what this guards against.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,11 +43,10 @@ def _imports_of(module, path, modules):
             if node.level:  # relative import
                 parts = module.split(".")
                 anchor = parts if is_package else parts[:-1]
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             # `from pkg import sub` imports the module pkg.sub when it is one, else a name of pkg.
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                     for alias in node.names]
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
         else:
             continue
         targets.update(name for name in names if name in modules and name != module)
@@ -67,7 +67,7 @@ def _cycles(graph):
         stack.append(node)
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                found.append(stack[stack.index(target):] + [target])
+                found.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         stack.pop()
@@ -88,8 +88,11 @@ def test_common_layer_imports_no_layer_above_it():
     """hvdlite.common is what the ranks need to join a job; the adapters, the launcher and the executors
     build on it, never the other way round."""
     above = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.runner", "hvdlite.ray", "hvdlite.spark")
-    offenders = {module: sorted(t for t in targets if t.startswith(above))
-                 for module, targets in _import_graph().items() if module.startswith("hvdlite.common")}
+    offenders = {
+        module: sorted(t for t in targets if t.startswith(above))
+        for module, targets in _import_graph().items()
+        if module.startswith("hvdlite.common")
+    }
     assert not {m: t for m, t in offenders.items() if t}
 
 
@@ -107,12 +110,19 @@ def test_the_library_uses_the_launcher_only_through_its_public_module():
     nothing of it at all."""
     graph = _import_graph()
     assert RUNNER_PUBLIC_MODULE in graph
-    outside = {module: sorted(t for t in targets if _in_runner(t) and t != RUNNER_PUBLIC_MODULE)
-               for module, targets in graph.items() if not _in_runner(module)}
-    assert not {m: t for m, t in outside.items() if t}, \
+    outside = {
+        module: sorted(t for t in targets if _in_runner(t) and t != RUNNER_PUBLIC_MODULE)
+        for module, targets in graph.items()
+        if not _in_runner(module)
+    }
+    assert not {m: t for m, t in outside.items() if t}, (
         "modules outside hvdlite.runner importing more of it than %s" % RUNNER_PUBLIC_MODULE
-    common = {module: sorted(t for t in targets if _in_runner(t))
-              for module, targets in graph.items() if module.split(".")[:2] == ["hvdlite", "common"]}
+    )
+    common = {
+        module: sorted(t for t in targets if _in_runner(t))
+        for module, targets in graph.items()
+        if module.split(".")[:2] == ["hvdlite", "common"]
+    }
     assert not {m: t for m, t in common.items() if t}, "hvdlite.common importing the launcher"
 
 
@@ -131,8 +141,11 @@ def test_the_layering_checks_see_imports_of_the_launcher(tmp_path):
         path.write_text(text)
         module = relative[:-3].replace("/", ".")
         found[module] = _imports_of(module, str(path), modules | {"hvdlite.x", "hvdlite.y", "hvdlite.z"})
-    assert found == {"hvdlite.x": {"hvdlite.runner.local"}, "hvdlite.y": {"hvdlite.runner.processes"},
-                     "hvdlite.z": {"hvdlite.runner.api"}}
+    assert found == {
+        "hvdlite.x": {"hvdlite.runner.local"},
+        "hvdlite.y": {"hvdlite.runner.processes"},
+        "hvdlite.z": {"hvdlite.runner.api"},
+    }
 
 
 def test_launcher_sources_install_as_hvdlite_runner():
@@ -153,8 +166,9 @@ def test_core_folders_include_only_the_folders_below_them():
 
     src = os.path.join(REPO, "hvdlite_core", "src")
     level = {folder: i for i, group in enumerate(CORE_LAYERS) for folder in group}
-    assert sorted(level) == sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))), \
+    assert sorted(level) == sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))), (
         "a core folder is missing from CORE_LAYERS"
+    )
     upward = []
     for folder in level:
         for root, _, files in os.walk(os.path.join(src, folder)):

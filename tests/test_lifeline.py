@@ -1,6 +1,7 @@
 """Local ranks die with their launcher: ``kill -9`` of the process that started them (``hvdlite-run``,
 ``python -m hvdlite.runner.local``, the elastic driver, a script calling ``hvdlite.run``) leaves no rank alive
 3 s later and no shared-memory segment behind, ten times for each. The mechanism is launcher/lifeline.py."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from launcher_helpers import hvdlite_run
 from multiproc import job_env
 
@@ -31,13 +31,25 @@ def launcher_command(entry: str, out_dir: str) -> list:
         with open(discover, "w") as f:
             f.write("#!/bin/sh\necho localhost:%d\n" % NP)
         os.chmod(discover, 0o755)
-        return [hvdlite_run(), "-np", str(NP), "--min-np", str(NP), "--max-np", str(NP),
-                "--host-discovery-script", discover, *job]
+        return [
+            hvdlite_run(),
+            "-np",
+            str(NP),
+            "--min-np",
+            str(NP),
+            "--max-np",
+            str(NP),
+            "--host-discovery-script",
+            discover,
+            *job,
+        ]
     assert entry == "hvdlite.run"
     # The ranks unpickle the function by reference: its folder is on their path through PYTHONPATH.
-    program = ("import os, sys; sys.path.insert(0, %r); os.environ['PYTHONPATH'] += os.pathsep + sys.path[0]\n"
-               "import hvdlite, lifeline_job\n"
-               "hvdlite.run(lifeline_job.run_forever, args=(%r,), np=%d)\n" % (os.path.dirname(JOB), out_dir, NP))
+    program = (
+        "import os, sys; sys.path.insert(0, %r); os.environ['PYTHONPATH'] += os.pathsep + sys.path[0]\n"
+        "import hvdlite, lifeline_job\n"
+        "hvdlite.run(lifeline_job.run_forever, args=(%r,), np=%d)\n" % (os.path.dirname(JOB), out_dir, NP)
+    )
     return [sys.executable, "-c", program]
 
 
@@ -71,8 +83,13 @@ def test_ranks_die_with_a_killed_launcher(entry, tmp_path):
     for trial in range(TRIALS):
         out_dir = tmp_path / ("trial%d" % trial)
         out_dir.mkdir()
-        launcher = subprocess.Popen(launcher_command(entry, str(out_dir)), env=job_env(),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        launcher = subprocess.Popen(
+            launcher_command(entry, str(out_dir)),
+            env=job_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         ranks = []
         try:
             ranks = wait_for_ranks(str(out_dir), launcher)
@@ -84,11 +101,17 @@ def test_ranks_die_with_a_killed_launcher(entry, tmp_path):
             alive = [pid for pid, _ in ranks if is_running(pid)]
             stderr = launcher.stderr.read().decode(errors="replace")
             assert not alive, "trial %d: ranks %s still run 3 s after the launcher was killed; its stderr:\n%s" % (
-                trial, alive, stderr[-2000:])
+                trial,
+                alive,
+                stderr[-2000:],
+            )
             assert "the launcher (pid %d) is gone" % launcher.pid in stderr, stderr[-2000:]
             job_ids = {job_id for _, job_id in ranks if job_id}
-            left = [name for name in os.listdir("/dev/shm")
-                    if any(name.startswith("hvdlite-%s-" % job_id) for job_id in job_ids)]
+            left = [
+                name
+                for name in os.listdir("/dev/shm")
+                if any(name.startswith("hvdlite-%s-" % job_id) for job_id in job_ids)
+            ]
             assert not left, "trial %d: shared memory left behind: %s" % (trial, left)
         finally:
             for pid, _ in ranks:
@@ -102,8 +125,13 @@ def test_ranks_die_with_a_killed_launcher(entry, tmp_path):
 
 def test_a_launcher_that_exits_normally_leaves_the_watcher_nothing_to_stop(tmp_path):
     """The watcher only acts on ranks the launcher has not reaped: a finished job prints no lifeline line."""
-    result = subprocess.run([hvdlite_run(), "-np", "2", sys.executable, "-c", "print('done')"], env=job_env(),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [hvdlite_run(), "-np", "2", sys.executable, "-c", "print('done')"],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     time.sleep(0.3)  # the watcher reads the end of the pipe once the launcher has gone
     assert "is gone" not in result.stderr

@@ -11,12 +11,11 @@ import time
 import uuid
 
 import pytest
-
 from launcher_helpers import HOROVOD_VARIABLES_SCRIPT, check_horovod_variables, processes_with_marker
+from multiproc import REPO_ROOT, job_env
 
 from hvdlite.runner.hosts import compute_topology
 from hvdlite.runner.processes import build_rank_env
-from multiproc import REPO_ROOT, job_env
 
 PRINT_ENV = """
     import os
@@ -38,8 +37,6 @@ def parse_env_lines(stdout):
     return found
 
 
-
-
 def assert_no_leftovers(marker, within=2.0):
     deadline = time.monotonic() + within
     while processes_with_marker(marker) and time.monotonic() < deadline:
@@ -49,49 +46,74 @@ def assert_no_leftovers(marker, within=2.0):
 
 def test_topology_and_env():
     infos = compute_topology(3, ["a", "b", "a"])
-    assert [(i.local_rank, i.local_size, i.cross_rank, i.cross_size,
-             i.hostname) for i in infos] == [
-        (0, 2, 0, 2, "hosta"), (0, 1, 1, 2, "hostb"), (1, 2, 0, 2, "hosta")]
-    env = build_rank_env(infos[2], rendezvous_addr="127.0.0.1",
-                         rendezvous_port=4242, secret=b"\x01\xff",
-                         job_id="abc", base_env={"KEEP": "1"})
+    assert [(i.local_rank, i.local_size, i.cross_rank, i.cross_size, i.hostname) for i in infos] == [
+        (0, 2, 0, 2, "hosta"),
+        (0, 1, 1, 2, "hostb"),
+        (1, 2, 0, 2, "hosta"),
+    ]
+    env = build_rank_env(
+        infos[2],
+        rendezvous_addr="127.0.0.1",
+        rendezvous_port=4242,
+        secret=b"\x01\xff",
+        job_id="abc",
+        base_env={"KEEP": "1"},
+    )
     assert env == {
-        "KEEP": "1", "HVDLITE_RANK": "2", "HVDLITE_SIZE": "3",
-        "HVDLITE_LOCAL_RANK": "1", "HVDLITE_LOCAL_SIZE": "2",
-        "HVDLITE_CROSS_RANK": "0", "HVDLITE_CROSS_SIZE": "2",
-        "HVDLITE_HOSTNAME": "hosta", "HVDLITE_RENDEZVOUS_ADDR": "127.0.0.1",
-        "HVDLITE_RENDEZVOUS_PORT": "4242", "HVDLITE_SECRET": "01ff",
-        "HVDLITE_JOB_ID": "abc", "PYTHONUNBUFFERED": "1",
-        "HOROVOD_RANK": "2", "HOROVOD_SIZE": "3",
-        "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
-        "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "2",
-        "HOROVOD_HOSTNAME": "hosta"}
+        "KEEP": "1",
+        "HVDLITE_RANK": "2",
+        "HVDLITE_SIZE": "3",
+        "HVDLITE_LOCAL_RANK": "1",
+        "HVDLITE_LOCAL_SIZE": "2",
+        "HVDLITE_CROSS_RANK": "0",
+        "HVDLITE_CROSS_SIZE": "2",
+        "HVDLITE_HOSTNAME": "hosta",
+        "HVDLITE_RENDEZVOUS_ADDR": "127.0.0.1",
+        "HVDLITE_RENDEZVOUS_PORT": "4242",
+        "HVDLITE_SECRET": "01ff",
+        "HVDLITE_JOB_ID": "abc",
+        "PYTHONUNBUFFERED": "1",
+        "HOROVOD_RANK": "2",
+        "HOROVOD_SIZE": "3",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "0",
+        "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_HOSTNAME": "hosta",
+    }
     with pytest.raises(ValueError):
         compute_topology(2, [0])
 
 
 def test_three_ranks_env_and_prefixes(run_job):
-    script = PRINT_ENV + """
+    script = (
+        PRINT_ENV
+        + """
     import sys
     print("to stderr", file=sys.stderr)
     print("rendezvous", os.environ["HVDLITE_RENDEZVOUS_ADDR"],
           os.environ["HVDLITE_RENDEZVOUS_PORT"], len(os.environ["HVDLITE_SECRET"]),
           os.environ["HVDLITE_JOB_ID"], os.environ["PYTHONUNBUFFERED"])
     """
+    )
     result = run_job(script, np=3, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     found = parse_env_lines(result.stdout)
     assert sorted(found) == [0, 1, 2]
     for rank, fields in found.items():
-        assert fields == {"RANK": str(rank), "SIZE": "3",
-                          "LOCAL_RANK": str(rank), "LOCAL_SIZE": "3",
-                          "CROSS_RANK": "0", "CROSS_SIZE": "1",
-                          "HOSTNAME": "localhost"}
+        assert fields == {
+            "RANK": str(rank),
+            "SIZE": "3",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_SIZE": "3",
+            "CROSS_RANK": "0",
+            "CROSS_SIZE": "1",
+            "HOSTNAME": "localhost",
+        }
     for rank in range(3):
         assert "[%d]<stderr>: to stderr" % rank in result.stderr.splitlines()
     # Same rendezvous server and job id for every rank; 32-byte secret.
-    rdv = {line.split(": ", 1)[1] for line in result.stdout.splitlines()
-           if "rendezvous" in line}
+    rdv = {line.split(": ", 1)[1] for line in result.stdout.splitlines() if "rendezvous" in line}
     assert len(rdv) == 1
     _, addr, port, secret_len, job_id, unbuffered = rdv.pop().split()
     assert addr == "127.0.0.1" and int(port) > 0
@@ -106,8 +128,7 @@ def test_host_ids_give_local_and_cross_ranks(run_job):
     assert [found[r]["CROSS_RANK"] for r in range(4)] == ["0", "0", "1", "1"]
     assert {found[r]["CROSS_SIZE"] for r in range(4)} == {"2"}
     assert {found[r]["LOCAL_SIZE"] for r in range(4)} == {"2"}
-    assert [found[r]["HOSTNAME"] for r in range(4)] == [
-        "host0", "host0", "host1", "host1"]
+    assert [found[r]["HOSTNAME"] for r in range(4)] == ["host0", "host0", "host1", "host1"]
 
 
 def test_horovod_variables_with_host_ids(run_job):
@@ -136,8 +157,7 @@ def test_failing_rank_stops_the_others(run_job):
     assert result.returncode == 3, result.stdout + result.stderr
     assert elapsed < 15, elapsed
     assert "[1]<stdout>: rank 1 failing" in result.stdout
-    assert ("hvdlite: rank 1 exited with code 3; stopping the other ranks"
-            in result.stderr)
+    assert "hvdlite: rank 1 exited with code 3; stopping the other ranks" in result.stderr
     assert_no_leftovers(marker)
 
 
@@ -152,11 +172,21 @@ def test_output_filename_writes_per_rank_files(run_job, tmp_path):
     # run_job has no option for it; call the starter directly.
     script_path = tmp_path / "script.py"
     script_path.write_text(textwrap.dedent(script))
-    cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", "2",
-           "--output-filename", str(out_dir), "--timeout", "30", "--",
-           sys.executable, str(script_path)]
-    result = subprocess.run(cmd, cwd=REPO_ROOT, env=job_env(), text=True,
-                            capture_output=True, timeout=45)
+    cmd = [
+        sys.executable,
+        "-m",
+        "hvdlite.runner.local",
+        "-np",
+        "2",
+        "--output-filename",
+        str(out_dir),
+        "--timeout",
+        "30",
+        "--",
+        sys.executable,
+        str(script_path),
+    ]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=job_env(), text=True, capture_output=True, timeout=45)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(2):
         rank_dir = out_dir / ("rank.%d" % rank)
@@ -184,12 +214,23 @@ def test_timeout_kills_hanging_job(run_job):
 def test_signal_to_starter_stops_ranks(tmp_path):
     marker = "hvdlite-test-marker-" + uuid.uuid4().hex
     script_path = tmp_path / "script.py"
-    script_path.write_text("import time\nprint('ready', flush=True)\n"
-                           "time.sleep(60)\n")
-    cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", "2",
-           "--timeout", "30", "--", sys.executable, str(script_path), marker]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=job_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    script_path.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "hvdlite.runner.local",
+        "-np",
+        "2",
+        "--timeout",
+        "30",
+        "--",
+        sys.executable,
+        str(script_path),
+        marker,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=job_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         ready = 0
         deadline = time.monotonic() + 20
@@ -211,10 +252,8 @@ def test_signal_to_starter_stops_ranks(tmp_path):
 
 
 def test_command_not_found():
-    cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--",
-           "/nonexistent/hvdlite-no-such-command"]
-    result = subprocess.run(cmd, cwd=REPO_ROOT, env=job_env(), text=True,
-                            capture_output=True, timeout=30)
+    cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--", "/nonexistent/hvdlite-no-such-command"]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=job_env(), text=True, capture_output=True, timeout=30)
     assert result.returncode == 127
     assert "failed to start" in result.stderr
 
@@ -231,5 +270,4 @@ def test_ranks_can_rendezvous(run_job):
     result = run_job(script, np=3, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in range(3):
-        assert ("[%d]<stdout>: got addr-0,addr-1,addr-2" % rank
-                in result.stdout.splitlines())
+        assert "[%d]<stdout>: got addr-0,addr-1,addr-2" % rank in result.stdout.splitlines()

@@ -2,6 +2,7 @@
 what is missing; ranks that disagree about it are refused at init; --check-build says what is there. The
 collectives themselves run on MPI in test_collectives.py, test_errors.py, test_process_sets.py and test_adasum.py.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -9,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from launcher_helpers import run_launcher
 from multiproc import run_job
 
@@ -49,8 +49,16 @@ def outcomes(result, tag):
 
 @pytest.mark.timeout(60)
 def test_a_missing_mpi_library_is_named_on_every_rank():
-    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi", "RETRY_WITH_BUILTIN": "1",
-                                                  "HVDLITE_MPI_PLUGIN": "/nonexistent/_hvdlite_mpi.so"})
+    result = run_job(
+        INIT,
+        np=2,
+        timeout=40,
+        env={
+            "HVDLITE_CPU_OPERATIONS": "mpi",
+            "RETRY_WITH_BUILTIN": "1",
+            "HVDLITE_MPI_PLUGIN": "/nonexistent/_hvdlite_mpi.so",
+        },
+    )
     refused = outcomes(result, "REFUSED")
     assert sorted(refused) == [0, 1], result.stdout + result.stderr
     for message in refused.values():
@@ -75,15 +83,24 @@ def test_without_mpi_compiler_wrappers_init_fails_at_once_naming_the_fix(tmp_pat
     """The MPI plugin is compiled on first use with mpicc's flags; without mpicc every rank is refused before it
     contacts a peer, with the command that fixes it, and stays usable."""
     started = time.monotonic()
-    result = run_job(INIT, np=2, timeout=40, env={
-        "HVDLITE_CPU_OPERATIONS": "mpi", "RETRY_WITH_BUILTIN": "1", "PATH": _path_without_mpi(tmp_path),
-        "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache")})
+    result = run_job(
+        INIT,
+        np=2,
+        timeout=40,
+        env={
+            "HVDLITE_CPU_OPERATIONS": "mpi",
+            "RETRY_WITH_BUILTIN": "1",
+            "PATH": _path_without_mpi(tmp_path),
+            "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache"),
+        },
+    )
     elapsed = time.monotonic() - started
     refused = outcomes(result, "REFUSED")
     assert sorted(refused) == [0, 1], result.stdout + result.stderr
     for message in refused.values():
-        assert message.startswith("HVDLITE_CPU_OPERATIONS=mpi, but hvdlite compiles its MPI plugin on first use"), \
+        assert message.startswith("HVDLITE_CPU_OPERATIONS=mpi, but hvdlite compiles its MPI plugin on first use"), (
             message
+        )
         assert "mpicc" in message and "apt-get install -y openmpi-bin libopenmpi-dev" in message, message
     assert outcomes(result, "BUILT") == {0: "False", 1: "False"}
     assert outcomes(result, "RETRIED") == {0: "[2.0, 2.0, 2.0]", 1: "[2.0, 2.0, 2.0]"}, result.stdout + result.stderr
@@ -96,9 +113,11 @@ def test_hvdlite_run_mpi_without_mpi_compiler_wrappers_fails_before_starting_ran
     marker = tmp_path / "rank-started"
     script = tmp_path / "job.py"
     script.write_text("open(%r, 'w').close()\n" % str(marker))
-    result = run_launcher(["--mpi", "-np", "2", sys.executable, str(script)], timeout=30,
-                          env={"PATH": _path_without_mpi(tmp_path, "mpirun"),
-                               "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache")})
+    result = run_launcher(
+        ["--mpi", "-np", "2", sys.executable, str(script)],
+        timeout=30,
+        env={"PATH": _path_without_mpi(tmp_path, "mpirun"), "HVDLITE_MPI_PLUGIN_CACHE": str(tmp_path / "cache")},
+    )
     assert result.returncode != 0
     assert "--mpi moves tensors through MPI, but hvdlite compiles its MPI plugin" in result.stderr, result.stderr
     assert "apt-get install -y openmpi-bin libopenmpi-dev" in result.stderr, result.stderr
@@ -166,7 +185,6 @@ sys.stdout.write("SURVIVED %d\\n" % hvd.rank())
 def test_a_dead_rank_ends_an_mpi_job_within_seconds():
     """Ranks blocked inside MPI cannot be woken with an error: Open MPI's mpirun ends the whole job when a rank
     dies, with that rank's exit code, and nothing is left running."""
-    import os
     import time
 
     start = time.monotonic()
@@ -224,15 +242,26 @@ def test_a_subset_of_comm_world_moves_its_tensors_through_mpi(tmp_path):
     from multiproc import REPO_ROOT, job_env
 
     script = write_script(tmp_path, SUBSET)
-    env = job_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                   "HVDLITE_CPU_OPERATIONS": "mpi"})
+    env = job_env(
+        {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "HVDLITE_CPU_OPERATIONS": "mpi"}
+    )
     env.pop("PYTHONUNBUFFERED", None)
-    result = subprocess.run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", sys.executable, script],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=80,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", sys.executable, script],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=80,
+        stdin=subprocess.DEVNULL,
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith(("SUBSET", "APP")))
-    assert lines == ["APP world=0 [0, 1, 2]", "APP world=1 [0, 1, 2]", "APP world=2 [0, 1, 2]",
-                     "SUBSET world=0 rank=0 total=[2.0] rows=[0, 2]",
-                     "SUBSET world=2 rank=1 total=[2.0] rows=[0, 2]"], out
+    assert lines == [
+        "APP world=0 [0, 1, 2]",
+        "APP world=1 [0, 1, 2]",
+        "APP world=2 [0, 1, 2]",
+        "SUBSET world=0 rank=0 total=[2.0] rows=[0, 2]",
+        "SUBSET world=2 rank=1 total=[2.0] rows=[0, 2]",
+    ], out

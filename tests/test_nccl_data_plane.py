@@ -4,13 +4,13 @@ Without a GPU (CI), tests/fake_cuda provides a CUDA runtime and an NCCL over hos
 compiler; the job (tests/jobs/nccl_fake.py) runs every collective through hvdlite.torch with CPU tensors placed
 "on the device", checks the results and the errors, and that each collective waited on its caller's stream.
 With a real GPU, test_nccl_gpu.py runs CUDA tensors on the real libraries."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from launcher_helpers import run_launcher
 from multiproc import run_job
@@ -25,11 +25,26 @@ def fake_cuda(tmp_path_factory):
     libraries = {}
     for name in ("cudart", "nccl"):
         target = str(out / f"libfake_{name}.so")
-        subprocess.run(["c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", target,
-                        os.path.join(HERE, "fake_cuda", f"fake_{name}.cc")], check=True)
+        subprocess.run(
+            [
+                "c++",
+                "-std=c++17",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-o",
+                target,
+                os.path.join(HERE, "fake_cuda", f"fake_{name}.cc"),
+            ],
+            check=True,
+        )
         libraries[name] = target
-    return {"HVDLITE_CUDART_LIBRARY": libraries["cudart"], "HVDLITE_NCCL_LIBRARY": libraries["nccl"],
-            "FAKE_CUDA_DEVICES": "2", "FAKE_NCCL_TIMEOUT": "60"}
+    return {
+        "HVDLITE_CUDART_LIBRARY": libraries["cudart"],
+        "HVDLITE_NCCL_LIBRARY": libraries["nccl"],
+        "FAKE_CUDA_DEVICES": "2",
+        "FAKE_NCCL_TIMEOUT": "60",
+    }
 
 
 # (id, np, host_ids, extra env): events that complete only after a few queries exercise the completion queue.
@@ -54,7 +69,9 @@ def test_nccl_data_plane_on_fake_cuda(fake_cuda, case):
 
 def test_cuda_tensor_without_nccl_is_a_clear_error(fake_cuda):
     """Where no NCCL loads, a CUDA tensor fails at enqueue naming what is missing; host tensors keep working."""
-    script = prelude() + """
+    script = (
+        prelude()
+        + """
 import torch
 import hvdlite.torch as hvd
 from hvdlite.torch import core_ops
@@ -68,8 +85,11 @@ core_ops._placement = lambda tensor, name=None: (-1, 0)
 assert hvd.allreduce(torch.ones(2), name="y", op=hvd.Sum).tolist() == [2.0, 2.0]
 print("OK 1 on rank", hvd.rank(), flush=True)
 """
-    env = {"HVDLITE_CUDART_LIBRARY": fake_cuda["HVDLITE_CUDART_LIBRARY"],
-           "HVDLITE_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"}
+    )
+    env = {
+        "HVDLITE_CUDART_LIBRARY": fake_cuda["HVDLITE_CUDART_LIBRARY"],
+        "HVDLITE_NCCL_LIBRARY": "/nonexistent/libnccl.so.2",
+    }
     result = run_job(script, np=2, env=env, timeout=60)
     assert_job_ok(result, 2)
 
@@ -77,9 +97,12 @@ print("OK 1 on rank", hvd.rank(), flush=True)
 @pytest.mark.timeout(60)
 def test_check_build_names_nccl_or_why_not(fake_cuda):
     present = run_launcher(["--check-build"], timeout=30, env=fake_cuda)
-    assert f"    [X] NCCL 2.18.5 for CUDA tensors ({fake_cuda['HVDLITE_NCCL_LIBRARY']}, 2 device(s))" in present.stdout, \
-        present.stdout
-    absent = run_launcher(["--check-build"], timeout=30, env={**fake_cuda, "HVDLITE_NCCL_LIBRARY": "/nonexistent/x.so"})
+    assert (
+        f"    [X] NCCL 2.18.5 for CUDA tensors ({fake_cuda['HVDLITE_NCCL_LIBRARY']}, 2 device(s))" in present.stdout
+    ), present.stdout
+    absent = run_launcher(
+        ["--check-build"], timeout=30, env={**fake_cuda, "HVDLITE_NCCL_LIBRARY": "/nonexistent/x.so"}
+    )
     assert "    [ ] NCCL: no NCCL library could be loaded (/nonexistent/x.so: " in absent.stdout, absent.stdout
     no_device = run_launcher(["--check-build"], timeout=30, env={**fake_cuda, "FAKE_CUDA_DEVICES": "0"})
     assert "    [ ] NCCL: the CUDA runtime sees no device" in no_device.stdout, no_device.stdout
@@ -90,8 +113,11 @@ def test_libraries_from_pip_wheels_are_found(fake_cuda, tmp_path):
     """The nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels put their libraries in site-packages/nvidia/*/lib,
     off the library path: hvdlite finds them on sys.path (here: the fakes laid out the same way)."""
     import shutil
-    for variable, parts in (("HVDLITE_NCCL_LIBRARY", ("nccl", "lib", "libnccl.so.2")),
-                            ("HVDLITE_CUDART_LIBRARY", ("cuda_runtime", "lib", "libcudart.so.12"))):
+
+    for variable, parts in (
+        ("HVDLITE_NCCL_LIBRARY", ("nccl", "lib", "libnccl.so.2")),
+        ("HVDLITE_CUDART_LIBRARY", ("cuda_runtime", "lib", "libcudart.so.12")),
+    ):
         target = tmp_path.joinpath("nvidia", *parts)
         target.parent.mkdir(parents=True)
         shutil.copy(fake_cuda[variable], target)

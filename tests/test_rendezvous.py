@@ -13,9 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hvdlite.common import rendezvous
-from hvdlite.common.rendezvous import (RendezvousClient, RendezvousError,
-                                       RendezvousServer, exchange_all,
-                                       sign_request)
+from hvdlite.common.rendezvous import RendezvousClient, RendezvousError, RendezvousServer, exchange_all, sign_request
 
 SECRET = b"s" * 32
 
@@ -47,15 +45,13 @@ def raw_request(server, method, path, body=b"", headers=None):
         conn.close()
 
 
-def signed_headers(method, path, body=b"", secret=SECRET, timestamp=None,
-                   nonce=None):
+def signed_headers(method, path, body=b"", secret=SECRET, timestamp=None, nonce=None):
     timestamp = "%.6f" % (time.time() if timestamp is None else timestamp)
     nonce = nonce or secrets.token_hex(16)
     return {
         "X-Hvdlite-Timestamp": timestamp,
         "X-Hvdlite-Nonce": nonce,
-        "X-Hvdlite-Auth": sign_request(secret, method, path, timestamp, nonce,
-                                       body),
+        "X-Hvdlite-Auth": sign_request(secret, method, path, timestamp, nonce, body),
     }
 
 
@@ -104,19 +100,18 @@ def test_unauthenticated_requests_rejected(server, client):
     # No auth headers at all.
     assert raw_request(server, "PUT", path, body)[0] == 403
     # Signed with the wrong secret.
-    assert raw_request(server, "PUT", path, body,
-                       signed_headers("PUT", path, body,
-                                      secret=b"wrong" * 8))[0] == 403
+    assert raw_request(server, "PUT", path, body, signed_headers("PUT", path, body, secret=b"wrong" * 8))[0] == 403
     # Valid MAC over a different body (body tampered with in transit).
-    assert raw_request(server, "PUT", path, body,
-                       signed_headers("PUT", path, b"other"))[0] == 403
+    assert raw_request(server, "PUT", path, body, signed_headers("PUT", path, b"other"))[0] == 403
     # Valid MAC but stale / future timestamp.
-    assert raw_request(server, "PUT", path, body,
-                       signed_headers("PUT", path, body,
-                                      timestamp=time.time() - 120))[0] == 403
-    assert raw_request(server, "PUT", path, body,
-                       signed_headers("PUT", path, body,
-                                      timestamp=time.time() + 120))[0] == 403
+    assert (
+        raw_request(server, "PUT", path, body, signed_headers("PUT", path, body, timestamp=time.time() - 120))[0]
+        == 403
+    )
+    assert (
+        raw_request(server, "PUT", path, body, signed_headers("PUT", path, body, timestamp=time.time() + 120))[0]
+        == 403
+    )
     # GET and DELETE need auth too.
     assert raw_request(server, "GET", path)[0] == 403
     assert raw_request(server, "DELETE", "/kv/s")[0] == 403
@@ -131,23 +126,20 @@ def test_unauthenticated_requests_rejected(server, client):
 
 
 def test_bad_paths_and_sizes(server, client):
-    for path in ("/kv", "/kv/", "/kv/onlyscope", "/kv//k", "/other/s/k",
-                 "/kv/s/k/extra"):
-        status, _ = raw_request(server, "PUT", path, b"x",
-                                signed_headers("PUT", path, b"x"))
+    for path in ("/kv", "/kv/", "/kv/onlyscope", "/kv//k", "/other/s/k", "/kv/s/k/extra"):
+        status, _ = raw_request(server, "PUT", path, b"x", signed_headers("PUT", path, b"x"))
         assert status == 400, path
-    status, _ = raw_request(server, "GET", "/kv/s/k?wait=nan",
-                            headers=signed_headers("GET", "/kv/s/k?wait=nan"))
+    status, _ = raw_request(server, "GET", "/kv/s/k?wait=nan", headers=signed_headers("GET", "/kv/s/k?wait=nan"))
     assert status == 400
-    status, _ = raw_request(server, "DELETE", "/kv/s/k",
-                            headers=signed_headers("DELETE", "/kv/s/k"))
+    status, _ = raw_request(server, "DELETE", "/kv/s/k", headers=signed_headers("DELETE", "/kv/s/k"))
     assert status == 400
 
     # Oversized body: announced length is refused before it is read.
     host, port = server.address
     with socket.create_connection((host, port), timeout=5) as sock:
-        sock.sendall(b"PUT /kv/s/k HTTP/1.1\r\nHost: x\r\nContent-Length: %d"
-                     b"\r\n\r\n" % (rendezvous.MAX_BODY_SIZE + 1))
+        sock.sendall(
+            b"PUT /kv/s/k HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (rendezvous.MAX_BODY_SIZE + 1)
+        )
         assert sock.recv(64).startswith(b"HTTP/1.0 413")
     with pytest.raises(ValueError):
         client.put("s", "k", b"x" * (rendezvous.MAX_BODY_SIZE + 1))
@@ -164,7 +156,7 @@ def test_garbage_does_not_break_server(server, client):
         b"PUT /kv/s/k HTTP/1.1\r\nX-Hvdlite-Auth: \xff\xfe\r\n"
         b"X-Hvdlite-Nonce: 00112233445566778899\r\nX-Hvdlite-Timestamp: 1"
         b"\r\nContent-Length: 0\r\n\r\n",
-        b"A" * 70000 + b"\r\n\r\n",        # request line far too long
+        b"A" * 70000 + b"\r\n\r\n",  # request line far too long
         b"PUT /kv/s/k HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort",
         secrets.token_bytes(4096),
     ]
@@ -250,13 +242,11 @@ def test_exchange_all_four_threads(client):
         try:
             # Stagger the ranks so some gets must wait for later puts.
             time.sleep(0.05 * (size - rank))
-            results[rank] = exchange_all(client, "addrs", rank, size,
-                                         b"addr-%d" % rank, timeout=5)
+            results[rank] = exchange_all(client, "addrs", rank, size, b"addr-%d" % rank, timeout=5)
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=rank_main, args=(r,))
-               for r in range(size)]
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
     for t in threads:
         t.start()
     for t in threads:
@@ -290,18 +280,22 @@ def _mutated(data: bytes, edits) -> bytes:
         elif kind == 1:
             out[at:at] = value
         else:
-            del out[at:at + 1 + len(value)]
+            del out[at : at + 1 + len(value)]
     return bytes(out)
 
 
 @settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(method=st.sampled_from(["GET", "PUT", "DELETE", "POST"]),
-       path=st.sampled_from(["/kv/s/k", "/kv/s", "/kv/%ff/k", "/kv/s/k?wait=1", "/", "/kv//"]),
-       body=st.binary(max_size=64),
-       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 2), st.binary(max_size=8)), max_size=6),
-       noise=st.binary(max_size=128), use_noise=st.booleans())
-def test_fuzzed_requests_get_a_clean_answer_and_leave_the_service_working(server, client, method, path, body,
-                                                                          edits, noise, use_noise):
+@given(
+    method=st.sampled_from(["GET", "PUT", "DELETE", "POST"]),
+    path=st.sampled_from(["/kv/s/k", "/kv/s", "/kv/%ff/k", "/kv/s/k?wait=1", "/", "/kv//"]),
+    body=st.binary(max_size=64),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 2), st.binary(max_size=8)), max_size=6),
+    noise=st.binary(max_size=128),
+    use_noise=st.booleans(),
+)
+def test_fuzzed_requests_get_a_clean_answer_and_leave_the_service_working(
+    server, client, method, path, body, edits, noise, use_noise
+):
     """Random bytes and mutations of correctly signed requests: the service answers each with an HTTP error (or
     closes), stores nothing it was not asked to by a valid request, and keeps serving valid clients."""
     payload = noise if use_noise else _mutated(_signed_request_bytes(method, path, body), edits)
@@ -317,7 +311,9 @@ def test_fuzzed_requests_get_a_clean_answer_and_leave_the_service_working(server
     if answer:
         assert answer.startswith(b"HTTP/1."), answer
         status = int(answer.split()[1])
-        assert status < 500 or status in (501, 505), answer  # 501/505: unknown method/version; never an internal error
+        assert status < 500 or status in (501, 505), (
+            answer
+        )  # 501/505: unknown method/version; never an internal error
     if not edits and not use_noise and method == "PUT" and path == "/kv/s/k":
         pass  # a valid signed PUT may store its value
     else:
@@ -331,6 +327,7 @@ def test_in_memory_fuzzing_of_the_request_handler():
     """30,000 signed requests and mutations of them through the real handler without sockets
     (tests/rendezvous_fuzz.py; the 1,000,000-input run is in docs/faults.md)."""
     from rendezvous_fuzz import run
+
     result = run(30_000, seed=20261123)
     statuses = result["statuses"]
     # The inputs reach every outcome: stored, found, refused as forged or replayed, malformed, unknown method.

@@ -1,4 +1,5 @@
 """The set-up contract: README's commands are what CI runs, and `make test` installs or names what it needs."""
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,7 @@ def _fake_bin(tmp_path, uid, apt_log=None):
 def _run_script(path_dir):
     # /bin/bash by absolute path: the fake PATH holds no other program, so every package looks missing
     # (except sshd/ip, which the script also looks for in /usr/sbin and /sbin).
-    return subprocess.run(["/bin/bash", SCRIPT], env={"PATH": path_dir}, capture_output=True, text=True,
-                          timeout=30)
+    return subprocess.run(["/bin/bash", SCRIPT], env={"PATH": path_dir}, capture_output=True, text=True, timeout=30)
 
 
 def test_without_root_it_stops_at_once_naming_the_command(tmp_path):

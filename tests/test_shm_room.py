@@ -4,6 +4,7 @@ of them has no room at all, with one warning that names /dev/shm, its size, what
 
 Each case runs a job in a mount namespace whose /dev/shm is a tmpfs of the given size (root only: CI runs as
 root). Cross-memory attach is off, so every byte between the ranks goes through the rings."""
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from launcher_helpers import hvdlite_run
 from multiproc import job_env
 
@@ -24,17 +24,21 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a private /dev/shm ne
 def run_with_dev_shm(size: str, np: int, extra_env: str = "") -> subprocess.CompletedProcess:
     job = "%s %s -np %d %s %s" % (extra_env, hvdlite_run(), np, sys.executable, JOB)
     script = "mount -t tmpfs -o size=%s tmpfs /dev/shm && HVDLITE_CMA_DISABLE=1 exec %s" % (size, job)
-    return subprocess.run(["unshare", "-m", "sh", "-c", script], env=job_env(), capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=job_env(), capture_output=True, text=True, timeout=240
+    )
 
 
 def transports(stdout: str) -> dict:
-    return {int(rank): (int(shm), int(tcp))
-            for rank, shm, tcp in re.findall(r"OK rank=(\d+) shm_peers=(\d+) tcp_peers=(\d+)", stdout)}
+    return {
+        int(rank): (int(shm), int(tcp))
+        for rank, shm, tcp in re.findall(r"OK rank=(\d+) shm_peers=(\d+) tcp_peers=(\d+)", stdout)
+    }
 
 
-@pytest.mark.parametrize("size,np", [("2m", 2), ("8m", 2), ("64m", 2), ("2m", 4), ("8m", 4), ("64m", 4),
-                                     ("2m", 8), ("8m", 8), ("64m", 8)])
+@pytest.mark.parametrize(
+    "size,np", [("2m", 2), ("8m", 2), ("64m", 2), ("2m", 4), ("8m", 4), ("64m", 4), ("2m", 8), ("8m", 8), ("64m", 8)]
+)
 def test_a_small_dev_shm_slows_the_job_down_but_never_kills_it(size, np):
     result = run_with_dev_shm(size, np)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -58,6 +62,7 @@ def test_no_room_even_for_the_smallest_rings_means_tcp_for_the_whole_host():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert transports(result.stdout) == {0: (0, 1), 1: (0, 1)}, result.stdout
     warnings = [line for line in result.stderr.splitlines() if "/dev/shm (" in line]
-    assert len(warnings) == 1 and "shared memory is off between the 2 ranks on this host" in warnings[0], \
+    assert len(warnings) == 1 and "shared memory is off between the 2 ranks on this host" in warnings[0], (
         result.stderr[-3000:]
+    )
     assert "--shm-size" in warnings[0] and "HVDLITE_SHM_DISABLE=1" in warnings[0]

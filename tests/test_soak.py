@@ -11,6 +11,7 @@ per operation, put into the job by hand, failed this check (+6.1% on rank 0).
 
 CI runs 30,000 operations (warm-up: the first 10,000); ``HVDLITE_SOAK_OPS=100000`` gives the full run whose figures
 docs/faults.md records."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,6 @@ import os
 import statistics
 
 import pytest
-
 from hvdjob import prelude
 from multiproc import run_job
 
@@ -50,8 +50,10 @@ def test_soak_keeps_results_right_and_resources_flat():
     for r in reports:
         assert r["ops"] >= OPS
         early, late = resident_medians(r["rss_samples"])
-        assert late <= early * 1.05, (f"rank {r['rank']} grew after warm-up: median resident size {early} bytes in "
-                                      f"the first third of the samples, {late} in the last; samples {r['rss_samples']}")
+        assert late <= early * 1.05, (
+            f"rank {r['rank']} grew after warm-up: median resident size {early} bytes in "
+            f"the first third of the samples, {late} in the last; samples {r['rss_samples']}"
+        )
         assert r["fds_end"] == r["fds_warm"], f"rank {r['rank']} leaked file descriptors: {r}"
     assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
     for r in reports:

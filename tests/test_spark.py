@@ -1,6 +1,7 @@
 """hvdlite.spark.run on a real Spark cluster in local-cluster mode: a standalone master and two workers, each
 worker's executor a JVM of its own (2 cores, so 4 task slots) whose tasks run in Python worker processes, as on
 a real cluster. One SparkSession serves the whole module: starting the JVMs is the slow part."""
+
 from __future__ import annotations
 
 import io
@@ -14,7 +15,6 @@ import time
 
 import cloudpickle
 import pytest
-
 from launcher_helpers import processes_with_marker, wait_until
 from multiproc import REPO_ROOT, job_env
 
@@ -37,10 +37,14 @@ def spark():
 
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the executors' Python workers: this virtualenv's
-    session = (SparkSession.builder.master(f"local-cluster[2,{SLOTS // 2},1024]").appName("hvdlite-tests")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executorEnv.PYTHONPATH", job_env()["PYTHONPATH"])
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master(f"local-cluster[2,{SLOTS // 2},1024]")
+        .appName("hvdlite-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executorEnv.PYTHONPATH", job_env()["PYTHONPATH"])
+        .getOrCreate()
+    )
     try:
         session.sparkContext.setLogLevel("ERROR")
         jsc = session.sparkContext._jsc.sc()
@@ -62,8 +66,9 @@ def spark():
 
 
 def _no_rank_left(within: float = 5.0) -> None:
-    assert wait_until(lambda: not processes_with_marker(RANK_MARKER), timeout=within), \
+    assert wait_until(lambda: not processes_with_marker(RANK_MARKER), timeout=within), (
         f"rank processes left behind: {processes_with_marker(RANK_MARKER)}"
+    )
 
 
 def collectives(scale):
@@ -79,10 +84,18 @@ def collectives(scale):
     shared = hvd.broadcast_object({"from": r}, root_rank=n - 1)
     print(f"hello from rank {r}", flush=True)
     print(f"rank {r} on stderr", file=sys.stderr, flush=True)
-    return {"rank": r, "size": n, "local": (hvd.local_rank(), hvd.local_size()),
-            "cross": (hvd.cross_rank(), hvd.cross_size()), "total": total.tolist(),
-            "gathered": gathered[:, 0].tolist(), "shared": shared, "before_init": placement_before_init,
-            "start_timeout": os.environ["HVDLITE_START_TIMEOUT"], "pid": os.getpid()}
+    return {
+        "rank": r,
+        "size": n,
+        "local": (hvd.local_rank(), hvd.local_size()),
+        "cross": (hvd.cross_rank(), hvd.cross_size()),
+        "total": total.tolist(),
+        "gathered": gathered[:, 0].tolist(),
+        "shared": shared,
+        "before_init": placement_before_init,
+        "start_timeout": os.environ["HVDLITE_START_TIMEOUT"],
+        "pid": os.getpid(),
+    }
 
 
 def test_ranks_run_collectives_and_return_in_rank_order(spark, capsys):
@@ -112,8 +125,11 @@ def describe(label, repeat=1):
     import numpy as np
 
     print(f"{label}: step 1\r{label}: step 2\r{label}: done", flush=True)  # a progress line drawn in place
-    return {"env": os.environ.get("SPARK_TEST_VARIABLE"), "array": np.arange(3) * repeat,
-            "local_size": os.environ["HVDLITE_LOCAL_SIZE"]}
+    return {
+        "env": os.environ.get("SPARK_TEST_VARIABLE"),
+        "array": np.arange(3) * repeat,
+        "local_size": os.environ["HVDLITE_LOCAL_SIZE"],
+    }
 
 
 def test_kwargs_env_and_output_streams(spark):
@@ -122,15 +138,30 @@ def test_kwargs_env_and_output_streams(spark):
     from hvdlite.spark import run
 
     out = io.StringIO()
-    results = run(describe, args=("work",), kwargs={"repeat": 2}, num_proc=2, env={"SPARK_TEST_VARIABLE": "yes"},
-                  stdout=out, prefix_output_with_timestamp=True, verbose=0)
+    results = run(
+        describe,
+        args=("work",),
+        kwargs={"repeat": 2},
+        num_proc=2,
+        env={"SPARK_TEST_VARIABLE": "yes"},
+        stdout=out,
+        prefix_output_with_timestamp=True,
+        verbose=0,
+    )
     assert [r["env"] for r in results] == ["yes", "yes"]
     assert [r["array"].tolist() for r in results] == [[0, 2, 4]] * 2
     assert [r["local_size"] for r in results] == ["2", "2"]
     lines = out.getvalue().splitlines()
     for rank in (0, 1):
-        stamped = [line for line in lines if re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"
-                                                          rf"\[{rank}\]<stdout>: work: done", line)]
+        stamped = [
+            line
+            for line in lines
+            if re.fullmatch(
+                r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+                rf"\[{rank}\]<stdout>: work: done",
+                line,
+            )
+        ]
         assert len(stamped) == 1, lines
 
 
@@ -170,8 +201,10 @@ def test_a_failing_rank_stops_the_job_and_is_named(spark):
     error = failure.value
     assert error.rank == 2, error
     assert "rank 2 (Spark partition 2 on" in str(error) and "ValueError: rank two is unhappy" in str(error)
-    assert "in unhappy_rank_two" in error.remote_traceback and "ValueError: rank two is unhappy" in \
-        error.remote_traceback
+    assert (
+        "in unhappy_rank_two" in error.remote_traceback
+        and "ValueError: rank two is unhappy" in error.remote_traceback
+    )
     _no_rank_left()
 
     started = time.monotonic()
@@ -227,8 +260,11 @@ def test_more_ranks_than_task_slots_is_a_clear_error(spark):
     from hvdlite.spark import run
 
     started = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"num_proc={SLOTS + 1} needs {SLOTS + 1} Spark task slots at once .*"
-                                           rf"the cluster has {SLOTS}"):
+    with pytest.raises(
+        TimeoutError,
+        match=rf"num_proc={SLOTS + 1} needs {SLOTS + 1} Spark task slots at once .*"
+        rf"the cluster has {SLOTS}",
+    ):
         run(print, num_proc=SLOTS + 1, start_timeout=3, verbose=0)
     assert time.monotonic() - started < 10
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
@@ -252,13 +288,23 @@ def test_start_timeout_when_task_slots_are_busy(spark):
     occupier = threading.Thread(target=occupy_one_slot, daemon=True)
     occupier.start()
     tracker = sc.statusTracker()
-    assert wait_until(lambda: any(stage.numActiveTasks == 1 for job in tracker.getActiveJobsIds()
-                                  for stage in [tracker.getStageInfo(s) for s in tracker.getJobInfo(job).stageIds]
-                                  if stage is not None), timeout=60, interval=0.2)
+    assert wait_until(
+        lambda: any(
+            stage.numActiveTasks == 1
+            for job in tracker.getActiveJobsIds()
+            for stage in [tracker.getStageInfo(s) for s in tracker.getJobInfo(job).stageIds]
+            if stage is not None
+        ),
+        timeout=60,
+        interval=0.2,
+    )
     try:
         started = time.monotonic()
-        with pytest.raises(TimeoutError, match=rf"only 0 of num_proc={SLOTS} Spark tasks started within "
-                                               r"start_timeout=4 s.*cluster has 4 task slots"):
+        with pytest.raises(
+            TimeoutError,
+            match=rf"only 0 of num_proc={SLOTS} Spark tasks started within "
+            r"start_timeout=4 s.*cluster has 4 task slots",
+        ):
             run(print, num_proc=SLOTS, start_timeout=4, verbose=0)
         assert time.monotonic() - started < 15
     finally:
@@ -297,8 +343,13 @@ def test_arguments_horovod_has_and_hvdlite_cannot_honour(spark, monkeypatch):
 def test_spark_example_trains():
     """examples/spark_train.py as a user runs it: it starts its own local Spark, trains, prints the weights."""
     example = os.path.join(REPO_ROOT, "examples", "spark_train.py")
-    result = subprocess.run([sys.executable, example, "--master", "local[2]", "--epochs", "3"],
-                            env=job_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, example, "--master", "local[2]", "--epochs", "3"],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     final_loss = float(result.stdout.split("epoch 2: loss ")[1].split()[0])
     assert final_loss < 0.01, result.stdout

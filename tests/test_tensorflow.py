@@ -4,8 +4,8 @@ errors, and DistributedGradientTape training against a single process on the glo
 TensorFlow costs seconds to import per rank, so each test is ONE job that runs many checks; every job computes
 its expected values itself and prints DONE.
 """
-import pytest
 
+import pytest
 from multiproc import run_checked, run_job
 
 COMMON = """
@@ -28,7 +28,8 @@ def same(what, got, expected, atol=0.0):
     got, expected = np.asarray(got), np.asarray(expected)
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
     if atol:
-        assert np.allclose(got.astype(np.float64), expected.astype(np.float64), atol=atol), f"{what}: {got} != {expected}"
+        close = np.allclose(got.astype(np.float64), expected.astype(np.float64), atol=atol)
+        assert close, f"{what}: {got} != {expected}"
     else:
         assert np.array_equal(got, expected), f"{what}: {got} != {expected}"
 """
@@ -40,7 +41,8 @@ def run(script, np=2, timeout=150):
 
 @pytest.mark.timeout(240)
 def test_collectives_eager_and_in_tf_function():
-    run("""
+    run(
+        """
 def data(r, dtype, n=5):
     return (np.arange(n) + r).astype(dtype)
 
@@ -52,7 +54,8 @@ for mode in MODES:
         expected = sum(data(r, "float64") for r in range(N))
         same(f"{mode} allreduce sum {dtype}", got.astype(np.float64), expected)
     x = tf.constant(data(R, "float32"))
-    same(f"{mode} average", run(mode, lambda: hvd.allreduce(x)), np.mean([data(r, "float32") for r in range(N)], 0), 1e-6)
+    same(f"{mode} average", run(mode, lambda: hvd.allreduce(x)), np.mean([data(r, "float32") for r in range(N)], 0),
+         1e-6)
     same(f"{mode} average deprecated arg", run(mode, lambda: hvd.allreduce(x, average=True)),
          np.mean([data(r, "float32") for r in range(N)], 0), 1e-6)
     same(f"{mode} min", run(mode, lambda: hvd.allreduce(x, op=hvd.Min)), data(0, "float32"))
@@ -77,7 +80,8 @@ for mode in MODES:
     rows = lambda r: np.full((r + 1, 2), r, np.int32)
     same(f"{mode} allgather ragged", run(mode, lambda: hvd.allgather(tf.constant(rows(R)))),
          np.concatenate([rows(r) for r in range(N)]))
-    same(f"{mode} allgather scalar", run(mode, lambda: hvd.allgather(tf.constant(float(R)))), np.arange(N, dtype=np.float32))
+    same(f"{mode} allgather scalar", run(mode, lambda: hvd.allgather(tf.constant(float(R)))),
+         np.arange(N, dtype=np.float32))
     same(f"{mode} allgather bool", run(mode, lambda: hvd.allgather(tf.constant([R % 2 == 0]))),
          np.array([r % 2 == 0 for r in range(N)]))
     for dtype in ("int16", "uint16"):
@@ -90,8 +94,8 @@ for mode in MODES:
     for dtype in ("float32", "int64", "bool", "bfloat16", "int16", "uint16"):
         value = tf.constant(data(R, "float32") > 2 if dtype == "bool" else data(R, "float32"), tf.as_dtype(dtype))
         expected = data(N - 1, "float32") > 2 if dtype == "bool" else data(N - 1, "float32")
-        same(f"{mode} broadcast {dtype}", run(mode, lambda: hvd.broadcast(value, root_rank=N - 1)).astype(expected.dtype),
-             expected)
+        got = run(mode, lambda: hvd.broadcast(value, root_rank=N - 1)).astype(expected.dtype)
+        same(f"{mode} broadcast {dtype}", got, expected)
 
     # alltoall with uneven splits: rank r sends (k + 1) rows tagged 100r + k to rank k
     splits = [k + 1 for k in range(N)]
@@ -100,9 +104,11 @@ for mode in MODES:
     same(f"{mode} alltoall", out, np.concatenate([np.full(R + 1, 100 * r + R, np.int64) for r in range(N)]))
     same(f"{mode} alltoall splits", received, np.full(N, R + 1, np.int32))
     out = run(mode, lambda: hvd.alltoall(tf.constant(np.arange(2 * N, dtype=np.float32) + 10 * R)))  # output only
-    same(f"{mode} alltoall even", out, np.concatenate([[10 * r + 2 * R, 10 * r + 2 * R + 1] for r in range(N)]).astype(np.float32))
+    same(f"{mode} alltoall even", out,
+         np.concatenate([[10 * r + 2 * R, 10 * r + 2 * R + 1] for r in range(N)]).astype(np.float32))
     out, _ = run(mode, lambda: hvd.alltoall(tf.constant(send), splits=tf.constant(splits)))
-    same(f"{mode} alltoall tensor splits", out, np.concatenate([np.full(R + 1, 100 * r + R, np.int64) for r in range(N)]))
+    same(f"{mode} alltoall tensor splits", out,
+         np.concatenate([np.full(R + 1, 100 * r + R, np.int64) for r in range(N)]))
 
     # reducescatter: uneven rows go to the first ranks
     full = np.arange((N + 1) * 2, dtype=np.float32).reshape(N + 1, 2)
@@ -110,7 +116,8 @@ for mode in MODES:
     counts = [(N + 1) // N + (1 if r < (N + 1) % N else 0) for r in range(N)]
     start = sum(counts[:R])
     same(f"{mode} reducescatter", got, full[start:start + counts[R]] * sum(r + 1 for r in range(N)))
-    got = run(mode, lambda: hvd.grouped_reducescatter([tf.ones([N, 3]) * R, tf.ones([2 * N], tf.float64)], op=hvd.Average))
+    got = run(mode, lambda: hvd.grouped_reducescatter([tf.ones([N, 3]) * R, tf.ones([2 * N], tf.float64)],
+                                                      op=hvd.Average))
     same(f"{mode} grouped reducescatter", got[0], np.full((1, 3), np.mean(range(N)), np.float32), 1e-6)
     same(f"{mode} grouped reducescatter 1", got[1], np.ones(2))
 
@@ -126,7 +133,8 @@ for mode in MODES:
             hvd.broadcast_variables(vs, root_rank=1)
         broadcast_in_graph()
     for v in vs:
-        same(f"{mode} broadcast_variables {v.dtype.name}", v.numpy(), np.full(v.shape, 1 if v.dtype != tf.uint32 else 8))
+        same(f"{mode} broadcast_variables {v.dtype.name}", v.numpy(),
+             np.full(v.shape, 1 if v.dtype != tf.uint32 else 8))
 
 # objects
 obj = hvd.broadcast_object({"rank": R, "fn": (lambda v: v * 3)} if R == 0 else None, root_rank=0)
@@ -141,9 +149,10 @@ assert int(hvd.size_op()) == N and int(hvd.rank_op()) == R
 edge = hvd.add_process_set([0, N - 1])
 if R in (0, N - 1):
     for mode in MODES:
-        same(f"{mode} process set", run(mode, lambda: hvd.allreduce(tf.constant([float(R)]), op=hvd.Sum, process_set=edge)),
-             [float(N - 1)])
-        same(f"{mode} process set bcast", run(mode, lambda: hvd.broadcast(tf.constant([R]), root_rank=N - 1, process_set=edge)), [N - 1])
+        same(f"{mode} process set",
+             run(mode, lambda: hvd.allreduce(tf.constant([float(R)]), op=hvd.Sum, process_set=edge)), [float(N - 1)])
+        same(f"{mode} process set bcast",
+             run(mode, lambda: hvd.broadcast(tf.constant([R]), root_rank=N - 1, process_set=edge)), [N - 1])
 hvd.barrier()
 # join: a rank with no more data joins; the others' allreduce sees zeros from it
 if R == 0:
@@ -153,7 +162,9 @@ else:
     last = hvd.join()
 assert int(last) in range(N)
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(240)
@@ -349,7 +360,8 @@ def test_independent_collectives_in_one_graph_run(np):
     """Collectives with no data dependency between them, evaluated together: eagerly, in a tf.function, and in a
     tf.Graph run by a tf.compat.v1.Session with several inter-op threads, where TensorFlow may start them in any
     order on each rank (each waits for its peers while holding a thread)."""
-    run("""
+    run(
+        """
 DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
 SHAPES = ((3,), (2, 3), (2, 1, 2))
 
@@ -410,7 +422,9 @@ with graph.as_default():
         same("run alone", session.run(later), [float(sum(range(N)))])
         same("fed", session.run(fed_sum, feed_dict={other: [1.0, R]}), [float(N), float(sum(range(N)))])
 print("DONE")
-""", np=np)
+""",
+        np=np,
+    )
 
 
 @pytest.mark.timeout(240)
@@ -463,7 +477,8 @@ for mode in ("eager", "tf.function", "session"):
             assert text in str(e), (mode, text, str(e))
         else:
             raise SystemExit(f"{mode}: {text} accepted")
-    same(f"{mode} after errors", one_mode(mode, lambda: [hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)])[0], [float(N)])
+    same(f"{mode} after errors", one_mode(mode, lambda: [hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)])[0],
+         [float(N)])
 
 # 2. IndexedSlices: values and indices gathered; Average divides the values with `/`, as Horovod does (integer
 # values become floats); grouped alone and mixed with dense tensors; no pre/postscale and no other op.
@@ -499,7 +514,8 @@ for wrap in (lambda f: f, tf.function):
     refuses(wrap(lambda: hvd.allreduce(slices, postscale_factor=0.5).values), NotImplementedError, "Pre/postscale")
     refuses(wrap(lambda: hvd.grouped_allreduce([tf.ones([2]), slices], postscale_factor=0.5)[0]), NotImplementedError,
             "Pre/postscale")
-    refuses(wrap(lambda: hvd.grouped_allreduce([slices], op=hvd.Max)[0].values), NotImplementedError, "Sum and Average")
+    refuses(wrap(lambda: hvd.grouped_allreduce([slices], op=hvd.Max)[0].values), NotImplementedError,
+            "Sum and Average")
 same("after refusals", hvd.allreduce(tf.constant([2.0]), op=hvd.Sum), [2.0 * N])  # nothing was left half-issued
 
 # 3. Gradients in graphs: broadcast (the root gets the average, the others zeros), grouped allgather and grouped
@@ -542,7 +558,8 @@ print("DONE")
 
 @pytest.mark.timeout(200)
 def test_tf1_graph_mode_session_hook_and_v1_optimizer():
-    result = run_job("""
+    result = run_job(
+        """
 import numpy as np
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
@@ -571,7 +588,11 @@ with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hvd.BroadcastGlobalVaria
         assert np.array_equal(got, expected), (i, got, expected)
     sess.run(from_rank_1)
 print("DONE")
-""", np=2, timeout=150, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+""",
+        np=2,
+        timeout=150,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert out.count("DONE") == 2, out
@@ -579,7 +600,8 @@ print("DONE")
 
 def test_tf_function_error_classes_single_process():
     """The status hook maps only our own failures: a user's exception in a numpy_function stays UnknownError."""
-    run_checked("""
+    run_checked(
+        """
 import tensorflow as tf
 import hvdlite.tensorflow as hvd
 from hvdlite.tensorflow import errors
@@ -610,4 +632,8 @@ except tf.errors.UnknownError as e:
     assert not isinstance(e, hvd.HvdliteError), type(e).__mro__
 assert errors.install_status_hook()  # idempotent
 print("DONE")
-""", 1, timeout=120, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+""",
+        1,
+        timeout=120,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )

@@ -1,13 +1,14 @@
 """HVDLITE_TIMELINE writes a valid Chrome trace on rank 0: negotiation and execution spans for each tensor."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from multiproc import run_job
 
 import hvdlite.timeline
-from multiproc import run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.timeout(120)
 def test_timeline_records_negotiation_and_fused_execution(tmp_path):
     path = tmp_path / "timeline.json"
-    result = run_job("""
+    result = run_job(
+        """
 import torch, hvdlite.torch as hvd
 hvd.init()
 handles = [hvd.allreduce_async(torch.ones(10) * i, name=f"grad.{i}") for i in range(4)]
@@ -23,7 +25,11 @@ for h in handles:
     hvd.synchronize(h)
 hvd.allgather(torch.ones(2, 2), name="gathered")
 hvd.shutdown()
-""", np=2, env={"HVDLITE_TIMELINE": str(path)}, timeout=60)
+""",
+        np=2,
+        env={"HVDLITE_TIMELINE": str(path)},
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     events = hvdlite.timeline.load(str(path))
     assert hvdlite.timeline.check(events) == []
@@ -175,19 +181,22 @@ def span(phase, ts, pid=1, name="ALLREDUCE"):
     return event
 
 
-@pytest.mark.parametrize("events, problem", [
-    ([span("E", 5)], "no span open"),
-    ([span("B", 5), span("E", 4)], "ends at 4 before it began at 5"),
-    ([span("B", 5)], "never ends"),
-    ([span("B", 1), span("E", 2, pid=2)], "no span open"),  # spans pair within their own row only
-    ([{"ph": "B", "ts": -1, "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
-    ([{"ph": "B", "ts": "7", "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
-    ([{"ph": "i", "ts": 1, "pid": "1", "tid": 1, "name": "x"}], "must be integers"),
-    ([{"ph": "i", "ts": 1, "pid": 1, "tid": 1}], "needs a 'name'"),
-    ([{"ph": "Q", "ts": 1, "pid": 1, "tid": 1}], "unknown phase 'Q'"),
-    ([{"ph": "M", "name": "process_name"}], "metadata without 'args'"),
-    ([["B", 1]], "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "events, problem",
+    [
+        ([span("E", 5)], "no span open"),
+        ([span("B", 5), span("E", 4)], "ends at 4 before it began at 5"),
+        ([span("B", 5)], "never ends"),
+        ([span("B", 1), span("E", 2, pid=2)], "no span open"),  # spans pair within their own row only
+        ([{"ph": "B", "ts": -1, "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
+        ([{"ph": "B", "ts": "7", "pid": 1, "tid": 1, "name": "x"}], "'ts' must be a non-negative number"),
+        ([{"ph": "i", "ts": 1, "pid": "1", "tid": 1, "name": "x"}], "must be integers"),
+        ([{"ph": "i", "ts": 1, "pid": 1, "tid": 1}], "needs a 'name'"),
+        ([{"ph": "Q", "ts": 1, "pid": 1, "tid": 1}], "unknown phase 'Q'"),
+        ([{"ph": "M", "name": "process_name"}], "metadata without 'args'"),
+        ([["B", 1]], "not a JSON object"),
+    ],
+)
 def test_trace_checker_names_what_breaks_the_format(events, problem):
     problems = hvdlite.timeline.check(events)
     assert any(problem in p for p in problems), problems
@@ -195,14 +204,20 @@ def test_trace_checker_names_what_breaks_the_format(events, problem):
 
 
 def test_trace_reader_takes_cut_files_and_trace_objects(tmp_path):
-    events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad"}},
-              span("B", 10, name="NEGOTIATE_allreduce"), span("E", 30), span("B", 30, name="ALLREDUCE (fused x2)"),
-              span("E", 35), span("B", 40, name="ALLREDUCE"), span("E", 47)]
+    events = [
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad"}},
+        span("B", 10, name="NEGOTIATE_allreduce"),
+        span("E", 30),
+        span("B", 30, name="ALLREDUCE (fused x2)"),
+        span("E", 35),
+        span("B", 40, name="ALLREDUCE"),
+        span("E", 47),
+    ]
     whole = "[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n"
     path = tmp_path / "t.json"
     path.write_text(whole)
     assert hvdlite.timeline.load(str(path)) == events
-    path.write_text(whole[:whole.index(json.dumps(events[3]))] + json.dumps(events[3])[:9])  # killed mid-line
+    path.write_text(whole[: whole.index(json.dumps(events[3]))] + json.dumps(events[3])[:9])  # killed mid-line
     assert hvdlite.timeline.load(str(path)) == events[:3]
     path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     summaries, cycles = hvdlite.timeline.summarize(hvdlite.timeline.load(str(path)))
@@ -235,10 +250,12 @@ runpy.run_path({os.path.join(ROOT, "examples", "pytorch_timeline.py")!r}, run_na
     assert all(s.count.get("NEGOTIATE_allreduce") == 2 for s in summaries), summaries  # two steps, once each
     assert all(sum(n for a, n in s.count.items() if a != "NEGOTIATE_allreduce") == 2 for s in summaries)
     assert cycles >= 2
-    checked = subprocess.run([sys.executable, "-m", "hvdlite.timeline", str(trace), "--check"],
-                             capture_output=True, text=True)
+    checked = subprocess.run(
+        [sys.executable, "-m", "hvdlite.timeline", str(trace), "--check"], capture_output=True, text=True
+    )
     assert checked.returncode == 0 and "well-formed" in checked.stdout, checked
-    table = subprocess.run([sys.executable, "-m", "hvdlite.timeline", str(trace), "--top", "3"],
-                           capture_output=True, text=True)
+    table = subprocess.run(
+        [sys.executable, "-m", "hvdlite.timeline", str(trace), "--top", "3"], capture_output=True, text=True
+    )
     assert table.returncode == 0 and f"{len(summaries)} tensors" in table.stdout, table
     assert len({line.split()[0] for line in table.stdout.splitlines()[2:]}) == 3, table.stdout

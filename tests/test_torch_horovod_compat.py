@@ -5,12 +5,14 @@ errors, and behaviour pins (default op, unnamed ops, process_set everywhere, bro
 accumulation, op=Sum and gradient_predivide_factor). Horovod's reference behaviour is quoted where it is
 checked.
 """
-import pytest
 
+import pytest
 from hvdjob import prelude
 from multiproc import run_checked
 
-COMMON = prelude() + """
+COMMON = (
+    prelude()
+    + """
 import warnings, zlib
 import torch, torch.nn as nn, torch.nn.functional as F
 import hvdlite.torch as hvd
@@ -31,6 +33,7 @@ def close(what, got, expected, atol=1e-12):
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=atol), \\
         f"{what} on rank {R}: got {got}, expected {expected}"
 """
+)
 
 
 def run(script, np=2, timeout=150):
@@ -39,7 +42,8 @@ def run(script, np=2, timeout=150):
 
 @pytest.mark.timeout(200)
 def test_alltoall_returns_the_tensor_unless_splits_are_given():
-    run("""
+    run(
+        """
 x = torch.arange(3 * N * 2, dtype=torch.float32).reshape(3 * N, 2) + 100 * R
 everyone = [torch.arange(3 * N * 2, dtype=torch.float32).reshape(3 * N, 2) + 100 * r for r in range(N)]
 expected = torch.cat([e[3 * R:3 * R + 3] for e in everyone])
@@ -64,12 +68,15 @@ check("alltoall gradient", xg.grad, torch.ones_like(xg))
 out, received = hvd.alltoall(xg, splits=[3] * N, name="grad.split")
 assert out.grad_fn is not None and not received.requires_grad
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_collective_gradients_follow_horovod():
-    run("""
+    run(
+        """
 rows = [r + 1 for r in range(N)]          # ragged first dimensions
 offset = sum(rows[:R])
 
@@ -116,12 +123,15 @@ for op, name in ((hvd.Sum, "sum"), (hvd.Average, "avg")):
     gathered = torch.cat([upstream(r, f"rs.{name}", (mine[r], 2)) for r in range(N)])
     close(f"reducescatter {name}", s.grad, gathered * 3.0 * (N if op == hvd.Sum else 1))
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_grouped_collectives_are_differentiable():
-    run("""
+    run(
+        """
 rows = [r + 1 for r in range(N)]
 offset = sum(rows[:R])
 xs = [torch.arange(3, dtype=D).add(R).requires_grad_(True), torch.ones(2, 2, dtype=D).mul(R).requires_grad_(True)]
@@ -167,7 +177,9 @@ if ps.included():
     close("allgather in a process set", a.grad, mean[me:2 * me + 1])
 hvd.barrier()  # rank 1 must not shut down while the set's members are still at work
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(200)
@@ -360,7 +372,8 @@ print("DONE")
 
 @pytest.mark.timeout(300)
 def test_behaviour_pins():
-    run("""
+    run(
+        """
 # Default op is Average, for every allreduce form.
 x = torch.full((3,), float(R + 1))
 mean = torch.full((3,), sum(r + 1 for r in range(N)) / N)
@@ -491,6 +504,10 @@ check("gradient_predivide_factor=4", trained(1, 1, gradient_predivide_factor=4.0
 z = torch.full((N, 2), 1.0 + 2 ** -12)
 check("fp16 reducescatter", hvd.reducescatter(z, op=hvd.Sum, compression=hvd.Compression.fp16, name="rs.fp16"),
       torch.full((1, 2), float(N)))
-check("plain reducescatter", hvd.reducescatter(z, op=hvd.Sum, name="rs.fp32"), torch.full((1, 2), N * (1.0 + 2 ** -12)))
+check("plain reducescatter", hvd.reducescatter(z, op=hvd.Sum, name="rs.fp32"),
+      torch.full((1, 2), N * (1.0 + 2 ** -12)))
 print("DONE")
-""", np=3, timeout=200)
+""",
+        np=3,
+        timeout=200,
+    )

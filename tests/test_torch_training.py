@@ -3,11 +3,11 @@
 Each job builds the same model on every rank, trains on this rank's shard, and compares against a reference
 computed inside the job by a plain single-process optimizer on the concatenated global batch.
 """
+
 import os
 import sys
 
 import pytest
-
 from multiproc import run_checked, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,8 @@ def run(script, np=2, env=None, timeout=120):
 def test_matches_single_process_on_global_batch(np, during_backward):
     """Both ways of scheduling the reduction (as backward produces each gradient, or all in step()) give the
     single-process result; auto on CI's 2 cores with one torch thread per rank defers."""
-    run("""
+    run(
+        """
 import os
 model, ref = make_model(), make_model()
 torch.manual_seed(100 + R)  # different starting points: broadcast_parameters must fix them
@@ -73,7 +74,8 @@ for step in range(6):
     opt.zero_grad()
     F.cross_entropy(model(shard(x)), shard(y)).backward()
     submitted = [h[0] != "deferred" for h in opt._hvd_handles.values()]
-    assert len(submitted) == len(list(model.parameters())) and all(submitted) == expected and any(submitted) == expected
+    assert len(submitted) == len(list(model.parameters()))
+    assert all(submitted) == expected and any(submitted) == expected
     opt.step()
     ref_opt.zero_grad()
     F.cross_entropy(ref(x), y).backward()
@@ -81,13 +83,17 @@ for step in range(6):
 assert_same_everywhere(model, "sgd")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
 print("DONE")
-""", np=np, env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
+""",
+        np=np,
+        env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward},
+    )
 
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("during_backward", ["1", "0"])
 def test_gradient_accumulation_backward_passes_per_step(during_backward):
-    run("""
+    run(
+        """
 model, ref = make_model(), make_model()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
                                named_parameters=model.named_parameters(), backward_passes_per_step=2)
@@ -118,7 +124,9 @@ else:
     raise SystemExit("a third backward pass was accepted")
 opt.synchronize()  # finish the reductions of the second pass on every rank before any rank shuts down
 print("DONE")
-""", env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
+""",
+        env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward},
+    )
 
 
 @pytest.mark.timeout(200)
@@ -128,7 +136,8 @@ def test_a_failed_step_leaves_the_optimizer_usable(during_backward):
     lost peer) raises, and ends the step: after init() again, zero_grad(), backward() and step() work and give the
     averaged result. Reducing after backward submits in step(), so a submission that fails must not leave the
     optimizer believing gradients are still in flight."""
-    run("""
+    run(
+        """
 import os, time
 model, ref = make_model(), make_model()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
@@ -159,7 +168,9 @@ ref_opt.step()
 assert_same_everywhere(model, "after-failure")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
 print("DONE")
-""", env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
+""",
+        env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward},
+    )
 
 
 @pytest.mark.timeout(200)
@@ -191,7 +202,8 @@ print("DONE")
 
 @pytest.mark.timeout(200)
 def test_unused_parameters_on_some_ranks_do_not_hang():
-    run("""
+    run(
+        """
 class TwoHeads(nn.Module):
     def __init__(self):
         super().__init__()
@@ -212,12 +224,15 @@ assert_same_everywhere(model, "unused")
 expected = before - 1.0 * g0 / N             # average of rank 0's gradient and zeros from the others
 assert torch.allclose(model.head_b.weight.detach(), expected, atol=1e-6), (model.head_b.weight, expected)
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_optimizer_state_and_objects_broadcast():
-    run("""
+    run(
+        """
 model = make_model()
 opt = torch.optim.Adam(model.parameters(), lr=0.01 * (R + 1))
 if R == 0:  # rank 0 has taken steps: moment buffers and the step counter exist only there
@@ -236,12 +251,15 @@ obj = hvd.broadcast_object({"epoch": 7, "fn": (lambda v: v * 3)} if R == 0 else 
 assert obj["epoch"] == 7 and obj["fn"](2) == 6
 assert hvd.allgather_object({"rank": R}) == [{"rank": r} for r in range(N)]
 print("DONE")
-""", np=3)
+""",
+        np=3,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_sync_batch_norm_matches_batch_norm_on_the_full_batch():
-    run("""
+    run(
+        """
 torch.manual_seed(5)
 x = torch.randn(N * 3, 4, 5, 5)
 bn = nn.BatchNorm2d(4)
@@ -265,12 +283,15 @@ assert torch.allclose(grads, bn.weight.grad, atol=1e-4)
 converted = hvd.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)))
 assert isinstance(converted[1], hvd.SyncBatchNorm)
 print("DONE")
-""", np=2)
+""",
+        np=2,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_collective_gradients():
-    run("""
+    run(
+        """
 x = (torch.arange(4, dtype=torch.float64) + R).requires_grad_(True)
 w = torch.arange(4, dtype=torch.float64) + 1
 (hvd.allreduce(x, op=hvd.Sum, name="g.ar") * w).sum().backward()
@@ -298,12 +319,15 @@ piece = hvd.reducescatter(s, op=hvd.Sum, name="g.rs")
 (piece * 5).sum().backward()
 assert torch.equal(s.grad, torch.full_like(s, 5.0 * N)), s.grad  # Horovod: times the set size for op=Sum
 print("DONE")
-""", np=2)
+""",
+        np=2,
+    )
 
 
 @pytest.mark.timeout(200)
 def test_sparse_gradients_and_sparse_as_dense():
-    run("""
+    run(
+        """
 for as_dense in (False, True):
     torch.manual_seed(0)
     emb, ref = nn.Embedding(10, 3, sparse=True), nn.Embedding(10, 3)
@@ -318,7 +342,9 @@ for as_dense in (False, True):
     assert torch.allclose(emb.weight, ref.weight, atol=1e-6), (emb.weight - ref.weight).abs().max()
     assert_same_everywhere(emb, f"sparse{as_dense}")
 print("DONE")
-""", np=2)
+""",
+        np=2,
+    )
 
 
 @pytest.mark.timeout(120)
@@ -374,8 +400,19 @@ def test_mnist_example_trains_and_checkpoints(tmp_path, launcher):
     import subprocess
 
     data = tmp_path / "mnist"
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_mnist_idx.py"), "--out", str(data),
-                    "--train", "1200", "--test", "400"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "make_mnist_idx.py"),
+            "--out",
+            str(data),
+            "--train",
+            "1200",
+            "--test",
+            "400",
+        ],
+        check=True,
+    )
     checkpoint = tmp_path / "ckpt" / "mnist.pt"
     script = f"""
 import runpy, sys

@@ -1,5 +1,6 @@
 """Two busy-waiting processes pass 2 MB back and forth through one shared buffer (each copies it in and out), with
 no hvdlite: the machine's own cross-core copy cost, which bench/allreduce.py records before and after each run."""
+
 import mmap
 import os
 import time
@@ -18,12 +19,17 @@ ts = []
 for r in range(rounds):
     t = time.perf_counter()
     if me == 0:
-        np.copyto(buf, local); flag[0] = 2 * r + 1
-        while flag[0] != 2 * r + 2: pass
+        np.copyto(buf, local)
+        flag[0] = 2 * r + 1
+        while flag[0] != 2 * r + 2:
+            pass
         np.copyto(local, buf)
     else:
-        while flag[0] != 2 * r + 1: pass
-        np.copyto(local, buf); np.copyto(buf, local); flag[0] = 2 * r + 2
+        while flag[0] != 2 * r + 1:
+            pass
+        np.copyto(local, buf)
+        np.copyto(buf, local)
+        flag[0] = 2 * r + 2
     ts.append(time.perf_counter() - t)
 if me == 0:
     os.waitpid(pid, 0)

@@ -1,4 +1,5 @@
 """init/shutdown, the job layout (rank, size, local and cross ranks) and process sets, for every framework."""
+
 import atexit
 import os
 import socket
@@ -90,7 +91,9 @@ def init(comm=None, process_sets: Optional[Sequence[ProcessSet]] = None) -> None
         config.size = placement.size
         keep_alive = []
         if placement.size > 1:
-            start_timeout = float(os.environ.get("HVDLITE_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT", 60)))
+            start_timeout = float(
+                os.environ.get("HVDLITE_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT", 60))
+            )
             address = bootstrap.advertise_address(placement)
             port = ffi.new("int32_t*")
             check(lib.hvdlite_listener_open(address.encode(), port))

@@ -3,6 +3,7 @@
 The declarations are read from hvdlite.h itself, so the header stays the single source of truth. Nothing
 here is compiled: the shared library is loaded with dlopen.
 """
+
 import glob
 import os
 import re
@@ -21,8 +22,7 @@ def _find(patterns, what):
         matches = sorted(glob.glob(pattern))
         if matches:
             return matches[0]
-    raise ImportError(
-        f"hvdlite: cannot find {what}; was the package built? (pip install -e . compiles the core)")
+    raise ImportError(f"hvdlite: cannot find {what}; was the package built? (pip install -e . compiles the core)")
 
 
 def _declarations(header_path):
@@ -36,7 +36,8 @@ def _load():
     # Before the core reads its configuration: CUDA and NCCL from pip wheels, for CUDA tensors (NCCL data plane).
     export_wheel_libraries()
     library = os.environ.get("HVDLITE_CORE_LIBRARY") or _find(
-        [os.path.join(_PACKAGE_DIR, "_hvdlite_core.so")], "the core library (_hvdlite_core.so)")
+        [os.path.join(_PACKAGE_DIR, "_hvdlite_core.so")], "the core library (_hvdlite_core.so)"
+    )
     header = _find([os.path.join(_PACKAGE_DIR, "hvdlite.h"), _REPO_HEADER], "hvdlite.h")
     ffi = cffi.FFI()
     ffi.cdef(_declarations(header))

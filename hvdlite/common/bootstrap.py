@@ -44,6 +44,7 @@ can read or write the rendezvous or open a data connection. Without it the key i
 facts (address, port, job id): it still separates concurrent jobs and rejects stray or garbled connections,
 but anyone who can reach the ports can join, like torch.distributed's TCPStore, Gloo and NCCL. Rank 0 warns.
 """
+
 import dataclasses
 import json
 import os
@@ -68,7 +69,8 @@ def _launcher_placement(env: Mapping[str, str]) -> Placement:
         job_id=env.get("HVDLITE_JOB_ID", "job"),
         secret=bytes.fromhex(env.get("HVDLITE_SECRET", "")),
         rendezvous=(env["HVDLITE_RENDEZVOUS_ADDR"], int(env["HVDLITE_RENDEZVOUS_PORT"]))
-        if "HVDLITE_RENDEZVOUS_ADDR" in env else None,
+        if "HVDLITE_RENDEZVOUS_ADDR" in env
+        else None,
         method="launcher",
     )
 
@@ -107,10 +109,13 @@ def detect(environ: Optional[Mapping[str, str]] = None, comm=None) -> Placement:
     elif method == "slurm":
         placement = cluster_bootstrap.slurm_placement(env)
     else:
-        return Placement(hostname=env.get("HVDLITE_HOSTNAME") or socket.gethostname(),
-                         job_id=f"single{os.getpid()}")
-    log("debug", f"bootstrap through {method}: rank {placement.rank} of {placement.size} on "
-                 f"{placement.hostname}", placement.rank, env)
+        return Placement(hostname=env.get("HVDLITE_HOSTNAME") or socket.gethostname(), job_id=f"single{os.getpid()}")
+    log(
+        "debug",
+        f"bootstrap through {method}: rank {placement.rank} of {placement.size} on {placement.hostname}",
+        placement.rank,
+        env,
+    )
     return placement
 
 
@@ -127,8 +132,10 @@ def advertise_address(placement: Placement, environ=None) -> str:
     if nics:
         address = network.first_interface_ipv4(nics.split(","))
         if address is None:
-            raise RuntimeError(f"rank {placement.rank}: none of the network interfaces {nics} "
-                               f"(HVDLITE_NETWORK_INTERFACE) has an IPv4 address on {socket.gethostname()}")
+            raise RuntimeError(
+                f"rank {placement.rank}: none of the network interfaces {nics} "
+                f"(HVDLITE_NETWORK_INTERFACE) has an IPv4 address on {socket.gethostname()}"
+            )
         return address
     if placement.peer_hosts is not None:
         others = [host for host in placement.peer_hosts if host != placement.hostname]
@@ -140,16 +147,23 @@ def advertise_address(placement: Placement, environ=None) -> str:
     try:
         address = network.source_address_for(target)
     except OSError as exc:
-        raise RuntimeError(f"rank {placement.rank}: cannot find a route to {target} to choose the address "
-                           f"other ranks reach this one at ({exc}); set HVDLITE_NETWORK_INTERFACE or "
-                           "HVDLITE_ADVERTISE_ADDR") from None
+        raise RuntimeError(
+            f"rank {placement.rank}: cannot find a route to {target} to choose the address "
+            f"other ranks reach this one at ({exc}); set HVDLITE_NETWORK_INTERFACE or "
+            "HVDLITE_ADVERTISE_ADDR"
+        ) from None
     # A host name that resolves to loopback here (Debian maps the hostname to 127.0.1.1) would hand ranks on
     # other hosts an address they cannot reach. An explicit loopback target means a one-machine job.
-    if network.is_loopback_name(address) and not network.is_loopback_name(target) and \
-            (placement.multi_host or placement.peer_hosts is not None):
-        raise RuntimeError(f"rank {placement.rank}: {target} resolves to a loopback address here, which ranks "
-                           "on other hosts cannot reach; use a routable address for MASTER_ADDR/"
-                           "HVDLITE_RENDEZVOUS_ADDR (or fix /etc/hosts), or set HVDLITE_NETWORK_INTERFACE")
+    if (
+        network.is_loopback_name(address)
+        and not network.is_loopback_name(target)
+        and (placement.multi_host or placement.peer_hosts is not None)
+    ):
+        raise RuntimeError(
+            f"rank {placement.rank}: {target} resolves to a loopback address here, which ranks "
+            "on other hosts cannot reach; use a routable address for MASTER_ADDR/"
+            "HVDLITE_RENDEZVOUS_ADDR (or fix /etc/hosts), or set HVDLITE_NETWORK_INTERFACE"
+        )
     return address
 
 
@@ -164,7 +178,8 @@ def exchange_peers(placement: Placement, address: str, generation: int, timeout:
     if placement.rendezvous is None:
         raise RuntimeError(
             f"rank {placement.rank} of {placement.size}: HVDLITE_RENDEZVOUS_ADDR is not set; start the job with "
-            "hvdlite-run (or python -m hvdlite.runner.local)")
+            "hvdlite-run (or python -m hvdlite.runner.local)"
+        )
     host, port = placement.rendezvous
     if placement.serve_rendezvous:
         cluster_bootstrap.serve_rendezvous(placement)
@@ -183,5 +198,10 @@ def complete_layout(placement: Placement, peers: List[dict]) -> Placement:
     from hvdlite.common.topology import topology_for_hosts
 
     info = topology_for_hosts([peer["host"] for peer in peers])[placement.rank]
-    return dataclasses.replace(placement, local_rank=info.local_rank, local_size=info.local_size,
-                               cross_rank=info.cross_rank, cross_size=info.cross_size)
+    return dataclasses.replace(
+        placement,
+        local_rank=info.local_rank,
+        local_size=info.local_size,
+        cross_rank=info.cross_rank,
+        cross_size=info.cross_size,
+    )

@@ -1,6 +1,7 @@
 """Horovod's questions about the build (`hvd.mpi_built()`, `hvd.nccl_built()`, ...), answered once for every
 framework adapter from what the core reports (``build_info()``): which backends this installation can use, and
 which one the running job uses. The built-in TCP/shared-memory backend plays Gloo's part."""
+
 from typing import Dict
 
 from hvdlite.common import mpi_plugin

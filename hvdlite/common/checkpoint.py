@@ -13,6 +13,7 @@ Only rank 0 reads and writes these files; the other ranks get the state through 
 directory need not be shared between hosts. The payload is a pickle: load checkpoints only from a directory
 you trust, as loading runs code that the file names.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,6 +47,7 @@ class CheckpointError(ValueError):
 class CheckpointSettings:
     """Where and how often ``State.commit()`` writes the state: every ``every``-th commit, keeping the newest
     ``keep`` files."""
+
     directory: str
     every: int = EVERY_DEFAULT
     keep: int = KEEP_DEFAULT
@@ -57,8 +59,13 @@ class CheckpointSettings:
             raise ValueError(f"checkpoint_keep must be at least 1, got {self.keep}")
 
     @classmethod
-    def resolve(cls, directory: Optional[str] = None, every: Optional[int] = None, keep: Optional[int] = None,
-                environ: Optional[Mapping[str, str]] = None) -> Optional["CheckpointSettings"]:
+    def resolve(
+        cls,
+        directory: Optional[str] = None,
+        every: Optional[int] = None,
+        keep: Optional[int] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> Optional["CheckpointSettings"]:
         """The settings from the arguments of ``hvd.elastic.run``, each one that is not given from hvdlite-run's
         variables (HVDLITE_CHECKPOINT_DIR, _EVERY, _KEEP); None when no directory is set anywhere."""
         env = os.environ if environ is None else environ
@@ -100,10 +107,12 @@ def decode(data: bytes) -> Tuple[int, Any]:
         raise CheckpointError(f"not an hvdlite checkpoint (magic {magic!r})")
     if version != FORMAT_VERSION:
         raise CheckpointError(f"format version {version}; this hvdlite reads version {FORMAT_VERSION}")
-    body = memoryview(data)[HEADER.size:]
+    body = memoryview(data)[HEADER.size :]
     if len(body) != length:
-        raise CheckpointError(f"payload of {len(body)} bytes where the header says {length}"
-                              + (" (truncated)" if len(body) < length else ""))
+        raise CheckpointError(
+            f"payload of {len(body)} bytes where the header says {length}"
+            + (" (truncated)" if len(body) < length else "")
+        )
     if hashlib.sha256(body).digest() != digest:
         raise CheckpointError("sha256 digest of the payload does not match the header (corrupted)")
     try:
@@ -118,8 +127,11 @@ def list_checkpoints(directory: str) -> List[Tuple[int, str]]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    found = [(int(match.group(1)), os.path.join(directory, name))
-             for name, match in ((name, _FINAL_NAME.match(name)) for name in names) if match]
+    found = [
+        (int(match.group(1)), os.path.join(directory, name))
+        for name, match in ((name, _FINAL_NAME.match(name)) for name in names)
+        if match
+    ]
     return sorted(found, reverse=True)
 
 

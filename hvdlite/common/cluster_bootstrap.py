@@ -1,5 +1,6 @@
 """Bootstrap from torchrun-style variables or inside a Slurm ``srun`` step: rank 0 runs the rendezvous service
 in its own process and every rank exchanges addresses through it (where, and the secret: see bootstrap.py)."""
+
 import hashlib
 import re
 import socket
@@ -22,8 +23,11 @@ def torchrun_detected(env: Mapping[str, str]) -> bool:
 def slurm_detected(env: Mapping[str, str]) -> bool:
     # SLURM_STEP_ID: only inside an srun step does every task have its own SLURM_PROCID (a batch script is
     # one process that merely sees SLURM_NTASKS).
-    return "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env) and \
-        ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env)
+    return (
+        "SLURM_PROCID" in env
+        and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
+        and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env)
+    )
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -57,14 +61,20 @@ def job_secret(env: Mapping[str, str], address: str, port: int, job_id: str, ran
             raise RuntimeError("hvdlite: HVDLITE_SECRET must be at least 16 bytes (32 hex digits)")
         return secret
     if rank == 0:
-        log("warning", "HVDLITE_SECRET is not set: the rendezvous service and the data-plane listeners accept "
-                       "anyone who can reach them; export HVDLITE_SECRET=$(openssl rand -hex 32) on every rank "
-                       "to authenticate the job", rank, env)
+        log(
+            "warning",
+            "HVDLITE_SECRET is not set: the rendezvous service and the data-plane listeners accept "
+            "anyone who can reach them; export HVDLITE_SECRET=$(openssl rand -hex 32) on every rank "
+            "to authenticate the job",
+            rank,
+            env,
+        )
     return hashlib.sha256(f"hvdlite-public-key|{address}|{port}|{job_id}".encode()).digest()
 
 
-def _rendezvous_location(env: Mapping[str, str], fallback_host: Optional[str],
-                         fallback_port: Optional[int], what: str) -> Tuple[str, int]:
+def _rendezvous_location(
+    env: Mapping[str, str], fallback_host: Optional[str], fallback_port: Optional[int], what: str
+) -> Tuple[str, int]:
     host = env.get("HVDLITE_RENDEZVOUS_ADDR") or env.get("MASTER_ADDR") or fallback_host
     if not host:
         raise RuntimeError(f"hvdlite: {what}: set MASTER_ADDR (or HVDLITE_RENDEZVOUS_ADDR) to rank 0's host")
@@ -83,14 +93,22 @@ def torchrun_placement(env: Mapping[str, str]) -> Placement:
     rank, size = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     host, port = _rendezvous_location(env, None, None, f"RANK={rank} and WORLD_SIZE={size} are set")
     # torchrun's run id and restart count tell a restarted job from the previous attempt.
-    job_id = env.get("HVDLITE_JOB_ID") or "torchrun.%s.%s" % (env.get("TORCHELASTIC_RUN_ID", "env"),
-                                                              env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    job_id = env.get("HVDLITE_JOB_ID") or "torchrun.%s.%s" % (
+        env.get("TORCHELASTIC_RUN_ID", "env"),
+        env.get("TORCHELASTIC_RESTART_COUNT", "0"),
+    )
     local_size = env.get("LOCAL_WORLD_SIZE")
     return Placement(
-        rank=rank, size=size, hostname=env.get("HVDLITE_HOSTNAME") or socket.gethostname(), job_id=job_id,
-        secret=job_secret(env, host, port, job_id, rank), rendezvous=(host, port), method="torchrun",
-        serve_rendezvous=rank == 0, multi_host=local_size is not None and local_size.isdigit() and
-        int(local_size) < size)
+        rank=rank,
+        size=size,
+        hostname=env.get("HVDLITE_HOSTNAME") or socket.gethostname(),
+        job_id=job_id,
+        secret=job_secret(env, host, port, job_id, rank),
+        rendezvous=(host, port),
+        method="torchrun",
+        serve_rendezvous=rank == 0,
+        multi_host=local_size is not None and local_size.isdigit() and int(local_size) < size,
+    )
 
 
 def slurm_port(job: str, step: str) -> int:
@@ -103,15 +121,22 @@ def slurm_placement(env: Mapping[str, str]) -> Placement:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID", "0")
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID", "0")
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    host, port = _rendezvous_location(env, first_host(nodelist) if nodelist else None, slurm_port(job, step),
-                                      f"Slurm task {rank} of {size}")
+    host, port = _rendezvous_location(
+        env, first_host(nodelist) if nodelist else None, slurm_port(job, step), f"Slurm task {rank} of {size}"
+    )
     job_id = env.get("HVDLITE_JOB_ID") or f"slurm.{job}.{step}"
     nodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or "1"
     return Placement(
-        rank=rank, size=size,
+        rank=rank,
+        size=size,
         hostname=env.get("HVDLITE_HOSTNAME") or env.get("SLURMD_NODENAME") or socket.gethostname(),
-        job_id=job_id, secret=job_secret(env, host, port, job_id, rank), rendezvous=(host, port),
-        method="slurm", serve_rendezvous=rank == 0, multi_host=nodes.isdigit() and int(nodes) > 1)
+        job_id=job_id,
+        secret=job_secret(env, host, port, job_id, rank),
+        rendezvous=(host, port),
+        method="slurm",
+        serve_rendezvous=rank == 0,
+        multi_host=nodes.isdigit() and int(nodes) > 1,
+    )
 
 
 def serve_rendezvous(placement: Placement) -> None:
@@ -131,5 +156,6 @@ def serve_rendezvous(placement: Placement) -> None:
         except OSError as exc:
             raise RuntimeError(
                 f"hvdlite: rank 0 cannot run the rendezvous service on port {port} ({exc}); set "
-                "HVDLITE_RENDEZVOUS_PORT to a free port, the same on every rank") from None
+                "HVDLITE_RENDEZVOUS_PORT to a free port, the same on every rank"
+            ) from None
     log("info", f"rendezvous service on port {port} for {placement.size} ranks", placement.rank)

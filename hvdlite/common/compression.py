@@ -41,5 +41,12 @@ def make_compression(cast, is_floating, float16, bfloat16):
 
         return type(name, (Compressor,), {"compress": staticmethod(compress), "decompress": staticmethod(decompress)})
 
-    return type("Compression", (), {"none": NoneCompressor, "fp16": cast_compressor("FP16Compressor", float16),
-                                     "bf16": cast_compressor("BF16Compressor", bfloat16)})
+    return type(
+        "Compression",
+        (),
+        {
+            "none": NoneCompressor,
+            "fp16": cast_compressor("FP16Compressor", float16),
+            "bf16": cast_compressor("BF16Compressor", bfloat16),
+        },
+    )

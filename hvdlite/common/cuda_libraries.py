@@ -7,11 +7,15 @@ wheels' copies (nvidia-cuda-runtime-cu12, nvidia-nccl-cu12), which live in site-
 on the library path. This module finds them and passes them on through HVDLITE_CUDART_LIBRARY and
 HVDLITE_NCCL_LIBRARY, unless the user set those.
 """
+
 import os
 import sys
 
 _WHEEL_LIBRARIES = {
-    "HVDLITE_CUDART_LIBRARY": (("cuda_runtime", "lib", "libcudart.so.12"), ("cuda_runtime", "lib", "libcudart.so.13")),
+    "HVDLITE_CUDART_LIBRARY": (
+        ("cuda_runtime", "lib", "libcudart.so.12"),
+        ("cuda_runtime", "lib", "libcudart.so.13"),
+    ),
     "HVDLITE_NCCL_LIBRARY": (("nccl", "lib", "libnccl.so.2"),),
 }
 

@@ -21,6 +21,7 @@ Durable state (``hvd.elastic.run(checkpoint_dir=...)`` or ``hvdlite-run --checkp
 every N-th commit to a file (hvdlite/common/checkpoint.py), and the first entry into ``run`` loads the newest
 one, so a job started again after losing every worker goes on from there.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,8 +63,12 @@ def scope(job_id: str) -> str:
 def _client(env) -> Any:
     from hvdlite.common.rendezvous import RendezvousClient
 
-    return RendezvousClient(env["HVDLITE_RENDEZVOUS_ADDR"], int(env["HVDLITE_RENDEZVOUS_PORT"]),
-                            bytes.fromhex(env["HVDLITE_SECRET"]), timeout=30.0)
+    return RendezvousClient(
+        env["HVDLITE_RENDEZVOUS_ADDR"],
+        int(env["HVDLITE_RENDEZVOUS_PORT"]),
+        bytes.fromhex(env["HVDLITE_SECRET"]),
+        timeout=30.0,
+    )
 
 
 def _try_get(client, scope_name: str, key: str) -> Optional[bytes]:
@@ -84,8 +89,9 @@ def placement(env) -> Placement:
     global _last_round, _current_round
     job_id = env.get("HVDLITE_JOB_ID", "job")
     worker = env["HVDLITE_WORKER_ID"]
-    timeout = float(env.get("HVDLITE_ELASTIC_TIMEOUT") or env.get("HOROVOD_ELASTIC_TIMEOUT") or
-                    ELASTIC_TIMEOUT_DEFAULT)
+    timeout = float(
+        env.get("HVDLITE_ELASTIC_TIMEOUT") or env.get("HOROVOD_ELASTIC_TIMEOUT") or ELASTIC_TIMEOUT_DEFAULT
+    )
     client = _client(env)
     name = scope(job_id)
     if _last_round is not None:
@@ -98,13 +104,15 @@ def placement(env) -> Placement:
         client.put(name, f"ready.{target}.{worker}", b"1")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise TimeoutError(f"worker {worker}: not placed in a round within {timeout:.0f} s "
-                               "(HVDLITE_ELASTIC_TIMEOUT)")
+            raise TimeoutError(
+                f"worker {worker}: not placed in a round within {timeout:.0f} s (HVDLITE_ELASTIC_TIMEOUT)"
+            )
         try:
             formed = json.loads(client.get(name, f"round.{target}", wait=remaining))
         except TimeoutError:
-            raise TimeoutError(f"worker {worker}: round {target} was not formed within {timeout:.0f} s "
-                               "(HVDLITE_ELASTIC_TIMEOUT)") from None
+            raise TimeoutError(
+                f"worker {worker}: round {target} was not formed within {timeout:.0f} s (HVDLITE_ELASTIC_TIMEOUT)"
+            ) from None
         mine = formed["workers"].get(worker)
         if mine is not None:
             break
@@ -116,11 +124,19 @@ def placement(env) -> Placement:
             os.environ[prefix + key.upper()] = str(mine[key])
     log("debug", f"elastic round {target}: worker {worker} is rank {mine['rank']} of {mine['size']}", mine["rank"])
     return Placement(
-        rank=mine["rank"], size=mine["size"], local_rank=mine["local_rank"], local_size=mine["local_size"],
-        cross_rank=mine["cross_rank"], cross_size=mine["cross_size"], hostname=mine["hostname"], job_id=job_id,
+        rank=mine["rank"],
+        size=mine["size"],
+        local_rank=mine["local_rank"],
+        local_size=mine["local_size"],
+        cross_rank=mine["cross_rank"],
+        cross_size=mine["cross_size"],
+        hostname=mine["hostname"],
+        job_id=job_id,
         secret=bytes.fromhex(env.get("HVDLITE_SECRET", "")),
         rendezvous=(env["HVDLITE_RENDEZVOUS_ADDR"], int(env["HVDLITE_RENDEZVOUS_PORT"])),
-        method="elastic", exchange_scope=f"init.{job_id}.r{target}")
+        method="elastic",
+        exchange_scope=f"init.{job_id}.r{target}",
+    )
 
 
 def hosts_updated_since_round() -> bool:
@@ -169,8 +185,9 @@ class State:
         self.save()
         self._commits += 1
         if self._checkpoints is not None and self._commits % self._checkpoints.every == 0 and self._rank() == 0:
-            checkpoint.write(self._checkpoints.directory, self._commits, self._checkpoint_payload(),
-                             self._checkpoints.keep)
+            checkpoint.write(
+                self._checkpoints.directory, self._commits, self._checkpoint_payload(), self._checkpoints.keep
+            )
         self.check_host_updates()
 
     def use_checkpoints(self, settings: Optional[checkpoint.CheckpointSettings]) -> None:
@@ -222,7 +239,8 @@ class State:
 
     def sync(self) -> None:
         values, self._commits = self._bcast_object(
-            ({key: getattr(self, key) for key in self._known}, self._commits), 0)
+            ({key: getattr(self, key) for key in self._known}, self._commits), 0
+        )
         for key, value in values.items():
             setattr(self, key, value)
         self._save_attributes()
@@ -231,8 +249,14 @@ class State:
         self._saved = {key: copy.deepcopy(getattr(self, key)) for key in self._known}
 
 
-def run_fn(func: Optional[Callable], reset: Callable[[], None], *, checkpoint_dir: Optional[str] = None,
-           checkpoint_every: Optional[int] = None, checkpoint_keep: Optional[int] = None) -> Callable:
+def run_fn(
+    func: Optional[Callable],
+    reset: Callable[[], None],
+    *,
+    checkpoint_dir: Optional[str] = None,
+    checkpoint_every: Optional[int] = None,
+    checkpoint_keep: Optional[int] = None,
+) -> Callable:
     """``hvd.elastic.run``: calls ``func(state, ...)``; when a collective fails because a worker was lost, rolls
     the state back to its last commit, re-forms the job (``reset``: shutdown and init into the next round) and
     calls it again; likewise, without the roll-back, when workers were added or left. Outside an elastic job
@@ -243,13 +267,19 @@ def run_fn(func: Optional[Callable], reset: Callable[[], None], *, checkpoint_di
     call resumes from the newest one. ``func`` None: used as ``@run(checkpoint_dir=...)``, returns the
     decorator."""
     if func is None:
-        return functools.partial(run_fn, reset=reset, checkpoint_dir=checkpoint_dir,
-                                 checkpoint_every=checkpoint_every, checkpoint_keep=checkpoint_keep)
+        return functools.partial(
+            run_fn,
+            reset=reset,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            checkpoint_keep=checkpoint_keep,
+        )
 
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
-        state.use_checkpoints(checkpoint.CheckpointSettings.resolve(checkpoint_dir, checkpoint_every,
-                                                                    checkpoint_keep))
+        state.use_checkpoints(
+            checkpoint.CheckpointSettings.resolve(checkpoint_dir, checkpoint_every, checkpoint_keep)
+        )
         state.resume_from_checkpoint()
         skip_sync = False
         while True:

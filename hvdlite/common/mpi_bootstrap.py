@@ -1,5 +1,6 @@
 """Bootstrap under an MPI launcher (mpirun, mpiexec, srun with PMI) or from ``hvd.init(comm=...)``: the
 placement and the address exchange go through mpi4py collectives (see bootstrap.py for the protocol)."""
+
 import os
 import secrets
 import socket
@@ -29,7 +30,8 @@ def _mpi(env: Mapping[str, str]):
         found = ", ".join(f"{name}={env[name]}" for name in SIZE_VARIABLES if name in env) or "init(comm=...)"
         raise RuntimeError(
             f"hvdlite: this process runs under MPI ({found}) but mpi4py cannot be imported ({exc}); install it "
-            "with pip install 'hvdlite[mpi]', or start the job with hvdlite-run") from None
+            "with pip install 'hvdlite[mpi]', or start the job with hvdlite-run"
+        ) from None
     return MPI
 
 
@@ -42,16 +44,18 @@ def _communicator(MPI, comm):
         ranks = sorted(int(r) for r in comm)
         world = MPI.COMM_WORLD
         if world.Get_rank() not in ranks:
-            raise ValueError(f"hvdlite: init(comm={ranks}) called on COMM_WORLD rank {world.Get_rank()}, "
-                             "which is not in the list")
+            raise ValueError(
+                f"hvdlite: init(comm={ranks}) called on COMM_WORLD rank {world.Get_rank()}, which is not in the list"
+            )
         group = world.Get_group().Incl(ranks)
         try:
             return world.Create_group(group)
         finally:
             group.Free()
     if not (hasattr(comm, "Get_rank") and hasattr(comm, "allgather")):
-        raise TypeError(f"hvdlite: init(comm=...) expects an mpi4py communicator or a list of ranks, "
-                        f"got {type(comm).__name__}")
+        raise TypeError(
+            f"hvdlite: init(comm=...) expects an mpi4py communicator or a list of ranks, got {type(comm).__name__}"
+        )
     return comm
 
 
@@ -65,8 +69,17 @@ def placement(comm, env: Optional[Mapping[str, str]] = None) -> Placement:
     hostname = env.get("HVDLITE_HOSTNAME") or socket.gethostname()
     secret, job = comm.bcast((secrets.token_bytes(32), secrets.token_hex(6)) if rank == 0 else None, root=0)
     hosts = comm.allgather(hostname)
-    return Placement(rank=rank, size=size, hostname=hostname, job_id=f"mpi.{job}", secret=secret, method="mpi",
-                     multi_host=len(set(hosts)) > 1, peer_hosts=hosts, comm=comm)
+    return Placement(
+        rank=rank,
+        size=size,
+        hostname=hostname,
+        job_id=f"mpi.{job}",
+        secret=secret,
+        method="mpi",
+        multi_host=len(set(hosts)) > 1,
+        peer_hosts=hosts,
+        comm=comm,
+    )
 
 
 def allgather(placement: Placement, mine: dict) -> List[dict]:

@@ -7,6 +7,7 @@ needs it (``HVDLITE_CPU_OPERATIONS=mpi``, ``hvdlite-run --mpi``, ``hvd.mpi_built
 of the ``mpicc`` on PATH into a cache keyed by the source, the compiler and those flags, and every later job
 loads it from there. Ranks starting together take a file lock, so one compiles and the others wait.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -22,8 +23,10 @@ from typing import List, Optional, Tuple
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A wheel ships the plugin's source inside the package (setup.py copies it); a source checkout has it here.
-_SOURCE_DIRS = [os.path.join(_PACKAGE_DIR, "mpi_plugin"),
-                os.path.join(os.path.dirname(_PACKAGE_DIR), "hvdlite_core", "plugins", "mpi")]
+_SOURCE_DIRS = [
+    os.path.join(_PACKAGE_DIR, "mpi_plugin"),
+    os.path.join(os.path.dirname(_PACKAGE_DIR), "hvdlite_core", "plugins", "mpi"),
+]
 _SOURCE, _HEADER = "mpi_plugin.cc", "mpi_plugin_abi.h"
 PLUGIN_NAME = "_hvdlite_mpi.so"
 
@@ -58,8 +61,10 @@ def mpi_flags() -> Tuple[Optional[str], List[str], List[str]]:
         path = shutil.which(wrapper)
         if not path:
             continue
-        for compile_query, link_query, skip_first in (("--showme:compile", "--showme:link", False),
-                                                      ("-compile_info", "-link_info", True)):
+        for compile_query, link_query, skip_first in (
+            ("--showme:compile", "--showme:link", False),
+            ("-compile_info", "-link_info", True),
+        ):
             try:
                 compiled = subprocess.run([path, compile_query], capture_output=True, text=True, timeout=60)
                 linked = subprocess.run([path, link_query], capture_output=True, text=True, timeout=60)
@@ -98,8 +103,22 @@ def _build(folder: str, compiler: str, cflags: List[str], lflags: List[str], tar
     staging = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(target))
     try:
         output = os.path.join(staging, PLUGIN_NAME)
-        command = [compiler, "-std=c++17", "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-I", folder,
-                   *cflags, os.path.join(folder, _SOURCE), "-o", output, *lflags]
+        command = [
+            compiler,
+            "-std=c++17",
+            "-O2",
+            "-g0",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            "-I",
+            folder,
+            *cflags,
+            os.path.join(folder, _SOURCE),
+            "-o",
+            output,
+            *lflags,
+        ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -119,8 +138,10 @@ def _find_or_build() -> Tuple[Optional[str], Optional[str]]:
         return None, "this hvdlite installation lacks the MPI plugin's source (%s); reinstall hvdlite" % _SOURCE
     wrapper, cflags, lflags = mpi_flags()
     if wrapper is None:
-        return None, ("hvdlite compiles its MPI plugin on first use against the MPI whose compiler wrapper (mpicc) "
-                      "is on PATH, and none is; install an MPI with its development files: " + INSTALL_HINT)
+        return None, (
+            "hvdlite compiles its MPI plugin on first use against the MPI whose compiler wrapper (mpicc) "
+            "is on PATH, and none is; install an MPI with its development files: " + INSTALL_HINT
+        )
     compiler = _compiler()
     if compiler is None:
         return None, "no C++ compiler (c++, g++, clang++ or $CXX) to compile the MPI plugin against %s" % wrapper

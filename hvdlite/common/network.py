@@ -3,6 +3,7 @@
 Used by the launcher to decide which hosts are local and where ranks reach its rendezvous service, and by
 ranks (``HVDLITE_NETWORK_INTERFACE``) to pick the address they advertise. IPv4 only, standard library only.
 """
+
 from __future__ import annotations
 
 import fcntl

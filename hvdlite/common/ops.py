@@ -5,6 +5,7 @@ Results whose size is only known after negotiation (allgather, alltoall, reduces
 until the adapter allocates a framework tensor of the reported shape and copies them once (see
 docs/architecture.md, "Output buffers").
 """
+
 import itertools
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
@@ -17,8 +18,19 @@ Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4, Adasum: 5}
 
 # The core's hvdlite_dtype values (hvdlite.h), by NumPy/TensorFlow dtype name.
-DTYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5, "float32": 6,
-               "float64": 7, "bool": 8, "uint16": 9, "int16": 10}
+DTYPE_CODES = {
+    "uint8": 0,
+    "int8": 1,
+    "int32": 2,
+    "int64": 3,
+    "float16": 4,
+    "bfloat16": 5,
+    "float32": 6,
+    "float64": 7,
+    "bool": 8,
+    "uint16": 9,
+    "int16": 10,
+}
 
 
 def core_reduce_op(op) -> int:
@@ -37,8 +49,7 @@ def _request_buffers():
     """Per-thread request struct and shape array, reused across calls (allocation dominates a small enqueue)."""
     buffers = getattr(_local, "buffers", None)
     if buffers is None:
-        buffers = _local.buffers = (ffi.new("hvdlite_request*"), ffi.new("int64_t[]", _MAX_DIMS),
-                                    ffi.new("int64_t*"))
+        buffers = _local.buffers = (ffi.new("hvdlite_request*"), ffi.new("int64_t[]", _MAX_DIMS), ffi.new("int64_t*"))
     return buffers
 
 
@@ -79,16 +90,41 @@ def _prepared_request(key: tuple) -> tuple:
     return entry
 
 
-def enqueue(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int, output_ptr: int,
-            root_rank: int = -1, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
-            process_set_id: int = 0, splits: Optional[Sequence[int]] = None, device: int = -1,
-            stream: int = 0) -> int:
+def enqueue(
+    op: int,
+    name: Optional[str],
+    dtype: int,
+    shape: Sequence[int],
+    input_ptr: int,
+    output_ptr: int,
+    root_rank: int = -1,
+    reduce_op: int = 0,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    process_set_id: int = 0,
+    splits: Optional[Sequence[int]] = None,
+    device: int = -1,
+    stream: int = 0,
+) -> int:
     """Submits one operation to the core and returns its handle (the core copies everything it keeps).
     device >= 0: the buffers are CUDA memory on that device, produced on ``stream`` (a cudaStream_t as an int;
     0: the legacy default stream), and the NCCL data plane runs the operation."""
     if splits is None and name and len(shape) <= _MAX_DIMS and device < 0:
-        request = _prepared_request((op, name, dtype, tuple(shape), input_ptr, output_ptr, root_rank, reduce_op,
-                                     prescale, postscale, process_set_id))[0]
+        request = _prepared_request(
+            (
+                op,
+                name,
+                dtype,
+                tuple(shape),
+                input_ptr,
+                output_ptr,
+                root_rank,
+                reduce_op,
+                prescale,
+                postscale,
+                process_set_id,
+            )
+        )[0]
         handle = _request_buffers()[2]
         check(lib.hvdlite_enqueue(request, handle))
         return handle[0]
@@ -223,20 +259,56 @@ def wait_and_release(handle: int, keep_alive) -> None:
 _enqueue_and_wait = lib.hvdlite_enqueue_and_wait  # bound once: a cffi attribute lookup costs 0.1 us a call
 
 
-def enqueue_and_wait(op: int, name: Optional[str], dtype: int, shape: Sequence[int], input_ptr: int,
-                     output_ptr: int, root_rank: int, reduce_op: int, prescale: float, postscale: float,
-                     process_set_id: int, keep_alive) -> Optional[tuple]:
+def enqueue_and_wait(
+    op: int,
+    name: Optional[str],
+    dtype: int,
+    shape: Sequence[int],
+    input_ptr: int,
+    output_ptr: int,
+    root_rank: int,
+    reduce_op: int,
+    prescale: float,
+    postscale: float,
+    process_set_id: int,
+    keep_alive,
+) -> Optional[tuple]:
     """enqueue() then wait_and_release() for a synchronous host-memory operation whose result lands in the
     caller's buffers, in one call into the core when it finishes within a wait slice (an 8-byte allreduce: two
     fewer foreign calls and no handle bookkeeping in Python). Returns the prepared request it submitted, which a
     caller may keep under a cheaper key of its own and submit again with run_prepared(); None for an unnamed
     operation or one of over 64 dimensions, which are not prepared."""
     if not name or len(shape) > _MAX_DIMS:
-        wait_and_release(enqueue(op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale,
-                                 postscale, process_set_id), keep_alive)
+        wait_and_release(
+            enqueue(
+                op,
+                name,
+                dtype,
+                shape,
+                input_ptr,
+                output_ptr,
+                root_rank,
+                reduce_op,
+                prescale,
+                postscale,
+                process_set_id,
+            ),
+            keep_alive,
+        )
         return None
-    key = (op, name, dtype, shape if isinstance(shape, tuple) else tuple(shape),  # torch.Size is a tuple
-           input_ptr, output_ptr, root_rank, reduce_op, prescale, postscale, process_set_id)
+    key = (
+        op,
+        name,
+        dtype,
+        shape if isinstance(shape, tuple) else tuple(shape),  # torch.Size is a tuple
+        input_ptr,
+        output_ptr,
+        root_rank,
+        reduce_op,
+        prescale,
+        postscale,
+        process_set_id,
+    )
     prepared = _prepared.get(key) or _prepared_request(key)
     run_prepared(prepared[0], keep_alive)
     return prepared

@@ -3,6 +3,7 @@
 A leaf module: the mechanisms (mpi_bootstrap, cluster_bootstrap) and the dispatcher (bootstrap) import it, it
 imports none of them.
 """
+
 import dataclasses
 import os
 import sys
@@ -25,8 +26,8 @@ class Placement:
     secret: bytes = b""
     rendezvous: Optional[tuple] = None  # (host, port)
     method: str = "single"
-    serve_rendezvous: bool = False      # this rank runs the rendezvous service (rank 0 under torchrun/Slurm)
-    multi_host: bool = False            # known to span hosts: a loopback address would be unreachable
+    serve_rendezvous: bool = False  # this rank runs the rendezvous service (rank 0 under torchrun/Slurm)
+    multi_host: bool = False  # known to span hosts: a loopback address would be unreachable
     peer_hosts: Optional[List[str]] = None  # every rank's host, when known before the exchange (MPI)
     comm: Any = dataclasses.field(default=None, repr=False, compare=False)  # mpi4py communicator (MPI)
     exchange_scope: Optional[str] = None  # rendezvous scope of the address exchange (elastic: per round)

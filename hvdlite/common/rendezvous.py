@@ -102,20 +102,17 @@ def _body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def sign_request(secret: bytes, method: str, path: str, timestamp: str,
-                 nonce: str, body: bytes = b"") -> str:
+def sign_request(secret: bytes, method: str, path: str, timestamp: str, nonce: str, body: bytes = b"") -> str:
     """Return the hex HMAC-SHA256 that authenticates one request.
 
     ``path`` is the request target exactly as sent on the request line,
     query string included (e.g. ``/kv/job/0?wait=30.000``).
     """
-    message = "\n".join(
-        (method.upper(), path, timestamp, nonce, _body_digest(body)))
+    message = "\n".join((method.upper(), path, timestamp, nonce, _body_digest(body)))
     return hmac.new(secret, message.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def _auth_headers(secret: bytes, method: str, path: str,
-                  body: bytes) -> Dict[str, str]:
+def _auth_headers(secret: bytes, method: str, path: str, body: bytes) -> Dict[str, str]:
     """Fresh timestamp, nonce and MAC headers for one request attempt."""
     timestamp = "%.6f" % time.time()
     nonce = secrets.token_hex(16)
@@ -140,8 +137,7 @@ def _check_name(what: str, name: str) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError("rendezvous %s must be a non-empty string" % what)
     if len(name) > MAX_NAME_LENGTH:
-        raise ValueError("rendezvous %s is longer than %d characters"
-                         % (what, MAX_NAME_LENGTH))
+        raise ValueError("rendezvous %s is longer than %d characters" % (what, MAX_NAME_LENGTH))
 
 
 class RendezvousError(RuntimeError):
@@ -155,6 +151,7 @@ class RendezvousError(RuntimeError):
 # ---------------------------------------------------------------------------
 # Server
 # ---------------------------------------------------------------------------
+
 
 class _RequestRejected(Exception):
     """Raised inside the handler to answer with an error status."""
@@ -173,8 +170,7 @@ class _Store:
         self._cond = threading.Condition(self._lock)
         self._data: Dict[str, Dict[str, bytes]] = {}
         # nonce -> monotonic time first seen, in insertion (= time) order.
-        self._nonces: "collections.OrderedDict[str, float]" = (
-            collections.OrderedDict())
+        self._nonces: "collections.OrderedDict[str, float]" = collections.OrderedDict()
         self._closed = False
 
     # -- nonces -------------------------------------------------------------
@@ -204,6 +200,7 @@ class _Store:
 
     def get(self, scope: str, key: str, wait: float) -> Optional[bytes]:
         """Value of scope/key, waiting up to ``wait`` seconds for it."""
+
         def lookup() -> Optional[bytes]:
             return self._data.get(scope, {}).get(key)
 
@@ -264,11 +261,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             super().handle()
         except OSError as exc:  # resets, broken pipes, socket timeouts
-            logger.debug("connection from %s dropped: %s",
-                         self.client_address, exc)
+            logger.debug("connection from %s dropped: %s", self.client_address, exc)
         except Exception:  # pragma: no cover - would be a bug in this module
-            logger.exception("unexpected error while serving %s",
-                             self.client_address)
+            logger.exception("unexpected error while serving %s", self.client_address)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002
         logger.debug("%s - %s", self.address_string(), format % args)
@@ -281,8 +276,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # Never do reverse DNS lookups.
         return str(self.client_address[0])
 
-    def _reply(self, status: int, body: bytes = b"",
-               content_type: str = "application/octet-stream") -> None:
+    def _reply(self, status: int, body: bytes = b"", content_type: str = "application/octet-stream") -> None:
         self.send_response(status)
         if body or status not in (204, 304):
             self.send_header("Content-Type", content_type)
@@ -298,12 +292,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._authenticate(body)
             self._serve(body)
         except _RequestRejected as rejected:
-            logger.debug("%s %s rejected from %s: %d %s", self.command,
-                         self.path, self.client_address[0], rejected.status,
-                         rejected.reason)
-            self._reply(rejected.status,
-                        (rejected.reason + "\n").encode("utf-8"),
-                        "text/plain; charset=utf-8")
+            logger.debug(
+                "%s %s rejected from %s: %d %s",
+                self.command,
+                self.path,
+                self.client_address[0],
+                rejected.status,
+                rejected.reason,
+            )
+            self._reply(rejected.status, (rejected.reason + "\n").encode("utf-8"), "text/plain; charset=utf-8")
 
     do_GET = do_PUT = do_DELETE = _dispatch
 
@@ -323,8 +320,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise _RequestRejected(400, "bad Content-Length")
         if length > MAX_BODY_SIZE:
             # Do not read (or buffer) the oversized body at all.
-            raise _RequestRejected(413, "body larger than %d bytes"
-                                   % MAX_BODY_SIZE)
+            raise _RequestRejected(413, "body larger than %d bytes" % MAX_BODY_SIZE)
         body = self.rfile.read(length)
         if len(body) != length:
             raise _RequestRejected(400, "truncated body")
@@ -336,15 +332,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         mac = self.headers.get(HEADER_AUTH)
         if not timestamp or not nonce or not mac:
             raise _RequestRejected(403, "missing authentication headers")
-        if not (MIN_NONCE_LENGTH <= len(nonce) <= MAX_NONCE_LENGTH
-                and set(nonce) <= _HEX_DIGITS):
+        if not (MIN_NONCE_LENGTH <= len(nonce) <= MAX_NONCE_LENGTH and set(nonce) <= _HEX_DIGITS):
             raise _RequestRejected(403, "malformed nonce")
-        expected = sign_request(self.server.secret, self.command, self.path,
-                                timestamp, nonce, body)
+        expected = sign_request(self.server.secret, self.command, self.path, timestamp, nonce, body)
         # Constant-time comparison; encode so non-ASCII header garbage cannot
         # raise TypeError inside compare_digest.
-        if not hmac.compare_digest(expected.encode("ascii"),
-                                   mac.strip().encode("utf-8", "replace")):
+        if not hmac.compare_digest(expected.encode("ascii"), mac.strip().encode("utf-8", "replace")):
             raise _RequestRejected(403, "bad signature")
         # The MAC covers the timestamp and nonce, so they can only be checked
         # meaningfully (and the nonce only be recorded) once it is verified.
@@ -376,8 +369,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raise _RequestRejected(400, "malformed path")
             names.append(name)
         try:
-            query = urllib.parse.parse_qs(parts.query, strict_parsing=False,
-                                          max_num_fields=8)
+            query = urllib.parse.parse_qs(parts.query, strict_parsing=False, max_num_fields=8)
         except ValueError:
             raise _RequestRejected(400, "malformed query") from None
         return names, query
@@ -425,8 +417,7 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     # makes excess SYNs wait for a retransmit.
     request_queue_size = 128
 
-    def __init__(self, address: Tuple[str, int], secret: bytes,
-                 store: _Store) -> None:
+    def __init__(self, address: Tuple[str, int], secret: bytes, store: _Store) -> None:
         self.secret = secret
         self.store = store
         if ":" in address[0]:
@@ -459,8 +450,7 @@ class RendezvousServer:
     It can also be used as a context manager (``with RendezvousServer(...)``).
     """
 
-    def __init__(self, secret: bytes, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(self, secret: bytes, host: str = "127.0.0.1", port: int = 0) -> None:
         if not isinstance(secret, (bytes, bytearray)) or not secret:
             raise ValueError("secret must be non-empty bytes")
         self._secret = bytes(secret)
@@ -474,11 +464,10 @@ class RendezvousServer:
         """Bind the socket and start serving; returns ``self``."""
         if self._httpd is not None:
             raise RuntimeError("rendezvous server already started")
-        self._httpd = _HTTPServer((self._host, self._port), self._secret,
-                                  self._store)
+        self._httpd = _HTTPServer((self._host, self._port), self._secret, self._store)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-            name="hvdlite-rendezvous", daemon=True)
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="hvdlite-rendezvous", daemon=True
+        )
         self._thread.start()
         logger.debug("rendezvous server listening on %s:%d", *self.address)
         return self
@@ -496,8 +485,8 @@ class RendezvousServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
-        httpd.shutdown()          # waits for serve_forever() to return
-        self._store.close()       # releases pending long-polls
+        httpd.shutdown()  # waits for serve_forever() to return
+        self._store.close()  # releases pending long-polls
         httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
@@ -528,6 +517,7 @@ class RendezvousServer:
 # Client
 # ---------------------------------------------------------------------------
 
+
 class RendezvousClient:
     """Client for :class:`RendezvousServer`.
 
@@ -539,8 +529,7 @@ class RendezvousClient:
     #: Extra socket-timeout slack on top of the server-side long-poll time.
     _POLL_SLACK = 10.0
 
-    def __init__(self, host: str, port: int, secret: bytes,
-                 timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, secret: bytes, timeout: float = 30.0) -> None:
         if not isinstance(secret, (bytes, bytearray)) or not secret:
             raise ValueError("secret must be non-empty bytes")
         self.host = host
@@ -575,16 +564,14 @@ class RendezvousClient:
             remaining = max(0.0, deadline - time.monotonic())
             poll = min(remaining, MAX_WAIT)
             status, body = self._request(
-                "GET", "%s?wait=%.3f" % (base, poll), b"",
-                read_timeout=poll + self._POLL_SLACK)
+                "GET", "%s?wait=%.3f" % (base, poll), b"", read_timeout=poll + self._POLL_SLACK
+            )
             if status == 200:
                 return body
             if status != 404:
                 self._expect(status, body, (200,), "GET", scope, key)
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    "rendezvous key %r in scope %r not available after %.1f s"
-                    % (key, scope, wait))
+                raise TimeoutError("rendezvous key %r in scope %r not available after %.1f s" % (key, scope, wait))
 
     def delete_scope(self, scope: str) -> None:
         """Remove ``scope`` and all its keys (no error if absent)."""
@@ -594,18 +581,16 @@ class RendezvousClient:
     # -- plumbing -----------------------------------------------------------
 
     @staticmethod
-    def _expect(status: int, body: bytes, ok: Tuple[int, ...], method: str,
-                scope: str, key: Optional[str]) -> None:
+    def _expect(status: int, body: bytes, ok: Tuple[int, ...], method: str, scope: str, key: Optional[str]) -> None:
         if status in ok:
             return
         what = scope if key is None else "%s/%s" % (scope, key)
         detail = body.decode("utf-8", "replace").strip()
-        raise RendezvousError(
-            "rendezvous %s %s failed: HTTP %d %s" % (method, what, status,
-                                                     detail), status)
+        raise RendezvousError("rendezvous %s %s failed: HTTP %d %s" % (method, what, status, detail), status)
 
-    def _request(self, method: str, path: str, body: bytes,
-                 read_timeout: Optional[float] = None) -> Tuple[int, bytes]:
+    def _request(
+        self, method: str, path: str, body: bytes, read_timeout: Optional[float] = None
+    ) -> Tuple[int, bytes]:
         """Send one signed request; retry while the server refuses."""
         deadline = time.monotonic() + self.timeout
         delay = 0.05
@@ -615,9 +600,7 @@ class RendezvousClient:
             headers["Content-Length"] = str(len(body))
             if body:
                 headers["Content-Type"] = "application/octet-stream"
-            conn = http.client.HTTPConnection(
-                self.host, self.port,
-                timeout=max(self.timeout, read_timeout or 0.0))
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=max(self.timeout, read_timeout or 0.0))
             try:
                 conn.request(method, path, body=body, headers=headers)
                 response = conn.getresponse()
@@ -626,15 +609,15 @@ class RendezvousClient:
                 if time.monotonic() + delay > deadline:
                     raise ConnectionRefusedError(
                         "rendezvous server %s:%d refused connections for "
-                        "%.1f s" % (self.host, self.port, self.timeout)) from None
+                        "%.1f s" % (self.host, self.port, self.timeout)
+                    ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
             finally:
                 conn.close()
 
 
-def client_from_env(environ: Optional[Mapping[str, str]] = None,
-                    timeout: float = 30.0) -> RendezvousClient:
+def client_from_env(environ: Optional[Mapping[str, str]] = None, timeout: float = 30.0) -> RendezvousClient:
     """Client built from the variables the launcher gives each rank.
 
     Reads ``HVDLITE_RENDEZVOUS_ADDR``, ``HVDLITE_RENDEZVOUS_PORT`` and
@@ -646,13 +629,13 @@ def client_from_env(environ: Optional[Mapping[str, str]] = None,
         port = int(env["HVDLITE_RENDEZVOUS_PORT"])
         secret = bytes.fromhex(env["HVDLITE_SECRET"])
     except KeyError as exc:
-        raise RuntimeError("%s is not set; was this process started by an "
-                           "hvdlite launcher?" % exc.args[0]) from None
+        raise RuntimeError("%s is not set; was this process started by an hvdlite launcher?" % exc.args[0]) from None
     return RendezvousClient(addr, port, secret, timeout=timeout)
 
 
-def exchange_all(client: RendezvousClient, scope: str, rank: int, size: int,
-                 value: bytes, timeout: float) -> List[bytes]:
+def exchange_all(
+    client: RendezvousClient, scope: str, rank: int, size: int, value: bytes, timeout: float
+) -> List[bytes]:
     """All-gather of one small value per rank through the rendezvous store.
 
     Publishes ``value`` under key ``str(rank)`` in ``scope``, then returns

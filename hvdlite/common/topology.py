@@ -3,6 +3,7 @@
 Shared by everything that forms a job (the launcher, the Ray executor) and by the ranks' own bootstrap under
 MPI, torchrun and Slurm, which learn the hosts only by exchanging them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,9 +45,15 @@ def topology_for_hosts(hosts: Sequence[str]) -> List[RankInfo]:
     for rank, host in enumerate(hosts):
         local_rank = seen_on_host.get(host, 0)
         seen_on_host[host] = local_rank + 1
-        infos.append(RankInfo(
-            rank=rank, size=len(hosts),
-            local_rank=local_rank, local_size=ranks_on_host[host],
-            cross_rank=host_order[host], cross_size=len(host_order),
-            hostname=host))
+        infos.append(
+            RankInfo(
+                rank=rank,
+                size=len(hosts),
+                local_rank=local_rank,
+                local_size=ranks_on_host[host],
+                cross_rank=host_order[host],
+                cross_size=len(host_order),
+                hostname=host,
+            )
+        )
     return infos

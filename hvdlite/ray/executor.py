@@ -16,6 +16,7 @@ A failure is never a hang: when a function raises on one worker, the others are 
 waiting for it, so the executor kills every actor of the job and raises WorkerError naming the rank, with the
 worker's traceback. ``start()`` can then form a new job.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,6 +41,7 @@ class RaySettings:
     (rendezvous and connections: HVDLITE_START_TIMEOUT), ``placement_group_timeout_s`` the wait for the
     cluster to grant the workers' resources. The ssh fields are kept for Horovod scripts and not used: Ray
     starts the processes, so nothing logs in anywhere."""
+
     timeout_s: float = 300
     placement_group_timeout_s: float = 100
     ssh_identity_file: Optional[str] = None
@@ -52,12 +54,23 @@ class RayExecutor:
 
     @classmethod
     def create_settings(cls, timeout_s, ssh_identity_file=None, ssh_str=None, placement_group_timeout_s=100):
-        return RaySettings(timeout_s=timeout_s, placement_group_timeout_s=placement_group_timeout_s,
-                           ssh_identity_file=ssh_identity_file, ssh_str=ssh_str)
+        return RaySettings(
+            timeout_s=timeout_s,
+            placement_group_timeout_s=placement_group_timeout_s,
+            ssh_identity_file=ssh_identity_file,
+            ssh_str=ssh_str,
+        )
 
-    def __init__(self, settings, num_workers: Optional[int] = None, num_hosts: Optional[int] = None,
-                 num_workers_per_host: int = 1, cpus_per_worker: float = 1, use_gpu: bool = False,
-                 gpus_per_worker: Optional[float] = None):
+    def __init__(
+        self,
+        settings,
+        num_workers: Optional[int] = None,
+        num_hosts: Optional[int] = None,
+        num_workers_per_host: int = 1,
+        cpus_per_worker: float = 1,
+        use_gpu: bool = False,
+        gpus_per_worker: Optional[float] = None,
+    ):
         if gpus_per_worker and not use_gpu:
             raise ValueError("gpus_per_worker is set but use_gpu is False; set use_gpu=True to reserve GPUs")
         if (num_workers is None) == (num_hosts is None):
@@ -69,7 +82,7 @@ class RayExecutor:
         self.cpus_per_worker = cpus_per_worker
         self.use_gpu = use_gpu
         self.gpus_per_worker = (gpus_per_worker or 1) if use_gpu else 0
-        self.workers: List[Any] = []       # actor handles, in rank order
+        self.workers: List[Any] = []  # actor handles, in rank order
         self.nodes: List[Dict[str, Any]] = []  # each rank's node (ip, hostname, pid)
         self._placement_group = None
         self._rendezvous: Optional[RendezvousServer] = None
@@ -79,11 +92,17 @@ class RayExecutor:
     def _strategy(self) -> strategies.Strategy:
         if self.num_workers is not None:
             return strategies.pack(self.num_workers, self.cpus_per_worker, self.gpus_per_worker)
-        return strategies.colocated(self.num_hosts, self.num_workers_per_host, self.cpus_per_worker,
-                                    self.gpus_per_worker)
+        return strategies.colocated(
+            self.num_hosts, self.num_workers_per_host, self.cpus_per_worker, self.gpus_per_worker
+        )
 
-    def start(self, executable_cls: Optional[type] = None, executable_args: Optional[Sequence] = None,
-              executable_kwargs: Optional[Dict] = None, extra_env_vars: Optional[Dict[str, str]] = None) -> None:
+    def start(
+        self,
+        executable_cls: Optional[type] = None,
+        executable_args: Optional[Sequence] = None,
+        executable_kwargs: Optional[Dict] = None,
+        extra_env_vars: Optional[Dict[str, str]] = None,
+    ) -> None:
         """Reserves the workers, starts them, and hands each its rank's environment; with ``executable_cls``
         every worker builds ``executable_cls(*executable_args, **executable_kwargs)`` for ``execute``."""
         import ray
@@ -102,12 +121,17 @@ class RayExecutor:
             self.shutdown()
             raise TimeoutError(
                 f"the Ray cluster did not grant {plan.num_workers} workers ({plan.strategy} of {plan.bundles}) "
-                f"within {self.settings.placement_group_timeout_s} s; available: {ray.available_resources()}")
+                f"within {self.settings.placement_group_timeout_s} s; available: {ray.available_resources()}"
+            )
         actor = ray.remote(Worker)
-        started = [actor.options(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
-                                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                     group, placement_group_bundle_index=bundle)).remote()
-                   for bundle in plan.bundle_of_worker]
+        started = [
+            actor.options(
+                num_cpus=self.cpus_per_worker,
+                num_gpus=self.gpus_per_worker,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle),
+            ).remote()
+            for bundle in plan.bundle_of_worker
+        ]
         nodes = ray.get([w.node.remote() for w in started])
         # A node's identity is the address it registered with the cluster: two nodes on one machine with
         # different addresses count as two hosts, as they would on two machines.
@@ -131,17 +155,24 @@ class RayExecutor:
         infos = topology_for_hosts([node["ip"] for node in self.nodes])
         calls = []
         for info, worker, node in zip(infos, self.workers, self.nodes):
-            env = build_rank_env(info, rendezvous_addr=driver_ip, rendezvous_port=port, secret=job_secret,
-                                 job_id=job_id, base_env={})
+            env = build_rank_env(
+                info, rendezvous_addr=driver_ip, rendezvous_port=port, secret=job_secret, job_id=job_id, base_env={}
+            )
             env["HVDLITE_ADVERTISE_ADDR"] = node["ip"]  # Ray knows which address reaches this node
             env["HVDLITE_START_TIMEOUT"] = str(int(self.settings.timeout_s))
             env.update(extra_env_vars or {})
             calls.append(worker.set_env.remote(env))
-            calls.append(worker.start_executable.remote(executable_cls, list(executable_args or []),
-                                                        dict(executable_kwargs or {})))
+            calls.append(
+                worker.start_executable.remote(
+                    executable_cls, list(executable_args or []), dict(executable_kwargs or {})
+                )
+            )
         self._gather(calls, ranks=[r for r in range(len(self.workers)) for _ in (0, 1)])
-        log("info", f"RayExecutor: {len(self.workers)} workers on {len(host_order)} hosts "
-                    f"({', '.join(host_order)}); rendezvous at {driver_ip}:{port}")
+        log(
+            "info",
+            f"RayExecutor: {len(self.workers)} workers on {len(host_order)} hosts "
+            f"({', '.join(host_order)}); rendezvous at {driver_ip}:{port}",
+        )
 
     def shutdown(self) -> None:
         """Stops every worker and releases their resources. Safe to call more than once."""
@@ -169,11 +200,14 @@ class RayExecutor:
 
     def _require_started(self) -> None:
         if not self.workers:
-            raise RuntimeError("the RayExecutor is not started (call start() first; a failed function stops "
-                               "every worker, and start() forms a new job)")
+            raise RuntimeError(
+                "the RayExecutor is not started (call start() first; a failed function stops "
+                "every worker, and start() forms a new job)"
+            )
 
-    def run_remote(self, fn: Callable[..., Any], args: Optional[Sequence] = None,
-                   kwargs: Optional[Dict] = None) -> list:
+    def run_remote(
+        self, fn: Callable[..., Any], args: Optional[Sequence] = None, kwargs: Optional[Dict] = None
+    ) -> list:
         """``fn(*args, **kwargs)`` on every worker; returns the ObjectRefs in rank order (for ``ray.get``; a
         failure there does not stop the other workers: ``run`` does)."""
         self._require_started()
@@ -210,7 +244,12 @@ class RayExecutor:
                 rank = ranks[index[done[0]]]
                 self.shutdown()
                 cause = getattr(error, "cause", None)
-                raise WorkerError(f"hvdlite RayExecutor: rank {rank} failed"
-                                  + (f" with {type(cause).__name__}: {cause}" if cause is not None else "")
-                                  + f"; every worker was stopped.\n{error}", rank, 1, str(error)) from error
+                raise WorkerError(
+                    f"hvdlite RayExecutor: rank {rank} failed"
+                    + (f" with {type(cause).__name__}: {cause}" if cause is not None else "")
+                    + f"; every worker was stopped.\n{error}",
+                    rank,
+                    1,
+                    str(error),
+                ) from error
         return ray.get(refs)

@@ -8,6 +8,7 @@ colocated   ``num_hosts`` bundles of ``num_workers_per_host`` workers each, stra
 Either way the group is reserved before any worker starts, so a cluster without room fails at once with the
 resources it lacked instead of starting half a job.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,8 @@ from typing import Dict, List
 @dataclasses.dataclass(frozen=True)
 class Strategy:
     bundles: List[Dict[str, float]]
-    strategy: str                  # Ray's placement strategy
-    bundle_of_worker: List[int]    # worker index -> bundle index
+    strategy: str  # Ray's placement strategy
+    bundle_of_worker: List[int]  # worker index -> bundle index
 
     @property
     def num_workers(self) -> int:
@@ -35,15 +36,21 @@ def _resources(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> 
 def pack(num_workers: int, cpus_per_worker: float, gpus_per_worker: float) -> Strategy:
     if num_workers < 1:
         raise ValueError(f"num_workers must be at least 1, got {num_workers}")
-    return Strategy(bundles=[_resources(1, cpus_per_worker, gpus_per_worker) for _ in range(num_workers)],
-                    strategy="PACK", bundle_of_worker=list(range(num_workers)))
+    return Strategy(
+        bundles=[_resources(1, cpus_per_worker, gpus_per_worker) for _ in range(num_workers)],
+        strategy="PACK",
+        bundle_of_worker=list(range(num_workers)),
+    )
 
 
-def colocated(num_hosts: int, num_workers_per_host: int, cpus_per_worker: float,
-              gpus_per_worker: float) -> Strategy:
+def colocated(num_hosts: int, num_workers_per_host: int, cpus_per_worker: float, gpus_per_worker: float) -> Strategy:
     if num_hosts < 1 or num_workers_per_host < 1:
-        raise ValueError(f"num_hosts and num_workers_per_host must be at least 1, got {num_hosts} and "
-                         f"{num_workers_per_host}")
+        raise ValueError(
+            f"num_hosts and num_workers_per_host must be at least 1, got {num_hosts} and {num_workers_per_host}"
+        )
     bundle = _resources(num_workers_per_host, cpus_per_worker, gpus_per_worker)
-    return Strategy(bundles=[dict(bundle) for _ in range(num_hosts)], strategy="STRICT_SPREAD",
-                    bundle_of_worker=[w // num_workers_per_host for w in range(num_hosts * num_workers_per_host)])
+    return Strategy(
+        bundles=[dict(bundle) for _ in range(num_hosts)],
+        strategy="STRICT_SPREAD",
+        bundle_of_worker=[w // num_workers_per_host for w in range(num_hosts * num_workers_per_host)],
+    )

@@ -1,5 +1,6 @@
 """The Ray actor behind each rank of a RayExecutor: a long-lived process that takes the job's environment,
 optionally builds the user's executable object, and runs functions in it."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,11 @@ class Worker:
         with), hostname and pid."""
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
-                "pid": os.getpid()}
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
 
     def set_env(self, env: Dict[str, str]) -> None:
         os.environ.update(env)

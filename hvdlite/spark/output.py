@@ -8,6 +8,7 @@ wait for their end, progress bars drawn with ``\\r`` become whole lines at most 
 ``HVDLITE_PROGRESS_INTERVAL`` seconds, colours pass through). A Spark driver's console is a notebook or a log
 far more often than a terminal, so there is no in-place drawing here.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,7 @@ from hvdlite.runner.api import LineSink, LineSplitter, progress_interval, rank_p
 
 
 class RankOutput:
-    def __init__(self, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
-                 timestamps: bool = False):
+    def __init__(self, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None, timestamps: bool = False):
         self._streams = {"stdout": stdout, "stderr": stderr}
         self._timestamps = timestamps
         interval = progress_interval()
@@ -42,6 +42,7 @@ class RankOutput:
                     stream.flush()
             except (OSError, ValueError):
                 pass  # a closed stream must not fail the job
+
         return write
 
     def _prefix(self, key: Tuple[int, str]) -> bytes:

@@ -17,6 +17,7 @@ A rank's output travels in batches, each in a scope of its own, ``hvdlite.spark.
 up in the driver's memory. A batch is a sequence of frames: one byte for the stream (0 stdout, 1 stderr),
 four bytes of length (big-endian), the bytes as the rank wrote them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,8 @@ class TaskSpec:
     secret: bytes
     job_id: str
     start_timeout: float
-    executable: Optional[str] = None   # the rank's Python; None: the one Spark runs the task with
-    output_interval: float = 0.2       # seconds a task collects its rank's output before sending it
+    executable: Optional[str] = None  # the rank's Python; None: the one Spark runs the task with
+    output_interval: float = 0.2  # seconds a task collects its rank's output before sending it
 
 
 def task_key(index: int) -> str:
@@ -75,7 +76,7 @@ def decode_output(batch: bytes) -> Iterator[Tuple[str, bytes]]:
     while offset < len(batch):
         stream, length = _FRAME.unpack_from(batch, offset)
         offset += _FRAME.size
-        yield STREAMS[stream], batch[offset:offset + length]
+        yield STREAMS[stream], batch[offset : offset + length]
         offset += length
 
 

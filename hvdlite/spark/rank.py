@@ -5,6 +5,7 @@ It runs ``hvdlite.run(fn)``'s rank program (``hvdlite.runner.api.run_rank_functi
 the task's: when Spark kills the task's Python worker (a cancelled job, a lost executor), the kernel kills this
 process too (``PR_SET_PDEATHSIG``), so no rank outlives its task. ``--job`` only names the job on the command line.
 """
+
 import argparse
 import ctypes
 import os

@@ -18,6 +18,7 @@ How a run goes:
    is stopped (the others are probably blocked in a collective waiting for it), the Spark job ends, and
    ``RunError`` names the failing rank with its traceback.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,12 +51,23 @@ FAILURE_SETTLE_SECONDS = 1.0
 _POLL_SECONDS = 0.05
 
 
-def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None,
-        num_proc: Optional[int] = None, start_timeout: Optional[float] = None,
-        use_mpi: Optional[bool] = None, use_gloo: Optional[bool] = None,
-        extra_mpi_args: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-        stdout=None, stderr=None, verbose: int = 1, nics: Optional[Union[str, Iterable[str]]] = None,
-        prefix_output_with_timestamp: bool = False, executable: Optional[str] = None) -> List[Any]:
+def run(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Optional[Mapping[str, Any]] = None,
+    num_proc: Optional[int] = None,
+    start_timeout: Optional[float] = None,
+    use_mpi: Optional[bool] = None,
+    use_gloo: Optional[bool] = None,
+    extra_mpi_args: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    stdout=None,
+    stderr=None,
+    verbose: int = 1,
+    nics: Optional[Union[str, Iterable[str]]] = None,
+    prefix_output_with_timestamp: bool = False,
+    executable: Optional[str] = None,
+) -> List[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks, one per Spark task, and returns the results in rank
     order. ``fn`` calls ``hvd.init()`` itself, as a training script does.
 
@@ -83,18 +95,23 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
     import pyspark
 
     if use_mpi:
-        raise ValueError("hvdlite.spark.run: use_mpi=True is not supported: the ranks run in Spark tasks and "
-                         "connect through hvdlite's own transport (the Gloo mode of Horovod); no mpirun is "
-                         "involved. Leave use_mpi unset.")
+        raise ValueError(
+            "hvdlite.spark.run: use_mpi=True is not supported: the ranks run in Spark tasks and "
+            "connect through hvdlite's own transport (the Gloo mode of Horovod); no mpirun is "
+            "involved. Leave use_mpi unset."
+        )
     if extra_mpi_args:
-        raise ValueError(f"hvdlite.spark.run: extra_mpi_args={extra_mpi_args!r} cannot take effect: no mpirun is "
-                         "involved (the ranks run in Spark tasks). Pass environment variables with env=, "
-                         "tuning knobs as HVDLITE_* variables in env=.")
+        raise ValueError(
+            f"hvdlite.spark.run: extra_mpi_args={extra_mpi_args!r} cannot take effect: no mpirun is "
+            "involved (the ranks run in Spark tasks). Pass environment variables with env=, "
+            "tuning knobs as HVDLITE_* variables in env=."
+        )
     del use_gloo  # hvdlite's transport is always used; any value is fine
     spark_context = pyspark.SparkContext._active_spark_context
     if spark_context is None:
-        raise RuntimeError("hvdlite.spark.run: could not find an active SparkContext; are you running in a "
-                           "PySpark session?")
+        raise RuntimeError(
+            "hvdlite.spark.run: could not find an active SparkContext; are you running in a PySpark session?"
+        )
     if num_proc is None:
         num_proc = spark_context.defaultParallelism
         _log(verbose, 1, "running %d processes (inferred from spark.default.parallelism)", num_proc)
@@ -108,8 +125,16 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Mappi
         raise ValueError(f"hvdlite.spark.run: start_timeout must be positive, got {start_timeout}")
     nic_list = [nic.strip() for nic in (nics.split(",") if isinstance(nics, str) else nics or []) if nic.strip()]
 
-    job = _Run(spark_context, num_proc, float(start_timeout), nic_list, dict(env or {}), executable,
-                    RankOutput(stdout, stderr, prefix_output_with_timestamp), verbose)
+    job = _Run(
+        spark_context,
+        num_proc,
+        float(start_timeout),
+        nic_list,
+        dict(env or {}),
+        executable,
+        RankOutput(stdout, stderr, prefix_output_with_timestamp),
+        verbose,
+    )
     return job.run(pack_call(fn, args, kwargs))
 
 
@@ -129,8 +154,17 @@ class _Failure(Exception):
 class _Run:
     """One run: the rendezvous, the Spark job on its own thread, and the driver's bookkeeping."""
 
-    def __init__(self, spark_context, num_proc: int, start_timeout: float, nics: List[str],
-                 user_env: Dict[str, str], executable: Optional[str], output: RankOutput, verbose: int):
+    def __init__(
+        self,
+        spark_context,
+        num_proc: int,
+        start_timeout: float,
+        nics: List[str],
+        user_env: Dict[str, str],
+        executable: Optional[str],
+        output: RankOutput,
+        verbose: int,
+    ):
         self.sc = spark_context
         self.num_proc = num_proc
         self.start_timeout = start_timeout
@@ -143,7 +177,7 @@ class _Run:
         self.group = "hvdlite.spark.run." + self.job_id
         self.secret = secrets.token_bytes(32)
         self.barrier = not _dynamic_allocation(spark_context)
-        self.hosts: List[str] = []        # host of each rank
+        self.hosts: List[str] = []  # host of each rank
         self.rank_of: Dict[int, int] = {}  # partition -> rank
         self.results: Dict[int, Any] = {}
         self.exit_codes: Dict[int, int] = {}
@@ -153,7 +187,7 @@ class _Run:
         self._spark_error: Optional[BaseException] = None
         self._spark_result: List[dict] = []  # what the tasks returned, once the Spark job is over
         self._spark_failure_seen: Optional[RunError] = None
-        self.failed: set = set()           # ranks whose failure is known
+        self.failed: set = set()  # ranks whose failure is known
 
     # ------------------------------------------------------------------ the run
 
@@ -193,25 +227,33 @@ class _Run:
         slots = _task_slots(self.sc)
         while slots is not None and slots < self.num_proc:
             if time.monotonic() >= deadline:
-                raise _Failure(TimeoutError(
-                    f"hvdlite.spark.run: num_proc={self.num_proc} needs {self.num_proc} Spark task slots at once "
-                    f"(each rank is a task of one barrier stage), but the cluster has {slots} (executor cores / "
-                    f"spark.task.cpus), still after start_timeout={self.start_timeout:g} s. Use num_proc <= "
-                    f"{slots}, or add executors."))
+                raise _Failure(
+                    TimeoutError(
+                        f"hvdlite.spark.run: num_proc={self.num_proc} needs {self.num_proc} Spark task slots at once "
+                        f"(each rank is a task of one barrier stage), but the cluster has {slots} (executor cores / "
+                        f"spark.task.cpus), still after start_timeout={self.start_timeout:g} s. Use num_proc <= "
+                        f"{slots}, or add executors."
+                    )
+                )
             time.sleep(0.5)
             slots = _task_slots(self.sc)
 
     def _start_spark_job(self) -> None:
         from pyspark import InheritableThread
 
-        spec = TaskSpec(rendezvous_host=self.address, rendezvous_port=self.port, secret=self.secret,
-                        job_id=self.job_id, start_timeout=self.start_timeout, executable=self.executable)
+        spec = TaskSpec(
+            rendezvous_host=self.address,
+            rendezvous_port=self.port,
+            secret=self.secret,
+            job_id=self.job_id,
+            start_timeout=self.start_timeout,
+            executable=self.executable,
+        )
         mapper = functools.partial(run_partition, spec)
 
         def spark_job():
             try:
-                self.sc.setJobGroup(self.group, f"hvdlite.spark.run: {self.num_proc} ranks",
-                                    interruptOnCancel=True)
+                self.sc.setJobGroup(self.group, f"hvdlite.spark.run: {self.num_proc} ranks", interruptOnCancel=True)
                 partitions = self.sc.parallelize(range(self.num_proc), self.num_proc)
                 stage = partitions.barrier() if self.barrier else partitions
                 self._spark_result = stage.mapPartitionsWithIndex(mapper).collect()
@@ -232,8 +274,14 @@ class _Run:
                 raw = state.get(protocol.task_key(index))
                 if raw is not None and index not in tasks:
                     tasks[index] = json.loads(raw)
-                    _log(self.verbose, 2, "partition %d started on %s (pid %d)", index, tasks[index]["host"],
-                         tasks[index]["pid"])
+                    _log(
+                        self.verbose,
+                        2,
+                        "partition %d started on %s (pid %d)",
+                        index,
+                        tasks[index]["host"],
+                        tasks[index]["pid"],
+                    )
             if len(tasks) == self.num_proc:
                 return tasks
             error = self._spark_failure(f"{len(tasks)} of {self.num_proc} tasks had started")
@@ -241,15 +289,25 @@ class _Run:
                 raise _Failure(error)
             if time.monotonic() >= deadline:
                 slots = _task_slots(self.sc)
-                raise _Failure(TimeoutError(
-                    f"hvdlite.spark.run: only {len(tasks)} of num_proc={self.num_proc} Spark tasks started within "
-                    f"start_timeout={self.start_timeout:g} s. Each rank runs in a Spark task, and "
-                    + ("a barrier stage starts only when all its tasks have free slots at once"
-                       if self.barrier else "every task must run at the same time")
-                    + (f" (the cluster has {slots} task slots; others may be busy with other jobs)"
-                       if slots is not None else "")
-                    + ". Free or add executors, or raise start_timeout (HOROVOD_SPARK_START_TIMEOUT) when "
-                      "executors are allocated on demand."))
+                raise _Failure(
+                    TimeoutError(
+                        f"hvdlite.spark.run: only {len(tasks)} of num_proc={self.num_proc} Spark tasks started "
+                        f"within "
+                        f"start_timeout={self.start_timeout:g} s. Each rank runs in a Spark task, and "
+                        + (
+                            "a barrier stage starts only when all its tasks have free slots at once"
+                            if self.barrier
+                            else "every task must run at the same time"
+                        )
+                        + (
+                            f" (the cluster has {slots} task slots; others may be busy with other jobs)"
+                            if slots is not None
+                            else ""
+                        )
+                        + ". Free or add executors, or raise start_timeout (HOROVOD_SPARK_START_TIMEOUT) when "
+                        "executors are allocated on demand."
+                    )
+                )
             time.sleep(_POLL_SECONDS)
 
     def _assign_ranks(self, tasks: Dict[int, dict]) -> None:
@@ -265,14 +323,28 @@ class _Run:
             knobs["HVDLITE_NETWORK_INTERFACE"] = ",".join(self.nics)
         for info, index in zip(topology_for_hosts(self.hosts), order):
             self.rank_of[index] = info.rank
-            env = build_rank_env(info, rendezvous_addr=self.address, rendezvous_port=self.port,
-                                 secret=self.secret, job_id=self.job_id, base_env=self.user_env)
+            env = build_rank_env(
+                info,
+                rendezvous_addr=self.address,
+                rendezvous_port=self.port,
+                secret=self.secret,
+                job_id=self.job_id,
+                base_env=self.user_env,
+            )
             env.update(knobs)
-            self.client.put(protocol.SCOPE, protocol.assignment_key(index),
-                            json.dumps({"rank": info.rank, "env": env}).encode())
-        _log(self.verbose, 1, "hvdlite.spark job %s: %d ranks on %s; rendezvous at %s:%d", self.job_id,
-             self.num_proc, ", ".join(f"{host} ({self.hosts.count(host)})" for host in dict.fromkeys(self.hosts)),
-             self.address, self.port)
+            self.client.put(
+                protocol.SCOPE, protocol.assignment_key(index), json.dumps({"rank": info.rank, "env": env}).encode()
+            )
+        _log(
+            self.verbose,
+            1,
+            "hvdlite.spark job %s: %d ranks on %s; rendezvous at %s:%d",
+            self.job_id,
+            self.num_proc,
+            ", ".join(f"{host} ({self.hosts.count(host)})" for host in dict.fromkeys(self.hosts)),
+            self.address,
+            self.port,
+        )
 
     # ------------------------------------------------------------------ running
 
@@ -316,8 +388,11 @@ class _Run:
                 all_in_since = all_in_since or time.monotonic()
                 if time.monotonic() - all_in_since > EXIT_GRACE_SECONDS:
                     waiting = [rank for rank in range(self.num_proc) if rank not in self.exit_codes]
-                    logger.warning("hvdlite.spark: ranks %s stored their results but did not exit within %g s; "
-                                   "stopping them", waiting, EXIT_GRACE_SECONDS)
+                    logger.warning(
+                        "hvdlite.spark: ranks %s stored their results but did not exit within %g s; stopping them",
+                        waiting,
+                        EXIT_GRACE_SECONDS,
+                    )
                     self._stop("the ranks did not exit after storing their results")
                     return
             self.output.tick()
@@ -332,8 +407,12 @@ class _Run:
         status, value = cloudpickle.loads(get_blob(self.client, f"result.{rank}", wait=0))
         if status == "error":
             self.failed.add(rank)
-            return RunError(f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) failed; every rank was "
-                            f"stopped.\n{value}", rank, 1, value)
+            return RunError(
+                f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) failed; every rank was stopped.\n{value}",
+                rank,
+                1,
+                value,
+            )
         self.results[rank] = value
         return None
 
@@ -350,10 +429,20 @@ class _Run:
             return error
         self.failed.add(rank)
         if code == 0:
-            return RunError(f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) exited without storing a "
-                            "result (did fn call os._exit?)", rank, 0, None)
-        return RunError(f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) exited with code {code} without a "
-                        "Python exception (killed, or it crashed); its output is above", rank, code, None)
+            return RunError(
+                f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) exited without storing a "
+                "result (did fn call os._exit?)",
+                rank,
+                0,
+                None,
+            )
+        return RunError(
+            f"hvdlite.spark.run: rank {rank} ({self._where(rank)}) exited with code {code} without a "
+            "Python exception (killed, or it crashed); its output is above",
+            rank,
+            code,
+            None,
+        )
 
     def _where(self, rank: int) -> str:
         index = next(index for index, r in self.rank_of.items() if r == rank)
@@ -368,20 +457,32 @@ class _Run:
             return self._spark_failure_seen
         error = self._spark_error
         if error is not None:
-            failure = RunError(f"hvdlite.spark.run: the Spark job failed when {progress}: {_summary(error)}",
-                               None, 1, None)
+            failure = RunError(
+                f"hvdlite.spark.run: the Spark job failed when {progress}: {_summary(error)}", None, 1, None
+            )
             failure.__cause__ = error
         else:
             # The tasks return only after reporting their rank's exit: read the state once more before judging.
             state = self.server.snapshot().get(protocol.SCOPE, {})
             if self.rank_of and all(state.get(protocol.exit_key(index)) is not None for index in self.rank_of):
                 return None
-            retried = [f"partition {task['index']} (attempt {task['retried']})" for task in self._spark_result
-                       if "retried" in task]
+            retried = [
+                f"partition {task['index']} (attempt {task['retried']})"
+                for task in self._spark_result
+                if "retried" in task
+            ]
             failure = RunError(
                 f"hvdlite.spark.run: the Spark job ended when {progress}"
-                + (f"; Spark ran {', '.join(retried)} again after a failed or lost attempt (see the Spark logs), "
-                   "and a rank cannot be replaced in a running job" if retried else ""), None, 1, None)
+                + (
+                    f"; Spark ran {', '.join(retried)} again after a failed or lost attempt (see the Spark logs), "
+                    "and a rank cannot be replaced in a running job"
+                    if retried
+                    else ""
+                ),
+                None,
+                1,
+                None,
+            )
         self._spark_failure_seen = failure
         return failure
 
@@ -443,6 +544,7 @@ class _Run:
 
 # ---------------------------------------------------------------------- Spark facts
 
+
 def _dynamic_allocation(spark_context) -> bool:
     """Spark's rule (Utils.isDynamicAllocationEnabled): configured, and not a local[...] master."""
     conf = spark_context.getConf()
@@ -471,8 +573,10 @@ def _rendezvous_addresses(spark_context, nics: List[str]):
     if nics:
         address = network.first_interface_ipv4(nics)
         if address is None:
-            raise ValueError(f"hvdlite.spark.run: none of the network interfaces {','.join(nics)} has an IPv4 "
-                             "address on the driver")
+            raise ValueError(
+                f"hvdlite.spark.run: none of the network interfaces {','.join(nics)} has an IPv4 "
+                "address on the driver"
+            )
         return address, address
     conf = spark_context.getConf()
     host = conf.get("spark.driver.host", None) or socket.gethostname()
@@ -487,13 +591,14 @@ def _host_names(tasks: Dict[int, dict]) -> Dict[int, str]:
     namespaces: Dict[str, set] = {}
     for task in tasks.values():
         namespaces.setdefault(task["host"], set()).add(task["namespace"])
-    return {index: task["host"] if len(namespaces[task["host"]]) == 1 else f"{task['host']}-{task['namespace']}"
-            for index, task in tasks.items()}
+    return {
+        index: task["host"] if len(namespaces[task["host"]]) == 1 else f"{task['host']}-{task['namespace']}"
+        for index, task in tasks.items()
+    }
 
 
 def _summary(error: BaseException) -> str:
     """A Spark failure in a few lines: Py4J errors carry the whole Java stack."""
     text = str(error).strip()
-    lines = [line for line in text.splitlines()
-             if line.strip() and not line.lstrip().startswith(("at ", "... "))]
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("at ", "... "))]
     return "\n".join(lines[:40])

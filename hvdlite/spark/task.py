@@ -8,6 +8,7 @@ whole. While the rank runs, the task sends its output to the driver and watches 
 ``TERMINATE_GRACE_SECONDS``, SIGKILL. Should Spark kill the worker instead (a cancelled job, a lost executor),
 the rank dies with it (rank.py). Protocol: protocol.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,8 +102,10 @@ class _Task:
             except TimeoutError:
                 if self.aborted(wait=0):
                     return None
-        raise TimeoutError(f"hvdlite.spark: the task of partition {self.index} got no rank from the driver "
-                           f"within {self.spec.start_timeout:.0f} s")
+        raise TimeoutError(
+            f"hvdlite.spark: the task of partition {self.index} got no rank from the driver "
+            f"within {self.spec.start_timeout:.0f} s"
+        )
 
 
 class _RankProcess:
@@ -123,13 +126,32 @@ class _RankProcess:
         """Runs the rank to its end; ``report_exit(code)`` as soon as it has exited, then its last output is
         sent. The code is the launcher's: 128 + signal number for a rank killed by a signal."""
         spec = self.task.spec
-        command = [spec.executable or sys.executable, "-m", "hvdlite.spark.rank", "--parent", str(os.getpid()),
-                   "--job", spec.job_id]
-        self.proc = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
-        readers = [threading.Thread(target=self._read, args=(pipe, stream), daemon=True,
-                                    name=f"hvdlite-rank{self.rank}-{protocol.STREAMS[stream]}")
-                   for stream, pipe in enumerate((self.proc.stdout, self.proc.stderr))]
+        command = [
+            spec.executable or sys.executable,
+            "-m",
+            "hvdlite.spark.rank",
+            "--parent",
+            str(os.getpid()),
+            "--job",
+            spec.job_id,
+        ]
+        self.proc = subprocess.Popen(
+            command,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        readers = [
+            threading.Thread(
+                target=self._read,
+                args=(pipe, stream),
+                daemon=True,
+                name=f"hvdlite-rank{self.rank}-{protocol.STREAMS[stream]}",
+            )
+            for stream, pipe in enumerate((self.proc.stdout, self.proc.stderr))
+        ]
         sender = threading.Thread(target=self._send_loop, daemon=True, name=f"hvdlite-rank{self.rank}-output")
         watcher = threading.Thread(target=self._watch_abort, daemon=True, name=f"hvdlite-rank{self.rank}-abort")
         for thread in readers + [sender, watcher]:
@@ -199,7 +221,7 @@ class _RankProcess:
         size = 0
         for stream, data in pieces:
             for start in range(0, len(data), _MAX_BATCH):
-                piece = data[start:start + _MAX_BATCH]
+                piece = data[start : start + _MAX_BATCH]
                 if size + len(piece) > _MAX_BATCH and batch:
                     self._put_batch(batch)
                     batch, size = [], 0
@@ -210,8 +232,9 @@ class _RankProcess:
 
     def _put_batch(self, batch: List[Tuple[int, bytes]]) -> None:
         try:
-            self.task.client.put(protocol.output_scope(self.rank, self.seq), protocol.OUTPUT_KEY,
-                                 protocol.encode_output(batch))
+            self.task.client.put(
+                protocol.output_scope(self.rank, self.seq), protocol.OUTPUT_KEY, protocol.encode_output(batch)
+            )
         except (OSError, RendezvousError):
             return  # the driver is gone; the watcher stops the rank
         self.seq += 1

@@ -3,27 +3,82 @@
 Collectives work eagerly and inside tf.function (not under XLA: see docs/tensorflow.md); Keras 3 support is in
 hvdlite.tensorflow.keras.
 """
+
 import tensorflow as _tf
 
-from hvdlite.common.basics import (ProcessSet, add_process_set, build_info, cross_rank, cross_size,  # noqa: F401
-                                   global_process_set, init, is_homogeneous, is_initialized, local_rank,
-                                   local_size, rank, remove_process_set, shutdown, size, start_timeline,
-                                   stop_timeline)
-from hvdlite.common.build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
-                                           mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
-from hvdlite.common.errors import (AbortedError, HorovodInternalError, HvdliteError, HvdliteTimeoutError,  # noqa: F401
-                                   InvalidArgumentError, MismatchError, NotInitializedError, PeerError)
+from hvdlite.common.basics import (
+    ProcessSet,
+    add_process_set,
+    build_info,
+    cross_rank,
+    cross_size,  # noqa: F401
+    global_process_set,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    remove_process_set,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from hvdlite.common.build_queries import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,  # noqa: F401
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
+from hvdlite.common.errors import (
+    AbortedError,
+    HorovodInternalError,
+    HvdliteError,
+    HvdliteTimeoutError,  # noqa: F401
+    InvalidArgumentError,
+    MismatchError,
+    NotInitializedError,
+    PeerError,
+)
+from hvdlite.tensorflow import elastic  # noqa: F401,E402 - hvd.elastic.run, TensorFlowKerasState
 from hvdlite.tensorflow import errors as _errors
 from hvdlite.tensorflow.compression import Compression  # noqa: F401
-from hvdlite.tensorflow.functions import (BroadcastGlobalVariablesHook, allgather_object,  # noqa: F401
-                                          broadcast_global_variables, broadcast_object, broadcast_object_fn,
-                                          broadcast_variables)
+from hvdlite.tensorflow.functions import (
+    BroadcastGlobalVariablesHook,
+    allgather_object,  # noqa: F401
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
 from hvdlite.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
-from hvdlite.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, XlaCompilationError,  # noqa: F401
-                                        allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather,
-                                        grouped_allreduce, grouped_reducescatter, join, reducescatter)
+from hvdlite.tensorflow.mpi_ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    XlaCompilationError,  # noqa: F401
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    reducescatter,
+)
 from hvdlite.tensorflow.optimizer import DistributedOptimizer  # noqa: F401
-from hvdlite.tensorflow import elastic  # noqa: F401,E402 - hvd.elastic.run, TensorFlowKerasState
 
 _errors.install_status_hook()  # errors inside tf.function keep their hvdlite class
 

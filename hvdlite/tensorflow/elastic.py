@@ -5,6 +5,7 @@ an elastic job for TensorFlow variables and Keras models. The protocol and the r
 With ``run(checkpoint_dir=...)`` (or ``hvdlite-run --checkpoint-dir``), rank 0 also writes the committed state to
 files (weights and optimizer variables as numpy arrays, plus the attributes), and a job started again resumes
 from the newest one."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -26,14 +27,20 @@ def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_kee
     workers join. With ``checkpoint_dir`` (default: hvdlite-run's ``--checkpoint-dir``), rank 0 writes every
     ``checkpoint_every``-th commit there (default 1), keeps the newest ``checkpoint_keep`` (default 3), and the
     first call resumes from the newest. ``@run`` and ``@run(checkpoint_dir=...)`` both work."""
-    return run_fn(func, _reset, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                  checkpoint_keep=checkpoint_keep)
+    return run_fn(
+        func,
+        _reset,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        checkpoint_keep=checkpoint_keep,
+    )
 
 
 def _check_count(what: str, saved: list, live: list) -> None:
     if len(saved) != len(live):
-        raise ValueError(f"the checkpoint holds {len(saved)} {what}, this state has {len(live)}: "
-                         "was it written by another model?")
+        raise ValueError(
+            f"the checkpoint holds {len(saved)} {what}, this state has {len(live)}: was it written by another model?"
+        )
 
 
 class TensorFlowState(State):
@@ -116,8 +123,9 @@ class TensorFlowKerasState(State):
         self._save_values()
 
     def _checkpoint_payload(self) -> Dict[str, Any]:
-        return dict(super()._checkpoint_payload(), weights=self._saved_weights,
-                    optimizer_variables=self._saved_optimizer)
+        return dict(
+            super()._checkpoint_payload(), weights=self._saved_weights, optimizer_variables=self._saved_optimizer
+        )
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
         _check_count("weights", payload["weights"], self.model.get_weights())

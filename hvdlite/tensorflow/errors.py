@@ -15,6 +15,7 @@ TensorFlow's atomic_function, Keras 3's fit included) and tf.compat.v1 Session's
 MonitoredSession, hooks). An error with the code TensorFlow gives our exception whose message names one of the
 twins below is re-raised as that twin, message and payloads kept. Any other error passes unchanged.
 """
+
 import re
 
 import tensorflow as tf
@@ -37,8 +38,7 @@ def _tf_flavoured(hvd_class, tf_class, name=None):
 
 TF_ERRORS = {
     hvd_errors.InvalidArgumentError: _tf_flavoured(hvd_errors.InvalidArgumentError, tf.errors.InvalidArgumentError),
-    hvd_errors.NotInitializedError: _tf_flavoured(hvd_errors.NotInitializedError,
-                                                  tf.errors.FailedPreconditionError),
+    hvd_errors.NotInitializedError: _tf_flavoured(hvd_errors.NotInitializedError, tf.errors.FailedPreconditionError),
     hvd_errors.MismatchError: _tf_flavoured(hvd_errors.MismatchError, tf.errors.FailedPreconditionError),
     hvd_errors.PeerError: _tf_flavoured(hvd_errors.PeerError, tf.errors.UnavailableError),
     hvd_errors.HvdliteTimeoutError: _tf_flavoured(hvd_errors.HvdliteTimeoutError, tf.errors.DeadlineExceededError),
@@ -122,6 +122,7 @@ def _hook_tf_function() -> bool:
             if not suppressed and isinstance(exc, tf.errors.OpError):
                 _reraise_as_twin(exc, tb)
             return suppressed
+
         return __exit__
 
     return _wrap_once(InterpolateRuntimeError, "__exit__", wrap)
@@ -140,6 +141,7 @@ def _hook_session() -> bool:
             except tf.errors.OpError as e:
                 _reraise_as_twin(e, e.__traceback__)
                 raise
+
         return _do_call
 
     return _wrap_once(BaseSession, "_do_call", wrap)

@@ -1,5 +1,6 @@
 """Variable and object helpers (horovod.tensorflow.functions): broadcast_variables, broadcast_object,
 allgather_object, and the TF1 graph-mode broadcast_global_variables / BroadcastGlobalVariablesHook."""
+
 from typing import Any, List
 
 import cloudpickle
@@ -21,8 +22,9 @@ def _carrier(dtype: tf.DType) -> tf.DType:
     return _CARRIER[dtype.size]
 
 
-def broadcast_variables(variables, root_rank: int, process_set=global_process_set, inplace: bool = False,
-                        name: str = None):
+def broadcast_variables(
+    variables, root_rank: int, process_set=global_process_set, inplace: bool = False, name: str = None
+):
     """Assigns root_rank's value to every variable on every rank of process_set: one broadcast per dtype
     (variables flattened and concatenated), eager or inside a tf.function (where it returns the assign op)."""
     variables = list(variables)
@@ -40,17 +42,30 @@ def broadcast_variables(variables, root_rank: int, process_set=global_process_se
     ps_id = mpi_ops._process_set_id(process_set)
     collectives, inputs = [], []
     for dtype, members in buckets.items():
-        buffer = (tf.reshape(members[0][1], [-1]) if len(members) == 1
-                  else tf.concat([tf.reshape(value, [-1]) for _, value in members], axis=0))
-        collectives.append(mpi_ops._Collective(OP_BROADCAST, f"{prefix}.{dtype.name}", root_rank=int(root_rank),
-                                               process_set_id=ps_id, in_place=len(members) > 1))
+        buffer = (
+            tf.reshape(members[0][1], [-1])
+            if len(members) == 1
+            else tf.concat([tf.reshape(value, [-1]) for _, value in members], axis=0)
+        )
+        collectives.append(
+            mpi_ops._Collective(
+                OP_BROADCAST,
+                f"{prefix}.{dtype.name}",
+                root_rank=int(root_rank),
+                process_set_id=ps_id,
+                in_place=len(members) > 1,
+            )
+        )
         inputs.append(buffer)
-    outputs = mpi_ops._bridge(collectives, inputs, [i.dtype for i in inputs], [i.shape for i in inputs],
-                              "broadcast_variables")
+    outputs = mpi_ops._bridge(
+        collectives, inputs, [i.dtype for i in inputs], [i.shape for i in inputs], "broadcast_variables"
+    )
     assigns = []
     for received, members in zip(outputs, buckets.values()):
-        sizes = [int(np.prod(value.shape.as_list())) if value.shape.is_fully_defined() else tf.size(value)
-                 for _, value in members]
+        sizes = [
+            int(np.prod(value.shape.as_list())) if value.shape.is_fully_defined() else tf.size(value)
+            for _, value in members
+        ]
         pieces = tf.split(received, sizes) if len(members) > 1 else [received]
         for (v, value), piece in zip(members, pieces):
             piece = tf.reshape(piece, tf.shape(value))
@@ -66,8 +81,10 @@ def broadcast_variables(variables, root_rank: int, process_set=global_process_se
 def broadcast_global_variables(root_rank: int):
     """TF1 graph mode: an op broadcasting every global variable from root_rank."""
     if tf.executing_eagerly():
-        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; use "
-                           "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) instead")
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution; use "
+            "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) instead"
+        )
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
@@ -91,8 +108,9 @@ def _dumps(obj) -> np.ndarray:
     return np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, session=None, name: str = None,
-                     process_set=global_process_set) -> Any:
+def broadcast_object(
+    obj: Any, root_rank: int = 0, session=None, name: str = None, process_set=global_process_set
+) -> Any:
     """Returns root_rank's obj on every rank (serialised with cloudpickle, so lambdas and local classes work).
     Runs in Python (eager or not); `session` is accepted for Horovod compatibility and unused."""
     name = name or "object"  # must not depend on obj: non-root ranks usually pass None
@@ -117,11 +135,12 @@ def allgather_object(obj: Any, session=None, name: str = None, process_set=globa
     """Returns the list of every rank's obj, in rank order of the process set."""
     name = name or "object"
     payload = _dumps(obj)
-    lengths = mpi_ops._np_allgather(np.array([payload.size], dtype=np.int64), f"allgather_object.{name}.length",
-                                    process_set)
+    lengths = mpi_ops._np_allgather(
+        np.array([payload.size], dtype=np.int64), f"allgather_object.{name}.length", process_set
+    )
     gathered = mpi_ops._np_allgather(payload, f"allgather_object.{name}.data", process_set)
     out, offset = [], 0
     for n in lengths.tolist():
-        out.append(cloudpickle.loads(gathered[offset:offset + n].tobytes()))
+        out.append(cloudpickle.loads(gathered[offset : offset + n].tobytes()))
         offset += n
     return out

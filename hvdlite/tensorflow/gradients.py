@@ -8,6 +8,7 @@ sparse_as_dense. A model with float32 weights costs one allreduce per step whate
 The buffer names depend only on the prefix, the group and the dtype, so they repeat every step (the core's
 response cache applies) and agree on every rank.
 """
+
 import warnings
 from typing import List, Optional, Sequence
 
@@ -56,9 +57,17 @@ class GradientReducer:
     variable lists: one buffer per inner list, and one per variable that is in no list.
     """
 
-    def __init__(self, prefix: str, compression=Compression.none, op=Average, sparse_as_dense: bool = False,
-                 gradient_predivide_factor: float = 1.0, process_set=global_process_set, groups=None,
-                 scale_local_gradients: bool = True):
+    def __init__(
+        self,
+        prefix: str,
+        compression=Compression.none,
+        op=Average,
+        sparse_as_dense: bool = False,
+        gradient_predivide_factor: float = 1.0,
+        process_set=global_process_set,
+        groups=None,
+        scale_local_gradients: bool = True,
+    ):
         ops.core_reduce_op(op)
         self.prefix = prefix
         self.compression = compression or Compression.none
@@ -107,13 +116,18 @@ class GradientReducer:
                 continue
             if v is not None and _var_key(v) in self.local_vars:
                 if self.scale_local_gradients and size > 1:
-                    results[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
-                                  if isinstance(g, tf.IndexedSlices) else g / size)
+                    results[i] = (
+                        tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                        if isinstance(g, tf.IndexedSlices)
+                        else g / size
+                    )
                 continue
             if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 if self.op not in (Average, Sum):
-                    raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices "
-                                              "(pass sparse_as_dense=True to reduce them densely)")
+                    raise NotImplementedError(
+                        "Only Sum and Average ops are supported with tf.IndexedSlices "
+                        "(pass sparse_as_dense=True to reduce them densely)"
+                    )
                 sparse.append(i)
                 continue
             wire, ctx = self.compression.compress(tf.convert_to_tensor(g))
@@ -133,21 +147,33 @@ class GradientReducer:
                 buffer = members[0][1]
             else:
                 buffer = tf.concat([tf.reshape(w, [-1]) for _, w, _ in members], axis=0)
-            hint = (f" (hvdlite fuses the {dtype.name} gradients of {len(members)} variable(s) into this buffer: "
-                    "every rank must compute gradients, not None, for the same variables with the same shapes; "
-                    "tape.gradient(..., unconnected_gradients=tf.UnconnectedGradients.ZERO) makes unused "
-                    "variables contribute zeros)")
-            collectives.append(mpi_ops._Collective(OP_ALLREDUCE, f"{self.prefix}.{group}.{dtype.name}", reduce_op,
-                                                   self.prescale, self.postscale, process_set_id=ps_id, hint=hint,
-                                                   in_place=len(members) > 1))
+            hint = (
+                f" (hvdlite fuses the {dtype.name} gradients of {len(members)} variable(s) into this buffer: "
+                "every rank must compute gradients, not None, for the same variables with the same shapes; "
+                "tape.gradient(..., unconnected_gradients=tf.UnconnectedGradients.ZERO) makes unused "
+                "variables contribute zeros)"
+            )
+            collectives.append(
+                mpi_ops._Collective(
+                    OP_ALLREDUCE,
+                    f"{self.prefix}.{group}.{dtype.name}",
+                    reduce_op,
+                    self.prescale,
+                    self.postscale,
+                    process_set_id=ps_id,
+                    hint=hint,
+                    in_place=len(members) > 1,
+                )
+            )
             inputs.append(buffer)
             dtypes.append(dtype)
             shapes.append(buffer.shape)
         for i in sparse:
             g = grads[i]
             for part, tensor in (("values", g.values), ("indices", g.indices)):
-                collectives.append(mpi_ops._Collective(OP_ALLGATHER, f"{self.prefix}.sparse.{i}.{part}",
-                                                       process_set_id=ps_id))
+                collectives.append(
+                    mpi_ops._Collective(OP_ALLGATHER, f"{self.prefix}.sparse.{i}.{part}", process_set_id=ps_id)
+                )
                 inputs.append(tensor)
                 dtypes.append(tensor.dtype)
                 shapes.append(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
@@ -165,7 +191,7 @@ class GradientReducer:
                 if len(members) > 1:
                     piece = tf.reshape(piece, wire.shape if wire.shape.is_fully_defined() else tf.shape(wire))
                 results[i] = self.compression.decompress(piece, ctx)
-        gathered = outputs[len(buckets):]
+        gathered = outputs[len(buckets) :]
         scale = mpi_ops._allreduce_scale(self.op, self.prescale, self.postscale, self.process_set)
         for n, i in enumerate(sparse):
             values, indices = gathered[2 * n], gathered[2 * n + 1]
@@ -177,19 +203,27 @@ class GradientReducer:
 
 # --------------------------------------------------------------------------- DistributedGradientTape
 
+
 class _DistributedGradientTape:
     """Mixin placed in front of the tape's class (see DistributedGradientTape)."""
 
-    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+    def gradient(
+        self,
+        target,
+        sources,
+        output_gradients=None,
+        use_generic_names=False,
+        unconnected_gradients=tf.UnconnectedGradients.NONE,
+    ):
         """tf.GradientTape.gradient, then the reduction over the ranks. Horovod's use_generic_names (naming the
         collectives independently of the variables' names and name scopes) is what hvdlite always does: buffer
         names depend only on the group and dtype. tf.GradientTape's unconnected_gradients is accepted too, also
         in use_generic_names' position."""
         if isinstance(use_generic_names, tf.UnconnectedGradients):  # tape.gradient(t, s, None, ZERO), TF style
             unconnected_gradients = use_generic_names
-        grads = super().gradient(target, sources, output_gradients=output_gradients,
-                                 unconnected_gradients=unconnected_gradients)
+        grads = super().gradient(
+            target, sources, output_gradients=output_gradients, unconnected_gradients=unconnected_gradients
+        )
         flat_grads = tf.nest.flatten(grads)
         flat_sources = tf.nest.flatten(sources)
         reduced = self._hvd_reducer.reduce(flat_grads, flat_sources if len(flat_sources) == len(flat_grads) else None)
@@ -203,9 +237,19 @@ class _DistributedGradientTape:
 _tape_classes = {}
 
 
-def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                            sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=global_process_set, scale_local_gradients=True):
+def DistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Returns gradtape, whose gradient() now averages the gradients over the ranks of process_set (Horovod's
     signature). The tape object is kept; its class becomes a subclass of tf.GradientTape's with the
     distributed gradient(). Use it around or after the `with` block:
@@ -222,25 +266,53 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     base = type(gradtape)
     cls = _tape_classes.get(base)
     if cls is None:
-        cls = _tape_classes[base] = type(base.__name__, (_DistributedGradientTape, base),
-                                         {"__module__": base.__module__})
+        cls = _tape_classes[base] = type(
+            base.__name__, (_DistributedGradientTape, base), {"__module__": base.__module__}
+        )
     gradtape.__class__ = cls
     gradtape._hvd_reducer = GradientReducer(
-        "DistributedGradientTape", compression, op, sparse_as_dense, gradient_predivide_factor, process_set,
-        groups, scale_local_gradients)
+        "DistributedGradientTape",
+        compression,
+        op,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        process_set,
+        groups,
+        scale_local_gradients,
+    )
     return gradtape
 
 
-def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                                   groups=None, process_set=global_process_set, local_layers=None,
-                                   scale_local_gradients=True):
+def PartialDistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedGradientTape whose local_layers' (a layer or a list of layers) trainable weights keep their
     local gradients."""
     layers = local_layers_list(local_layers)
-    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                                   gradient_predivide_factor, num_groups, groups, process_set,
-                                   scale_local_gradients)
+    tape = DistributedGradientTape(
+        gradtape,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     for layer in layers:
         for v in layer.trainable_weights:
             tape.register_local_source(v)

@@ -15,6 +15,7 @@ Gradients are registered for allreduce, grouped_allreduce, allgather, broadcast,
 tf.custom_gradient. Errors reach the caller as classes that are both the tf.errors class and the hvdlite one,
 eagerly and inside tf.function (hvdlite/tensorflow/errors.py).
 """
+
 import functools
 import re
 import warnings
@@ -25,17 +26,38 @@ import tensorflow as tf
 
 from hvdlite.common import errors as hvd_errors
 from hvdlite.common import ops
-from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
-                                   OP_REDUCESCATTER, global_process_set, rank)
+from hvdlite.common.basics import (
+    OP_ALLGATHER,
+    OP_ALLREDUCE,
+    OP_ALLTOALL,
+    OP_BARRIER,
+    OP_BROADCAST,
+    OP_JOIN,
+    OP_REDUCESCATTER,
+    global_process_set,
+    rank,
+)
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.errors import TF_ERRORS, XlaCompilationError, as_tf_error  # noqa: F401 - public class
 
-_SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
-              tf.float64, tf.bool)
+_SUPPORTED = (
+    tf.uint8,
+    tf.int8,
+    tf.uint16,
+    tf.int16,
+    tf.int32,
+    tf.int64,
+    tf.float16,
+    tf.bfloat16,
+    tf.float32,
+    tf.float64,
+    tf.bool,
+)
 
 
 # --------------------------------------------------------------------------- XLA
+
 
 def _in_xla_context() -> bool:
     if tf.executing_eagerly():
@@ -54,19 +76,42 @@ def check_not_xla(what: str) -> None:
             "the hvdlite core, and leaving the collective out would train each rank on its own. Use "
             "model.compile(..., jit_compile=False) (the default on CPU), or keep the collective outside the "
             "tf.function(jit_compile=True) (e.g. compute gradients in the XLA function and call "
-            "DistributedGradientTape / the optimizer outside it).")
+            "DistributedGradientTape / the optimizer outside it)."
+        )
 
 
 # --------------------------------------------------------------------------- the bridge
 
+
 class _Collective:
     """One collective of a bridge call: everything the core needs besides the input array(s)."""
 
-    __slots__ = ("op", "name", "reduce_op", "prescale", "postscale", "root_rank", "process_set_id", "with_splits",
-                 "hint", "in_place")
+    __slots__ = (
+        "op",
+        "name",
+        "reduce_op",
+        "prescale",
+        "postscale",
+        "root_rank",
+        "process_set_id",
+        "with_splits",
+        "hint",
+        "in_place",
+    )
 
-    def __init__(self, op, name=None, reduce_op=0, prescale=1.0, postscale=1.0, root_rank=-1, process_set_id=0,
-                 with_splits=False, hint="", in_place=False):
+    def __init__(
+        self,
+        op,
+        name=None,
+        reduce_op=0,
+        prescale=1.0,
+        postscale=1.0,
+        root_rank=-1,
+        process_set_id=0,
+        with_splits=False,
+        hint="",
+        in_place=False,
+    ):
         self.op, self.name, self.reduce_op = op, name, reduce_op
         self.prescale, self.postscale, self.root_rank = float(prescale), float(postscale), root_rank
         self.process_set_id, self.with_splits, self.hint = process_set_id, with_splits, hint
@@ -90,7 +135,8 @@ def _dtype_code(array: np.ndarray, name) -> int:
     except KeyError:
         raise TF_ERRORS[hvd_errors.InvalidArgumentError](
             f"hvdlite: {subject} has dtype {array.dtype.name}, which hvdlite does not support; "
-            f"supported: {', '.join(sorted(ops.DTYPE_CODES))}") from None
+            f"supported: {', '.join(sorted(ops.DTYPE_CODES))}"
+        ) from None
 
 
 _ALIGN = 64  # TensorFlow adopts a returned numpy buffer without copying it when it is aligned to this
@@ -101,7 +147,7 @@ def _aligned_empty(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def _owned_result(handle: int, dtype) -> np.ndarray:
@@ -126,8 +172,9 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
                 splits = [int(s) for s in np.asarray(arrays[position + 1]).reshape(-1)]
             position += c.n_inputs
         if c.op in (OP_BARRIER, OP_JOIN):
-            call = dict(op=c.op, name=None, dtype=0, shape=(), input_ptr=0, output_ptr=0,
-                        process_set_id=c.process_set_id)
+            call = dict(
+                op=c.op, name=None, dtype=0, shape=(), input_ptr=0, output_ptr=0, process_set_id=c.process_set_id
+            )
             prepared.append((c, call, None, None))
             continue
         if c.op in (OP_ALLGATHER, OP_ALLTOALL) and source.ndim == 0:
@@ -135,10 +182,20 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
         output = None
         if c.op in (OP_ALLREDUCE, OP_BROADCAST):
             output = source if c.in_place and source.flags.writeable else _aligned_empty(source.shape, source.dtype)
-        call = dict(op=c.op, name=c.name, dtype=_dtype_code(source, c.name), shape=source.shape,
-                    input_ptr=source.ctypes.data, output_ptr=0 if output is None else output.ctypes.data,
-                    root_rank=c.root_rank, reduce_op=c.reduce_op, prescale=c.prescale, postscale=c.postscale,
-                    process_set_id=c.process_set_id, splits=splits)
+        call = dict(
+            op=c.op,
+            name=c.name,
+            dtype=_dtype_code(source, c.name),
+            shape=source.shape,
+            input_ptr=source.ctypes.data,
+            output_ptr=0 if output is None else output.ctypes.data,
+            root_rank=c.root_rank,
+            reduce_op=c.reduce_op,
+            prescale=c.prescale,
+            postscale=c.postscale,
+            process_set_id=c.process_set_id,
+            splits=splits,
+        )
         prepared.append((c, call, source, output))
     try:
         handles = ops.enqueue_many([call for _, call, _, _ in prepared])
@@ -178,10 +235,25 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
 
 # Ops whose evaluation needs a feed (placeholders of a graph run by a Session) or consumes input (iterators,
 # queues, readers): the ordering below never makes a collective depend on one it would not read anyway.
-_INPUT_OPS = frozenset({
-    "Placeholder", "PlaceholderV2", "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
-    "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
-    "QueueDequeueUpToV2", "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2"})
+_INPUT_OPS = frozenset(
+    {
+        "Placeholder",
+        "PlaceholderV2",
+        "IteratorGetNext",
+        "IteratorGetNextSync",
+        "IteratorGetNextAsOptional",
+        "QueueDequeue",
+        "QueueDequeueV2",
+        "QueueDequeueMany",
+        "QueueDequeueManyV2",
+        "QueueDequeueUpTo",
+        "QueueDequeueUpToV2",
+        "ReaderRead",
+        "ReaderReadV2",
+        "ReaderReadUpTo",
+        "ReaderReadUpToV2",
+    }
+)
 
 
 def _reads_input(op) -> bool:
@@ -245,16 +317,26 @@ def _previous_collective(graph, inputs):
     return [], chain, demands
 
 
-def _bridge(collectives: Sequence[_Collective], inputs: Sequence[tf.Tensor], out_dtypes, out_shapes,
-            what: str = "hvdlite collective") -> List[tf.Tensor]:
+def _bridge(
+    collectives: Sequence[_Collective],
+    inputs: Sequence[tf.Tensor],
+    out_dtypes,
+    out_shapes,
+    what: str = "hvdlite collective",
+) -> List[tf.Tensor]:
     """Runs collectives through one stateful tf.numpy_function (eager or graph); returns the output tensors."""
     check_not_xla(what)
     inputs = list(inputs)
     graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
     after, chain, demands = _previous_collective(graph, inputs) if graph is not None else ([], None, None)
     with tf.control_dependencies(after):
-        outputs = tf.numpy_function(functools.partial(_execute, tuple(collectives)), inputs, list(out_dtypes),
-                                    stateful=True, name="HvdliteCollective")
+        outputs = tf.numpy_function(
+            functools.partial(_execute, tuple(collectives)),
+            inputs,
+            list(out_dtypes),
+            stateful=True,
+            name="HvdliteCollective",
+        )
     if not isinstance(outputs, (list, tuple)):
         outputs = [outputs]
     outputs = list(outputs)
@@ -266,6 +348,7 @@ def _bridge(collectives: Sequence[_Collective], inputs: Sequence[tf.Tensor], out
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _normalize_name(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
@@ -311,7 +394,8 @@ def _check_dtype(tensor: tf.Tensor, name) -> None:
     if tensor.dtype not in _SUPPORTED:
         raise TF_ERRORS[hvd_errors.InvalidArgumentError](
             f"hvdlite: tensor {name or ''} has dtype {tensor.dtype.name}, which hvdlite does not support; "
-            f"supported: {', '.join(d.name for d in _SUPPORTED)}")
+            f"supported: {', '.join(d.name for d in _SUPPORTED)}"
+        )
 
 
 def _resolve_op(op, average, default=Average):
@@ -336,6 +420,7 @@ def _to_tensors(tensors):
 
 # --------------------------------------------------------------------------- allreduce
 
+
 def _allreduce_scale(op, prescale, postscale, process_set):
     return (1.0 / _process_set_size(process_set) if op == Average else 1.0) * prescale * postscale
 
@@ -347,18 +432,21 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set,
 
     @tf.custom_gradient
     def forward(*xs):
-        collectives = [_Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id)
-                       for n in names]
+        collectives = [
+            _Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id) for n in names
+        ]
         outs = _bridge(collectives, xs, [x.dtype for x in xs], [x.shape for x in xs], what)
 
         def grad(*dys):
             if op not in (Average, Sum):
-                raise NotImplementedError(f"hvdlite: the gradient of allreduce with op={op} is not defined; "
-                                          "use op=Average or op=Sum")
+                raise NotImplementedError(
+                    f"hvdlite: the gradient of allreduce with op={op} is not defined; use op=Average or op=Sum"
+                )
             dys = [tf.zeros_like(x) if dy is None else tf.convert_to_tensor(dy) for x, dy in zip(xs, dys)]
             grad_names = [None if n is None else f"{n}.grad" for n in names]
-            back = [_Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id)
-                    for n in grad_names]
+            back = [
+                _Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id) for n in grad_names
+            ]
             return _bridge(back, dys, [d.dtype for d in dys], [d.shape for d in dys], f"gradient of {what}")
 
         return outs, grad
@@ -369,8 +457,10 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set,
 def _check_sparse(op, prescale, postscale) -> None:
     """horovod.tensorflow's limits for IndexedSlices, checked before any collective is issued."""
     if op not in (Average, Sum):
-        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices (pass "
-                                  "sparse_as_dense=True, or convert them with tf.convert_to_tensor)")
+        raise NotImplementedError(
+            "Only Sum and Average ops are supported with tf.IndexedSlices (pass "
+            "sparse_as_dense=True, or convert them with tf.convert_to_tensor)"
+        )
     if prescale != 1.0 or postscale != 1.0:
         raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
 
@@ -393,17 +483,28 @@ def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], names, op, process_set
     return results
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
-              ignore_name_scope=False):
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+):
     """Reduces tensor over the ranks of process_set (default op: Average). IndexedSlices are allgathered
     (values and indices) and, for Average, their values divided by the set size. Differentiable."""
     op = _resolve_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(op, prescale_factor, postscale_factor)
-        return _sparse_allreduce([tensor], [_op_name("HorovodAllgather", tensor.values, name, ignore_name_scope)],
-                                 op, process_set)[0]
+        return _sparse_allreduce(
+            [tensor], [_op_name("HorovodAllgather", tensor.values, name, ignore_name_scope)], op, process_set
+        )[0]
     tensor = tf.convert_to_tensor(tensor)
     name = _op_name("HorovodAllreduce", tensor, name, ignore_name_scope)
     wire, ctx = compression.compress(tensor)
@@ -412,9 +513,19 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(result, ctx)
 
 
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
-                      ignore_name_scope=False, name=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    name=None,
+):
     """Allreduces a list of tensors in one call (fused by the core); IndexedSlices among them as allreduce
     does, in one allgather call for all of them. Differentiable."""
     op = _resolve_op(op, average)
@@ -429,24 +540,39 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         _check_sparse(op, prescale_factor, postscale_factor)
     values = {i: tensors[i].values if i in sparse else tf.convert_to_tensor(tensors[i]) for i in range(len(tensors))}
     compressed = {i: compression.compress(values[i]) for i in dense}
-    names = {i: _op_name("HorovodGroupedAllreduce", compressed[i][0] if i in compressed else values[i],
-                         None if name is None else f"{name}.{i}", ignore_name_scope)
-             for i in range(len(tensors))}  # in list order: graph names count up the same way on every rank
+    names = {
+        i: _op_name(
+            "HorovodGroupedAllreduce",
+            compressed[i][0] if i in compressed else values[i],
+            None if name is None else f"{name}.{i}",
+            ignore_name_scope,
+        )
+        for i in range(len(tensors))
+    }  # in list order: graph names count up the same way on every rank
     if sparse:
-        for i, reduced in zip(sparse, _sparse_allreduce([tensors[i] for i in sparse], [names[i] for i in sparse],
-                                                         op, process_set)):
+        for i, reduced in zip(
+            sparse, _sparse_allreduce([tensors[i] for i in sparse], [names[i] for i in sparse], op, process_set)
+        ):
             results[i] = reduced
     if dense:
         for i in dense:
             _check_dtype(compressed[i][0], names[i])
-        reduced = _grouped_allreduce_raw([compressed[i][0] for i in dense], [names[i] for i in dense], op,
-                                         prescale_factor, postscale_factor, process_set, "grouped_allreduce")
+        reduced = _grouped_allreduce_raw(
+            [compressed[i][0] for i in dense],
+            [names[i] for i in dense],
+            op,
+            prescale_factor,
+            postscale_factor,
+            process_set,
+            "grouped_allreduce",
+        )
         for i, r in zip(dense, reduced):
             results[i] = compression.decompress(r, compressed[i][1])
     return results
 
 
 # --------------------------------------------------------------------------- allgather
+
 
 def _gathered_shape(x) -> tf.TensorShape:
     """Static shape of an allgather's (or alltoall's) output: dimension 0 unknown, a scalar becomes a vector,
@@ -471,17 +597,30 @@ def _grouped_allgather_raw(tensors, names, process_set):
             # Dimension 0, or 1 for a scalar (sent as one row); decided at run time for a tensor of unknown rank.
             rows = [tf.concat([tf.shape(x, out_type=tf.int64), tf.ones([1], tf.int64)], 0)[:1] for x in xs]
             dys = [tf.zeros_like(o) if dy is None else tf.convert_to_tensor(dy) for o, dy in zip(outs, dys)]
-            back = ([_Collective(OP_ALLGATHER, None if n is None else f"{n}.grad.rows", process_set_id=ps_id)
-                     for n in names] +
-                    [_Collective(OP_ALLREDUCE, None if n is None else f"{n}.grad", ops.core_reduce_op(Average),
-                                 process_set_id=ps_id) for n in names])
-            results = _bridge(back, rows + dys, [tf.int64] * len(xs) + [d.dtype for d in dys],
-                              [tf.TensorShape([None])] * len(xs) + [d.shape for d in dys], "gradient of allgather")
+            back = [
+                _Collective(OP_ALLGATHER, None if n is None else f"{n}.grad.rows", process_set_id=ps_id)
+                for n in names
+            ] + [
+                _Collective(
+                    OP_ALLREDUCE,
+                    None if n is None else f"{n}.grad",
+                    ops.core_reduce_op(Average),
+                    process_set_id=ps_id,
+                )
+                for n in names
+            ]
+            results = _bridge(
+                back,
+                rows + dys,
+                [tf.int64] * len(xs) + [d.dtype for d in dys],
+                [tf.TensorShape([None])] * len(xs) + [d.shape for d in dys],
+                "gradient of allgather",
+            )
             me = _process_set_rank(process_set)
             grads = []
-            for x, all_rows, averaged in zip(xs, results[:len(xs)], results[len(xs):]):
+            for x, all_rows, averaged in zip(xs, results[: len(xs)], results[len(xs) :]):
                 offset = tf.reduce_sum(all_rows[:me])
-                mine = averaged[offset:offset + all_rows[me]]
+                mine = averaged[offset : offset + all_rows[me]]
                 grads.append(tf.reshape(mine, tf.shape(x)))
             return grads
 
@@ -500,14 +639,17 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     tensors = _to_tensors(tensors)
-    names = [_op_name("HorovodGroupedAllgather", t, n, ignore_name_scope)
-             for t, n in zip(tensors, _group_names(name, len(tensors)))]
+    names = [
+        _op_name("HorovodGroupedAllgather", t, n, ignore_name_scope)
+        for t, n in zip(tensors, _group_names(name, len(tensors)))
+    ]
     for t, n in zip(tensors, names):
         _check_dtype(t, n)
     return _grouped_allgather_raw(tensors, names, process_set) if tensors else []
 
 
 # --------------------------------------------------------------------------- broadcast
+
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Returns root_rank's tensor on every rank of process_set (root_rank is a global rank). Differentiable, with
@@ -520,14 +662,30 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
     @tf.custom_gradient
     def forward(x):
-        out = _bridge([_Collective(OP_BROADCAST, name, root_rank=root_rank, process_set_id=ps_id)], [x],
-                      [x.dtype], [x.shape], "broadcast")[0]
+        out = _bridge(
+            [_Collective(OP_BROADCAST, name, root_rank=root_rank, process_set_id=ps_id)],
+            [x],
+            [x.dtype],
+            [x.shape],
+            "broadcast",
+        )[0]
 
         def grad(dy):
             dy = tf.convert_to_tensor(dy)
-            averaged = _bridge([_Collective(OP_ALLREDUCE, None if name is None else f"{name}.grad",
-                                            ops.core_reduce_op(Average), process_set_id=ps_id)], [dy], [dy.dtype],
-                               [dy.shape], "gradient of broadcast")[0]
+            averaged = _bridge(
+                [
+                    _Collective(
+                        OP_ALLREDUCE,
+                        None if name is None else f"{name}.grad",
+                        ops.core_reduce_op(Average),
+                        process_set_id=ps_id,
+                    )
+                ],
+                [dy],
+                [dy.dtype],
+                [dy.shape],
+                "gradient of broadcast",
+            )[0]
             if rank() == root_rank:
                 return averaged
             # The zeros must depend on the allreduce: a tf.compat.v1 Session would otherwise prune it from this
@@ -542,6 +700,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
 # --------------------------------------------------------------------------- alltoall / reducescatter
 
+
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends splits[i] rows of tensor to rank i of the set. Returns the received rows concatenated in rank order
     and, as in Horovod, only when splits is given, also the received splits (int32): (output, received_splits).
@@ -554,16 +713,22 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
     def run(x, s, op_name, what):
         inputs = [x] if s is None else [x, tf.cast(s, tf.int32)]
-        return _bridge([_Collective(OP_ALLTOALL, op_name, process_set_id=ps_id, with_splits=s is not None)],
-                       inputs, [x.dtype, tf.int32], [shape, tf.TensorShape([None])], what)
+        return _bridge(
+            [_Collective(OP_ALLTOALL, op_name, process_set_id=ps_id, with_splits=s is not None)],
+            inputs,
+            [x.dtype, tf.int32],
+            [shape, tf.TensorShape([None])],
+            what,
+        )
 
     @tf.custom_gradient
     def forward(x):
         out, received = run(x, splits, name, "alltoall")
 
         def grad(dy, _unused=None):
-            back, _ = run(tf.convert_to_tensor(dy), received, None if name is None else f"{name}.grad",
-                          "gradient of alltoall")
+            back, _ = run(
+                tf.convert_to_tensor(dy), received, None if name is None else f"{name}.grad", "gradient of alltoall"
+            )
             return tf.reshape(back, tf.shape(x))
 
         return (out, received), grad
@@ -578,8 +743,9 @@ def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_
 
     @tf.custom_gradient
     def forward(*xs):
-        collectives = [_Collective(OP_REDUCESCATTER, n, reduce_op, prescale, postscale, process_set_id=ps_id)
-                       for n in names]
+        collectives = [
+            _Collective(OP_REDUCESCATTER, n, reduce_op, prescale, postscale, process_set_id=ps_id) for n in names
+        ]
         shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) for x in xs]
         outs = _bridge(collectives, xs, [x.dtype for x in xs], shapes, "reducescatter")
 
@@ -587,8 +753,9 @@ def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_
             if op not in (Average, Sum):
                 raise NotImplementedError(f"hvdlite: the gradient of reducescatter with op={op} is not defined")
             dys = [tf.convert_to_tensor(dy) for dy in dys]
-            back = [_Collective(OP_ALLGATHER, None if n is None else f"{n}.grad", process_set_id=ps_id)
-                    for n in names]
+            back = [
+                _Collective(OP_ALLGATHER, None if n is None else f"{n}.grad", process_set_id=ps_id) for n in names
+            ]
             gathered = _bridge(back, dys, [d.dtype for d in dys], [x.shape for x in xs], "gradient of reducescatter")
             # Horovod's rule: the gathered gradient times the set size for Sum (1 for Average), times the factors.
             scale = (_process_set_size(process_set) if op == Sum else 1.0) * prescale * postscale
@@ -599,8 +766,17 @@ def _grouped_reducescatter_raw(tensors, names, op, prescale, postscale, process_
     return list(forward(*tensors))
 
 
-def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
-                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(
+    tensor,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
     """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the extra
     rows when it does not divide evenly). Differentiable."""
     compression = compression or Compression.none
@@ -613,9 +789,17 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     return compression.decompress(result, ctx)
 
 
-def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0,
-                          ignore_name_scope=False, name=None):
+def grouped_reducescatter(
+    tensors,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    ignore_name_scope=False,
+    name=None,
+):
     """Reducescatters a list of tensors in one call (Horovod's positional order; `ignore_name_scope` and `name`
     are hvdlite additions, after Horovod's parameters). Differentiable."""
     compression = compression or Compression.none
@@ -625,8 +809,10 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
         return []
     compressed = [compression.compress(t) for t in tensors]
     wires = [w for w, _ in compressed]
-    names = [_op_name("HorovodGroupedReducescatter", w, n, ignore_name_scope)
-             for w, n in zip(wires, _group_names(name, len(wires)))]
+    names = [
+        _op_name("HorovodGroupedReducescatter", w, n, ignore_name_scope)
+        for w, n in zip(wires, _group_names(name, len(wires)))
+    ]
     for w, n in zip(wires, names):
         _check_dtype(w, n)
     results = _grouped_reducescatter_raw(wires, names, op, prescale_factor, postscale_factor, process_set)
@@ -634,6 +820,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 
 # --------------------------------------------------------------------------- synchronisation
+
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier (an op inside a tf.function)."""
@@ -648,9 +835,12 @@ def join(device="") -> tf.Tensor:
 
 # --------------------------------------------------------------------------- numpy-level (object collectives)
 
+
 def _np_broadcast(array: np.ndarray, root_rank: int, name: str, process_set) -> np.ndarray:
-    return _execute((_Collective(OP_BROADCAST, name, root_rank=int(root_rank),
-                                 process_set_id=_process_set_id(process_set)),), array)[0]
+    return _execute(
+        (_Collective(OP_BROADCAST, name, root_rank=int(root_rank), process_set_id=_process_set_id(process_set)),),
+        array,
+    )[0]
 
 
 def _np_allgather(array: np.ndarray, name: str, process_set) -> np.ndarray:
@@ -658,5 +848,6 @@ def _np_allgather(array: np.ndarray, name: str, process_set) -> np.ndarray:
 
 
 def _np_allreduce(array: np.ndarray, name: str, op, process_set) -> np.ndarray:
-    return _execute((_Collective(OP_ALLREDUCE, name, ops.core_reduce_op(op),
-                                 process_set_id=_process_set_id(process_set)),), array)[0]
+    return _execute(
+        (_Collective(OP_ALLREDUCE, name, ops.core_reduce_op(op), process_set_id=_process_set_id(process_set)),), array
+    )[0]

@@ -8,6 +8,7 @@ N-th call, where it returns the accumulated gradients reduced over the ranks (di
 average_aggregated_gradients); apply_gradients applies only on those calls and otherwise just advances
 global_step. Unlike Horovod (graph mode only), this also works eagerly.
 """
+
 import tensorflow as tf
 
 from hvdlite.common.basics import global_process_set
@@ -30,16 +31,21 @@ class _PassAccumulator:
         # in TF1 graphs a LOCAL variable, which MonitoredTrainingSession and
         # tf.compat.v1.local_variables_initializer() initialise.
         with tf.init_scope():
-            return tf.compat.v1.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
-                                         collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+            return tf.compat.v1.Variable(
+                tf.zeros(shape, dtype),
+                trainable=False,
+                name=name,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+            )
 
     def _prepare(self, grads, variables):
         if self.counter is None:
             self.counter = self._local_zeros([], tf.int64, "hvd_backward_passes")
         for g, v in zip(grads, variables):
             if g is not None and _var_key(v) not in self.sums:
-                self.sums[_var_key(v)] = self._local_zeros(v.shape, tf.as_dtype(v.dtype).base_dtype,
-                                                           "hvd_gradient_accumulator")
+                self.sums[_var_key(v)] = self._local_zeros(
+                    v.shape, tf.as_dtype(v.dtype).base_dtype, "hvd_gradient_accumulator"
+                )
 
     def compute(self, grads, variables):
         """Adds grads to the sums; returns the reduced sums on every N-th pass, else this pass's gradients."""
@@ -73,6 +79,7 @@ class _PassAccumulator:
     def apply(self, apply_fn, grads, global_step):
         """Runs apply_fn on the passes whose gradients were reduced (counter back at 0); otherwise advances
         global_step, as Horovod does, so that hooks counting steps see every pass."""
+
         def advance():
             if global_step is None:
                 return tf.no_op()
@@ -89,13 +96,17 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
     """A tf.compat.v1.train.Optimizer whose compute_gradients reduces over the ranks; everything else is
     delegated to the wrapped optimizer."""
 
-    def __init__(self, optimizer, name, use_locking, reducer, backward_passes_per_step=1,
-                 average_aggregated_gradients=False):
+    def __init__(
+        self, optimizer, name, use_locking, reducer, backward_passes_per_step=1, average_aggregated_gradients=False
+    ):
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._reducer = reducer
-        self._accumulator = (_PassAccumulator(backward_passes_per_step, average_aggregated_gradients, reducer)
-                             if backward_passes_per_step > 1 else None)
+        self._accumulator = (
+            _PassAccumulator(backward_passes_per_step, average_aggregated_gradients, reducer)
+            if backward_passes_per_step > 1
+            else None
+        )
 
     def compute_gradients(self, *args, **kwargs):
         grads_and_vars = self._optimizer.compute_gradients(*args, **kwargs)
@@ -112,7 +123,9 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         grads_and_vars = list(grads_and_vars)
         return self._accumulator.apply(
             lambda: self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name),
-            [g for g, _ in grads_and_vars], global_step)
+            [g for g, _ in grads_and_vars],
+            global_step,
+        )
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -128,10 +141,23 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         self._reducer.register_local_var(var)
 
 
-def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    use_locking=False,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Wraps a Keras 3 optimizer (see hvdlite.tensorflow.keras.DistributedOptimizer) or a
     tf.compat.v1.train.Optimizer so that gradients are reduced (by default averaged) over the ranks of
     process_set. Checks and errors as in horovod.tensorflow.DistributedOptimizer."""
@@ -150,21 +176,45 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             raise ValueError("op == Adasum is not supported yet with Keras")
         from hvdlite.tensorflow.keras.optimizer import DistributedOptimizer as KerasDistributedOptimizer
 
-        return KerasDistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
-                                         gradient_predivide_factor, op, backward_passes_per_step,
-                                         average_aggregated_gradients, 0, groups, process_set,
-                                         scale_local_gradients)
+        return KerasDistributedOptimizer(
+            optimizer,
+            name,
+            device_dense,
+            device_sparse,
+            compression,
+            sparse_as_dense,
+            gradient_predivide_factor,
+            op,
+            backward_passes_per_step,
+            average_aggregated_gradients,
+            0,
+            groups,
+            process_set,
+            scale_local_gradients,
+        )
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         check_gradient_op(op, gradient_predivide_factor)
         if op == Adasum:
             raise NotImplementedError(
                 "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does "
                 "not implement; DistributedGradientTape(op=hvd.Adasum) and hvd.allreduce(op=hvd.Adasum) reduce "
-                "gradients with Adasum")
+                "gradients with Adasum"
+            )
         name = name or f"Distributed{type(optimizer).__name__}"
-        reducer = GradientReducer(name, compression, op, sparse_as_dense, gradient_predivide_factor, process_set,
-                                  groups, scale_local_gradients)
-        return _DistributedV1Optimizer(optimizer, name, use_locking, reducer, backward_passes_per_step,
-                                       average_aggregated_gradients)
-    raise ValueError(f"DistributedOptimizer takes a Keras 3 optimizer or a tf.compat.v1.train.Optimizer, got "
-                     f"{type(optimizer).__name__}; for a custom training loop use DistributedGradientTape")
+        reducer = GradientReducer(
+            name,
+            compression,
+            op,
+            sparse_as_dense,
+            gradient_predivide_factor,
+            process_set,
+            groups,
+            scale_local_gradients,
+        )
+        return _DistributedV1Optimizer(
+            optimizer, name, use_locking, reducer, backward_passes_per_step, average_aggregated_gradients
+        )
+    raise ValueError(
+        f"DistributedOptimizer takes a Keras 3 optimizer or a tf.compat.v1.train.Optimizer, got "
+        f"{type(optimizer).__name__}; for a custom training loop use DistributedGradientTape"
+    )

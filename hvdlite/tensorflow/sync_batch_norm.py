@@ -1,4 +1,5 @@
 """SyncBatchNormalization: Keras 3 batch normalisation whose training statistics cover the global batch."""
+
 import keras
 import tensorflow as tf
 
@@ -38,8 +39,14 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
             count = tf.reduce_sum(weights, axis=axes)
         name = f"SyncBatchNormalization.{self.name}"
         total, squares, count = mpi_ops._grouped_allreduce_raw(
-            [total, squares, count], [f"{name}.sum", f"{name}.squares", f"{name}.count"], Sum, 1.0, 1.0,
-            self.process_set, "SyncBatchNormalization")
+            [total, squares, count],
+            [f"{name}.sum", f"{name}.squares", f"{name}.count"],
+            Sum,
+            1.0,
+            1.0,
+            self.process_set,
+            "SyncBatchNormalization",
+        )
         mean = total / count
         variance = tf.maximum(squares / count - tf.square(mean), 0.0)
         return mean, variance

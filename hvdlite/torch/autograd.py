@@ -16,6 +16,7 @@ torch.distributed.nn treats it as their *sum*:
 
 Every rank must run the backward pass of a differentiable collective, as it runs the forward.
 """
+
 from typing import Sequence
 
 import torch
@@ -32,13 +33,14 @@ def _rows(tensor: torch.Tensor) -> int:
 def _my_rows(gradients: Sequence[torch.Tensor], my_rows: Sequence[int], scalar: Sequence[bool], process_set):
     """Slices this rank's rows out of gathered gradients: one allgather of every member's row counts
     (one column per tensor) gives the offsets."""
-    counts = core_ops.synchronize(core_ops.allgather_async(torch.tensor([list(my_rows)], dtype=torch.int64),
-                                                         process_set=process_set))
+    counts = core_ops.synchronize(
+        core_ops.allgather_async(torch.tensor([list(my_rows)], dtype=torch.int64), process_set=process_set)
+    )
     me = process_set.rank()
     offsets = counts[:me].sum(dim=0).tolist()
     out = []
     for grad, offset, rows, is_scalar in zip(gradients, offsets, my_rows, scalar):
-        mine = grad[offset:offset + rows]
+        mine = grad[offset : offset + rows]
         out.append(mine.reshape(()) if is_scalar else mine)
     return out
 
@@ -51,14 +53,28 @@ class AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
-        return core_ops.synchronize(core_ops.allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                                           postscale_factor=postscale, process_set=process_set))
+        return core_ops.synchronize(
+            core_ops.allreduce_async(
+                tensor,
+                name=name,
+                op=op,
+                prescale_factor=prescale,
+                postscale_factor=postscale,
+                process_set=process_set,
+            )
+        )
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = core_ops.synchronize(core_ops.allreduce_async(
-            grad.contiguous(), op=ctx.op, prescale_factor=ctx.prescale, postscale_factor=ctx.postscale,
-            process_set=ctx.process_set))
+        reduced = core_ops.synchronize(
+            core_ops.allreduce_async(
+                grad.contiguous(),
+                op=ctx.op,
+                prescale_factor=ctx.prescale,
+                postscale_factor=ctx.postscale,
+                process_set=ctx.process_set,
+            )
+        )
         return reduced, None, None, None, None, None
 
 
@@ -66,15 +82,30 @@ class GroupedAllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
-        return tuple(core_ops.synchronize(core_ops.grouped_allreduce_async(
-            list(tensors), name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
-            process_set=process_set)))
+        return tuple(
+            core_ops.synchronize(
+                core_ops.grouped_allreduce_async(
+                    list(tensors),
+                    name=name,
+                    op=op,
+                    prescale_factor=prescale,
+                    postscale_factor=postscale,
+                    process_set=process_set,
+                )
+            )
+        )
 
     @staticmethod
     def backward(ctx, *grads):
-        reduced = core_ops.synchronize(core_ops.grouped_allreduce_async(
-            [g.contiguous() for g in grads], op=ctx.op, prescale_factor=ctx.prescale,
-            postscale_factor=ctx.postscale, process_set=ctx.process_set))
+        reduced = core_ops.synchronize(
+            core_ops.grouped_allreduce_async(
+                [g.contiguous() for g in grads],
+                op=ctx.op,
+                prescale_factor=ctx.prescale,
+                postscale_factor=ctx.postscale,
+                process_set=ctx.process_set,
+            )
+        )
         return (None,) * 5 + tuple(reduced)
 
 
@@ -87,8 +118,9 @@ class AllgatherFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        averaged = core_ops.synchronize(core_ops.allreduce_async(grad.contiguous(), op=Average,
-                                                               process_set=ctx.process_set))
+        averaged = core_ops.synchronize(
+            core_ops.allreduce_async(grad.contiguous(), op=Average, process_set=ctx.process_set)
+        )
         return _my_rows([averaged], [ctx.rows], [ctx.scalar], ctx.process_set)[0], None, None
 
 
@@ -98,13 +130,15 @@ class GroupedAllgatherFunction(torch.autograd.Function):
         ctx.process_set = process_set
         ctx.rows = [_rows(t) for t in tensors]
         ctx.scalar = [t.dim() == 0 for t in tensors]
-        return tuple(core_ops.synchronize(core_ops.grouped_allgather_async(list(tensors), name=name,
-                                                                         process_set=process_set)))
+        return tuple(
+            core_ops.synchronize(core_ops.grouped_allgather_async(list(tensors), name=name, process_set=process_set))
+        )
 
     @staticmethod
     def backward(ctx, *grads):
-        averaged = core_ops.synchronize(core_ops.grouped_allreduce_async(
-            [g.contiguous() for g in grads], op=Average, process_set=ctx.process_set))
+        averaged = core_ops.synchronize(
+            core_ops.grouped_allreduce_async([g.contiguous() for g in grads], op=Average, process_set=ctx.process_set)
+        )
         return (None, None) + tuple(_my_rows(averaged, ctx.rows, ctx.scalar, ctx.process_set))
 
 
@@ -116,8 +150,9 @@ class BroadcastFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        averaged = core_ops.synchronize(core_ops.allreduce_async(grad.contiguous(), op=Average,
-                                                               process_set=ctx.process_set))
+        averaged = core_ops.synchronize(
+            core_ops.allreduce_async(grad.contiguous(), op=Average, process_set=ctx.process_set)
+        )
         if rank() != ctx.root_rank:  # root_rank is a global rank, as in the forward
             averaged = torch.zeros_like(averaged)
         return averaged, None, None, None
@@ -129,16 +164,18 @@ class AlltoallFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ctx.process_set = process_set
-        output, received = core_ops.synchronize(core_ops.alltoall_async(tensor, splits, name=name,
-                                                                      process_set=process_set))
+        output, received = core_ops.synchronize(
+            core_ops.alltoall_async(tensor, splits, name=name, process_set=process_set)
+        )
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
     def backward(ctx, grad, _received_splits_grad):
-        back, _ = core_ops.synchronize(core_ops.alltoall_async(grad.contiguous(), ctx.received,
-                                                             process_set=ctx.process_set))
+        back, _ = core_ops.synchronize(
+            core_ops.alltoall_async(grad.contiguous(), ctx.received, process_set=ctx.process_set)
+        )
         return back, None, None, None
 
 
@@ -147,9 +184,16 @@ class ReducescatterFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.scale = _reducescatter_gradient_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
-        return core_ops.synchronize(core_ops.reducescatter_async(tensor, name=name, op=op, process_set=process_set,
-                                                               prescale_factor=prescale,
-                                                               postscale_factor=postscale))
+        return core_ops.synchronize(
+            core_ops.reducescatter_async(
+                tensor,
+                name=name,
+                op=op,
+                process_set=process_set,
+                prescale_factor=prescale,
+                postscale_factor=postscale,
+            )
+        )
 
     @staticmethod
     def backward(ctx, grad):
@@ -162,12 +206,22 @@ class GroupedReducescatterFunction(torch.autograd.Function):
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
         ctx.scale = _reducescatter_gradient_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
-        return tuple(core_ops.synchronize(core_ops.grouped_reducescatter_async(
-            list(tensors), name=name, op=op, process_set=process_set, prescale_factor=prescale,
-            postscale_factor=postscale)))
+        return tuple(
+            core_ops.synchronize(
+                core_ops.grouped_reducescatter_async(
+                    list(tensors),
+                    name=name,
+                    op=op,
+                    process_set=process_set,
+                    prescale_factor=prescale,
+                    postscale_factor=postscale,
+                )
+            )
+        )
 
     @staticmethod
     def backward(ctx, *grads):
-        gathered = core_ops.synchronize(core_ops.grouped_allgather_async([g.contiguous() for g in grads],
-                                                                       process_set=ctx.process_set))
+        gathered = core_ops.synchronize(
+            core_ops.grouped_allgather_async([g.contiguous() for g in grads], process_set=ctx.process_set)
+        )
         return (None,) * 5 + tuple(g * ctx.scale for g in gathered)

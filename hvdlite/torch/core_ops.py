@@ -6,6 +6,7 @@ with the current stream of their device, which the core waits on without blockin
 The layer below the differentiable Functions (autograd.py), which build on these; mpi_ops.py, above both,
 holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
 """
+
 import numbers
 import warnings
 from typing import List, Optional
@@ -13,14 +14,32 @@ from typing import List, Optional
 import torch
 
 from hvdlite.common import ops
-from hvdlite.common.basics import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST, OP_JOIN,
-                                   OP_REDUCESCATTER, global_process_set)
+from hvdlite.common.basics import (
+    OP_ALLGATHER,
+    OP_ALLREDUCE,
+    OP_ALLTOALL,
+    OP_BARRIER,
+    OP_BROADCAST,
+    OP_JOIN,
+    OP_REDUCESCATTER,
+    global_process_set,
+)
 from hvdlite.common.errors import InvalidArgumentError
 from hvdlite.common.ops import Average, Sum
 from hvdlite.torch.compression import Compression
 
-_DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4, torch.bfloat16: 5,
-           torch.float32: 6, torch.float64: 7, torch.bool: 8, torch.int16: 10}
+_DTYPES = {
+    torch.uint8: 0,
+    torch.int8: 1,
+    torch.int32: 2,
+    torch.int64: 3,
+    torch.float16: 4,
+    torch.bfloat16: 5,
+    torch.float32: 6,
+    torch.float64: 7,
+    torch.bool: 8,
+    torch.int16: 10,
+}
 if hasattr(torch, "uint16"):  # torch >= 2.3
     _DTYPES[torch.uint16] = 9
 
@@ -40,16 +59,20 @@ def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
         return _HOST
     if tensor.is_cuda:
         return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
-    raise InvalidArgumentError(f"{_describe(name)} is on {tensor.device}; hvdlite's collectives take CPU tensors "
-                               "and CUDA tensors: move it with .cpu() first")
+    raise InvalidArgumentError(
+        f"{_describe(name)} is on {tensor.device}; hvdlite's collectives take CPU tensors "
+        "and CUDA tensors: move it with .cpu() first"
+    )
 
 
 def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
-        raise InvalidArgumentError(f"{_describe(name)} has dtype {tensor.dtype}, which hvdlite does not support; "
-                                   f"supported: {', '.join(str(d) for d in _DTYPES)}") from None
+        raise InvalidArgumentError(
+            f"{_describe(name)} has dtype {tensor.dtype}, which hvdlite does not support; "
+            f"supported: {', '.join(str(d) for d in _DTYPES)}"
+        ) from None
 
 
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
@@ -63,8 +86,11 @@ def _resolve_op(op, average) -> int:
             raise ValueError("The op parameter supersedes average. Please provide only one of them.")
         return op
     if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "Parameter `average` has been replaced with `op` and will be removed in v1.0",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return Average if average else Sum
     return Average
 
@@ -102,28 +128,68 @@ def synchronize(handle):
 
 # --------------------------------------------------------------------------- allreduce
 
+
 def _allreduce_call(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> dict:
     device, stream = _placement(tensor, name)
-    return dict(op=OP_ALLREDUCE, name=name, dtype=_dtype_code(tensor, name), shape=tuple(tensor.shape),
-                input_ptr=tensor.data_ptr(), output_ptr=output.data_ptr(), reduce_op=ops.core_reduce_op(op),
-                prescale=prescale_factor, postscale=postscale_factor, process_set_id=_process_set_id(process_set),
-                device=device, stream=stream)
+    return dict(
+        op=OP_ALLREDUCE,
+        name=name,
+        dtype=_dtype_code(tensor, name),
+        shape=tuple(tensor.shape),
+        input_ptr=tensor.data_ptr(),
+        output_ptr=output.data_ptr(),
+        reduce_op=ops.core_reduce_op(op),
+        prescale=prescale_factor,
+        postscale=postscale_factor,
+        process_set_id=_process_set_id(process_set),
+        device=device,
+        stream=stream,
+    )
 
 
 def _allreduce_enqueue(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     # Positional, without _allreduce_call's dict: this is every gradient's path, once per tensor and step.
     placement = _placement(tensor, name)
     if placement is _HOST:
-        return ops.enqueue(OP_ALLREDUCE, name, _dtype_code(tensor, name), tuple(tensor.shape), tensor.data_ptr(),
-                           output.data_ptr(), -1, ops.core_reduce_op(op), prescale_factor, postscale_factor,
-                           _process_set_id(process_set))
-    return ops.enqueue(OP_ALLREDUCE, name, _dtype_code(tensor, name), tuple(tensor.shape), tensor.data_ptr(),
-                       output.data_ptr(), -1, ops.core_reduce_op(op), prescale_factor, postscale_factor,
-                       _process_set_id(process_set), device=placement[0], stream=placement[1])
+        return ops.enqueue(
+            OP_ALLREDUCE,
+            name,
+            _dtype_code(tensor, name),
+            tuple(tensor.shape),
+            tensor.data_ptr(),
+            output.data_ptr(),
+            -1,
+            ops.core_reduce_op(op),
+            prescale_factor,
+            postscale_factor,
+            _process_set_id(process_set),
+        )
+    return ops.enqueue(
+        OP_ALLREDUCE,
+        name,
+        _dtype_code(tensor, name),
+        tuple(tensor.shape),
+        tensor.data_ptr(),
+        output.data_ptr(),
+        -1,
+        ops.core_reduce_op(op),
+        prescale_factor,
+        postscale_factor,
+        _process_set_id(process_set),
+        device=placement[0],
+        stream=placement[1],
+    )
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set) -> int:
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     op = _resolve_op(op, average)
     source = _contiguous(tensor)
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
@@ -131,8 +197,15 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _handles.add([h], lambda: output, keep_alive=source)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set) -> int:
+def allreduce_async_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     op = _resolve_op(op, average)
     if tensor.is_contiguous():
         h = _allreduce_enqueue(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
@@ -150,14 +223,29 @@ _prepared_inplace: dict = {}
 _PREPARED_INPLACE_LIMIT = 4096
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set):
+def allreduce_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     # Contiguous first: a strided view can share the pointer, shape and dtype of other memory (and a sparse tensor
     # has no pointer).
     contiguous = tensor.is_contiguous()
     if contiguous and name is not None and average is None:
-        key = (tensor.data_ptr(), name, op, tensor.shape, tensor.dtype, prescale_factor, postscale_factor,
-               process_set.process_set_id)
+        key = (
+            tensor.data_ptr(),
+            name,
+            op,
+            tensor.shape,
+            tensor.dtype,
+            prescale_factor,
+            postscale_factor,
+            process_set.process_set_id,
+        )
         prepared = _prepared_inplace.get(key)
         if prepared is not None and tensor.is_cpu:
             ops.run_prepared(prepared[0], tensor)
@@ -167,15 +255,18 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         # Python cost of a small allreduce, e.g. a metric averaged every step).
         reduce_op = _resolve_op(op, average)
         if _placement(tensor, name) is _HOST:
-            prepared = _allreduce_host_now(tensor, tensor, name, reduce_op, prescale_factor, postscale_factor,
-                                           process_set, tensor)
+            prepared = _allreduce_host_now(
+                tensor, tensor, name, reduce_op, prescale_factor, postscale_factor, process_set, tensor
+            )
             if prepared is not None and average is None:
                 if len(_prepared_inplace) >= _PREPARED_INPLACE_LIMIT:
                     _prepared_inplace.clear()
                 _prepared_inplace[key] = prepared
         else:
-            ops.wait_and_release(_allreduce_enqueue(tensor, tensor, name, reduce_op, prescale_factor,
-                                                    postscale_factor, process_set), keep_alive=tensor)
+            ops.wait_and_release(
+                _allreduce_enqueue(tensor, tensor, name, reduce_op, prescale_factor, postscale_factor, process_set),
+                keep_alive=tensor,
+            )
         return tensor
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
@@ -187,8 +278,20 @@ def _allreduce_host_now(source, output, name, op, prescale_factor, postscale_fac
     dtype_code, set_id = _DTYPES.get(source.dtype), process_set.process_set_id
     if dtype_code is None or set_id is None:  # raise their errors
         dtype_code, set_id = _dtype_code(source, name), _process_set_id(process_set)
-    return ops.enqueue_and_wait(OP_ALLREDUCE, name, dtype_code, source.shape, source.data_ptr(), output.data_ptr(),
-                                -1, ops.core_reduce_op(op), prescale_factor, postscale_factor, set_id, keep_alive)
+    return ops.enqueue_and_wait(
+        OP_ALLREDUCE,
+        name,
+        dtype_code,
+        source.shape,
+        source.data_ptr(),
+        output.data_ptr(),
+        -1,
+        ops.core_reduce_op(op),
+        prescale_factor,
+        postscale_factor,
+        set_id,
+        keep_alive,
+    )
 
 
 def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -206,22 +309,44 @@ def _group_names(name, count):
     return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set) -> int:
+def grouped_allreduce_async(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     op = _resolve_op(op, average)
     sources = [_contiguous(t) for t in tensors]
     outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
-    handles = ops.enqueue_many([_allreduce_call(s, o, n, op, prescale_factor, postscale_factor, process_set)
-                                for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))])
+    handles = ops.enqueue_many(
+        [
+            _allreduce_call(s, o, n, op, prescale_factor, postscale_factor, process_set)
+            for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))
+        ]
+    )
     return _handles.add(handles, lambda: outputs, keep_alive=sources)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set) -> int:
+def grouped_allreduce_async_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> int:
     op = _resolve_op(op, average)
     works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    handles = ops.enqueue_many([_allreduce_call(w, w, n, op, prescale_factor, postscale_factor, process_set)
-                                for w, n in zip(works, _group_names(name, len(works)))])
+    handles = ops.enqueue_many(
+        [
+            _allreduce_call(w, w, n, op, prescale_factor, postscale_factor, process_set)
+            for w, n in zip(works, _group_names(name, len(works)))
+        ]
+    )
 
     def finish():
         for t, w in zip(tensors, works):
@@ -232,13 +357,22 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _handles.add(handles, finish, keep_alive=works)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+def grouped_allreduce_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
+    return synchronize(
+        grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
 # --------------------------------------------------------------------------- core-owned results
+
 
 def _owned_result(handle: int, like: torch.Tensor) -> torch.Tensor:
     """The core's result as a new tensor of like's dtype and device (CUDA results are copied device to device)."""
@@ -255,9 +389,17 @@ def _owned_result(handle: int, like: torch.Tensor) -> torch.Tensor:
 def _allgather_call(tensor, name, process_set):
     source = _contiguous(tensor if tensor.dim() > 0 else tensor.reshape(1))
     device, stream = _placement(source, name)
-    return dict(op=OP_ALLGATHER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
-                input_ptr=source.data_ptr(), output_ptr=0, process_set_id=_process_set_id(process_set),
-                device=device, stream=stream), source
+    return dict(
+        op=OP_ALLGATHER,
+        name=name,
+        dtype=_dtype_code(source, name),
+        shape=tuple(source.shape),
+        input_ptr=source.data_ptr(),
+        output_ptr=0,
+        process_set_id=_process_set_id(process_set),
+        device=device,
+        stream=stream,
+    ), source
 
 
 def _allgather_enqueue(tensor, name, process_set):
@@ -293,8 +435,9 @@ class SparseAllreduceHandle:
                 values = values / self._process_set.size()
             like = self._like
             # Rows from different ranks may repeat an index: left uncoalesced, as in Horovod.
-            self._result = torch.sparse_coo_tensor(indices.t(), values, like.shape, dtype=values.dtype,
-                                                   check_invariants=False)
+            self._result = torch.sparse_coo_tensor(
+                indices.t(), values, like.shape, dtype=values.dtype, check_invariants=False
+            )
             self._like = None
         return self._result
 
@@ -304,15 +447,19 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> 
     duplicates summed when the result is coalesced); values are divided by the set size for op=Average.
     Returns a handle: call it, or pass it to synchronize(), for the result."""
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
-        raise ValueError(f"sparse_allreduce_async takes a sparse COO tensor ({_describe(name)} is "
-                         f"{getattr(tensor, 'layout', type(tensor))}); use allreduce for dense tensors")
+        raise ValueError(
+            f"sparse_allreduce_async takes a sparse COO tensor ({_describe(name)} is "
+            f"{getattr(tensor, 'layout', type(tensor))}); use allreduce for dense tensors"
+        )
     if op not in (Average, Sum):
         raise ValueError(f"sparse_allreduce_async supports op=Average or op=Sum, not {op!r}")
     # allgather concatenates along dimension 0: one row per entry, so indices travel transposed.
-    indices = allgather_async(tensor._indices().t().contiguous(), name=None if name is None else f"{name}.indices",
-                              process_set=process_set)
-    values = allgather_async(tensor._values().contiguous(), name=None if name is None else f"{name}.values",
-                             process_set=process_set)
+    indices = allgather_async(
+        tensor._indices().t().contiguous(), name=None if name is None else f"{name}.indices", process_set=process_set
+    )
+    values = allgather_async(
+        tensor._values().contiguous(), name=None if name is None else f"{name}.values", process_set=process_set
+    )
     return SparseAllreduceHandle(indices, values, tensor, op, process_set)
 
 
@@ -320,17 +467,26 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set) 
     calls = [_allgather_call(t, n, process_set) for t, n in zip(tensors, _group_names(name, len(tensors)))]
     handles = ops.enqueue_many([c for c, _ in calls])
     pairs = list(zip(handles, [s for _, s in calls]))
-    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs],
-                        keep_alive=[s for _, s in pairs])
+    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs], keep_alive=[s for _, s in pairs])
 
 
 def _reducescatter_call(tensor, name, op, prescale_factor, postscale_factor, process_set):
     source = _contiguous(tensor)
     device, stream = _placement(source, name)
-    return dict(op=OP_REDUCESCATTER, name=name, dtype=_dtype_code(source, name), shape=tuple(source.shape),
-                input_ptr=source.data_ptr(), output_ptr=0, reduce_op=ops.core_reduce_op(op),
-                prescale=prescale_factor, postscale=postscale_factor,
-                process_set_id=_process_set_id(process_set), device=device, stream=stream), source
+    return dict(
+        op=OP_REDUCESCATTER,
+        name=name,
+        dtype=_dtype_code(source, name),
+        shape=tuple(source.shape),
+        input_ptr=source.data_ptr(),
+        output_ptr=0,
+        reduce_op=ops.core_reduce_op(op),
+        prescale=prescale_factor,
+        postscale=postscale_factor,
+        process_set_id=_process_set_id(process_set),
+        device=device,
+        stream=stream,
+    ), source
 
 
 def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -338,20 +494,23 @@ def _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, 
     return ops.enqueue(**call), source
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0) -> int:
+def reducescatter_async(
+    tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0
+) -> int:
     h, source = _reducescatter_enqueue(tensor, name, op, prescale_factor, postscale_factor, process_set)
     return _handles.add([h], lambda: _owned_result(h, source), keep_alive=source)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0) -> int:
-    calls = [_reducescatter_call(t, n, op, prescale_factor, postscale_factor, process_set)
-             for t, n in zip(tensors, _group_names(name, len(tensors)))]
+def grouped_reducescatter_async(
+    tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0
+) -> int:
+    calls = [
+        _reducescatter_call(t, n, op, prescale_factor, postscale_factor, process_set)
+        for t, n in zip(tensors, _group_names(name, len(tensors)))
+    ]
     handles = ops.enqueue_many([c for c, _ in calls])
     pairs = list(zip(handles, [s for _, s in calls]))
-    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs],
-                        keep_alive=[s for _, s in pairs])
+    return _handles.add(handles, lambda: [_owned_result(h, s) for h, s in pairs], keep_alive=[s for _, s in pairs])
 
 
 def _split_counts(splits, name) -> List[int]:
@@ -359,14 +518,17 @@ def _split_counts(splits, name) -> List[int]:
     rather than silently truncated."""
     if isinstance(splits, torch.Tensor):
         if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
-            raise InvalidArgumentError(f"alltoall of {_describe(name)}: splits must be an integer tensor "
-                             f"(torch.int32 as in Horovod), got {splits.dtype}")
+            raise InvalidArgumentError(
+                f"alltoall of {_describe(name)}: splits must be an integer tensor "
+                f"(torch.int32 as in Horovod), got {splits.dtype}"
+            )
         return [int(s) for s in splits.reshape(-1).tolist()]
     counts = list(splits)
     bad = [s for s in counts if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
     if bad:
-        raise InvalidArgumentError(f"alltoall of {_describe(name)}: splits must be integers, got "
-                         f"{type(bad[0]).__name__} {bad[0]!r}")
+        raise InvalidArgumentError(
+            f"alltoall of {_describe(name)}: splits must be integers, got {type(bad[0]).__name__} {bad[0]!r}"
+        )
     return [int(s) for s in counts]
 
 
@@ -379,8 +541,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if splits is not None:
         splits = _split_counts(splits, name)
     device, stream = _placement(source, name)
-    h = ops.enqueue(OP_ALLTOALL, name, code, tuple(source.shape), source.data_ptr(), 0,
-                    process_set_id=_process_set_id(process_set), splits=splits, device=device, stream=stream)
+    h = ops.enqueue(
+        OP_ALLTOALL,
+        name,
+        code,
+        tuple(source.shape),
+        source.data_ptr(),
+        0,
+        process_set_id=_process_set_id(process_set),
+        splits=splits,
+        device=device,
+        stream=stream,
+    )
 
     def finish():
         return _owned_result(h, source), torch.tensor(ops.int_results(h), dtype=splits_dtype)
@@ -390,12 +562,22 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 # --------------------------------------------------------------------------- broadcast
 
+
 def _broadcast_enqueue(tensor, output, root_rank, name, process_set):
     code = _dtype_code(tensor, name)
     device, stream = _placement(tensor, name)
-    return ops.enqueue(OP_BROADCAST, name, code, tuple(tensor.shape), tensor.data_ptr(), output.data_ptr(),
-                       root_rank=int(root_rank), process_set_id=_process_set_id(process_set), device=device,
-                       stream=stream)
+    return ops.enqueue(
+        OP_BROADCAST,
+        name,
+        code,
+        tuple(tensor.shape),
+        tensor.data_ptr(),
+        output.data_ptr(),
+        root_rank=int(root_rank),
+        process_set_id=_process_set_id(process_set),
+        device=device,
+        stream=stream,
+    )
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
@@ -422,6 +604,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> 
 
 
 # --------------------------------------------------------------------------- synchronisation
+
 
 def barrier(process_set=global_process_set) -> None:
     """Returns once every rank of the set has called barrier."""

@@ -1,4 +1,5 @@
 """Model/optimizer state helpers and object collectives (horovod.torch.functions)."""
+
 import io
 from typing import Any, List
 
@@ -16,8 +17,9 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (str, bytes, torch.Tensor)) or not hasattr(params, "__iter__"):
-        raise ValueError(f"invalid params of type: {type(params)}; pass a state_dict, named_parameters() or "
-                         "parameters()")
+        raise ValueError(
+            f"invalid params of type: {type(params)}; pass a state_dict, named_parameters() or parameters()"
+        )
     else:
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     # Unnamed tensors are matched across ranks by position.
@@ -27,14 +29,16 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
         if not isinstance(p, torch.Tensor):
             continue
         target = p.data if isinstance(p, torch.nn.Parameter) else p
-        handles.append(mpi_ops.broadcast_async_(target, root_rank, name=f"broadcast.param.{name}",
-                                                process_set=process_set))
+        handles.append(
+            mpi_ops.broadcast_async_(target, root_rank, name=f"broadcast.param.{name}", process_set=process_set)
+        )
     for h in handles:
         mpi_ops.synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
-                              process_set=global_process_set) -> None:
+def broadcast_optimizer_state(
+    optimizer: torch.optim.Optimizer, root_rank: int, process_set=global_process_set
+) -> None:
     """Makes every rank's optimizer state (buffers, step counts and other scalars, hyper-parameters) equal to
     root_rank's. Parameters are matched by position, as in Optimizer.state_dict().
 
@@ -82,11 +86,14 @@ def allgather_object(obj: Any, name: str = None, process_set=global_process_set)
     """Returns the list of every rank's obj, in rank order of the process set."""
     name = name or "object"
     payload = _dumps(obj)
-    lengths = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64),
-                                name=f"allgather_object.{name}.length", process_set=process_set)
+    lengths = mpi_ops.allgather(
+        torch.tensor([payload.numel()], dtype=torch.int64),
+        name=f"allgather_object.{name}.length",
+        process_set=process_set,
+    )
     gathered = mpi_ops.allgather(payload, name=f"allgather_object.{name}.data", process_set=process_set)
     out, offset = [], 0
     for n in lengths.tolist():
-        out.append(_loads(gathered[offset:offset + n]))
+        out.append(_loads(gathered[offset : offset + n]))
         offset += n
     return out

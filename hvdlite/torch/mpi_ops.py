@@ -6,24 +6,62 @@ differentiable when an input requires grad (gradients as Horovod defines them, w
 torch.distributed.nn's: see autograd.py); the asynchronous and in-place ones come from core_ops.py, the layer
 below autograd, and are re-exported so that this module holds Horovod's whole `mpi_ops` namespace.
 """
+
 from typing import List
 
 import torch
 
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
-from hvdlite.torch.autograd import (AllgatherFunction, AllreduceFunction, AlltoallFunction, BroadcastFunction, GroupedAllgatherFunction, GroupedAllreduceFunction, GroupedReducescatterFunction, ReducescatterFunction)
+from hvdlite.torch.autograd import (
+    AllgatherFunction,
+    AllreduceFunction,
+    AlltoallFunction,
+    BroadcastFunction,
+    GroupedAllgatherFunction,
+    GroupedAllreduceFunction,
+    GroupedReducescatterFunction,
+    ReducescatterFunction,
+)
 from hvdlite.torch.compression import Compression
-from hvdlite.torch.core_ops import (SparseAllreduceHandle, _allreduce_sync, _compressor, _differentiable,
-                                    _resolve_op, allgather_async, allreduce_, allreduce_async, allreduce_async_,
-                                    alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_,
-                                    grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
-                                    grouped_allreduce_async_, grouped_reducescatter_async, join, poll,
-                                    reducescatter_async, sparse_allreduce_async, synchronize)  # noqa: F401 - re-exported
+from hvdlite.torch.core_ops import (
+    SparseAllreduceHandle,
+    _allreduce_sync,
+    _compressor,
+    _differentiable,
+    _resolve_op,
+    allgather_async,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall_async,
+    barrier,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather_async,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter_async,
+    sparse_allreduce_async,
+    synchronize,
+)  # noqa: F401 - re-exported
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     """Reduces tensor over every rank of process_set and returns the result (default op: Average).
     Differentiable when tensor requires grad: the gradient is allreduced with the same op."""
     op = _resolve_op(op, average)
@@ -34,8 +72,18 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     else:
         reduced = _allreduce_sync(wire, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set) -> List[torch.Tensor]:
+
+
+def grouped_allreduce(
+    tensors,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> List[torch.Tensor]:
     """allreduce of every tensor of the list, negotiated and reduced together. Differentiable (one autograd
     node for the group) when any of them requires grad."""
     op = _resolve_op(op, average)
@@ -44,22 +92,36 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     if _differentiable(*wires):
         reduced = GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set, *wires)
     else:
-        reduced = synchronize(grouped_allreduce_async(list(wires), None, name, op, prescale_factor,
-                                                      postscale_factor, process_set))
+        reduced = synchronize(
+            grouped_allreduce_async(list(wires), None, name, op, prescale_factor, postscale_factor, process_set)
+        )
     return [compression.decompress(r, ctx) for r, ctx in zip(reduced, ctxs)]
+
+
 def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
     """Concatenates every rank's tensor along dimension 0 (first dimensions may differ). Differentiable: the
     gradient is averaged over the set, then this rank's rows are taken (Horovod's rule)."""
     if _differentiable(tensor):
         return AllgatherFunction.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[torch.Tensor]:
     """allgather of every tensor of the list, together. Differentiable (one autograd node for the group)."""
     if _differentiable(*tensors):
         return list(GroupedAllgatherFunction.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
+
+
+def reducescatter(
+    tensor,
+    name=None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+) -> torch.Tensor:
     """Reduces tensor over the ranks and returns this rank's slice of dimension 0 (earlier ranks get the
     extra rows when it does not divide evenly). Differentiable: the gradient is allgathered (times the set size
     for op=Sum, times prescale * postscale), Horovod's rule."""
@@ -70,19 +132,29 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     else:
         reduced = synchronize(reducescatter_async(wire, name, op, process_set, prescale_factor, postscale_factor))
     return compression.decompress(reduced, ctx)
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0) -> List[torch.Tensor]:
+
+
+def grouped_reducescatter(
+    tensors,
+    name=None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+) -> List[torch.Tensor]:
     """reducescatter of every tensor of the list, together. Differentiable (one autograd node for the group)."""
     compression = _compressor(compression)
     wires, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     if _differentiable(*wires):
-        reduced = GroupedReducescatterFunction.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                                     *wires)
+        reduced = GroupedReducescatterFunction.apply(name, op, prescale_factor, postscale_factor, process_set, *wires)
     else:
-        reduced = synchronize(grouped_reducescatter_async(list(wires), name, op, process_set, prescale_factor,
-                                                          postscale_factor))
+        reduced = synchronize(
+            grouped_reducescatter_async(list(wires), name, op, process_set, prescale_factor, postscale_factor)
+        )
     return [compression.decompress(r, ctx) for r, ctx in zip(reduced, ctxs)]
+
+
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows of tensor to rank i of the set and returns the received rows concatenated in rank
     order; with splits given, returns (that tensor, received splits), as Horovod does. Without splits,
@@ -92,6 +164,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     else:
         output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
+
+
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every rank of the set (root_rank is a global rank). Differentiable: the
     gradient is averaged over the set on the root and zero elsewhere (Horovod's rule)."""

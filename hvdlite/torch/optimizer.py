@@ -18,6 +18,7 @@ Sparse gradients (nn.Embedding(sparse=True)) stay sparse: their indices and valu
 optimizers that need sparse gradients (torch.optim.SparseAdam) work either way, as in Horovod. Usage errors and
 warnings carry Horovod's messages and categories, since scripts and their tests match on them.
 """
+
 import contextlib
 import os
 import warnings
@@ -30,7 +31,6 @@ from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import mpi_ops
 from hvdlite.torch.compression import Compression
-
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
 
@@ -57,12 +57,23 @@ def _reduce_during_backward(requested: Optional[bool]) -> bool:
 class _DistributedOptimizer:
     """Mixin placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
-    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                   groups, sparse_as_dense, process_set, reduce_during_backward=None):
+    def _hvd_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        sparse_as_dense,
+        process_set,
+        reduce_during_backward=None,
+    ):
         if op == Adasum:
             raise NotImplementedError(
-                "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does not "
-                "implement; hvd.allreduce(op=hvd.Adasum) reduces tensors with Adasum")
+                "DistributedOptimizer(op=hvd.Adasum) is Horovod's delta-based Adasum optimizer, which hvdlite does "
+                "not implement; hvd.allreduce(op=hvd.Adasum) reduces tensors with Adasum"
+            )
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer supports op=Average or op=Sum")
         if backward_passes_per_step < 1:
@@ -71,8 +82,10 @@ class _DistributedOptimizer:
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
-                raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                                 "usually model.named_parameters()")
+                raise ValueError(
+                    "named_parameters should be a sequence of (name, parameter) tuples, "
+                    "usually model.named_parameters()"
+                )
             names = [n for n, _ in named]
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
@@ -80,16 +93,18 @@ class _DistributedOptimizer:
             by_param = {id(p): n for n, p in named}
             unnamed = [i for i, p in enumerate(params) if id(p) not in by_param]
             if unnamed:
-                raise ValueError("named_parameters was given, but the optimizer has parameters it does not name "
-                                 f"(positions {unnamed[:10]} in param_groups); pass model.named_parameters() of "
-                                 "the model whose parameters the optimizer updates")
+                raise ValueError(
+                    "named_parameters was given, but the optimizer has parameters it does not name "
+                    f"(positions {unnamed[:10]} in param_groups); pass model.named_parameters() of "
+                    "the model whose parameters the optimizer updates"
+                )
             self._hvd_names = {id(p): f"allreduce.{by_param[id(p)]}" for p in params}
         else:
             # Positions are identical on every rank for the same model, so these names repeat step after step
             # and the response cache applies.
             self._hvd_names = {id(p): f"allreduce.param.{i}" for i, p in enumerate(params)}
         # Horovod's optimizer exposes this mapping (parameter to name); user code and Horovod's tests read it.
-        self._parameter_names = {p: self._hvd_names[id(p)][len("allreduce."):] for p in params}
+        self._parameter_names = {p: self._hvd_names[id(p)][len("allreduce.") :] for p in params}
         self._hvd_compression = Compression.none if compression is None else compression
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
@@ -112,17 +127,21 @@ class _DistributedOptimizer:
             raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
         self._hvd_member = bool(process_set.included())
         # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
-        self.reduces_during_backward = (_reduce_during_backward(reduce_during_backward)
-                                        or any(p.is_cuda for p in self._hvd_params))
-        self._hvd_hooks = ([p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
-                           if self._hvd_member else [])
+        self.reduces_during_backward = _reduce_during_backward(reduce_during_backward) or any(
+            p.is_cuda for p in self._hvd_params
+        )
+        self._hvd_hooks = (
+            [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
+            if self._hvd_member
+            else []
+        )
 
     def _hvd_assign_groups(self, groups):
         if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
             raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
         if isinstance(groups, int):
             per = -(-len(self._hvd_params) // groups)
-            partition = [self._hvd_params[i:i + per] for i in range(0, len(self._hvd_params), per)]
+            partition = [self._hvd_params[i : i + per] for i in range(0, len(self._hvd_params), per)]
         else:
             partition = [list(g) for g in groups]
         for index, members in enumerate(partition):
@@ -140,8 +159,10 @@ class _DistributedOptimizer:
     def _hvd_on_grad(self, p: torch.Tensor) -> None:
         key = id(p)
         if key in self._hvd_handles:
-            raise AssertionError("Gradients were computed more than backward_passes_per_step times before call to "
-                                 "step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before call to "
+                "step(). Increase backward_passes_per_step to accumulate gradients locally."
+            )
         self._hvd_passes_left[key] -= 1
         if self._hvd_passes_left[key] > 0:
             return
@@ -173,8 +194,12 @@ class _DistributedOptimizer:
         grad = p.grad
         if grad.is_sparse:
             if not self._hvd_sparse_as_dense:
-                return ("sparse", mpi_ops.sparse_allreduce_async(grad, name=name, op=self._hvd_op,
-                                                                 process_set=self._hvd_process_set))
+                return (
+                    "sparse",
+                    mpi_ops.sparse_allreduce_async(
+                        grad, name=name, op=self._hvd_op, process_set=self._hvd_process_set
+                    ),
+                )
             grad = grad.to_dense()  # reduced dense; _hvd_finish makes p.grad sparse again
         prescale, postscale = 1.0, 1.0
         if self._hvd_op == Average and self._hvd_predivide != 1.0:
@@ -182,8 +207,14 @@ class _DistributedOptimizer:
         wire, ctx = self._hvd_compression.compress(grad)
         if wire is grad and not grad.is_contiguous():
             wire = grad.contiguous()
-        handle = mpi_ops.allreduce_async_(wire, name=name, op=self._hvd_op, prescale_factor=prescale,
-                                          postscale_factor=postscale, process_set=self._hvd_process_set)
+        handle = mpi_ops.allreduce_async_(
+            wire,
+            name=name,
+            op=self._hvd_op,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+            process_set=self._hvd_process_set,
+        )
         return ("dense", handle, wire, ctx)
 
     def _hvd_finish(self, p: torch.Tensor, pending: tuple) -> None:
@@ -267,10 +298,13 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if self._hvd_should_synchronize:
             if self._hvd_synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
-                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
-                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
-                              "your code.", stacklevel=2)
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() context after "
+                    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                    "your code.",
+                    stacklevel=2,
+                )
             self.synchronize()
         self._hvd_synchronized = False
         return super().step(closure)
@@ -282,17 +316,27 @@ class _DistributedOptimizer:
 
     def zero_grad(self, set_to_none: bool = True):
         if self._hvd_member and self._hvd_pending():
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
-                                 "a race condition.")
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                "a race condition."
+            )
         return super().zero_grad(set_to_none=set_to_none)
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
-                         compression=Compression.none, backward_passes_per_step: int = 1, op=Average,
-                         gradient_predivide_factor: float = 1.0, num_groups: int = 0, groups=None,
-                         sparse_as_dense: bool = False, process_set=global_process_set,
-                         reduce_during_backward: Optional[bool] = None):
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters=None,
+    compression=Compression.none,
+    backward_passes_per_step: int = 1,
+    op=Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups=None,
+    sparse_as_dense: bool = False,
+    process_set=global_process_set,
+    reduce_during_backward: Optional[bool] = None,
+):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
     The optimizer object is kept (its state and hyper-parameters stay); its class becomes a subclass of the
@@ -308,12 +352,24 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if groups is None:
             groups = num_groups
     base = optimizer.__class__
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
-    optimizer._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                         groups, sparse_as_dense, process_set, reduce_during_backward)
+    optimizer._hvd_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        sparse_as_dense,
+        process_set,
+        reduce_during_backward,
+    )
     return optimizer

@@ -5,6 +5,7 @@ allreduce (Sum) makes them global; mean and variance follow with ordinary torch 
 exact gradient of the global normalisation, because the backward of a sum-allreduce is a sum-allreduce of the
 incoming gradients. Running statistics use the unbiased global variance, as torch.nn.BatchNorm does.
 """
+
 import torch
 import torch.nn.functional as F
 
@@ -16,8 +17,15 @@ from hvdlite.torch.autograd import AllreduceFunction
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     _instances = 0
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
-                 process_set=global_process_set):
+    def __init__(
+        self,
+        num_features,
+        eps=1e-5,
+        momentum=0.1,
+        affine=True,
+        track_running_stats=True,
+        process_set=global_process_set,
+    ):
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
         self.process_set = process_set
         # Models are built in the same order on every rank, so this index names the same layer everywhere.
@@ -31,8 +39,9 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     def forward(self, input):
         self._check_input_dim(input)
         if not self.training and self.track_running_stats:
-            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
-                                self.eps)
+            return F.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         channels = input.shape[1]
         reduce_dims = [0] + list(range(2, input.dim()))
         count = torch.tensor([input.numel() / channels], dtype=input.dtype)
@@ -40,7 +49,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         total = AllreduceFunction.apply(local, f"sync_batch_norm.{self._index}", Sum, 1.0, 1.0, self.process_set)
         n = total[2 * channels]
         mean = total[:channels] / n
-        var = total[channels:2 * channels] / n - mean * mean
+        var = total[channels : 2 * channels] / n - mean * mean
         if self.training and self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked += 1
@@ -59,8 +68,14 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         """Returns module with every BatchNorm*d replaced by SyncBatchNorm (weights and statistics copied)."""
         converted = module
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, SyncBatchNorm):
-            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
-                            module.track_running_stats, process_set)
+            converted = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+                process_set,
+            )
             if module.affine:
                 with torch.no_grad():
                     converted.weight.copy_(module.weight)

@@ -4,9 +4,9 @@
 # Every rank also checks that all ranks hold bit-identical results.
 import numpy as np
 import torch
+from hvdjob import CheckFailure, check_backend, seed_of
 
 import hvdlite.torch as hvd
-from hvdjob import CheckFailure, check_backend, seed_of
 
 hvd.init()
 check_backend(hvd)
@@ -42,7 +42,9 @@ def vector(rank: int, key: str, numel: int, kind: str) -> np.ndarray:
     elif kind == "zero-on-0" and rank == 0:
         v = torch.zeros(numel, dtype=torch.float64)
     elif kind == "parallel":  # same direction, lengths 1..n: Adasum is the mean
-        base = torch.randn(numel, generator=torch.Generator().manual_seed(seed_of("adasum", key)), dtype=torch.float64)
+        base = torch.randn(
+            numel, generator=torch.Generator().manual_seed(seed_of("adasum", key)), dtype=torch.float64
+        )
         v = base * (rank + 1)
     return v.numpy()
 
@@ -66,11 +68,15 @@ def compare(what, got: torch.Tensor, ref: np.ndarray, dtype):
     scale = max(float(np.abs(ref).max()) if ref.size else 0.0, 1e-30)
     err = float(np.abs(g - ref).max()) if ref.size else 0.0
     if err > TOLERANCE[dtype] * scale:
-        raise CheckFailure(f"{what}: max error {err:.3g} (> {TOLERANCE[dtype]} x {scale:.3g}); got "
-                           f"{g[:4].tolist()}, expected {ref[:4].tolist()}")
+        raise CheckFailure(
+            f"{what}: max error {err:.3g} (> {TOLERANCE[dtype]} x {scale:.3g}); got "
+            f"{g[:4].tolist()}, expected {ref[:4].tolist()}"
+        )
     # identical on every rank
-    everyone = hvd.allgather(got.reshape(1, -1).contiguous().view(torch.uint8) if got.numel() else
-                             torch.zeros(1, 0, dtype=torch.uint8), name=f"same.{what}")
+    everyone = hvd.allgather(
+        got.reshape(1, -1).contiguous().view(torch.uint8) if got.numel() else torch.zeros(1, 0, dtype=torch.uint8),
+        name=f"same.{what}",
+    )
     if not all(torch.equal(everyone[0], everyone[r]) for r in range(n)):
         raise CheckFailure(f"{what}: ranks hold different results")
     count += 1
@@ -99,8 +105,7 @@ for dtype in DTYPES:
 # prescale and postscale apply before and after, as for any allreduce (Adasum itself is scale-free)
 for dtype in (torch.float32, torch.float64):
     tensors = inputs(f"scaled.{dtype}", (999,), dtype, "random")
-    got = hvd.allreduce(tensors[me], name=f"scaled.{dtype}", op=hvd.Adasum, prescale_factor=0.5,
-                        postscale_factor=3.0)
+    got = hvd.allreduce(tensors[me], name=f"scaled.{dtype}", op=hvd.Adasum, prescale_factor=0.5, postscale_factor=3.0)
     compare(f"scaled.{dtype}", got, expected(tensors, 0.5, 3.0), dtype)
 
 # In place

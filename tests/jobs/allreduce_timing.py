@@ -4,14 +4,15 @@ argv: OUT_PATH SIZES REPEATS [allreduce|allgather]. For each size in bytes (comm
 collective of a float32 buffer and then REPEATS timed ones (each waited for before the next); an allgather's size
 is its output, every rank contributing an equal share. Rank 0 writes OUT_PATH as JSON: every time in seconds per
 size, and the core's build info (its link cost figures included when they were measured)."""
+
 import json
 import sys
 import time
 
 import numpy as np
+from numpy_collectives import allgather, allreduce
 
 from hvdlite.common import basics
-from numpy_collectives import allgather, allreduce
 
 out_path, sizes, repeats = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
 collective = sys.argv[4] if len(sys.argv) > 4 else "allreduce"

@@ -5,6 +5,7 @@ fit starts an epoch from its first batch, so a resumed fit goes on exactly where
 argv: OUT_DIR CHECKPOINT_DIR. Rank 0 prints "START <epoch>" when train() begins and "EPOCH <n>" after each
 committed epoch, and at the end writes the final weights to OUT_DIR/weights.json. PAUSE_AT="<epoch> <batch>"
 (environment): rank 0 stops itself (SIGSTOP) after that batch, for the test to kill the whole job there."""
+
 import json
 import os
 import signal
@@ -47,9 +48,20 @@ def train(state):
     say(f"START {state.epoch}")
     shard = slice(hvd.rank(), None, hvd.size())
     # The state callbacks first, so that the epoch-end commit holds the finished epoch's number.
-    model.fit(features[shard], targets[shard], batch_size=8, epochs=EPOCHS - state.epoch, shuffle=False, verbose=0,
-              callbacks=[hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state),
-                         hvd.elastic.CommitStateCallback(state, batches_per_commit=10 ** 9), Progress()])
+    model.fit(
+        features[shard],
+        targets[shard],
+        batch_size=8,
+        epochs=EPOCHS - state.epoch,
+        shuffle=False,
+        verbose=0,
+        callbacks=[
+            hvd.elastic.UpdateBatchStateCallback(state),
+            hvd.elastic.UpdateEpochStateCallback(state),
+            hvd.elastic.CommitStateCallback(state, batches_per_commit=10**9),
+            Progress(),
+        ],
+    )
 
 
 state = hvd.elastic.KerasState(model, epoch=0, batch=0)

@@ -9,6 +9,7 @@ CRASH_STEP, rank 1 of the first attempt (HVDLITE_RESTART_COUNT 0) exits abruptly
 
 PAUSE_AT="<step> before|after" (environment): rank 0 stops itself (SIGSTOP) at that step, before or after its
 commit, for the test to kill the whole job there; steps take milliseconds, too short to aim a kill from outside."""
+
 import json
 import os
 import signal
@@ -32,8 +33,9 @@ features = torch.randn(SAMPLES, 8)
 targets = torch.sin(features.sum(dim=1, keepdim=True))
 dataset = torch.utils.data.TensorDataset(features, targets)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                     named_parameters=model.named_parameters())
+optimizer = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), named_parameters=model.named_parameters()
+)
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
 loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 

@@ -7,10 +7,21 @@ import sys
 import time
 
 import torch
+from hvdjob import (
+    ALL_DTYPES,
+    FLOAT_DTYPES,
+    SHAPES,
+    check,
+    check_backend,
+    even_rows,
+    launched_size,
+    make,
+    parse_build_info,
+    reduce_reference,
+    value_range,
+)
 
 import hvdlite.torch as hvd
-from hvdjob import (ALL_DTYPES, FLOAT_DTYPES, SHAPES, check, check_backend, even_rows, launched_size, make,
-                    parse_build_info, reduce_reference, value_range)
 
 LEVEL = sys.argv[1] if len(sys.argv) > 1 else "full"
 FULL = LEVEL == "full"
@@ -103,19 +114,28 @@ for dtype, size, opname in itertools.product(DTYPES, SIZES, OP_NAMES):
 # Average with the deprecated average= argument, and Sum default check: default op is Average.
 for dtype in (torch.float32, torch.int32):
     inputs = inputs_for(("avgdefault", dtype), (33,), dtype)
-    check(f"allreduce default op {dtype}", hvd.allreduce(inputs[me]), reduce_reference(inputs, "Average", dtype),
-          exact=dtype != torch.float32)
-    check(f"allreduce average=False {dtype}", hvd.allreduce(inputs[me], average=False),
-          reduce_reference(inputs, "Sum", dtype))
+    check(
+        f"allreduce default op {dtype}",
+        hvd.allreduce(inputs[me]),
+        reduce_reference(inputs, "Average", dtype),
+        exact=dtype != torch.float32,
+    )
+    check(
+        f"allreduce average=False {dtype}",
+        hvd.allreduce(inputs[me], average=False),
+        reduce_reference(inputs, "Sum", dtype),
+    )
     ok()
 
 # ----------------------------------------------------------------------------------------------- pre/postscale
 SCALES = [(0.5, 3.0), (2.0, 1.0), (1.0, 0.25)] if FULL else [(0.5, 3.0)]
 SCALED_SIZES = ["odd", "large"] if FULL else ["large"]
 for dtype, size, opname, (pre, post) in itertools.product(
-        [d for d in DTYPES if d != torch.bool], SCALED_SIZES, ["Sum", "Average", "Min", "Max"], SCALES):
-    if size == "large" and ((pre, post) != SCALES[0] or opname not in ("Sum", "Average")
-                            or dtype not in LARGE_DTYPES):
+    [d for d in DTYPES if d != torch.bool], SCALED_SIZES, ["Sum", "Average", "Min", "Max"], SCALES
+):
+    if size == "large" and (
+        (pre, post) != SCALES[0] or opname not in ("Sum", "Average") or dtype not in LARGE_DTYPES
+    ):
         continue  # large: one scale pair through the ring / single-copy path is enough
     shape = SHAPES[size]
     key = ("scaled", dtype, size, opname, pre, post)
@@ -123,15 +143,27 @@ for dtype, size, opname, (pre, post) in itertools.product(
     expected = reduce_reference(inputs, opname, dtype, pre, post)
     exact = opname != "Average" or dtype not in FLOAT_DTYPES  # small integers and halves: exact
     what = f"allreduce scaled pre={pre} post={post} {dtype} {size} {opname}"
-    out = hvd.allreduce(inputs[me], op=OPS[opname], prescale_factor=pre, postscale_factor=post,
-                        name=f"sc.{dtype}.{size}.{opname}.{pre}.{post}")
+    out = hvd.allreduce(
+        inputs[me],
+        op=OPS[opname],
+        prescale_factor=pre,
+        postscale_factor=post,
+        name=f"sc.{dtype}.{size}.{opname}.{pre}.{post}",
+    )
     check(what, out, expected, exact)
     ok()
 
 # ----------------------------------------------------------------------------------------------- grouped allreduce
 for rep in range(2 if FULL else 1):
-    shapes_dtypes = [((5,), torch.float32), ((0,), torch.float32), ((300, 300), torch.float32), ((17,), torch.int64),
-                     ((3, 3), torch.float16), ((1,), torch.uint8), ((1001,), torch.bfloat16)]
+    shapes_dtypes = [
+        ((5,), torch.float32),
+        ((0,), torch.float32),
+        ((300, 300), torch.float32),
+        ((17,), torch.int64),
+        ((3, 3), torch.float16),
+        ((1,), torch.uint8),
+        ((1001,), torch.bfloat16),
+    ]
     inputs = [inputs_for(("grouped", rep, i), s, d, 0, 4) for i, (s, d) in enumerate(shapes_dtypes)]
     expected = [reduce_reference(inp, "Sum", d) for inp, (_, d) in zip(inputs, shapes_dtypes)]
     mine = [inp[me].clone() for inp in inputs]
@@ -157,9 +189,14 @@ for rep in range(2 if FULL else 1):
     avg_in = [inputs_for(("gavg", rep, i), (1000,), torch.float64) for i in range(3)]
     outs = hvd.grouped_allreduce([a[me] for a in avg_in], op=hvd.Average, prescale_factor=2.0, postscale_factor=0.5)
     for i, o in enumerate(outs):
-        check(f"grouped_allreduce Average scaled #{i}", o, reduce_reference(avg_in[i], "Average", torch.float64, 2.0,
-                                                                         0.5), exact=False)
+        check(
+            f"grouped_allreduce Average scaled #{i}",
+            o,
+            reduce_reference(avg_in[i], "Average", torch.float64, 2.0, 0.5),
+            exact=False,
+        )
     ok()
+
 
 # ----------------------------------------------------------------------------------------------- allgather
 def rows_of(r, case):
@@ -193,8 +230,10 @@ for dtype in (torch.float32, torch.int64, torch.bool):
 out = hvd.allgather(torch.zeros(0, 4, dtype=torch.int32))
 check("allgather all-empty", out, torch.zeros(0, 4, dtype=torch.int32))
 # grouped allgather
-g_inputs = [[make(r, ("gag", i), ((r + i) % 3, 2), d) for r in range(n)]
-            for i, d in enumerate([torch.float32, torch.int8, torch.bool, torch.float64])]
+g_inputs = [
+    [make(r, ("gag", i), ((r + i) % 3, 2), d) for r in range(n)]
+    for i, d in enumerate([torch.float32, torch.int8, torch.bool, torch.float64])
+]
 outs = hvd.grouped_allgather([g[me] for g in g_inputs], name="gag")
 for i, (o, g) in enumerate(zip(outs, g_inputs)):
     check(f"grouped_allgather #{i}", o, torch.cat(g))
@@ -209,7 +248,7 @@ for dtype, size in itertools.product(DTYPES, SIZES):
     # every root for the small sizes; for large ones a root that rotates with the dtype
     if size == "large" and dtype not in LARGE_DTYPES:
         continue
-    for root in (range(n) if size != "large" else [DTYPES.index(dtype) % n]):
+    for root in range(n) if size != "large" else [DTYPES.index(dtype) % n]:
         shape = SHAPES[size]
         key = ("broadcast", dtype, size, root)
         inputs = inputs_for(key, shape, dtype)
@@ -238,11 +277,12 @@ for root in range(n):
     check(f"broadcast_ noncontig root {root}", t, make(root, ("bcnc", root), (40, 30), torch.float32).t())
     ok()
 
+
 # ----------------------------------------------------------------------------------------------- alltoall
 def splits_of(r, case):
     if case == "large":
         return [((r + 2 * j) % 3) * 150 for j in range(n)]  # rows of 300: > 64 KiB blocks, some empty
-    return [(r + 2 * j + case) % 4 for j in range(n)]       # includes zeros
+    return [(r + 2 * j + case) % 4 for j in range(n)]  # includes zeros
 
 
 A2A_CASES = [0, 1, 2, "large"] if FULL else [1, "large"]
@@ -256,7 +296,7 @@ for dtype, case in itertools.product(DTYPES, A2A_CASES):
     pieces = []
     for j in range(n):
         off = sum(splits[j][:me])
-        pieces.append(inputs[j][off:off + splits[j][me]])
+        pieces.append(inputs[j][off : off + splits[j][me]])
     expected = torch.cat(pieces)
     expected_splits = torch.tensor([splits[j][me] for j in range(n)], dtype=torch.int32)
     what = f"alltoall {dtype} case {case} splits {splits}"
@@ -270,7 +310,7 @@ for dtype, case in itertools.product(DTYPES, A2A_CASES):
 # even split (no splits argument)
 for dtype in (torch.float32, torch.int8, torch.bool):
     inputs = [make(r, ("a2a-even", dtype), (3 * n, 5), dtype) for r in range(n)]
-    expected = torch.cat([inputs[j][3 * me:3 * me + 3] for j in range(n)])
+    expected = torch.cat([inputs[j][3 * me : 3 * me + 3] for j in range(n)])
     check(f"alltoall even {dtype}", hvd.alltoall(inputs[me]), expected)  # no splits: just the tensor
     out, rsplits = hvd.synchronize(hvd.alltoall_async(inputs[me]))  # the async form always has both
     check(f"alltoall_async even {dtype}", out, expected)
@@ -294,33 +334,47 @@ for dtype, rows, opname in itertools.product(DTYPES, RS_ROWS, OP_NAMES):
     full = reduce_reference(inputs, opname, dtype, pre, post)
     split = even_rows(shape[0], n)
     start = sum(split[:me])
-    expected = full[start:start + split[me]]
+    expected = full[start : start + split[me]]
     exact = opname != "Average" or dtype not in FLOAT_DTYPES
     what = f"reducescatter[{variant}] {dtype} shape {shape} {opname} pre={pre} post={post} split {split}"
     if variant == "async":
         out = hvd.synchronize(hvd.reducescatter_async(inputs[me], op=OPS[opname]))
     else:
-        out = hvd.reducescatter(inputs[me], op=OPS[opname], prescale_factor=pre, postscale_factor=post,
-                                name=f"rs.{dtype}.{rows}.{opname}")
+        out = hvd.reducescatter(
+            inputs[me], op=OPS[opname], prescale_factor=pre, postscale_factor=post, name=f"rs.{dtype}.{rows}.{opname}"
+        )
     check(what, out, expected, exact)
     ok()
 # default op of reducescatter is Average
 inputs = inputs_for(("rs-default",), (2 * n + 1, 2), torch.float64)
 split = even_rows(2 * n + 1, n)
-check("reducescatter default op", hvd.reducescatter(inputs[me]),
-      reduce_reference(inputs, "Average", torch.float64)[sum(split[:me]):sum(split[:me + 1])], exact=False)
+check(
+    "reducescatter default op",
+    hvd.reducescatter(inputs[me]),
+    reduce_reference(inputs, "Average", torch.float64)[sum(split[:me]) : sum(split[: me + 1])],
+    exact=False,
+)
 # grouped reducescatter
-g_inputs = [inputs_for(("grs", i), (r_, 2), d, 0, 4) for i, (r_, d) in
-            enumerate([(5, torch.float32), (n, torch.int32), (1, torch.float16)])]
+g_inputs = [
+    inputs_for(("grs", i), (r_, 2), d, 0, 4)
+    for i, (r_, d) in enumerate([(5, torch.float32), (n, torch.int32), (1, torch.float16)])
+]
 outs = hvd.grouped_reducescatter([g[me] for g in g_inputs], op=hvd.Sum, name="grs")
 for i, (o, g) in enumerate(zip(outs, g_inputs)):
     split = even_rows(g[0].shape[0], n)
-    check(f"grouped_reducescatter #{i}", o, reduce_reference(g, "Sum", g[0].dtype)[sum(split[:me]):sum(split[:me + 1])])
+    check(
+        f"grouped_reducescatter #{i}",
+        o,
+        reduce_reference(g, "Sum", g[0].dtype)[sum(split[:me]) : sum(split[: me + 1])],
+    )
 outs = hvd.synchronize(hvd.grouped_reducescatter_async([g[me] for g in g_inputs], op=hvd.Max))
 for i, (o, g) in enumerate(zip(outs, g_inputs)):
     split = even_rows(g[0].shape[0], n)
-    check(f"grouped_reducescatter_async #{i}", o,
-          reduce_reference(g, "Max", g[0].dtype)[sum(split[:me]):sum(split[:me + 1])])
+    check(
+        f"grouped_reducescatter_async #{i}",
+        o,
+        reduce_reference(g, "Max", g[0].dtype)[sum(split[:me]) : sum(split[: me + 1])],
+    )
 ok()
 
 # ----------------------------------------------------------------------------------------------- barrier

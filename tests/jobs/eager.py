@@ -10,10 +10,10 @@ import sys
 import time
 
 import torch
+from hvdjob import ALL_DTYPES, FLOAT_DTYPES, check, make, reduce_reference, value_range
 
 import hvdlite.timeline
 import hvdlite.torch as hvd
-from hvdjob import ALL_DTYPES, FLOAT_DTYPES, check, make, reduce_reference, value_range
 
 EXPECT = sys.argv[1]
 BUDGET = int(sys.argv[2])
@@ -42,20 +42,31 @@ for step in range(300):
         time.sleep(0.002)
     hvd.allreduce_(t, name="loss", op=hvd.Sum)
     ranks = range(n)
-    check(f"loss step {step}", t, torch.tensor([step * sum(r + 1 for r in ranks), sum(ranks) - n * step],
-                                               dtype=torch.float64))
+    check(
+        f"loss step {step}",
+        t,
+        torch.tensor([step * sum(r + 1 for r in ranks), sum(ranks) - n * step], dtype=torch.float64),
+    )
     count += 1
 
 for rep in range(6):
     handles = []
-    order = specs[me * 5 % len(specs):] + specs[:me * 5 % len(specs)]
+    order = specs[me * 5 % len(specs) :] + specs[: me * 5 % len(specs)]
     for k, (name, shape, dtype, opname, pre, post) in enumerate(order):
         lo, hi = value_range(opname, dtype)
         inputs = [make(r, (name, rep), shape, dtype, lo, hi) for r in range(n)]
         expected = reduce_reference(inputs, opname, dtype, pre, post)
         exact = opname != "Average" or dtype not in FLOAT_DTYPES
-        handles.append((name, expected, exact, hvd.allreduce_async(inputs[me], name=name, op=OPS[opname],
-                                                                   prescale_factor=pre, postscale_factor=post)))
+        handles.append(
+            (
+                name,
+                expected,
+                exact,
+                hvd.allreduce_async(
+                    inputs[me], name=name, op=OPS[opname], prescale_factor=pre, postscale_factor=post
+                ),
+            )
+        )
         if (k + rep + me) % 9 == 0:
             time.sleep(0.003 * (me + 1))  # the ranks fall out of step: some cycles see a tensor on some ranks only
     for name, expected, exact, handle in handles:

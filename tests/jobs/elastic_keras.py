@@ -1,5 +1,6 @@
 """A worker of an elastic Keras job (tests/test_elastic.py): model.fit under hvd.elastic.run with KerasState and
 the state callbacks. argv: OUT_DIR EPOCHS. Logs JSON lines to OUT_DIR/<worker id>.log like elastic_train.py."""
+
 import json
 import os
 import sys
@@ -40,10 +41,20 @@ class EpochLog(keras.callbacks.Callback):
 def train(state):
     sizes.append(hvd.size())
     shard = slice(hvd.rank(), None, hvd.size())
-    model.fit(features[shard], targets[shard], batch_size=16, epochs=epochs - state.epoch, verbose=0, shuffle=False,
-              callbacks=[hvd.elastic.CommitStateCallback(state, batches_per_commit=5),
-                         hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state),
-                         EpochLog()])
+    model.fit(
+        features[shard],
+        targets[shard],
+        batch_size=16,
+        epochs=epochs - state.epoch,
+        verbose=0,
+        shuffle=False,
+        callbacks=[
+            hvd.elastic.CommitStateCallback(state, batches_per_commit=5),
+            hvd.elastic.UpdateBatchStateCallback(state),
+            hvd.elastic.UpdateEpochStateCallback(state),
+            EpochLog(),
+        ],
+    )
 
 
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)

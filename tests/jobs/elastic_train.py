@@ -8,6 +8,7 @@ at.
 argv: --replay OUT_DIR. The reference: one process replays the schedule the workers logged (for each step, the
 batches every rank of the round that last ran it trained on) on the same model and data, averaging the ranks'
 gradients as the allreduce does, and prints the final weights as JSON."""
+
 import json
 import os
 import sys
@@ -16,7 +17,6 @@ import time
 import torch
 
 import hvdlite.torch as hvd
-
 from hvdlite.common.elastic import current_round
 
 LR = 0.01
@@ -90,8 +90,9 @@ features, targets, model = make_data_and_model()
 dataset = torch.utils.data.TensorDataset(features, targets, torch.arange(len(features)))
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
 loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler)
-optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                     named_parameters=model.named_parameters())
+optimizer = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=LR), named_parameters=model.named_parameters()
+)
 sizes = []
 
 
@@ -113,8 +114,15 @@ def train(state):
             state.batches += 1
             # Logged before commit(), which saves first and may then raise HostsUpdatedInterrupt: the batch is
             # committed either way (a failed step raises before this line).
-            log(event="batch", batches=state.batches, epoch=state.epoch, round=current_round(), rank=hvd.rank(),
-                size=hvd.size(), indices=indices.tolist())
+            log(
+                event="batch",
+                batches=state.batches,
+                epoch=state.epoch,
+                round=current_round(),
+                rank=hvd.rank(),
+                size=hvd.size(),
+                indices=indices.tolist(),
+            )
             state.commit()
             time.sleep(0.03)
         state.epoch += 1

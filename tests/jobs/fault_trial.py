@@ -1,19 +1,20 @@
 """One rank of a fault-matrix trial (tests/test_fault_matrix.py): allreduce steps until something fails.
 
 argv: OUT_DIR VICTIM FAULT [ELEMENTS]. Every rank writes its pid to OUT_DIR/pid.<rank> after init and then runs named
-float32 allreduces of ELEMENTS (default 4096; numpy buffers straight through the core, so a trial costs no framework import). With FAULT
-"raise" the victim raises in user code at step 40; the other faults come from the test (SIGKILL, SIGSTOP, a link
-going down). A survivor whose collective fails writes OUT_DIR/error.<rank> (wall time of the failure and the
-message) and exits 3."""
+float32 allreduces of ELEMENTS (default 4096; numpy buffers straight through the core, so a trial costs no framework
+import). With FAULT "raise" the victim raises in user code at step 40; the other faults come from the test (SIGKILL,
+SIGSTOP, a link going down). A survivor whose collective fails writes OUT_DIR/error.<rank> (wall time of the failure
+and the message) and exits 3."""
+
 import json
 import os
 import sys
 import time
 
 import numpy as np
+from numpy_collectives import allreduce
 
 from hvdlite.common import basics, ops
-from numpy_collectives import allreduce
 
 out_dir, victim, fault = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 elements = int(sys.argv[4]) if len(sys.argv) > 4 else 4096

@@ -11,17 +11,18 @@
 import itertools
 
 import torch
+from hvdjob import CheckFailure, check
 
 import hvdlite.torch as hvd
-from hvdjob import CheckFailure, check
 
 hvd.init(process_sets="dynamic")  # Horovod's spelling for process sets added after init
 n, me = hvd.size(), hvd.rank()
 count = 0
 
 # ------------------------------------------------------------------------------------------- join and the cache
-for dtype, dim, first, cached in itertools.product([torch.int32, torch.float32, torch.float64], [1, 3], range(n),
-                                                   [False, True]):
+for dtype, dim, first, cached in itertools.product(
+    [torch.int32, torch.float32, torch.float64], [1, 3], range(n), [False, True]
+):
     torch.manual_seed(1234)
     a = torch.empty(*([5] * dim)).random_(-100, 100).to(dtype)
     b = torch.empty(*([17] * dim)).random_(-100, 100).to(dtype)
@@ -54,10 +55,16 @@ else:
         if "0" not in str(error) or "joined" not in str(error):
             raise CheckFailure(f"alltoall during join failed with an unclear message: {error}") from None
     hvd.join()
-check("allreduce after a failed step and a completed join", hvd.allreduce(torch.ones(3), op=hvd.Sum),
-      torch.full((3,), float(n)))
-check("alltoall after a completed join", hvd.alltoall(torch.full((n,), float(me)), name="after_join"),
-      torch.arange(float(n)))
+check(
+    "allreduce after a failed step and a completed join",
+    hvd.allreduce(torch.ones(3), op=hvd.Sum),
+    torch.full((3,), float(n)),
+)
+check(
+    "alltoall after a completed join",
+    hvd.alltoall(torch.full((n,), float(me)), name="after_join"),
+    torch.arange(float(n)),
+)
 count += 1
 
 # ------------------------------------------------------------------------------------------ argument checks
@@ -82,8 +89,9 @@ count += 1
 model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
 model[0].bias.requires_grad = False
 for named in (True, False):
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters() if named else None)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters() if named else None
+    )
     names = opt._parameter_names
     want = dict(model.named_parameters()) if named else None
     if set(map(id, names)) != set(map(id, model.parameters())):

@@ -36,7 +36,10 @@ for step in range(3):
     subset_s = time.perf_counter() - start
     got = hvd.allreduce(torch.ones(2), name=f"all.{step}", op=hvd.Sum)
     assert got.tolist() == [float(size)] * 2, got
-    print(f"IDLE step={step} rank={rank} switches={idle} subset_s={subset_s:.4f} "
-          f"total_s={time.perf_counter() - start:.4f}", flush=True)
+    print(
+        f"IDLE step={step} rank={rank} switches={idle} subset_s={subset_s:.4f} "
+        f"total_s={time.perf_counter() - start:.4f}",
+        flush=True,
+    )
 hvd.shutdown()
 print("DONE", flush=True)

@@ -4,10 +4,10 @@
 # pointer, shape and dtype, other memory), a view as another dtype, a tensor resized or given
 # other storage in place, another op or scale factor, and a process set removed since (an error, not a stale id).
 import torch
+from hvdjob import check, expect_raises, make
 
 import hvdlite.torch as hvd
 from hvdlite.torch import core_ops
-from hvdjob import check, expect_raises, make
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -41,8 +41,11 @@ for step in range(3):
     mine = make(me, ("strided", step), (8, 4), torch.float32)
     base.copy_(mine)
     hvd.allreduce_(strided, name="v", op=hvd.Sum)
-    check(f"strided view step {step}", strided,
-          sum(others(lambda r: make(r, ("strided", step), (8, 4), torch.float32)[::2])))
+    check(
+        f"strided view step {step}",
+        strided,
+        sum(others(lambda r: make(r, ("strided", step), (8, 4), torch.float32)[::2])),
+    )
     check(f"rows between the strided view's, step {step}", base[1::2], mine[1::2])
     count += 1
 
@@ -97,8 +100,16 @@ for step in range(3):
         check(f"process set step {step}", p, torch.full((2,), float(sum(members) + len(members) * step)))
     count += 1
 hvd.remove_process_set(subset)
-expect_raises("allreduce_ on a removed process set", ValueError, hvd.allreduce_, p, name="p", op=hvd.Sum,
-              process_set=subset, match=["not registered"])
+expect_raises(
+    "allreduce_ on a removed process set",
+    ValueError,
+    hvd.allreduce_,
+    p,
+    name="p",
+    op=hvd.Sum,
+    process_set=subset,
+    match=["not registered"],
+)
 count += 1
 
 # Still usable.

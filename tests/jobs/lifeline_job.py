@@ -2,6 +2,7 @@
 stopped. tests/test_lifeline.py kills the launcher and checks that the ranks follow it.
 
 ``python lifeline_job.py DIR`` under any launcher, or ``run_forever(DIR)`` as ``hvdlite.run``'s function."""
+
 import os
 import sys
 import time
@@ -11,9 +12,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def run_forever(out_dir: str) -> None:
     import numpy as np
+    from numpy_collectives import allreduce
 
     from hvdlite.common import basics
-    from numpy_collectives import allreduce
 
     basics.init()
     rank = basics.rank()

@@ -9,11 +9,22 @@ import ctypes
 import os
 
 import torch
+from hvdjob import (
+    ALL_DTYPES,
+    FLOAT_DTYPES,
+    SHAPES,
+    CheckFailure,
+    check,
+    even_rows,
+    expect_raises,
+    make,
+    parse_build_info,
+    reduce_reference,
+    value_range,
+)
 
 import hvdlite.torch as hvd
 from hvdlite.torch import core_ops
-from hvdjob import (ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, SHAPES, CheckFailure, check, even_rows, expect_raises,
-                    make, parse_build_info, reduce_reference, value_range)
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -59,13 +70,19 @@ for dtype in REDUCIBLE:
 
 # Scale factors on floats: PreMulSum for sum/average, scaling around min/max/product (negative flips order).
 for dtype in FLOAT_DTYPES:
-    for op_name, pre, post in (("Sum", 0.5, 3.0), ("Average", 2.0, 0.25), ("Min", -2.0, 1.5), ("Max", 0.5, -1.0),
-                               ("Product", 0.5, 2.0)):
+    for op_name, pre, post in (
+        ("Sum", 0.5, 3.0),
+        ("Average", 2.0, 0.25),
+        ("Min", -2.0, 1.5),
+        ("Max", 0.5, -1.0),
+        ("Product", 0.5, 2.0),
+    ):
         lo, hi = value_range(op_name, dtype)
         inputs = [make(r, ("scaled", op_name), (37,), dtype, lo, hi) for r in range(n)]
         expected = reduce_reference(inputs, op_name, dtype, pre, post)
-        got = hvd.allreduce(inputs[me], op=OPS[op_name], prescale_factor=pre, postscale_factor=post,
-                            name=f"scaled.{dtype}.{op_name}")
+        got = hvd.allreduce(
+            inputs[me], op=OPS[op_name], prescale_factor=pre, postscale_factor=post, name=f"scaled.{dtype}.{op_name}"
+        )
         check(f"allreduce {op_name} {dtype} pre {pre} post {post}", got, expected, exact=False)
         count += 1
 
@@ -75,8 +92,12 @@ for dtype in (torch.float32, torch.int32, torch.float16):
     inputs = [[make(r, ("fused", i), s, dtype) for i, s in enumerate(shapes)] for r in range(n)]
     got = hvd.grouped_allreduce(inputs[me], op=hvd.Sum, name=f"fused.{dtype}")
     for i in range(len(shapes)):
-        check(f"fused allreduce {dtype} #{i}", got[i], reduce_reference([inputs[r][i] for r in range(n)], "Sum", dtype),
-              exact=dtype != torch.float16)
+        check(
+            f"fused allreduce {dtype} #{i}",
+            got[i],
+            reduce_reference([inputs[r][i] for r in range(n)], "Sum", dtype),
+            exact=dtype != torch.float16,
+        )
     count += 1
 
 # broadcast from every root, in place and not, every dtype (bytes on NCCL).
@@ -100,18 +121,23 @@ for dtype in (torch.float32, torch.int64, torch.uint8, torch.bool):
 # alltoall: even split and ragged splits with empty ones (sends and receives in a group).
 for dtype in (torch.float64, torch.int32):
     for kind in ("even", "ragged"):
+
         def splits_of(src):
             return [2] * n if kind == "even" else [(src + 2 * dst) % 3 for dst in range(n)]
+
         inputs = [make(r, ("a2a", kind), (sum(splits_of(r)), 2), dtype) for r in range(n)]
         splits = splits_of(me)
         out, received = hvd.alltoall(inputs[me], splits=splits, name=f"a2a.{dtype}.{kind}")
         pieces = []
         for src in range(n):
             offset = sum(splits_of(src)[:me])
-            pieces.append(inputs[src][offset:offset + splits_of(src)[me]])
+            pieces.append(inputs[src][offset : offset + splits_of(src)[me]])
         check(f"alltoall {kind} {dtype}", out, torch.cat(pieces))
-        check(f"alltoall {kind} received splits", received, torch.tensor([splits_of(s)[me] for s in range(n)],
-                                                                          dtype=torch.int32))
+        check(
+            f"alltoall {kind} received splits",
+            received,
+            torch.tensor([splits_of(s)[me] for s in range(n)], dtype=torch.int32),
+        )
         count += 1
 
 # reducescatter: segments of equal size (ncclReduceScatter) and unequal ones (grouped reduces).
@@ -124,8 +150,12 @@ for dtype in (torch.float32, torch.int32):
             full = reduce_reference(inputs, op_name, dtype)
             start = sum(even_rows(rows, n)[:me])
             got = hvd.reducescatter(inputs[me], op=OPS[op_name], name=f"rs.{dtype}.{rows}.{op_name}")
-            check(f"reducescatter {rows} rows {op_name} {dtype}", got, full[start:start + even_rows(rows, n)[me]],
-                  exact=dtype != torch.float32 or op_name == "Max")
+            check(
+                f"reducescatter {rows} rows {op_name} {dtype}",
+                got,
+                full[start : start + even_rows(rows, n)[me]],
+                exact=dtype != torch.float32 or op_name == "Max",
+            )
             count += 1
 
 # A process set of the first and last ranks gets its own NCCL communicator.
@@ -140,39 +170,94 @@ if n >= 3:
 
 # Errors, each on the rank that made it or on every rank, and the process stays usable.
 if hasattr(torch, "uint16"):
-    expect_raises("uint16 sum on CUDA", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(3, dtype=torch.uint16),
-                  op=hvd.Sum, name="u16", match=["NCCL cannot reduce uint16"])
-expect_raises("int16 sum on CUDA", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(3, dtype=torch.int16),
-              op=hvd.Sum, name="i16", match=["NCCL cannot reduce int16"])
-expect_raises("Adasum on CUDA", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(4), op=hvd.Adasum,
-              name="adasum", match=["Adasum runs on host tensors only"])
-expect_raises("int32 with prescale on CUDA", hvd.InvalidArgumentError, hvd.allreduce,
-              torch.ones(4, dtype=torch.int32), op=hvd.Sum, prescale_factor=2.0, name="iscale",
-              match=["floating-point CUDA tensors"])
+    expect_raises(
+        "uint16 sum on CUDA",
+        hvd.InvalidArgumentError,
+        hvd.allreduce,
+        torch.ones(3, dtype=torch.uint16),
+        op=hvd.Sum,
+        name="u16",
+        match=["NCCL cannot reduce uint16"],
+    )
+expect_raises(
+    "int16 sum on CUDA",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(3, dtype=torch.int16),
+    op=hvd.Sum,
+    name="i16",
+    match=["NCCL cannot reduce int16"],
+)
+expect_raises(
+    "Adasum on CUDA",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(4),
+    op=hvd.Adasum,
+    name="adasum",
+    match=["Adasum runs on host tensors only"],
+)
+expect_raises(
+    "int32 with prescale on CUDA",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(4, dtype=torch.int32),
+    op=hvd.Sum,
+    prescale_factor=2.0,
+    name="iscale",
+    match=["floating-point CUDA tensors"],
+)
 placed["device"] = 1  # the fake runtime has two devices (FAKE_CUDA_DEVICES=2)
-expect_raises("a second device", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2), name="dev1",
-              match=["device 1", "run on device 0", "one device"])
+expect_raises(
+    "a second device",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(2),
+    name="dev1",
+    match=["device 1", "run on device 0", "one device"],
+)
 placed["device"] = 7
-expect_raises("a device that does not exist", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2), name="dev7",
-              match=["device 7", "sees 2 device(s)"])
+expect_raises(
+    "a device that does not exist",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(2),
+    name="dev7",
+    match=["device 7", "sees 2 device(s)"],
+)
 placed["device"] = 0
 # Rank 0 submits a host tensor where the others submit CUDA ones: every rank hears who had which.
 core_ops._placement = host_placement if me == 0 else on_fake_device
-error = expect_raises("host on rank 0, CUDA elsewhere", hvd.HvdliteError, hvd.allreduce, torch.ones(3),
-                      name="where", match=["Mismatched tensor locations", "rank 0: host memory", "CUDA memory"])
+error = expect_raises(
+    "host on rank 0, CUDA elsewhere",
+    hvd.HvdliteError,
+    hvd.allreduce,
+    torch.ones(3),
+    name="where",
+    match=["Mismatched tensor locations", "rank 0: host memory", "CUDA memory"],
+)
 core_ops._placement = on_fake_device
-check("allreduce after the errors", hvd.allreduce(torch.full((3,), float(me)), op=hvd.Sum, name="after"),
-      torch.full((3,), float(sum(range(n)))), exact=False)
+check(
+    "allreduce after the errors",
+    hvd.allreduce(torch.full((3,), float(me)), op=hvd.Sum, name="after"),
+    torch.full((3,), float(sum(range(n)))),
+    exact=False,
+)
 count += 1
 
 # Host tensors still take the host path in the same job.
 core_ops._placement = host_placement
-check("host allreduce beside CUDA ones", hvd.allreduce(torch.ones(5), op=hvd.Sum, name="host"),
-      torch.full((5,), float(n)))
+check(
+    "host allreduce beside CUDA ones",
+    hvd.allreduce(torch.ones(5), op=hvd.Sum, name="host"),
+    torch.full((5,), float(n)),
+)
 core_ops._placement = on_fake_device
 
 # The timeline's execution span of a CUDA collective runs until the device is done (the completion queue ends it).
-from hvdlite.timeline import activities, check as check_trace, load  # noqa: E402
+from hvdlite.timeline import activities, load  # noqa: E402
+from hvdlite.timeline import check as check_trace  # noqa: E402
+
 trace_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"hvdlite-nccl-timeline-{os.getpid()}.json")
 hvd.start_timeline(trace_path)  # rank 0 writes it
 hvd.allreduce(torch.ones(6), op=hvd.Sum, name="tl.single")
@@ -185,7 +270,11 @@ if me == 0:
     os.remove(trace_path)
     problems = check_trace(events)
     spans = activities(events, "NCCL_ALLREDUCE")
-    if problems or spans.get("tl.single") != {"NCCL_ALLREDUCE"} or not all(f"tl.fused.{i}" in spans for i in range(3)):
+    if (
+        problems
+        or spans.get("tl.single") != {"NCCL_ALLREDUCE"}
+        or not all(f"tl.fused.{i}" in spans for i in range(3))
+    ):
         raise CheckFailure(f"timeline of CUDA collectives: problems {problems}, spans {spans}")
 count += 1
 
@@ -196,7 +285,9 @@ waits, bad_waits, records = counters[0], counters[1], counters[2]
 # Every CUDA collective that reached the data plane waited on its caller's event, never on an unrecorded one.
 if bad_waits or waits < count:
     raise CheckFailure(f"stream waits: {waits} for {count} CUDA collectives, {bad_waits} on unrecorded events")
-print(f"OK {count} CUDA collectives checked on rank {me}, {waits} stream waits, {records} events recorded", flush=True)
+print(
+    f"OK {count} CUDA collectives checked on rank {me}, {waits} stream waits, {records} events recorded", flush=True
+)
 hvd.shutdown()
 counters = (ctypes.c_long * 5)()
 cudart.fake_cuda_counters(counters)

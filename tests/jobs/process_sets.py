@@ -1,9 +1,9 @@
 # Job script: process sets (needs >= 3 ranks). Sets registered at init, added and removed at runtime,
 # collectives on overlapping sets (concurrently, with the same tensor names), and the error cases.
 import torch
+from hvdjob import CheckFailure, check, check_backend, even_rows, expect_raises, launched_size, make, reduce_reference
 
 import hvdlite.torch as hvd
-from hvdjob import CheckFailure, check, check_backend, even_rows, expect_raises, launched_size, make, reduce_reference
 
 count = 0
 
@@ -14,7 +14,6 @@ def ok():
 
 
 # Registered at init. With 4 ranks: {0,1}, {1,2,3}, {0,2}; with 3: {0,1}, {1,2}, {0,2}.
-import os  # noqa: E402
 
 n_env = launched_size()
 A = hvd.ProcessSet([0, 1])
@@ -37,8 +36,11 @@ if hvd.global_process_set.process_set_id != 0 or hvd.global_process_set.ranks !=
     raise CheckFailure(f"global process set: {hvd.global_process_set}")
 for ps in (A, B, C):
     want_in = me in ps.ranks
-    if ps.included() != want_in or ps.size() != len(ps.ranks) or \
-            ps.rank() != (ps.ranks.index(me) if want_in else None):
+    if (
+        ps.included() != want_in
+        or ps.size() != len(ps.ranks)
+        or ps.rank() != (ps.ranks.index(me) if want_in else None)
+    ):
         raise CheckFailure(f"{ps}: included={ps.included()} size={ps.size()} rank={ps.rank()} on rank {me}")
 ok()
 
@@ -47,8 +49,12 @@ def exercise(ps, tag, rep=0):
     """Every collective on ps, checked; members only."""
     members, k, idx = ps.ranks, ps.size(), ps.rank()
     what = f"{tag} {ps} rep {rep} rank {me}"
-    for dtype, opname, op in ((torch.float32, "Sum", hvd.Sum), (torch.int32, "Average", hvd.Average),
-                              (torch.float64, "Max", hvd.Max), (torch.uint8, "Min", hvd.Min)):
+    for dtype, opname, op in (
+        (torch.float32, "Sum", hvd.Sum),
+        (torch.int32, "Average", hvd.Average),
+        (torch.float64, "Max", hvd.Max),
+        (torch.uint8, "Min", hvd.Min),
+    ):
         for shape in ((5,), (300, 300)):
             inputs = [make(r, (tag, "ar", dtype, shape, rep), shape, dtype, 0, 4) for r in members]
             out = hvd.allreduce(inputs[idx], op=op, process_set=ps, name=f"{tag}.ar.{dtype}.{shape}")
@@ -62,15 +68,18 @@ def exercise(ps, tag, rep=0):
     splits = [[(i + 2 * j + rep) % 3 for j in range(k)] for i in range(k)]
     inputs = [make(r, (tag, "a2a", rep), (sum(splits[i]), 2), torch.float32) for i, r in enumerate(members)]
     out, rsplits = hvd.alltoall(inputs[idx], splits=splits[idx], process_set=ps, name=f"{tag}.a2a")
-    expected = torch.cat([inputs[j][sum(splits[j][:idx]):sum(splits[j][:idx + 1])] for j in range(k)])
+    expected = torch.cat([inputs[j][sum(splits[j][:idx]) : sum(splits[j][: idx + 1])] for j in range(k)])
     check(f"{what} alltoall", out, expected)
     check(f"{what} alltoall splits", rsplits, torch.tensor([splits[j][idx] for j in range(k)], dtype=torch.int32))
     rows = k + 1
     inputs = [make(r, (tag, "rs", rep), (rows, 3), torch.float32) for r in members]
     split = even_rows(rows, k)
     out = hvd.reducescatter(inputs[idx], op=hvd.Sum, process_set=ps, name=f"{tag}.rs")
-    check(f"{what} reducescatter", out,
-          reduce_reference(inputs, "Sum", torch.float32)[sum(split[:idx]):sum(split[:idx + 1])])
+    check(
+        f"{what} reducescatter",
+        out,
+        reduce_reference(inputs, "Sum", torch.float32)[sum(split[:idx]) : sum(split[: idx + 1])],
+    )
     g_inputs = [[make(r, (tag, "g", i, rep), (4 + i,), torch.float32) for r in members] for i in range(3)]
     outs = hvd.grouped_allreduce([g[idx] for g in g_inputs], op=hvd.Sum, process_set=ps, name=f"{tag}.g")
     for i, (o, g) in enumerate(zip(outs, g_inputs)):
@@ -90,8 +99,15 @@ for rep in range(2):
             ok()
         else:
             # a collective on a set this rank is not in fails at once, on this rank only
-            expect_raises(f"allreduce on {ps} from non-member {me}", hvd.InvalidArgumentError, hvd.allreduce,
-                          torch.ones(3), process_set=ps, name="nonmember", match=["not a member", str(me)])
+            expect_raises(
+                f"allreduce on {ps} from non-member {me}",
+                hvd.InvalidArgumentError,
+                hvd.allreduce,
+                torch.ones(3),
+                process_set=ps,
+                name="nonmember",
+                match=["not a member", str(me)],
+            )
             ok()
 
 # ---------------------------------------------------------------- overlapping sets concurrently, same names
@@ -112,11 +128,26 @@ for rep in range(3):
 
 # ---------------------------------------------------------------- argument errors inside a set
 if B.included():
-    expect_raises("broadcast root 0 not in B", hvd.InvalidArgumentError, hvd.broadcast, torch.ones(2), 0,
-                  process_set=B, name="badroot", match=["root rank 0", "not a member"])
-    expect_raises("alltoall splits with the global size", hvd.InvalidArgumentError, hvd.alltoall,
-                  torch.ones(n, 1), splits=[1] * n, process_set=B, name="badsplits",
-                  match=[f"{n} entries", f"{B.size()} ranks"])
+    expect_raises(
+        "broadcast root 0 not in B",
+        hvd.InvalidArgumentError,
+        hvd.broadcast,
+        torch.ones(2),
+        0,
+        process_set=B,
+        name="badroot",
+        match=["root rank 0", "not a member"],
+    )
+    expect_raises(
+        "alltoall splits with the global size",
+        hvd.InvalidArgumentError,
+        hvd.alltoall,
+        torch.ones(n, 1),
+        splits=[1] * n,
+        process_set=B,
+        name="badsplits",
+        match=[f"{n} entries", f"{B.size()} ranks"],
+    )
     ok()
 # everyone still fine afterwards
 check("global allreduce after set errors", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))
@@ -134,24 +165,32 @@ singles = [hvd.add_process_set([r]) for r in range(n)]  # every rank registers a
 if D.included():
     exercise(D, "D")
 mine = singles[me]
-check("single-rank set allreduce", hvd.allreduce(torch.arange(4.0), op=hvd.Sum, process_set=mine),
-      torch.arange(4.0))
+check("single-rank set allreduce", hvd.allreduce(torch.arange(4.0), op=hvd.Sum, process_set=mine), torch.arange(4.0))
 check("single-rank set allgather", hvd.allgather(torch.arange(3), process_set=mine), torch.arange(3))
-check("single-rank set reducescatter", hvd.reducescatter(torch.arange(6.0).reshape(3, 2), op=hvd.Sum,
-                                                          process_set=mine), torch.arange(6.0).reshape(3, 2))
+check(
+    "single-rank set reducescatter",
+    hvd.reducescatter(torch.arange(6.0).reshape(3, 2), op=hvd.Sum, process_set=mine),
+    torch.arange(6.0).reshape(3, 2),
+)
 ok()
 
 # a set with the ranks of an existing one (or of the global set) is refused on every rank
 for ranks in ([0, 1], list(range(n))):
     dup = hvd.ProcessSet(ranks)
-    expect_raises(f"add_process_set({ranks}) duplicate", hvd.InvalidArgumentError, hvd.add_process_set, dup,
-                  match=["already exists"])
+    expect_raises(
+        f"add_process_set({ranks}) duplicate",
+        hvd.InvalidArgumentError,
+        hvd.add_process_set,
+        dup,
+        match=["already exists"],
+    )
     if dup.process_set_id is not None:
         raise CheckFailure(f"a refused process set got an id: {dup}")
 # invalid rank lists are refused on every rank
 for ranks in ([0, n], [-1, 0], [1, 1], []):
-    expect_raises(f"add_process_set({ranks})", hvd.InvalidArgumentError, hvd.add_process_set, ranks,
-                  match=["distinct ranks"])
+    expect_raises(
+        f"add_process_set({ranks})", hvd.InvalidArgumentError, hvd.add_process_set, ranks, match=["distinct ranks"]
+    )
 expect_raises("add an already registered set", ValueError, hvd.add_process_set, A)
 ok()
 
@@ -167,8 +206,15 @@ if hvd.remove_process_set(hvd.global_process_set) is not False:
 expect_raises("allreduce on a removed set", ValueError, hvd.allreduce, torch.ones(1), process_set=D)
 stale = hvd.ProcessSet([0, n - 1])
 stale.process_set_id = old_id  # a stale handle to the removed id
-expect_raises("allreduce on a stale (removed) id", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(1),
-              process_set=stale, name="stale", match=["does not exist"])
+expect_raises(
+    "allreduce on a stale (removed) id",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(1),
+    process_set=stale,
+    name="stale",
+    match=["does not exist"],
+)
 # the same ranks can be registered again
 D2 = hvd.add_process_set([0, n - 1])
 if D2.process_set_id is None or D2.process_set_id == 0:
@@ -187,8 +233,9 @@ if me == 0:
     pending = hvd.allreduce_async(torch.ones(3), process_set=A, name="orphan")
 hvd.remove_process_set(A)
 if me == 0:
-    expect_raises("op pending on a removed set", hvd.InvalidArgumentError, hvd.synchronize, pending,
-                  match=["orphan", "removed"])
+    expect_raises(
+        "op pending on a removed set", hvd.InvalidArgumentError, hvd.synchronize, pending, match=["orphan", "removed"]
+    )
 check("global allreduce at the end", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))
 ok()
 

@@ -7,9 +7,9 @@
 import itertools
 
 import torch
+from hvdjob import check, horovod_scale, make
 
 import hvdlite.torch as hvd
-from hvdjob import check, horovod_scale, make
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -19,7 +19,9 @@ SHAPE = (301, 257)  # an odd element count: uneven ring segments, and bytes that
 
 for shift, dtype in itertools.product(range(8), DTYPES):
     for root in range(n):
-        stray = hvd.broadcast(torch.arange(shift, dtype=torch.uint8) + root, root, name=f"stray.{shift}.{dtype}.{root}")
+        stray = hvd.broadcast(
+            torch.arange(shift, dtype=torch.uint8) + root, root, name=f"stray.{shift}.{dtype}.{root}"
+        )
         check(f"stray bytes from {root}", stray, torch.arange(shift, dtype=torch.uint8) + root)
     inputs = [make(r, ("ring", shift, dtype), SHAPE, dtype, 0, 20) for r in range(n)]
     wide = torch.stack([x.to(torch.float64 if dtype.is_floating_point else torch.int64) for x in inputs]).sum(0)

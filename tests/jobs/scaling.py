@@ -10,9 +10,9 @@
 import itertools
 
 import torch
+from hvdjob import FLOAT_DTYPES, INT_DTYPES, check, even_rows, horovod_scale, make
 
 import hvdlite.torch as hvd
-from hvdjob import FLOAT_DTYPES, INT_DTYPES, check, even_rows, horovod_scale, make
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -45,7 +45,7 @@ def inputs_for(key, shape, dtype):
     return inputs
 
 
-EPSILON = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -23, torch.float64: 2.0 ** -52}
+EPSILON = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float32: 2.0**-23, torch.float64: 2.0**-52}
 
 
 def compare(what, got, expected, dtype, inputs, pre, post):
@@ -60,8 +60,10 @@ def compare(what, got, expected, dtype, inputs, pre, post):
     error = (got.to(torch.float64) - expected.to(torch.float64)).abs()
     if bool((error > bound).any()):
         i = int((error > bound).reshape(-1).nonzero()[0])
-        raise AssertionError(f"{what}: element {i} is {got.reshape(-1)[i].item()}, Horovod's rule gives "
-                             f"{expected.reshape(-1)[i].item()} (more than another summation order explains)")
+        raise AssertionError(
+            f"{what}: element {i} is {got.reshape(-1)[i].item()}, Horovod's rule gives "
+            f"{expected.reshape(-1)[i].item()} (more than another summation order explains)"
+        )
 
 
 # allreduce: small (fused with its neighbours in one cycle) and large (reduced alone, ring path)
@@ -73,8 +75,9 @@ for dtype, opname, (pre, post) in itertools.product(DTYPES, OPS, FACTORS):
         inputs = inputs_for(key, shape, dtype)
         expected = horovod_reference(inputs, opname, dtype, pre, post)
         what = f"allreduce {dtype} {opname} pre={pre:.4g} post={post:.4g} shape {shape}"
-        out = hvd.allreduce(inputs[me], op=OPS[opname], prescale_factor=pre, postscale_factor=post,
-                            name=f"scale.{key}")
+        out = hvd.allreduce(
+            inputs[me], op=OPS[opname], prescale_factor=pre, postscale_factor=post, name=f"scale.{key}"
+        )
         compare(what, out, expected, dtype, inputs, pre, post / n if opname == "Average" else post)
         count += 1
 
@@ -82,26 +85,44 @@ for dtype, opname, (pre, post) in itertools.product(DTYPES, OPS, FACTORS):
 for opname, (pre, post) in itertools.product(("Sum", "Average"), FACTORS):
     key = ("grouped", opname, pre, post)
     groups = [inputs_for(key + (str(d),), (2 * n + 1, 5), d) for d in DTYPES]
-    outs = hvd.grouped_allreduce([g[me] for g in groups], op=OPS[opname], prescale_factor=pre,
-                                 postscale_factor=post, name=f"gar.{key}")
+    outs = hvd.grouped_allreduce(
+        [g[me] for g in groups], op=OPS[opname], prescale_factor=pre, postscale_factor=post, name=f"gar.{key}"
+    )
     for d, g, o in zip(DTYPES, groups, outs):
-        compare(f"grouped_allreduce {d} {opname} pre={pre:.4g} post={post:.4g}", o,
-                horovod_reference(g, opname, d, pre, post), d, g, pre, post / n if opname == "Average" else post)
-    outs = hvd.grouped_reducescatter([g[me] for g in groups], op=OPS[opname], prescale_factor=pre,
-                                     postscale_factor=post, name=f"grs.{key}")
+        compare(
+            f"grouped_allreduce {d} {opname} pre={pre:.4g} post={post:.4g}",
+            o,
+            horovod_reference(g, opname, d, pre, post),
+            d,
+            g,
+            pre,
+            post / n if opname == "Average" else post,
+        )
+    outs = hvd.grouped_reducescatter(
+        [g[me] for g in groups], op=OPS[opname], prescale_factor=pre, postscale_factor=post, name=f"grs.{key}"
+    )
     split = even_rows(2 * n + 1, n)
     start = sum(split[:me])
     for d, g, o in zip(DTYPES, groups, outs):
-        compare(f"grouped_reducescatter {d} {opname} pre={pre:.4g} post={post:.4g}", o,
-                horovod_reference(g, opname, d, pre, post)[start:start + split[me]], d,
-                [x[start:start + split[me]] for x in g], pre, post / n if opname == "Average" else post)
+        compare(
+            f"grouped_reducescatter {d} {opname} pre={pre:.4g} post={post:.4g}",
+            o,
+            horovod_reference(g, opname, d, pre, post)[start : start + split[me]],
+            d,
+            [x[start : start + split[me]] for x in g],
+            pre,
+            post / n if opname == "Average" else post,
+        )
     count += 1
 
 # integer Average is Sum then postscale 1/n, truncated toward zero (not rounded, not floored)
 sums = torch.tensor([7, -7, 5, -5, 1, -1, 0], dtype=torch.int64)
 x = (sums if me == 0 else torch.zeros_like(sums)).to(torch.int32)
-check("integer Average truncates toward zero", hvd.allreduce(x, op=hvd.Average, name="int.average"),
-      torch.trunc(sums.to(torch.float64) / n).to(torch.int32))
+check(
+    "integer Average truncates toward zero",
+    hvd.allreduce(x, op=hvd.Average, name="int.average"),
+    torch.trunc(sums.to(torch.float64) / n).to(torch.int32),
+)
 count += 1
 
 print(f"OK {count}", flush=True)

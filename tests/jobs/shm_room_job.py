@@ -1,14 +1,15 @@
 """Allreduces of 1 KB, 1 MB and 16 MB checked against the expected sums, then one line with the transports the
 rank uses. tests/test_shm_room.py runs it with a small /dev/shm."""
+
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
+from numpy_collectives import allreduce  # noqa: E402
 
 from hvdlite.common import basics  # noqa: E402
-from numpy_collectives import allreduce  # noqa: E402
 
 basics.init()
 rank, size = basics.rank(), basics.size()

@@ -1,13 +1,14 @@
 """Soak: many collectives of random kinds, sizes and process sets on every rank, checking each result and that
 memory, file descriptors and shared memory stay flat (tests/test_soak.py).
 
-argv: OPS [WARMUP] (default OPS/10: the operations after which memory counts as warmed up). All ranks draw the same random sequence (a shared seed), so they issue the same collectives; an
-operation on a process set is issued by its members only. Operations go out in asynchronous batches of 1-8
-(fused and negotiated together), names cycle through a pool so the response cache is hit, missed and displaced.
-Prints one line: SOAK <json> with the descriptor counts after warm-up and at the end, and the resident memory
-sampled every 500 operations after warm-up (one sample is noisy: glibc keeps or returns the 1.2 MB buffers of the
-largest operations as it likes, which moves the resident size by 2-4 MB between two samples of a job that does not
-grow; see tests/test_soak.py)."""
+argv: OPS [WARMUP] (default OPS/10: the operations after which memory counts as warmed up). All ranks draw the same
+random sequence (a shared seed), so they issue the same collectives; an operation on a process set is issued by its
+members only. Operations go out in asynchronous batches of 1-8 (fused and negotiated together), names cycle through a
+pool so the response cache is hit, missed and displaced. Prints one line: SOAK <json> with the descriptor counts after
+warm-up and at the end, and the resident memory sampled every 500 operations after warm-up (one sample is noisy: glibc
+keeps or returns the 1.2 MB buffers of the largest operations as it likes, which moves the resident size by 2-4 MB
+between two samples of a job that does not grow; see tests/test_soak.py)."""
+
 import json
 import os
 import random
@@ -22,8 +23,9 @@ total_ops = int(sys.argv[1])
 warmup_ops = int(sys.argv[2]) if len(sys.argv) > 2 else total_ops // 10
 basics.init()
 rank, size = basics.rank(), basics.size()
-sets = [basics.global_process_set] + [basics.add_process_set(members) for members in ([0, 1], [2, 3], [0, 2])
-                                      if max(members) < size]
+sets = [basics.global_process_set] + [
+    basics.add_process_set(members) for members in ([0, 1], [2, 3], [0, 2]) if max(members) < size
+]
 rng = random.Random(2026)
 F32, I32 = ops.DTYPE_CODES["float32"], ops.DTYPE_CODES["int32"]
 
@@ -45,20 +47,33 @@ def issue(kind, process_set, count, dtype, name):
     common = dict(name=name, dtype=dtype, process_set_id=process_set.process_set_id)
     if kind == "allreduce":
         buffer = np.full(count, rank + 1, dtype=np_dtype)
-        handle = ops.enqueue(op=basics.OP_ALLREDUCE, shape=(count,), input_ptr=buffer.ctypes.data,
-                             output_ptr=buffer.ctypes.data, reduce_op=ops.core_reduce_op(ops.Sum), **common)
+        handle = ops.enqueue(
+            op=basics.OP_ALLREDUCE,
+            shape=(count,),
+            input_ptr=buffer.ctypes.data,
+            output_ptr=buffer.ctypes.data,
+            reduce_op=ops.core_reduce_op(ops.Sum),
+            **common,
+        )
         expected = sum(m + 1 for m in members)
         return handle, lambda: bool((buffer == expected).all())
     if kind == "broadcast":
         root = members[count % n]
         buffer = np.full(count, rank, dtype=np_dtype)
-        handle = ops.enqueue(op=basics.OP_BROADCAST, shape=(count,), input_ptr=buffer.ctypes.data,
-                             output_ptr=buffer.ctypes.data, root_rank=root, **common)
+        handle = ops.enqueue(
+            op=basics.OP_BROADCAST,
+            shape=(count,),
+            input_ptr=buffer.ctypes.data,
+            output_ptr=buffer.ctypes.data,
+            root_rank=root,
+            **common,
+        )
         return handle, lambda: bool((buffer == root).all())
     rows = count // n or 1
     source = np.full(rows * n if kind != "allgather" else rows, rank, dtype=np_dtype)
-    op = {"allgather": basics.OP_ALLGATHER, "alltoall": basics.OP_ALLTOALL,
-          "reducescatter": basics.OP_REDUCESCATTER}[kind]
+    op = {"allgather": basics.OP_ALLGATHER, "alltoall": basics.OP_ALLTOALL, "reducescatter": basics.OP_REDUCESCATTER}[
+        kind
+    ]
     extra = dict(reduce_op=ops.core_reduce_op(ops.Sum)) if kind == "reducescatter" else {}
     handle = ops.enqueue(op=op, shape=source.shape, input_ptr=source.ctypes.data, output_ptr=0, **common, **extra)
 
@@ -73,6 +88,7 @@ def issue(kind, process_set, count, dtype, name):
         if kind == "alltoall":
             return out.tolist() == [m for m in members for _ in range(rows)]
         return bool((out == sum(members)).all()) and len(out) == rows
+
     return handle, check
 
 
@@ -107,7 +123,15 @@ while done < total_ops:
         rss_samples.append(rss_bytes())
         next_sample += 500
 elapsed = time.monotonic() - start
-report = {"rank": rank, "ops": done, "seconds": round(elapsed, 1), "rss_warm": warm[0], "rss_end": rss_bytes(),
-          "fds_warm": warm[1], "fds_end": fd_count(), "rss_samples": rss_samples}
+report = {
+    "rank": rank,
+    "ops": done,
+    "seconds": round(elapsed, 1),
+    "rss_warm": warm[0],
+    "rss_end": rss_bytes(),
+    "fds_warm": warm[1],
+    "fds_end": fd_count(),
+    "rss_samples": rss_samples,
+}
 basics.shutdown()
 print("SOAK " + json.dumps(report), flush=True)

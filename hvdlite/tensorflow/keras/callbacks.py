@@ -1,6 +1,7 @@
 """Keras 3 callbacks with horovod.tensorflow.keras.callbacks' names and semantics."""
-import numpy as np
+
 import keras
+import numpy as np
 
 from hvdlite.common.basics import size
 from hvdlite.common.ops import Average
@@ -118,8 +119,17 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     constant, so hvdlite scales the velocity variables instead (identical update for plain momentum).
     """
 
-    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                 momentum_correction=True, steps_per_epoch=None, *args):
+    def __init__(
+        self,
+        initial_lr,
+        multiplier,
+        start_epoch=0,
+        end_epoch=None,
+        staircase=True,
+        momentum_correction=True,
+        steps_per_epoch=None,
+        *args,
+    ):
         super().__init__()
         self.initial_lr = initial_lr
         self.start_epoch = start_epoch
@@ -140,8 +150,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def _autodetect_steps_per_epoch(self):
         if self.params.get("steps"):
             return self.params["steps"]
-        raise ValueError(f"could not autodetect the number of steps per epoch; pass steps_per_epoch to "
-                         f"{type(self).__name__}()")
+        raise ValueError(
+            f"could not autodetect the number of steps per epoch; pass steps_per_epoch to {type(self).__name__}()"
+        )
 
     def _adjust_learning_rate(self, epoch):
         old_lr = self._get_lr()
@@ -163,8 +174,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if (self.current_epoch < self.start_epoch
-                or (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
+        if self.current_epoch < self.start_epoch or (
+            self.end_epoch is not None and self.current_epoch >= self.end_epoch
+        ):
             return
         if self.staircase and batch == 0:
             self._adjust_learning_rate(self.current_epoch)
@@ -180,15 +192,21 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Gradual warmup (Goyal et al., 2017): the learning rate grows from initial_lr / size to initial_lr
     over warmup_epochs, adjusted before every batch. initial_lr is the (already size-scaled) target rate."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0,
-                 *args):
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0, *args):
         def multiplier(epoch):
             # Round numbers at the end of each epoch (Horovod's formula).
             epoch += 1.0 / self.steps_per_epoch
             return 1.0 / size() * (epoch * (size() - 1) / warmup_epochs + 1)
 
-        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
-                         momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch)
+        super().__init__(
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=warmup_epochs,
+            staircase=False,
+            momentum_correction=momentum_correction,
+            steps_per_epoch=steps_per_epoch,
+        )
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose
 
@@ -206,24 +224,35 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     monitored value is the average over the ranks.
     """
 
-    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto", save_freq="epoch",
-                 filepath=None):
+    def __init__(
+        self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto", save_freq="epoch", filepath=None
+    ):
         # Keras 3 checks the file extension in __init__; with the path still unknown, check it in on_train_begin.
         placeholder = "unset.weights.h5" if save_weights_only else "unset.keras"
-        super().__init__(filepath=placeholder, monitor=monitor, verbose=verbose, save_best_only=True,
-                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        super().__init__(
+            filepath=placeholder,
+            monitor=monitor,
+            verbose=verbose,
+            save_best_only=True,
+            save_weights_only=save_weights_only,
+            mode=mode,
+            save_freq=save_freq,
+        )
         self.filepath = None if filepath is None else str(filepath)
         if self.filepath is not None:
             self._check_filepath()
 
     def _check_filepath(self):
         if self.filepath is None:
-            raise ValueError("BestModelCheckpoint: set its filepath (callback.filepath = 'best.keras') before "
-                             "training")
+            raise ValueError(
+                "BestModelCheckpoint: set its filepath (callback.filepath = 'best.keras') before training"
+            )
         suffixes = (".weights.h5",) if self.save_weights_only else (".keras", ".h5")
         if not str(self.filepath).endswith(suffixes):
-            raise ValueError(f"BestModelCheckpoint: filepath must end in {' or '.join(suffixes)} with "
-                             f"save_weights_only={self.save_weights_only}; got {self.filepath}")
+            raise ValueError(
+                f"BestModelCheckpoint: filepath must end in {' or '.join(suffixes)} with "
+                f"save_weights_only={self.save_weights_only}; got {self.filepath}"
+            )
 
     def on_train_begin(self, logs=None):
         self.filepath = None if self.filepath is None else str(self.filepath)

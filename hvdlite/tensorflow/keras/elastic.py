@@ -11,6 +11,7 @@ Keras ``fit``.
 
     train(state)
 """
+
 from __future__ import annotations
 
 import keras

@@ -17,6 +17,7 @@ Wrapping a LossScaleOptimizer (explicitly, or automatically under the mixed_floa
 before its finiteness check: every rank sees the same reduced gradients, so all skip an overflowing step
 together instead of one rank skipping a collective the others wait for.
 """
+
 import keras
 import tensorflow as tf
 
@@ -29,8 +30,9 @@ from hvdlite.tensorflow.gradients import GradientReducer, _var_key, local_layers
 class _HvdState:
     """Everything hvdlite adds to an optimizer; stored outside Keras/TF tracking (never saved)."""
 
-    def __init__(self, reducer: GradientReducer, backward_passes_per_step: int = 1,
-                 average_aggregated_gradients: bool = False):
+    def __init__(
+        self, reducer: GradientReducer, backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False
+    ):
         self.reducer = reducer
         self.passes = backward_passes_per_step
         self.average_aggregated = average_aggregated_gradients
@@ -61,9 +63,11 @@ class _DistributedOptimizer:
             return
         with tf.init_scope():
             state.accumulators = {
-                _var_key(v): tf.Variable(tf.zeros(v.shape, dtype=tf.as_dtype(v.dtype)), trainable=False,
-                                         name="hvd_gradient_accumulator")
-                for v in variables}
+                _var_key(v): tf.Variable(
+                    tf.zeros(v.shape, dtype=tf.as_dtype(v.dtype)), trainable=False, name="hvd_gradient_accumulator"
+                )
+                for v in variables
+            }
             state.counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvd_backward_passes")
 
     def apply(self, grads, trainable_variables=None):
@@ -74,8 +78,7 @@ class _DistributedOptimizer:
         if trainable_variables is None:
             if not self.built:
                 return super().apply(grads, trainable_variables)  # raises Keras's own error
-            variables = list(getattr(self, "_trainable_variables", None)
-                             or self.inner_optimizer._trainable_variables)
+            variables = list(getattr(self, "_trainable_variables", None) or self.inner_optimizer._trainable_variables)
         else:
             trainable_variables = list(trainable_variables)
             variables = trainable_variables
@@ -120,15 +123,30 @@ _classes = {}
 def _distributed_class(base):
     cls = _classes.get(base)
     if cls is None:
-        cls = _classes[base] = type(base.__name__, (_DistributedOptimizer, base),
-                                    {"__module__": base.__module__, "__qualname__": base.__qualname__})
+        cls = _classes[base] = type(
+            base.__name__,
+            (_DistributedOptimizer, base),
+            {"__module__": base.__module__, "__qualname__": base.__qualname__},
+        )
     return cls
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
-                         groups=None, process_set=global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Returns optimizer, now averaging gradients over the ranks of process_set before every update
     (horovod.tensorflow.keras.DistributedOptimizer's signature, for Keras 3).
 
@@ -141,38 +159,74 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise ValueError("op currently only supports Average and Sum")
     groups = resolve_groups(num_groups, groups)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError(f"hvdlite.tensorflow.keras.DistributedOptimizer takes a Keras 3 optimizer "
-                         f"(keras.optimizers.*), got {type(optimizer).__name__}; for tf.compat.v1.train "
-                         "optimizers use hvdlite.tensorflow.DistributedOptimizer")
+        raise ValueError(
+            f"hvdlite.tensorflow.keras.DistributedOptimizer takes a Keras 3 optimizer "
+            f"(keras.optimizers.*), got {type(optimizer).__name__}; for tf.compat.v1.train "
+            "optimizers use hvdlite.tensorflow.DistributedOptimizer"
+        )
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1")
-    if (keras.mixed_precision.global_policy().name == "mixed_float16"
-            and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
+    if keras.mixed_precision.global_policy().name == "mixed_float16" and not isinstance(
+        optimizer, keras.optimizers.LossScaleOptimizer
+    ):
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     base = type(optimizer)
-    reducer = GradientReducer(name or f"Distributed{base.__name__}", compression, op, sparse_as_dense,
-                              gradient_predivide_factor, process_set, groups, scale_local_gradients)
+    reducer = GradientReducer(
+        name or f"Distributed{base.__name__}",
+        compression,
+        op,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        process_set,
+        groups,
+        scale_local_gradients,
+    )
     optimizer.__class__ = _distributed_class(base)
     optimizer.__dict__["_hvd_state"] = _HvdState(reducer, backward_passes_per_step, average_aggregated_gradients)
     if optimizer.built:
-        optimizer._hvd_make_accumulators(list(getattr(optimizer, "_trainable_variables", None)
-                                              or optimizer.inner_optimizer._trainable_variables))
+        optimizer._hvd_make_accumulators(
+            list(getattr(optimizer, "_trainable_variables", None) or optimizer.inner_optimizer._trainable_variables)
+        )
     return optimizer
 
 
-def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
-                                op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
-                                groups=None, process_set=global_process_set, local_layers=None,
-                                scale_local_gradients=True):
+def PartialDistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedOptimizer whose local_layers' (a layer or list of layers) trainable weights keep their local
     gradients."""
     layers = local_layers_list(local_layers)
-    optimizer = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
-                                     gradient_predivide_factor, op, backward_passes_per_step,
-                                     average_aggregated_gradients, 0, groups, process_set, scale_local_gradients)
+    optimizer = DistributedOptimizer(
+        optimizer,
+        name,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        op,
+        backward_passes_per_step,
+        average_aggregated_gradients,
+        0,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     for layer in layers:
         for v in layer.trainable_weights:
             optimizer.register_local_var(v)

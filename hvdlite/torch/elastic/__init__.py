@@ -16,6 +16,7 @@ disk: running the same command again after the whole job was lost resumes from t
 
 The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py).
 """
+
 from hvdlite.common.basics import init, shutdown
 from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
 from hvdlite.torch.elastic.sampler import ElasticSampler
@@ -33,8 +34,13 @@ def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_kee
     ``--checkpoint-dir``), rank 0 writes every ``checkpoint_every``-th commit there (default 1), keeps the newest
     ``checkpoint_keep`` (default 3), and the first call resumes from the newest. ``@run`` and
     ``@run(checkpoint_dir=...)`` both work."""
-    return run_fn(func, _reset, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                  checkpoint_keep=checkpoint_keep)
+    return run_fn(
+        func,
+        _reset,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        checkpoint_keep=checkpoint_keep,
+    )
 
 
 __all__ = ["ElasticSampler", "HostsUpdatedInterrupt", "State", "TorchState", "run"]

@@ -1,4 +1,5 @@
 """ElasticSampler: a DistributedSampler whose epoch can be resumed on a different number of workers."""
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.num_replicas = size() if is_initialized() else 1
         self.rank = rank() if is_initialized() else 0
         order = self._epoch_order()
-        self.remaining = order[min(self.processed_num, len(order)):]
+        self.remaining = order[min(self.processed_num, len(order)) :]
         self.num_samples = int(math.ceil(len(self.remaining) / self.num_replicas))
         self.total_size = self.num_samples * self.num_replicas
 
@@ -64,8 +65,8 @@ class ElasticSampler(torch.utils.data.Sampler):
     def __iter__(self) -> Iterator[int]:
         indices = list(self.remaining)
         if indices:
-            indices += (indices * self.num_replicas)[:self.total_size - len(indices)]  # pad evenly
-        return iter(indices[self.rank:self.total_size:self.num_replicas])
+            indices += (indices * self.num_replicas)[: self.total_size - len(indices)]  # pad evenly
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
 
     def __len__(self) -> int:
         return self.num_samples

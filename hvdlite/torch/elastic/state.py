@@ -1,4 +1,5 @@
 """TorchState: a model, an optimizer, samplers and plain attributes kept across membership changes."""
+
 from __future__ import annotations
 
 import copy
@@ -8,8 +9,8 @@ import torch
 
 from hvdlite.common.basics import rank
 from hvdlite.common.elastic import State
-from hvdlite.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from hvdlite.torch.elastic.sampler import ElasticSampler
+from hvdlite.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 
 class TorchState(State):
@@ -22,8 +23,12 @@ class TorchState(State):
     (tensors moved to the CPU, so a checkpoint loads on a machine without the GPU that wrote it).
     """
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        model: Optional[torch.nn.Module] = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        **kwargs: Any,
+    ):
         self.model = model
         self.optimizer = optimizer
         self._samplers: Dict[str, ElasticSampler] = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
@@ -61,8 +66,9 @@ class TorchState(State):
 
     def _checkpoint_payload(self) -> Dict[str, Any]:
         payload = super()._checkpoint_payload()
-        payload.update(model=_on_cpu(self._saved_model), optimizer=_on_cpu(self._saved_optimizer),
-                       samplers=self._saved_samplers)
+        payload.update(
+            model=_on_cpu(self._saved_model), optimizer=_on_cpu(self._saved_optimizer), samplers=self._saved_samplers
+        )
         return payload
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
