@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 
 from hvdlite.common import bootstrap, mpi_plugin, ops
 from hvdlite.common.binding import check, ffi, lib
-from hvdlite.common.errors import InvalidArgumentError, NotInitializedError, error_for_status
+from hvdlite.common.errors import InvalidArgumentError, NotInitializedError
 
 OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 0, 1, 2, 3, 4
 OP_BARRIER, OP_JOIN, OP_ADD_PROCESS_SET, OP_REMOVE_PROCESS_SET = 5, 6, 7, 8
@@ -230,28 +230,12 @@ def is_homogeneous() -> bool:
 def _run_control(op: int, ranks: Sequence[int]) -> List[int]:
     """Enqueues a process-set change (collective over every rank) and waits for it."""
     _require_init()
-    request = ffi.new("hvdlite_request*")
-    request.op = op
-    values = ffi.new("int32_t[]", list(ranks))
-    request.splits = values
-    request.nsplits = len(ranks)
-    request.process_set_id = 0
-    request.prescale_factor = 1.0
-    request.postscale_factor = 1.0
-    handle = ffi.new("int64_t*")
-    check(lib.hvdlite_enqueue(request, handle))
+    handle = ops.submit(ops.request(op, None, 0, (), 0, 0, splits=ranks))
     try:
-        status = ops.wait_status(handle[0])
-        if status != 0:
-            buf = ffi.new("char[]", 4096)
-            lib.hvdlite_handle_error(handle[0], buf, 4096)
-            raise error_for_status(status, ffi.string(buf).decode(errors="replace"))
-        results = ffi.new("int32_t[]", 8)
-        count = ffi.new("int32_t*")
-        check(lib.hvdlite_handle_int_results(handle[0], results, 8, count))
-        return [results[i] for i in range(count[0])]
+        ops.wait(handle)
+        return ops.int_results(handle)
     finally:
-        lib.hvdlite_handle_release(handle[0])
+        ops.release(handle)
 
 
 def add_process_set(process_set) -> ProcessSet:

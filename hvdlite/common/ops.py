@@ -1,5 +1,6 @@
-"""Framework-neutral enqueue/wait over raw buffers. Framework adapters turn tensors into (dtype code, shape,
-pointer) and back; everything about handles and errors lives here once.
+"""The one path from Python into the core, framework-neutral, over raw buffers. An adapter describes each
+collective as a request tuple (request()) and hands it over with submit(), submit_many() or run(); everything about
+the C structs, their cache, handles and errors lives here once.
 
 Results whose size is only known after negotiation (allgather, alltoall, reducescatter) are owned by the core
 until the adapter allocates a framework tensor of the reported shape and copies them once (see
@@ -15,7 +16,7 @@ from hvdlite.common.errors import HvdliteError, error_for_status
 
 # Horovod's reduce-op constants (same values, so code comparing them keeps working) and the core's codes.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_CORE_REDUCE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4, Adasum: 5}
+CORE_REDUCE_OPS = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4, Adasum: 5}
 
 # The core's hvdlite_dtype values (hvdlite.h), by NumPy/TensorFlow dtype name.
 DTYPE_CODES = {
@@ -35,62 +36,16 @@ DTYPE_CODES = {
 
 def core_reduce_op(op) -> int:
     try:
-        return _CORE_REDUCE_OP[op]
+        return CORE_REDUCE_OPS[op]
     except KeyError:
         raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None
 
 
 _MAX_DIMS = 64
-_local = threading.local()
-_name_cache: Dict[str, object] = {}  # name -> NUL-terminated cdata; names repeat every training step
+_HOST_MEMORY, _CUDA_MEMORY = 0, 1  # hvdlite_memory
 
 
-def _request_buffers():
-    """Per-thread request struct and shape array, reused across calls (allocation dominates a small enqueue)."""
-    buffers = getattr(_local, "buffers", None)
-    if buffers is None:
-        buffers = _local.buffers = (ffi.new("hvdlite_request*"), ffi.new("int64_t[]", _MAX_DIMS), ffi.new("int64_t*"))
-    return buffers
-
-
-def _encoded(name: str):
-    cdata = _name_cache.get(name)
-    if cdata is None:
-        cdata = ffi.new("char[]", name.encode())
-        if len(_name_cache) < 100_000:
-            _name_cache[name] = cdata
-    return cdata
-
-
-# Requests already built, by everything they say: a training loop submits the same tensors under the same names
-# every step, and filling a cffi struct field by field costs more than the core's whole enqueue (1.5 against 1.0 us
-# for an 8-byte allreduce). Values: (request, its shape array, its name), kept alive together.
-_prepared: Dict[tuple, tuple] = {}
-_PREPARED_LIMIT = 4096
-
-
-def _prepared_request(key: tuple) -> tuple:
-    entry = _prepared.get(key)
-    if entry is None:
-        op, name, dtype, shape, input_ptr, output_ptr, root_rank, reduce_op, prescale, postscale, ps = key
-        request = ffi.new("hvdlite_request*")
-        shape_buf = ffi.new("int64_t[]", max(1, len(shape)))
-        for i, d in enumerate(shape):
-            shape_buf[i] = d
-        name_buf = ffi.new("char[]", name.encode()) if name else ffi.NULL
-        request.op, request.name, request.dtype = op, name_buf, dtype
-        request.ndim, request.shape = len(shape), shape_buf
-        request.input, request.output = ffi.cast("void*", input_ptr), ffi.cast("void*", output_ptr)
-        request.root_rank, request.reduce_op, request.process_set_id = root_rank, reduce_op, ps
-        request.prescale_factor, request.postscale_factor = prescale, postscale
-        request.splits, request.nsplits = ffi.NULL, 0
-        if len(_prepared) >= _PREPARED_LIMIT:
-            _prepared.clear()
-        entry = _prepared[key] = (request, shape_buf, name_buf)
-    return entry
-
-
-def enqueue(
+def request(
     op: int,
     name: Optional[str],
     dtype: int,
@@ -105,105 +60,130 @@ def enqueue(
     splits: Optional[Sequence[int]] = None,
     device: int = -1,
     stream: int = 0,
-) -> int:
-    """Submits one operation to the core and returns its handle (the core copies everything it keeps).
-    device >= 0: the buffers are CUDA memory on that device, produced on ``stream`` (a cudaStream_t as an int;
-    0: the legacy default stream), and the NCCL data plane runs the operation."""
-    if splits is None and name and len(shape) <= _MAX_DIMS and device < 0:
-        request = _prepared_request(
-            (
-                op,
-                name,
-                dtype,
-                tuple(shape),
-                input_ptr,
-                output_ptr,
-                root_rank,
-                reduce_op,
-                prescale,
-                postscale,
-                process_set_id,
-            )
-        )[0]
-        handle = _request_buffers()[2]
-        check(lib.hvdlite_enqueue(request, handle))
-        return handle[0]
-    request, shape_buf, handle = _request_buffers()
-    ndim = len(shape)
-    if ndim > _MAX_DIMS:
+) -> tuple:
+    """Everything the core needs for one operation, as the tuple that submit(), submit_many() and run() take
+    (these positions; hot paths build the tuple themselves). device >= 0: the buffers are CUDA memory on that
+    device, produced on ``stream`` (a cudaStream_t as an int; 0: the legacy default stream), and the NCCL data
+    plane runs the operation."""
+    return (
+        op,
+        name,
+        dtype,
+        tuple(shape),
+        input_ptr,
+        output_ptr,
+        root_rank,
+        reduce_op,
+        prescale,
+        postscale,
+        process_set_id,
+        None if splits is None else tuple(int(s) for s in splits),
+        device,
+        stream,
+    )
+
+
+# The one cache between Python and the core: requests already built, by everything they say. A training loop
+# submits the same tensors under the same names every step, and filling a cffi struct field by field costs more
+# than the core's whole enqueue of a small tensor. Values: (struct, the buffers it points into). Unnamed requests
+# and those with splits change from call to call and are built each time instead.
+_prepared: Dict[tuple, tuple] = {}
+_PREPARED_LIMIT = 4096
+_local = threading.local()
+
+
+def _fill(struct, key: tuple) -> tuple:
+    """Writes key into a hvdlite_request struct; returns the buffers it points into (keep them alive with it)."""
+    op, name, dtype, shape, input_ptr, output_ptr, root, reduce_op, prescale, postscale, ps, splits, dev, st = key
+    if len(shape) > _MAX_DIMS:
         raise ValueError(f"tensors of more than {_MAX_DIMS} dimensions are not supported")
-    for i, d in enumerate(shape):
-        shape_buf[i] = d
-    request.op = op
-    request.name = _encoded(name) if name else ffi.NULL
-    request.dtype = dtype
-    request.ndim = ndim
-    request.shape = shape_buf
-    request.input = ffi.cast("void*", input_ptr)
-    request.output = ffi.cast("void*", output_ptr)
-    request.root_rank = root_rank
-    request.reduce_op = reduce_op
-    request.prescale_factor = prescale
-    request.postscale_factor = postscale
-    request.process_set_id = process_set_id
-    splits_buf = ffi.NULL
-    if splits is not None:
-        splits_buf = ffi.new("int32_t[]", [int(s) for s in splits])
-    request.splits = splits_buf
-    request.nsplits = 0 if splits is None else len(splits)
-    _place(request, device, stream)
-    check(lib.hvdlite_enqueue(request, handle))
+    shape_buf = ffi.new("int64_t[]", shape) if shape else ffi.NULL
+    name_buf = ffi.new("char[]", name.encode()) if name else ffi.NULL
+    splits_buf = ffi.new("int32_t[]", splits) if splits is not None else ffi.NULL
+    struct.op, struct.name, struct.dtype = op, name_buf, dtype
+    struct.ndim, struct.shape = len(shape), shape_buf
+    struct.input, struct.output = ffi.cast("void*", input_ptr), ffi.cast("void*", output_ptr)
+    struct.root_rank, struct.reduce_op, struct.process_set_id = root, reduce_op, ps
+    struct.prescale_factor, struct.postscale_factor = prescale, postscale
+    struct.splits, struct.nsplits = splits_buf, 0 if splits is None else len(splits)
+    if dev < 0:
+        struct.memory, struct.device, struct.stream = _HOST_MEMORY, 0, ffi.NULL
+    else:
+        struct.memory, struct.device, struct.stream = _CUDA_MEMORY, dev, ffi.cast("void*", st)
+    return shape_buf, name_buf, splits_buf
+
+
+def prepared(key: tuple) -> tuple:
+    """(hvdlite_request*, buffers) for key: from the cache when key is named and has no splits."""
+    entry = _prepared.get(key)
+    if entry is not None:
+        return entry
+    struct = ffi.new("hvdlite_request*")
+    entry = (struct, _fill(struct, key))
+    if key[1] and key[11] is None:
+        if len(_prepared) >= _PREPARED_LIMIT:
+            _prepared.clear()
+        _prepared[key] = entry
+    return entry
+
+
+def _handle_out():
+    try:
+        return _local.handle
+    except AttributeError:
+        handle = _local.handle = ffi.new("int64_t*")
+        return handle
+
+
+_enqueue = lib.hvdlite_enqueue  # bound once: a cffi attribute lookup costs 0.1 us a call
+_enqueue_and_wait = lib.hvdlite_enqueue_and_wait
+
+
+def submit(key: tuple) -> int:
+    """Queues one operation (request()'s tuple) and returns its core handle; the core copies what it keeps."""
+    handle = _handle_out()
+    check(_enqueue(prepared(key)[0], handle))
     return handle[0]
 
 
-_HOST_MEMORY, _CUDA_MEMORY = 0, 1  # hvdlite_memory
-
-
-def _place(request, device: int, stream: int) -> None:
-    if device < 0:
-        request.memory, request.device, request.stream = _HOST_MEMORY, 0, ffi.NULL
-    else:
-        request.memory, request.device, request.stream = _CUDA_MEMORY, device, ffi.cast("void*", stream)
-
-
-def enqueue_many(calls: Sequence[dict]) -> List[int]:
-    """Submits several operations atomically (each dict holds enqueue()'s arguments): either all are queued or
-    none is, so a grouped collective with one bad member leaves nothing half-submitted."""
-    count = len(calls)
+def submit_many(keys: Sequence[tuple]) -> List[int]:
+    """Queues several operations atomically: either all are queued or none is, so a grouped collective with one
+    bad member leaves nothing half-submitted."""
+    count = len(keys)
     if count == 0:
         return []
-    requests = ffi.new("hvdlite_request[]", count)
+    structs = ffi.new("hvdlite_request[]", count)
     keep_alive = []
-    for i, call in enumerate(calls):
-        request = requests[i]
-        shape = list(call["shape"])
-        shape_buf = ffi.new("int64_t[]", shape) if shape else ffi.NULL
-        keep_alive.append(shape_buf)
-        request.op = call["op"]
-        request.name = _encoded(call["name"]) if call.get("name") else ffi.NULL
-        request.dtype = call["dtype"]
-        request.ndim = len(shape)
-        request.shape = shape_buf
-        request.input = ffi.cast("void*", call["input_ptr"])
-        request.output = ffi.cast("void*", call["output_ptr"])
-        request.root_rank = call.get("root_rank", -1)
-        request.reduce_op = call.get("reduce_op", 0)
-        request.prescale_factor = call.get("prescale", 1.0)
-        request.postscale_factor = call.get("postscale", 1.0)
-        request.process_set_id = call.get("process_set_id", 0)
-        splits = call.get("splits")
-        if splits is None:
-            request.splits = ffi.NULL
-            request.nsplits = 0
-        else:
-            splits_buf = ffi.new("int32_t[]", [int(v) for v in splits])
-            keep_alive.append(splits_buf)
-            request.splits = splits_buf
-            request.nsplits = len(splits)
-        _place(request, call.get("device", -1), call.get("stream", 0))
+    for i, key in enumerate(keys):
+        entry = prepared(key)
+        structs[i] = entry[0][0]
+        keep_alive.append(entry)
     handles = ffi.new("int64_t[]", count)
-    check(lib.hvdlite_enqueue_many(requests, count, handles))
+    check(lib.hvdlite_enqueue_many(structs, count, handles))
     return [handles[i] for i in range(count)]
+
+
+def run(key: tuple, keep_alive) -> None:
+    """Queues one operation whose result lands in the caller's buffers and waits for it: one call into the core
+    when it finishes within a wait slice. keep_alive holds those buffers should a signal interrupt the wait."""
+    try:
+        handle = _local.handle
+    except AttributeError:
+        handle = _handle_out()
+    try:
+        status = _enqueue_and_wait((_prepared.get(key) or prepared(key))[0], WAIT_SLICE_SECONDS, handle)
+        if status == 0:
+            return  # finished, and the core released the handle
+        if handle[0] == 0:
+            check(status)  # refused at enqueue
+        live = handle[0]
+    except BaseException:
+        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns: the operation may still
+        # be running on the caller's buffers.
+        if handle[0] != 0:
+            abandon([handle[0]], keep_alive)
+        raise
+    wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
 
 
 # A blocking wait returns to Python this often, so that signal handlers run while ranks wait on each other:
@@ -254,87 +234,6 @@ def wait_and_release(handle: int, keep_alive) -> None:
             _raise_for(handle, status)
     finally:
         lib.hvdlite_handle_release(handle)
-
-
-_enqueue_and_wait = lib.hvdlite_enqueue_and_wait  # bound once: a cffi attribute lookup costs 0.1 us a call
-
-
-def enqueue_and_wait(
-    op: int,
-    name: Optional[str],
-    dtype: int,
-    shape: Sequence[int],
-    input_ptr: int,
-    output_ptr: int,
-    root_rank: int,
-    reduce_op: int,
-    prescale: float,
-    postscale: float,
-    process_set_id: int,
-    keep_alive,
-) -> Optional[tuple]:
-    """enqueue() then wait_and_release() for a synchronous host-memory operation whose result lands in the
-    caller's buffers, in one call into the core when it finishes within a wait slice (an 8-byte allreduce: two
-    fewer foreign calls and no handle bookkeeping in Python). Returns the prepared request it submitted, which a
-    caller may keep under a cheaper key of its own and submit again with run_prepared(); None for an unnamed
-    operation or one of over 64 dimensions, which are not prepared."""
-    if not name or len(shape) > _MAX_DIMS:
-        wait_and_release(
-            enqueue(
-                op,
-                name,
-                dtype,
-                shape,
-                input_ptr,
-                output_ptr,
-                root_rank,
-                reduce_op,
-                prescale,
-                postscale,
-                process_set_id,
-            ),
-            keep_alive,
-        )
-        return None
-    key = (
-        op,
-        name,
-        dtype,
-        shape if isinstance(shape, tuple) else tuple(shape),  # torch.Size is a tuple
-        input_ptr,
-        output_ptr,
-        root_rank,
-        reduce_op,
-        prescale,
-        postscale,
-        process_set_id,
-    )
-    prepared = _prepared.get(key) or _prepared_request(key)
-    run_prepared(prepared[0], keep_alive)
-    return prepared
-
-
-def run_prepared(request, keep_alive) -> None:
-    """Submits a prepared request (enqueue_and_wait's return) and waits for it: one foreign call when the
-    operation finishes within a wait slice."""
-    try:
-        handle = _local.handle
-    except AttributeError:
-        handle = _local.handle = ffi.new("int64_t*")
-    try:
-        status = _enqueue_and_wait(request, WAIT_SLICE_SECONDS, handle)
-        if status == 0:
-            return  # finished, and the core released the handle
-        if handle[0] == 0:
-            check(status)  # refused at enqueue
-        live = handle[0]
-    except BaseException:
-        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns: the operation may still
-        # be running on the caller's buffers.
-        if handle[0] != 0:
-            abandon([handle[0]], keep_alive)
-        raise
-    wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
 
 
 # Operations whose waiter was interrupted and gave them up: their buffers stay referenced until they finish

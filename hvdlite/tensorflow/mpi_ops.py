@@ -2,7 +2,7 @@
 
 Nothing is compiled against TensorFlow. Every collective goes through one bridge, `_bridge`: a stateful
 `tf.numpy_function` whose Python body (`_execute`) receives the inputs as numpy arrays, passes their pointers to
-the core (hvdlite.common.ops.enqueue), waits for every handle and returns numpy outputs. Several collectives can
+the core (hvdlite.common.ops.submit_many), waits for every handle and returns numpy outputs. Several collectives can
 share one bridge call (grouped ops, fused gradients): they are all enqueued before the first wait, so the core
 negotiates and fuses them together and a rank never blocks on one while a peer blocks on another.
 
@@ -162,43 +162,40 @@ def _execute(collectives: Sequence[_Collective], *arrays) -> List[np.ndarray]:
     out, no TensorFlow here). This is the body of every bridge call and of the object collectives."""
     # Everything is checked and described first, then queued in one atomic call: a rejected member must
     # not leave the others half-submitted (queued here while their peers wait for the rest).
-    prepared = []  # (collective, call, input, output or None)
+    prepared = []  # (collective, request, input, output or None)
     position = 0
     for c in collectives:
         source = splits = None
         if c.n_inputs:
             source = np.asarray(arrays[position], order="C")  # keeps 0-d arrays 0-d
             if c.with_splits:
-                splits = [int(s) for s in np.asarray(arrays[position + 1]).reshape(-1)]
+                splits = np.asarray(arrays[position + 1]).reshape(-1).tolist()
             position += c.n_inputs
         if c.op in (OP_BARRIER, OP_JOIN):
-            call = dict(
-                op=c.op, name=None, dtype=0, shape=(), input_ptr=0, output_ptr=0, process_set_id=c.process_set_id
-            )
-            prepared.append((c, call, None, None))
+            prepared.append((c, ops.request(c.op, None, 0, (), 0, 0, process_set_id=c.process_set_id), None, None))
             continue
         if c.op in (OP_ALLGATHER, OP_ALLTOALL) and source.ndim == 0:
             source = source.reshape(1)
         output = None
         if c.op in (OP_ALLREDUCE, OP_BROADCAST):
             output = source if c.in_place and source.flags.writeable else _aligned_empty(source.shape, source.dtype)
-        call = dict(
-            op=c.op,
-            name=c.name,
-            dtype=_dtype_code(source, c.name),
-            shape=source.shape,
-            input_ptr=source.ctypes.data,
-            output_ptr=0 if output is None else output.ctypes.data,
-            root_rank=c.root_rank,
-            reduce_op=c.reduce_op,
-            prescale=c.prescale,
-            postscale=c.postscale,
-            process_set_id=c.process_set_id,
-            splits=splits,
+        key = ops.request(
+            c.op,
+            c.name,
+            _dtype_code(source, c.name),
+            source.shape,
+            source.ctypes.data,
+            0 if output is None else output.ctypes.data,
+            c.root_rank,
+            c.reduce_op,
+            c.prescale,
+            c.postscale,
+            c.process_set_id,
+            splits,
         )
-        prepared.append((c, call, source, output))
+        prepared.append((c, key, source, output))
     try:
-        handles = ops.enqueue_many([call for _, call, _, _ in prepared])
+        handles = ops.submit_many([key for _, key, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
         raise as_tf_error(e) from None
     pending = [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]

@@ -9,14 +9,16 @@ from hvdlite.common import basics, ops
 def allreduce(data: np.ndarray, name: str, out: np.ndarray = None, op=ops.Sum) -> np.ndarray:
     """Waits for the allreduce of ``data`` into ``out`` (default: in place) and returns ``out``."""
     out = data if out is None else out
-    handle = ops.enqueue(
-        op=basics.OP_ALLREDUCE,
-        name=name,
-        dtype=ops.DTYPE_CODES[str(data.dtype)],
-        shape=data.shape,
-        input_ptr=data.ctypes.data,
-        output_ptr=out.ctypes.data,
-        reduce_op=ops.core_reduce_op(op),
+    handle = ops.submit(
+        ops.request(
+            op=basics.OP_ALLREDUCE,
+            name=name,
+            dtype=ops.DTYPE_CODES[str(data.dtype)],
+            shape=data.shape,
+            input_ptr=data.ctypes.data,
+            output_ptr=out.ctypes.data,
+            reduce_op=ops.core_reduce_op(op),
+        )
     )
     try:
         ops.wait(handle)
@@ -27,13 +29,15 @@ def allreduce(data: np.ndarray, name: str, out: np.ndarray = None, op=ops.Sum) -
 
 def allgather(data: np.ndarray, name: str) -> np.ndarray:
     """Waits for the allgather of ``data`` (rows along the first dimension) and returns every rank's rows."""
-    handle = ops.enqueue(
-        op=basics.OP_ALLGATHER,
-        name=name,
-        dtype=ops.DTYPE_CODES[str(data.dtype)],
-        shape=data.shape,
-        input_ptr=data.ctypes.data,
-        output_ptr=0,
+    handle = ops.submit(
+        ops.request(
+            op=basics.OP_ALLGATHER,
+            name=name,
+            dtype=ops.DTYPE_CODES[str(data.dtype)],
+            shape=data.shape,
+            input_ptr=data.ctypes.data,
+            output_ptr=0,
+        )
     )
     try:
         ops.wait(handle)
@@ -42,3 +46,4 @@ def allgather(data: np.ndarray, name: str) -> np.ndarray:
     finally:
         ops.release(handle)
     return out
+

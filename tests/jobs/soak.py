@@ -47,26 +47,30 @@ def issue(kind, process_set, count, dtype, name):
     common = dict(name=name, dtype=dtype, process_set_id=process_set.process_set_id)
     if kind == "allreduce":
         buffer = np.full(count, rank + 1, dtype=np_dtype)
-        handle = ops.enqueue(
-            op=basics.OP_ALLREDUCE,
-            shape=(count,),
-            input_ptr=buffer.ctypes.data,
-            output_ptr=buffer.ctypes.data,
-            reduce_op=ops.core_reduce_op(ops.Sum),
-            **common,
+        handle = ops.submit(
+            ops.request(
+                op=basics.OP_ALLREDUCE,
+                shape=(count,),
+                input_ptr=buffer.ctypes.data,
+                output_ptr=buffer.ctypes.data,
+                reduce_op=ops.core_reduce_op(ops.Sum),
+                **common,
+            )
         )
         expected = sum(m + 1 for m in members)
         return handle, lambda: bool((buffer == expected).all())
     if kind == "broadcast":
         root = members[count % n]
         buffer = np.full(count, rank, dtype=np_dtype)
-        handle = ops.enqueue(
-            op=basics.OP_BROADCAST,
-            shape=(count,),
-            input_ptr=buffer.ctypes.data,
-            output_ptr=buffer.ctypes.data,
-            root_rank=root,
-            **common,
+        handle = ops.submit(
+            ops.request(
+                op=basics.OP_BROADCAST,
+                shape=(count,),
+                input_ptr=buffer.ctypes.data,
+                output_ptr=buffer.ctypes.data,
+                root_rank=root,
+                **common,
+            )
         )
         return handle, lambda: bool((buffer == root).all())
     rows = count // n or 1
@@ -75,7 +79,9 @@ def issue(kind, process_set, count, dtype, name):
         kind
     ]
     extra = dict(reduce_op=ops.core_reduce_op(ops.Sum)) if kind == "reducescatter" else {}
-    handle = ops.enqueue(op=op, shape=source.shape, input_ptr=source.ctypes.data, output_ptr=0, **common, **extra)
+    handle = ops.submit(
+        ops.request(op=op, shape=source.shape, input_ptr=source.ctypes.data, output_ptr=0, **common, **extra)
+    )
 
     def check():
         shape = ops.output_shape(handle)
