@@ -47,3 +47,33 @@ def allgather(data: np.ndarray, name: str) -> np.ndarray:
         ops.release(handle)
     return out
 
+
+def broadcast_object(obj, root: int, name: str = "object"):
+    """rank root's obj on every rank (pickled, then its length and its bytes broadcast)."""
+    import pickle
+
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy() if basics.rank() == root else None
+    length = np.array([0 if data is None else data.size], dtype=np.int64)
+    _broadcast(length, root, f"{name}.length")
+    if data is None:
+        data = np.empty(int(length[0]), dtype=np.uint8)
+    _broadcast(data, root, f"{name}.bytes")
+    return obj if basics.rank() == root else pickle.loads(data.tobytes())
+
+
+def _broadcast(data: np.ndarray, root: int, name: str) -> None:
+    handle = ops.submit(
+        ops.request(
+            basics.OP_BROADCAST,
+            name,
+            ops.DTYPE_CODES[str(data.dtype)],
+            data.shape,
+            data.ctypes.data,
+            data.ctypes.data,
+            root_rank=root,
+        )
+    )
+    try:
+        ops.wait(handle)
+    finally:
+        ops.release(handle)
