@@ -38,6 +38,13 @@ class BuildCore(build_ext):
             compiler.src_extensions.append(".cc")
         # distutils passes C flags meant for the interpreter's own build; -Wstrict-prototypes is C-only.
         compiler.compiler_so = [f for f in compiler.compiler_so if f != "-Wstrict-prototypes"]
+        # ccache, where installed, serves the same sources compiled again (a wheel built from the sdist after an
+        # editable install, a rebuild after switching branches): the paths are relative, so it hits across folders.
+        if shutil.which("ccache") and os.environ.get("HVDLITE_NO_CCACHE") != "1":
+            for attribute in ("compiler_so", "compiler_so_cxx"):  # the second: C++ in newer setuptools
+                command = getattr(compiler, attribute, None)
+                if command and command[0] != "ccache":
+                    setattr(compiler, attribute, ["ccache"] + command)
         self.parallel = self.parallel or min(2, os.cpu_count() or 1)
         super().build_extensions()
         for ext in self.extensions:

@@ -9,13 +9,15 @@
 #                iproute2    - `ip netns` / veth pairs that make those hosts
 #                tmux        - the terminal the launcher's progress-bar tests read back
 #                Java 17     - the JVMs of the Spark tests (pyspark 4 needs Java 17 or later)
+#                ccache      - the packaging test builds the wheel from the sdist: the core's objects come from
+#                              the editable install's compile instead of a second one (setup.py uses it if found)
 # Without root it changes nothing: it names the one command to run and fails at once, so `make test`
 # never starts a suite that would end in a pile of errors.
 set -euo pipefail
 
-PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 tmux openjdk-17-jre-headless)
+PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 tmux openjdk-17-jre-headless ccache)
 # One program per package: present means installed.
-PROGRAMS=(mpirun mpicc sshd ssh ip tmux java)
+PROGRAMS=(mpirun mpicc sshd ssh ip tmux java ccache)
 PATH="$PATH:/usr/sbin:/sbin"  # sshd and ip live there; a non-root PATH often lacks them
 
 if [ "${1:-}" = "--list" ]; then
@@ -46,7 +48,7 @@ fi
     echo "    sudo sh -c '$install'"
   else
     echo "This system has no apt-get: install the equivalents of those Debian packages (Open MPI with its"
-    echo "headers, an OpenSSH server and client, iproute2, tmux, a Java 17 runtime), then run make test again."
+    echo "headers, an OpenSSH server and client, iproute2, tmux, a Java 17 runtime, ccache), then run make test again."
   fi
 } >&2
 exit 1
