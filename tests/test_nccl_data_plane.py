@@ -78,10 +78,10 @@ from hvdlite.torch import core_ops
 from hvdjob import expect_raises
 hvd.init()
 assert not hvd.nccl_built()
-core_ops._placement = lambda tensor, name=None: (0, 0)
+core_ops.cpu_placement = (0, 0)
 expect_raises("CUDA tensor without NCCL", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2), name="x",
               match=["tensor 'x' is in CUDA memory", "no NCCL library could be loaded", "HVDLITE_NCCL_LIBRARY"])
-core_ops._placement = lambda tensor, name=None: (-1, 0)
+core_ops.cpu_placement = (-1, 0)
 assert hvd.allreduce(torch.ones(2), name="y", op=hvd.Sum).tolist() == [2.0, 2.0]
 print("OK 1 on rank", hvd.rank(), flush=True)
 """

@@ -50,13 +50,15 @@ def _describe(name: Optional[str]) -> str:
     return f"tensor '{name}'" if name else "an unnamed tensor"
 
 
-_HOST = (-1, 0)  # ops.request's (device, stream) for host memory
+# ops.request's (device, stream) for a CPU tensor: host memory. The fake-CUDA tests (tests/jobs/nccl_fake.py)
+# set it to a device, so that CPU tensors meet everything a CUDA tensor meets below this point.
+cpu_placement = (-1, 0)
 
 
 def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
     """(device, stream) for ops.request: host memory, or a CUDA device and its current stream."""
     if tensor.is_cpu:  # (is_cpu: a fifth of the cost of device.type, on every collective)
-        return _HOST
+        return cpu_placement
     if tensor.is_cuda:
         return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
     raise InvalidArgumentError(
@@ -138,7 +140,7 @@ def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_fact
     if dtype_code is None or set_id is None or reduce_op is None:
         dtype_code, set_id = _dtype_code(tensor, name), _process_set_id(process_set)
         reduce_op = ops.core_reduce_op(op)
-    device, stream = _placement(tensor, name)
+    device, stream = cpu_placement if tensor.is_cpu else _placement(tensor, name)
     input_ptr = tensor.data_ptr()
     return (
         OP_ALLREDUCE,

@@ -1,9 +1,9 @@
 # Job script: the NCCL data plane (CUDA tensors) through hvdlite.torch, on the fake CUDA runtime and NCCL of
 # tests/fake_cuda (no GPU needed: their "device" memory is host memory). CPU tensors stand in for CUDA tensors
-# by replacing the torch adapter's placement (device 0, a stream made on the fake runtime), so everything below
-# the placement is what a CUDA tensor meets: requests on CUDA memory, negotiation of the tensor location, the
-# event on the caller's stream, the data plane's stream, fusion buffer and results in "device" memory, the
-# completion queue, and NCCL calls (grouped ones for the ragged collectives, PreMulSum for scaling).
+# by setting the torch adapter's placement of CPU tensors (device 0, a stream made on the fake runtime), so
+# everything below the placement is what a CUDA tensor meets: requests on CUDA memory, negotiation of the tensor
+# location, the event on the caller's stream, the data plane's stream, fusion buffer and results in "device"
+# memory, the completion queue, and NCCL calls (grouped ones for the ragged collectives, PreMulSum for scaling).
 # Results are checked against hvdjob's references; then the errors a CUDA tensor can meet, on every rank.
 import ctypes
 import os
@@ -35,16 +35,14 @@ if not hvd.nccl_built() or not hvd.cuda_built() or info.get("nccl_version") != "
 cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])
 stream = ctypes.c_void_p()
 assert cudart.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
-placed = {"device": 0, "count": 0}
+host_placement = core_ops.cpu_placement
 
 
-def on_fake_device(tensor, name=None):
-    placed["count"] += 1
-    return placed["device"], stream.value
+def on_fake_device(device=0):
+    core_ops.cpu_placement = (device, stream.value)
 
 
-host_placement = core_ops._placement
-core_ops._placement = on_fake_device
+on_fake_device()
 count = 0
 
 # allreduce: every dtype NCCL reduces, every op, out of place and in place.
@@ -207,7 +205,7 @@ expect_raises(
     name="iscale",
     match=["floating-point CUDA tensors"],
 )
-placed["device"] = 1  # the fake runtime has two devices (FAKE_CUDA_DEVICES=2)
+on_fake_device(1)  # the fake runtime has two devices (FAKE_CUDA_DEVICES=2)
 expect_raises(
     "a second device",
     hvd.InvalidArgumentError,
@@ -216,7 +214,7 @@ expect_raises(
     name="dev1",
     match=["device 1", "run on device 0", "one device"],
 )
-placed["device"] = 7
+on_fake_device(7)
 expect_raises(
     "a device that does not exist",
     hvd.InvalidArgumentError,
@@ -225,9 +223,10 @@ expect_raises(
     name="dev7",
     match=["device 7", "sees 2 device(s)"],
 )
-placed["device"] = 0
+on_fake_device(0)
 # Rank 0 submits a host tensor where the others submit CUDA ones: every rank hears who had which.
-core_ops._placement = host_placement if me == 0 else on_fake_device
+if me == 0:
+    core_ops.cpu_placement = host_placement
 error = expect_raises(
     "host on rank 0, CUDA elsewhere",
     hvd.HvdliteError,
@@ -236,7 +235,7 @@ error = expect_raises(
     name="where",
     match=["Mismatched tensor locations", "rank 0: host memory", "CUDA memory"],
 )
-core_ops._placement = on_fake_device
+on_fake_device()
 check(
     "allreduce after the errors",
     hvd.allreduce(torch.full((3,), float(me)), op=hvd.Sum, name="after"),
@@ -246,13 +245,13 @@ check(
 count += 1
 
 # Host tensors still take the host path in the same job.
-core_ops._placement = host_placement
+core_ops.cpu_placement = host_placement
 check(
     "host allreduce beside CUDA ones",
     hvd.allreduce(torch.ones(5), op=hvd.Sum, name="host"),
     torch.full((5,), float(n)),
 )
-core_ops._placement = on_fake_device
+on_fake_device()
 
 # The timeline's execution span of a CUDA collective runs until the device is done (the completion queue ends it).
 from hvdlite.timeline import activities, load  # noqa: E402
