@@ -9,8 +9,9 @@ workers (TF_CONFIG on localhost, global batch 64 split 32 + 32). Reports images/
     python bench/keras_train.py [--steps 200] [--warmup 10] [--rounds 2] [--batch 32]
 
 Runs are interleaved over --rounds (single, pair, mwms, hvdlite, single, ...) so that load changes on a shared
-machine hit every configuration alike; the best round of each configuration is reported, and every round is
-recorded. A second, small measurement times the bridge itself (see overhead_worker).
+machine hit every configuration alike. Each figure is taken within a round; the report gives the median and the
+worst round (and the best) and every round's figures (bench/rounds.py). A second, small measurement times the
+bridge itself (see overhead_worker).
 
 MultiWorkerMirroredStrategy does not run Keras 3's fit unpatched (keras-team/keras#20585,
 tensorflow/tensorflow#72388); `_patch_keras_for_multi_worker` applies the two smallest fixes that make it run,
@@ -30,6 +31,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from rounds import ratio_by_round, summarize  # noqa: E402
+
 ROOT = os.path.dirname(HERE)
 KINDS = ("single", "pair", "mwms", "hvdlite")
 
@@ -279,6 +283,61 @@ def launch(kind, args, out):
     return max(p.wait(timeout=1800) for p in procs)
 
 
+def report(rounds, overhead, args):
+    """(the markdown report, the summary by configuration, hvdlite / MWMS by round) of a run."""
+    summary = summarize(rounds, KINDS, ceiling="pair")
+    versus_mwms = ratio_by_round(rounds, "hvdlite", "mwms")
+    labels = {
+        "single": "single process",
+        "pair": "2 independent single processes at once (no communication: this machine's ceiling)",
+        "mwms": "MultiWorkerMirroredStrategy, 2 workers (patched, see script)",
+        "hvdlite": "hvdlite DistributedOptimizer, 2 ranks",
+    }
+
+    def cell(kind, figure, form):
+        if figure not in summary[kind]:
+            return "-"
+        values, unit = summary[kind][figure], "x" if figure == "of_ceiling" else ""
+        return f"{values['median']:{form}}{unit} ({values['worst']:{form}}{unit})"
+
+    lines = [
+        f"Keras 3 model.fit, small conv net (32x32x3, batch {args.batch} per process, SGD momentum), "
+        f"{args.steps} timed steps after {args.warmup} warm-up steps, 1 TF thread per process, "
+        f"{args.rounds} interleaved rounds. Each figure is taken within a round (against the single process and the "
+        "ceiling of the same round), then the median and the worst round are given.",
+        "",
+        "| configuration | img/s, median (worst - best) | scaling efficiency, median (worst) | "
+        "/ the ceiling, median (worst) |",
+        "|---|---|---|---|",
+    ]
+    for kind in KINDS:
+        speed = summary[kind]["img_per_s"]
+        lines.append(
+            f"| {labels[kind]} | {speed['median']:.1f} ({speed['worst']:.1f} - {speed['best']:.1f}) | "
+            f"{cell(kind, 'efficiency', '.1%')} | {cell(kind, 'of_ceiling', '.2f')} |"
+        )
+    lines += [
+        "",
+        f"hvdlite / MultiWorkerMirroredStrategy img/s: median {versus_mwms['median']:.2f}x, worst "
+        f"{versus_mwms['worst']:.2f}x",
+        "",
+        "Within each round (same load for every configuration): "
+        + "; ".join(
+            f"round {r + 1}: hvdlite efficiency {summary['hvdlite']['efficiency']['rounds'][r]:.1%}, "
+            f"MWMS {summary['mwms']['efficiency']['rounds'][r]:.1%}, hvdlite / MWMS {versus_mwms['rounds'][r]:.2f}x"
+            for r in range(len(versus_mwms["rounds"]))
+        ),
+        "",
+        "All rounds (img/s): " + ", ".join(f"{x['kind']} {x['img_per_s']:.1f}" for x in rounds),
+        "",
+        f"Bridge overhead (1 rank, tf.function train step of a 64-32-10 MLP, batch 8, best of "
+        f"{overhead['rounds']} x {overhead['steps']} steps): plain SGD {overhead['plain_us_per_step']:.0f} us/step, "
+        f"DistributedOptimizer {overhead['hvdlite_us_per_step']:.0f} us/step, difference "
+        f"{overhead['overhead_us_per_step']:.0f} us/step.",
+    ]
+    return "\n".join(lines), summary, versus_mwms
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
@@ -304,7 +363,7 @@ def main():
             if launch(kind, args, path) != 0:
                 raise SystemExit(f"{kind} run failed")
             with open(path) as f:
-                rounds.append(json.load(f))
+                rounds.append(dict(json.load(f), round=r + 1))
             os.remove(path)
     path = os.path.join(args.out_dir, ".raw-keras-overhead.json")
     print("bridge overhead ...", flush=True)
@@ -314,44 +373,7 @@ def main():
         overhead = json.load(f)
     os.remove(path)
 
-    best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in KINDS}
-    by_round = [
-        {x["kind"]: x["img_per_s"] for x in rounds[i : i + len(KINDS)]} for i in range(0, len(rounds), len(KINDS))
-    ]
-    eff = {k: best[k] / (2 * best["single"]) for k in ("pair", "mwms", "hvdlite")}
-    ratio = best["hvdlite"] / best["mwms"]
-    lines = [
-        f"Keras 3 model.fit, small conv net (32x32x3, batch {args.batch} per process, SGD momentum), "
-        f"{args.steps} timed steps after {args.warmup} warm-up steps, 1 TF thread per process, "
-        f"best of {args.rounds} interleaved rounds.",
-        "",
-        "| configuration | img/s (best round) | scaling efficiency |",
-        "|---|---|---|",
-        f"| single process | {best['single']:.1f} | - |",
-        f"| 2 independent single processes at once (no communication: this machine's ceiling) | "
-        f"{best['pair']:.1f} | {eff['pair']:.1%} |",
-        f"| MultiWorkerMirroredStrategy, 2 workers (patched, see script) | {best['mwms']:.1f} | {eff['mwms']:.1%} |",
-        f"| hvdlite DistributedOptimizer, 2 ranks | {best['hvdlite']:.1f} | {eff['hvdlite']:.1%} |",
-        "",
-        f"hvdlite / MultiWorkerMirroredStrategy img/s: {ratio:.2f}x; hvdlite / 2 independent processes: "
-        f"{best['hvdlite'] / best['pair']:.1%}",
-        "",
-        "All rounds (img/s): " + ", ".join(f"{x['kind']} {x['img_per_s']:.1f}" for x in rounds),
-        "",
-        "Within each round (same load for every configuration): "
-        + "; ".join(
-            f"round {r + 1}: hvdlite efficiency {by_round[r]['hvdlite'] / (2 * by_round[r]['single']):.1%}, "
-            f"MWMS {by_round[r]['mwms'] / (2 * by_round[r]['single']):.1%}, hvdlite / MWMS "
-            f"{by_round[r]['hvdlite'] / by_round[r]['mwms']:.2f}x"
-            for r in range(len(by_round))
-        ),
-        "",
-        f"Bridge overhead (1 rank, tf.function train step of a 64-32-10 MLP, batch 8, best of "
-        f"{overhead['rounds']} x {overhead['steps']} steps): plain SGD {overhead['plain_us_per_step']:.0f} us/step, "
-        f"DistributedOptimizer {overhead['hvdlite_us_per_step']:.0f} us/step, difference "
-        f"{overhead['overhead_us_per_step']:.0f} us/step.",
-    ]
-    table = "\n".join(lines)
+    table, summary, versus_mwms = report(rounds, overhead, args)
     print(table)
     with open(os.path.join(args.out_dir, "keras_train.md"), "w") as f:
         f.write(table + "\n")
@@ -359,9 +381,8 @@ def main():
         json.dump(
             {
                 "rounds": rounds,
-                "best": best,
-                "efficiency": eff,
-                "hvdlite_over_mwms": ratio,
+                "summary": summary,
+                "hvdlite_over_mwms": versus_mwms,
                 "overhead": overhead,
                 "args": {k: v for k, v in vars(args).items() if k in ("steps", "warmup", "rounds", "batch")},
             },

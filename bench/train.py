@@ -8,8 +8,9 @@ scaling efficiency = (2-rank img/s) / (2 x single img/s).
     python bench/train.py --model resnet_small --image-size 32 --steps 2 --warmup 1 --rounds 1   # a smoke run
 
 Runs are interleaved over --rounds (single, ddp, hvdlite, single, ...) so that load changes on a shared machine
-hit every configuration alike; the best round of each configuration is reported, and every round is recorded with
-the load average at its start. Writes train.md, train.json and train.png (img/s of every round).
+hit every configuration alike. Each figure is taken within a round (against that round's single process and
+ceiling); the report gives the median and the worst round (and the best), every round's figures, and each round's
+load average at its start. Writes train.md, train.json and train.png (img/s of every round).
 """
 
 import argparse
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
 from allreduce import machine_line  # noqa: E402
+from rounds import ratio_by_round, summarize  # noqa: E402
 
 
 def build(model_name="resnet50", image_size=64, seed=0):
@@ -271,57 +273,55 @@ def main():
             with open(path) as f:
                 rounds.append(dict(json.load(f), round=r + 1, load_average=round(load, 2)))
             os.remove(path)
-    best = {k: max(x["img_per_s"] for x in rounds if x["kind"] == k) for k in kinds}
-    eff = {k: best[k] / (2 * best["single"]) for k in kinds if k != "single"}
-    lines = [
-        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size} images, batch 8 per rank, "
-        f"{args.steps} timed steps after {args.warmup}, {args.rounds} interleaved round(s)",
-        "",
-        "| configuration | img/s (best round) | scaling efficiency |",
-        "|---|---|---|",
-        f"| single process, 1 thread | {best['single']:.2f} | - |",
-        f"| 2 independent single processes, no communication (the ceiling) | {best['independent']:.2f} | "
-        f"{eff['independent']:.1%} |",
-        f"| torch DDP (gloo), 2 ranks | {best['ddp']:.2f} | {eff['ddp']:.1%} |",
-        f"| hvdlite, 2 ranks | {best['hvdlite']:.2f} | {eff['hvdlite']:.1%} |",
-    ]
+    summary = summarize(rounds, kinds)
+    labels = {kind: label(kind) for kind in kinds}
+    labels["single"] = "single process, 1 thread"
+    labels["independent"] = "2 independent single processes, no communication (the ceiling)"
+    labels["ddp"] = "torch DDP (gloo), 2 ranks"
+    labels["hvdlite-autotune"] = "hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1"
+    labels["hvdlite-during-backward"] = "hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1"
+    labels["hvdlite-static"] = "hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0"
+    labels["hvdlite-no-streaming"] = "hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0"
+    labels["hvdlite-fixed"] = "hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed"
     if args.autotune:
         tuned = [x["tuned"] for x in rounds if x["kind"] == "hvdlite-autotune"]
         chosen = ", ".join(
             f"{int(t['tuned_fusion_threshold']) >> 20} MB / {t['tuned_cycle_time_ms']} ms ({t['autotune']})"
             for t in tuned
         )
-        lines.append(
-            f"| hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1 (chose per round: {chosen}) | "
-            f"{best['hvdlite-autotune']:.2f} | {eff['hvdlite-autotune']:.1%} |"
-        )
-    if args.during_backward:
-        lines.append(
-            f"| hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1 | {best['hvdlite-during-backward']:.2f} | "
-            f"{eff['hvdlite-during-backward']:.1%} |"
-        )
-    if args.static_algorithms:
-        lines.append(
-            f"| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 | {best['hvdlite-static']:.2f} | "
-            f"{eff['hvdlite-static']:.1%} |"
-        )
-    if args.no_streaming:
-        lines.append(
-            f"| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 | {best['hvdlite-no-streaming']:.2f} | "
-            f"{eff['hvdlite-no-streaming']:.1%} |"
-        )
-    if args.fixed_algorithms:
-        lines.append(
-            f"| hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed | {best['hvdlite-fixed']:.2f} | "
-            f"{eff['hvdlite-fixed']:.1%} |"
-        )
+        labels["hvdlite-autotune"] += f" (chose per round: {chosen})"
+    lines = [
+        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size} images, batch 8 per rank, "
+        f"{args.steps} timed steps after {args.warmup}, {args.rounds} interleaved round(s). Each figure is taken "
+        "within a round (a configuration against the single process and the ceiling of the same round), then the "
+        "median and the worst round are given.",
+        "",
+        "| configuration | img/s, median (worst - best) | scaling efficiency, median (worst) | "
+        "/ the ceiling, median (worst) |",
+        "|---|---|---|---|",
+    ]
     for kind in kinds:
-        if kind.startswith("hvdlite-fusion") or kind in ENV_ROWS:
-            lines.append(f"| {label(kind)} | {best[kind]:.2f} | {eff[kind]:.1%} |")
+        row = summary[kind]
+        lines.append(
+            f"| {labels[kind]} | {row['img_per_s']['median']:.2f} ({row['img_per_s']['worst']:.2f} - "
+            f"{row['img_per_s']['best']:.2f}) | "
+            + ("-" if kind == "single" else f"{row['efficiency']['median']:.1%} ({row['efficiency']['worst']:.1%})")
+            + " | "
+            + (
+                "-"
+                if kind in ("single", "independent")
+                else f"{row['of_ceiling']['median']:.2f}x ({row['of_ceiling']['worst']:.2f}x)"
+            )
+            + " |"
+        )
+    versus_ddp = ratio_by_round(rounds, "hvdlite", "ddp")
+    of_ceiling = summary["hvdlite"]["of_ceiling"]["rounds"]
     lines += [
         "",
-        f"hvdlite / DDP img/s: {best['hvdlite'] / best['ddp']:.2f}x; hvdlite / ceiling: "
-        f"{best['hvdlite'] / best['independent']:.2f}x; DDP / ceiling: {best['ddp'] / best['independent']:.2f}x",
+        "hvdlite / DDP img/s by round: "
+        + ", ".join(f"{v:.2f}x" for v in versus_ddp["rounds"])
+        + f" (median {versus_ddp['median']:.2f}x, worst {versus_ddp['worst']:.2f}x); hvdlite / ceiling by round: "
+        + ", ".join(f"{v:.2f}x" for v in of_ceiling),
         "",
         "All rounds (img/s, load average at the start): "
         + ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
@@ -338,13 +338,13 @@ def main():
                 "image_size": args.image_size,
                 "steps": args.steps,
                 "rounds": rounds,
-                "best": best,
-                "efficiency": eff,
+                "summary": summary,
+                "hvdlite_over_ddp_by_round": versus_ddp,
             },
             f,
             indent=1,
         )
-    plot(rounds, best, args.out_dir)
+    plot(rounds, summary, args.out_dir)
 
 
 def label(kind, short=False):
@@ -367,20 +367,27 @@ def label(kind, short=False):
     }[kind]
 
 
-def plot(rounds, best, out_dir):
-    """img/s of every round, per configuration, with the 2-rank ideal (twice the best single process)."""
+def plot(rounds, summary, out_dir):
+    """img/s of every round, per configuration (bars: the median round), with the 2-rank ideal (twice the single
+    process's median)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = list(best)
+    kinds = list(summary)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, kind in enumerate(kinds):
         values = [x["img_per_s"] for x in rounds if x["kind"] == kind]
-        ax.bar(i, best[kind], color=f"C{i}", alpha=0.35, label=f"{kind}: best {best[kind]:.1f}")
+        middle = summary[kind]["img_per_s"]["median"]
+        ax.bar(i, middle, color=f"C{i}", alpha=0.35, label=f"{kind}: median {middle:.1f}")
         ax.scatter([i] * len(values), values, color=f"C{i}", zorder=3)
-    ax.axhline(2 * best["single"], color="grey", linestyle="--", label="2 x single (ideal for 2 ranks)")
+    ax.axhline(
+        2 * summary["single"]["img_per_s"]["median"],
+        color="grey",
+        linestyle="--",
+        label="2 x single (ideal for 2 ranks)",
+    )
     ax.set_xticks(range(len(kinds)), [label(k, short=True) for k in kinds], fontsize=8)
     ax.set_ylabel("images / second (dots: every round)")
     ax.set_title(machine_line(), fontsize=9)

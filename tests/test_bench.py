@@ -176,3 +176,49 @@ def test_step_timeline_draws_both_ranks(tmp_path):
     assert all(s["allreduce_executing_ms"] > 0 and s["backward"] > 0 for s in report["steps"]), report
     assert (tmp_path / "step_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(os.listdir(tmp_path)) == ["step_timeline.json", "step_timeline.md", "step_timeline.png"]
+
+
+def _bench_module(name):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_training_reports_take_each_figure_within_its_round_and_give_median_and_worst():
+    """Three rounds in which the machine slowed every configuration in round 2: the figures within a round stay
+    what they were, and the report gives each one's median and worst round, not the best."""
+    rounds_module = _bench_module("rounds")
+    img = {  # single, pair (the ceiling), mwms, hvdlite, per round
+        1: (100.0, 190.0, 100.0, 170.0),
+        2: (50.0, 95.0, 50.0, 80.0),
+        3: (100.0, 190.0, 96.0, 176.0),
+    }
+    rounds = [
+        {"round": r, "kind": kind, "img_per_s": value}
+        for r, values in img.items()
+        for kind, value in zip(("single", "pair", "mwms", "hvdlite"), values)
+    ]
+    summary = rounds_module.summarize(rounds, ("single", "pair", "mwms", "hvdlite"), ceiling="pair")
+    assert summary["hvdlite"]["efficiency"]["rounds"] == [0.85, 0.8, 0.88]
+    assert summary["hvdlite"]["efficiency"]["median"] == 0.85 and summary["hvdlite"]["efficiency"]["worst"] == 0.8
+    assert summary["hvdlite"]["img_per_s"] == {
+        "median": 170.0,
+        "worst": 80.0,
+        "best": 176.0,
+        "rounds": [170.0, 80.0, 176.0],
+    }
+    assert "of_ceiling" not in summary["pair"] and "efficiency" not in summary["single"]
+    assert rounds_module.ratio_by_round(rounds, "hvdlite", "mwms")["rounds"] == [1.7, 1.6, 1.8333333333333333]
+    assert rounds_module.median([3, 1, 2, 4]) == 2.5
+
+    keras_train = _bench_module("keras_train")
+    overhead = {"rounds": 3, "steps": 100, "plain_us_per_step": 300.0, "hvdlite_us_per_step": 480.0}
+    overhead["overhead_us_per_step"] = 180.0
+    args = type("Args", (), {"steps": 200, "warmup": 10, "rounds": 3, "batch": 32})()
+    table, _, versus_mwms = keras_train.report(rounds, overhead, args)
+    assert versus_mwms["median"] == 1.7 and versus_mwms["worst"] == 1.6
+    assert "| hvdlite DistributedOptimizer, 2 ranks | 170.0 (80.0 - 176.0) | 85.0% (80.0%) | 0.89x (0.84x) |" in table
+    assert "round 2: hvdlite efficiency 80.0%, MWMS 50.0%, hvdlite / MWMS 1.60x" in table
+    assert "median 1.70x, worst 1.60x" in table
