@@ -1,9 +1,9 @@
 """A worker of an elastic job (tests/test_elastic.py): a small model trained with hvd.elastic.
 
 argv: OUT_DIR EPOCHS. Every worker appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after
-each (re)initialisation with its rank and size, "batch" after every committed batch (the elastic round, its
-epoch and the sample indices this rank trained on), and "done" with the final weights and the sizes it trained
-at.
+each (re)initialisation with its rank and size, "batch" as each step starts (the step's number, the elastic
+round, the epoch and the sample indices this rank trains on), and "done" with the final weights and the sizes it
+trained at.
 
 argv: --replay OUT_DIR. The reference: one process replays the schedule the workers logged (for each step, the
 batches every rank of the round that last ran it trained on) on the same model and data, averaging the ranks'
@@ -107,22 +107,23 @@ def train(state):
         sizes.append(hvd.size())
     while state.epoch < epochs:
         for batch_idx, (x, y, indices) in enumerate(loader):
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-            sampler.record_batch(batch_idx, 8)
-            state.batches += 1
-            # Logged before commit(), which saves first and may then raise HostsUpdatedInterrupt: the batch is
-            # committed either way (a failed step raises before this line).
+            # Logged before the step's gradients leave this worker: a worker stopped right after its contribution
+            # reached the others has still logged it. A step whose allreduce failed somewhere is run again by the
+            # next round, whose entries supersede these.
             log(
                 event="batch",
-                batches=state.batches,
+                batches=state.batches + 1,
                 epoch=state.epoch,
                 round=current_round(),
                 rank=hvd.rank(),
                 size=hvd.size(),
                 indices=indices.tolist(),
             )
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            sampler.record_batch(batch_idx, 8)
+            state.batches += 1
             state.commit()
             time.sleep(0.03)
         state.epoch += 1
