@@ -196,7 +196,7 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
         3: (100.0, 190.0, 96.0, 176.0),
     }
     rounds = [
-        {"round": r, "kind": kind, "img_per_s": value}
+        {"round": r, "kind": kind, "img_per_s": value, "seconds": 1.0, "fit_seconds": 1.5}
         for r, values in img.items()
         for kind, value in zip(("single", "pair", "mwms", "hvdlite"), values)
     ]
@@ -222,3 +222,4 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
     assert "| hvdlite DistributedOptimizer, 2 ranks | 170.0 (80.0 - 176.0) | 85.0% (80.0%) | 0.89x (0.84x) |" in table
     assert "round 2: hvdlite efficiency 80.0%, MWMS 50.0%, hvdlite / MWMS 1.60x" in table
     assert "median 1.70x, worst 1.60x" in table
+    assert f"took {', '.join(['0.50'] * len(rounds))} s in the runs above" in table
