@@ -17,6 +17,9 @@ Sparse gradients (nn.Embedding(sparse=True)) stay sparse: their indices and valu
 (sparse_allreduce_async), or with sparse_as_dense=True allreduced as a dense tensor and made sparse again, so
 optimizers that need sparse gradients (torch.optim.SparseAdam) work either way, as in Horovod. Usage errors and
 warnings carry Horovod's messages and categories, since scripts and their tests match on them.
+
+compression=hvd.Compression.powersgd(...) or hvd.Compression.topk(...) hands every gradient to a reducer in
+synchronize() instead (hvdlite.torch.gradient_reducers): fewer bytes on the wire, with error feedback.
 """
 
 import contextlib
@@ -29,7 +32,7 @@ import torch
 from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
-from hvdlite.torch import mpi_ops
+from hvdlite.torch import gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
@@ -106,6 +109,14 @@ class _DistributedOptimizer:
         # Horovod's optimizer exposes this mapping (parameter to name); user code and Horovod's tests read it.
         self._parameter_names = {p: self._hvd_names[id(p)][len("allreduce.") :] for p in params}
         self._hvd_compression = Compression.none if compression is None else compression
+        # A reducer (PowerSGD, top-k) takes every gradient at once in synchronize() and keeps state across steps.
+        self.gradient_reducer = None
+        if gradient_reducers.is_reducer(compression):
+            if gradient_predivide_factor != 1.0:
+                raise ValueError(f"gradient_predivide_factor is not supported with {compression!r}")
+            names = {id(p): self._parameter_names[p] for p in params}
+            self.gradient_reducer = compression.build(names, process_set, op, mpi_ops)
+            self._hvd_compression = Compression.none
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
         self._hvd_predivide = gradient_predivide_factor
@@ -127,8 +138,8 @@ class _DistributedOptimizer:
             raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
         self._hvd_member = bool(process_set.included())
         # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
-        self.reduces_during_backward = _reduce_during_backward(reduce_during_backward) or any(
-            p.is_cuda for p in self._hvd_params
+        self.reduces_during_backward = self.gradient_reducer is None and (
+            _reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_hooks = (
             [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
@@ -254,6 +265,9 @@ class _DistributedOptimizer:
         if not self._hvd_member:
             self._hvd_synchronized = True
             return
+        if self.gradient_reducer is not None:
+            self._hvd_synchronize_with_reducer()
+            return
         errors = []
         try:
             for key, pending in self._hvd_handles.items():
@@ -264,8 +278,6 @@ class _DistributedOptimizer:
                     self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
         except Exception as e:  # noqa: BLE001 - e.g. hvdlite stopped after a peer failed: still end the step
             errors.append(e)
-        for group in self._hvd_group_ready.values():
-            group.clear()
         for p in self._hvd_params:
             pending = self._hvd_handles.get(id(p))
             if pending is None or pending is _DEFERRED:  # never submitted: the submission error above says why
@@ -277,14 +289,35 @@ class _DistributedOptimizer:
                 self._hvd_finish(p, pending)
             except Exception as e:  # noqa: BLE001 - wait for the rest, then re-raise the first
                 errors.append(e)
+        self._hvd_end_step()
+        if errors:
+            raise errors[0]
+
+    def _hvd_end_step(self) -> None:
         # Whatever failed, the step is over: the next zero_grad() and backward() start afresh (elastic training
         # restores the state and carries on with the same optimizer).
         self._hvd_handles.clear()
+        for group in self._hvd_group_ready.values():
+            group.clear()
         for p in self._hvd_params:
             self._hvd_passes_left[id(p)] = self._hvd_passes
         self._hvd_synchronized = True
-        if errors:
-            raise errors[0]
+
+    def _hvd_synchronize_with_reducer(self) -> None:
+        sparse = {}
+        try:
+            for p in self._hvd_params:
+                if p.grad is None:  # no gradient on this rank this step: contribute zeros so others do not wait
+                    p.grad = torch.zeros_like(p)
+                elif p.grad.is_sparse and self._hvd_sparse_as_dense:
+                    sparse[id(p)] = p.grad.sparse_dim()
+                    p.grad = p.grad.to_dense()
+            self.gradient_reducer.reduce(self._hvd_params)
+            for p in self._hvd_params:
+                if id(p) in sparse:
+                    p.grad = p.grad.to_sparse(sparse[id(p)])
+        finally:
+            self._hvd_end_step()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
