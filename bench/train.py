@@ -120,9 +120,22 @@ def worker(kind, warmup, steps, out, model_name, image_size):
         dist.destroy_process_group()
 
 
-# --env-row rows: kind "hvdlite-env<i>" -> the variables it sets (a row of hvdlite with other settings, in the same
-# rounds as the default row).
+# Rows of hvdlite with other settings, in the same rounds as the default row: kind -> the variables it sets. The
+# named ones come from their flags; --env-row adds "hvdlite-env<i>" rows, --fusion-mb "hvdlite-fusion<MB>" rows.
+NAMED_ROWS = {
+    "hvdlite-during-backward": {"HVDLITE_REDUCE_DURING_BACKWARD": "1"},
+    "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
+    "hvdlite-no-streaming": {"HVDLITE_STREAMING_STORE_BYTES": "0"},
+    "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
+}
 ENV_ROWS = {}
+
+
+def row_settings(kind):
+    """The environment variables a row of hvdlite runs with, on top of the default row's."""
+    if kind.startswith("hvdlite-fusion"):
+        return {"HVDLITE_FUSION_THRESHOLD": str(int(kind[len("hvdlite-fusion") :]) << 20)}
+    return dict(NAMED_ROWS.get(kind, ENV_ROWS.get(kind, {})))
 
 
 def parse_env_row(text):
@@ -172,17 +185,7 @@ def launch(kind, warmup, steps, out, model_name, image_size):
                     dict(halves[0], kind="independent", ranks=2, img_per_s=sum(h["img_per_s"] for h in halves)), f
                 )
         return code
-    if kind == "hvdlite-during-backward":
-        env["HVDLITE_REDUCE_DURING_BACKWARD"] = "1"
-    if kind == "hvdlite-static":
-        env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
-    if kind == "hvdlite-no-streaming":
-        env["HVDLITE_STREAMING_STORE_BYTES"] = "0"
-    if kind == "hvdlite-fixed":
-        env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
-    if kind.startswith("hvdlite-fusion"):  # hvdlite-fusion<MB>: the same with another FUSION_THRESHOLD
-        env["HVDLITE_FUSION_THRESHOLD"] = str(int(kind[len("hvdlite-fusion") :]) << 20)
-    env.update(ENV_ROWS.get(kind, {}))
+    env.update(row_settings(kind))
     if kind.startswith("hvdlite"):
         return subprocess.run(
             [sys.executable, "-m", "hvdlite.runner.local", "-np", "2", "--"] + me, env=env, timeout=1800
@@ -279,10 +282,6 @@ def main():
     labels["independent"] = "2 independent single processes, no communication (the ceiling)"
     labels["ddp"] = "torch DDP (gloo), 2 ranks"
     labels["hvdlite-autotune"] = "hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1"
-    labels["hvdlite-during-backward"] = "hvdlite, 2 ranks, HVDLITE_REDUCE_DURING_BACKWARD=1"
-    labels["hvdlite-static"] = "hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0"
-    labels["hvdlite-no-streaming"] = "hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0"
-    labels["hvdlite-fixed"] = "hvdlite, 2 ranks, HVDLITE_ALLREDUCE_ALGORITHMS=fixed"
     if args.autotune:
         tuned = [x["tuned"] for x in rounds if x["kind"] == "hvdlite-autotune"]
         chosen = ", ".join(
@@ -354,6 +353,8 @@ def label(kind, short=False):
     if kind.startswith("hvdlite-fusion"):
         mb = kind[len("hvdlite-fusion") :]
         return f"hvdlite, {mb} MB fusion" if short else f"hvdlite, 2 ranks, FUSION_THRESHOLD={mb} MB"
+    if kind in NAMED_ROWS and not short:
+        return "hvdlite, 2 ranks, " + ", ".join(f"{k}={v}" for k, v in NAMED_ROWS[kind].items())
     return {
         "single": "single process",
         "independent": "2 independent",

@@ -87,8 +87,8 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), DDP, hvdlite, hvdlite with the autotuner, hvdlite without the online algorithm choice, hvdlite without
-    streaming stores, hvdlite on the fixed rules and hvdlite with settings of its own (--env-row) all train."""
+    ceiling), DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own (--env-row) all train.
+    The flags' named rows (--static-algorithms, ...) are rows with settings too: the next test checks theirs."""
     result = subprocess.run(
         [
             sys.executable,
@@ -104,9 +104,6 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
             "--rounds",
             "1",
             "--autotune",
-            "--static-algorithms",
-            "--no-streaming",
-            "--fixed-algorithms",
             "--env-row",
             "HVDLITE_FUSION_THRESHOLD=1048576,HVDLITE_CYCLE_TIME=2",
             "--out-dir",
@@ -124,9 +121,6 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
         "ddp",
         "hvdlite",
         "hvdlite-autotune",
-        "hvdlite-static",
-        "hvdlite-no-streaming",
-        "hvdlite-fixed",
         "hvdlite-env1",
     }
     # An --env-row row ran with its settings, the default row without them.
@@ -141,10 +135,27 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     assert report["machine"].startswith("machine: ")
     table = (tmp_path / "train.md").read_text()
     assert "| hvdlite, 2 ranks |" in table and "load average" in table and "(the ceiling)" in table
-    assert "| hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0 |" in table
-    assert "| hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0 |" in table
     assert "| hvdlite, 2 ranks, HVDLITE_FUSION_THRESHOLD=1048576, HVDLITE_CYCLE_TIME=2 |" in table
     assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_bench_named_rows_are_rows_with_settings():
+    """Each flag's row runs hvdlite with its variable set, through the same path as an --env-row row (which the
+    smoke run above takes end to end), and is labelled with it."""
+    train = _bench_module("train")
+    expected = {
+        "hvdlite-during-backward": {"HVDLITE_REDUCE_DURING_BACKWARD": "1"},
+        "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
+        "hvdlite-no-streaming": {"HVDLITE_STREAMING_STORE_BYTES": "0"},
+        "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
+        "hvdlite-fusion8": {"HVDLITE_FUSION_THRESHOLD": str(8 << 20)},
+        "hvdlite": {},
+    }
+    for kind, settings in expected.items():
+        assert train.row_settings(kind) == settings, kind
+    assert train.label("hvdlite-static") == "hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0"
+    assert train.label("hvdlite-no-streaming") == "hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0"
+    assert train.label("hvdlite-fixed", short=True) == "hvdlite, fixed rules"
 
 
 @pytest.mark.timeout(200)
