@@ -20,6 +20,7 @@ warnings carry Horovod's messages and categories, since scripts and their tests 
 
 compression=hvd.Compression.powersgd(...) or hvd.Compression.topk(...) hands every gradient to a reducer in
 synchronize() instead (hvdlite.torch.gradient_reducers): fewer bytes on the wire, with error feedback.
+sync_every=k averages parameters every k steps instead of gradients every step (hvdlite.torch.local_sgd).
 """
 
 import contextlib
@@ -34,6 +35,7 @@ from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
+from hvdlite.torch.local_sgd import LocalSGD
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
 
@@ -71,6 +73,7 @@ class _DistributedOptimizer:
         sparse_as_dense,
         process_set,
         reduce_during_backward=None,
+        local_sgd=None,
     ):
         if op == Adasum:
             raise NotImplementedError(
@@ -117,6 +120,16 @@ class _DistributedOptimizer:
             names = {id(p): self._parameter_names[p] for p in params}
             self.gradient_reducer = compression.build(names, process_set, op, mpi_ops)
             self._hvd_compression = Compression.none
+        self.local_sgd = None
+        if local_sgd is not None:
+            if self.gradient_reducer is not None:
+                raise ValueError(f"sync_every (local SGD) and {compression!r} cannot be combined")
+            if op != Average:
+                raise ValueError("sync_every (local SGD) averages parameters: it needs op=Average")
+            names = {id(p): self._parameter_names[p] for p in params}
+            self.local_sgd = LocalSGD(
+                [p for p in params if p.requires_grad], names, self, process_set, mpi_ops, **local_sgd
+            )
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
         self._hvd_predivide = gradient_predivide_factor
@@ -167,7 +180,12 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ hooks and reduction
 
+    def _hvd_stepping_locally(self) -> bool:
+        return self.local_sgd is not None and not self.local_sgd.synchronous_now()
+
     def _hvd_on_grad(self, p: torch.Tensor) -> None:
+        if self._hvd_stepping_locally():
+            return
         key = id(p)
         if key in self._hvd_handles:
             raise AssertionError(
@@ -262,6 +280,8 @@ class _DistributedOptimizer:
 
     def synchronize(self) -> None:
         """Waits until every gradient is reduced (reducing, with zeros, those this rank did not produce)."""
+        if self._hvd_stepping_locally():
+            return  # nothing to reduce: the parameters are averaged after the period's last step
         if not self._hvd_member:
             self._hvd_synchronized = True
             return
@@ -329,6 +349,11 @@ class _DistributedOptimizer:
             self._hvd_should_synchronize = True
 
     def step(self, closure=None):
+        if self._hvd_stepping_locally():
+            result = super().step(closure)
+            if self._hvd_member:
+                self.local_sgd.after_step()
+            return result
         if self._hvd_should_synchronize:
             if self._hvd_synchronized:
                 warnings.warn(
@@ -340,7 +365,10 @@ class _DistributedOptimizer:
                 )
             self.synchronize()
         self._hvd_synchronized = False
-        return super().step(closure)
+        result = super().step(closure)
+        if self.local_sgd is not None and self._hvd_member:
+            self.local_sgd.after_step()
+        return result
 
     def _hvd_pending(self) -> bool:
         """Reductions in flight, or backward passes counted towards the next reduction (as in Horovod, both
@@ -369,6 +397,11 @@ def DistributedOptimizer(
     sparse_as_dense: bool = False,
     process_set=global_process_set,
     reduce_during_backward: Optional[bool] = None,
+    sync_every: Optional[int] = None,
+    sync_warmup_steps: int = 0,
+    outer_lr: float = 1.0,
+    outer_momentum: float = 0.0,
+    average_optimizer_state: bool = False,
 ):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
@@ -379,6 +412,11 @@ def DistributedOptimizer(
     Horovod's deprecated spelling of an integer groups. reduce_during_backward (hvdlite's own, default: the
     HVDLITE_REDUCE_DURING_BACKWARD knob, else automatic) chooses between reducing each gradient as backward
     produces it and reducing them all in synchronize(); see the module's docstring.
+
+    sync_every=k (hvdlite's own) turns on local SGD (hvdlite.torch.local_sgd): after sync_warmup_steps
+    synchronous steps, each rank steps on its own gradients and the parameters (with average_optimizer_state, also
+    the optimizer's per-parameter tensors such as momentum) are averaged every k steps; outer_lr and
+    outer_momentum apply the averaged change through an outer Nesterov SGD step.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
@@ -404,5 +442,14 @@ def DistributedOptimizer(
         sparse_as_dense,
         process_set,
         reduce_during_backward,
+        None
+        if sync_every is None
+        else dict(
+            sync_every=sync_every,
+            warmup_steps=sync_warmup_steps,
+            outer_lr=outer_lr,
+            outer_momentum=outer_momentum,
+            average_optimizer_state=average_optimizer_state,
+        ),
     )
     return optimizer

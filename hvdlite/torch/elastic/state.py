@@ -22,10 +22,11 @@ class TorchState(State):
     that joined start from the same point. With checkpoints on, rank 0 writes these saved copies to files
     (tensors moved to the CPU, so a checkpoint loads on a machine without the GPU that wrote it).
 
-    An optimizer compressing with a reducer (PowerSGD, top-k) has state of two kinds: each rank's residuals,
-    committed and restored per rank and never broadcast (they are that rank's unsent gradient), and the state
-    every rank shares (step count, warm-start matrices), which sync() takes from rank 0. A checkpoint file holds
-    only the shared part: a job restarted from files begins with empty residuals.
+    An optimizer compressing with a reducer (PowerSGD, top-k) or averaging parameters periodically (local SGD)
+    has state of two kinds: each rank's own (a reducer's residuals: that rank's unsent gradient), committed and
+    restored per rank and never broadcast, and the state every rank shares (step counts, warm-start matrices,
+    local SGD's anchor and outer momentum), which sync() takes from rank 0. A checkpoint file holds only the
+    shared part: a job restarted from files begins with empty residuals.
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class TorchState(State):
         self._saved_model: Optional[dict] = None
         self._saved_optimizer: Optional[dict] = None
         self._saved_samplers: Dict[str, dict] = {}
-        self._saved_reducer: Optional[dict] = None
+        self._saved_extensions: Dict[str, dict] = {}
         super().__init__(broadcast_object, rank, **plain)
         self._save_objects()
 
@@ -59,11 +60,14 @@ class TorchState(State):
             self.optimizer.load_state_dict(self._saved_optimizer)
         for key, sampler in self._samplers.items():
             sampler.load_state_dict(self._saved_samplers[key])
-        if self._reducer() is not None and self._saved_reducer is not None:
-            self._reducer().load_state_dict(self._saved_reducer)
+        for key, extension in self._extensions().items():
+            if key in self._saved_extensions:
+                extension.load_state_dict(self._saved_extensions[key])
 
-    def _reducer(self):
-        return getattr(self.optimizer, "gradient_reducer", None)
+    def _extensions(self) -> Dict[str, Any]:
+        """The optimizer's stateful parts beyond its state dict (DistributedOptimizer's reducer, local SGD)."""
+        found = {key: getattr(self.optimizer, key, None) for key in ("gradient_reducer", "local_sgd")}
+        return {key: value for key, value in found.items() if value is not None}
 
     def sync(self) -> None:
         if self.model is not None:
@@ -72,10 +76,9 @@ class TorchState(State):
             broadcast_optimizer_state(self.optimizer, root_rank=0)
         for key, sampler in self._samplers.items():
             sampler.load_state_dict(broadcast_object(sampler.state_dict(), 0, name=f"elastic.sampler.{key}"))
-        reducer = self._reducer()
-        if reducer is not None:
-            shared = broadcast_object(reducer.shared_state(), 0, name="elastic.gradient_reducer")
-            reducer.load_state_dict({"shared": shared})
+        for key, extension in self._extensions().items():
+            shared = broadcast_object(extension.shared_state(), 0, name=f"elastic.{key}")
+            extension.load_state_dict({"shared": shared})
         super().sync()
         self._save_objects()
 
@@ -84,8 +87,7 @@ class TorchState(State):
         payload.update(
             model=_on_cpu(self._saved_model), optimizer=_on_cpu(self._saved_optimizer), samplers=self._saved_samplers
         )
-        if self._saved_reducer is not None:
-            payload["gradient_reducer"] = _on_cpu(self._saved_reducer["shared"])
+        payload["extensions"] = {key: _on_cpu(saved["shared"]) for key, saved in self._saved_extensions.items()}
         return payload
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
@@ -97,8 +99,8 @@ class TorchState(State):
         self._saved_model = payload["model"]
         self._saved_optimizer = payload["optimizer"]
         self._saved_samplers = {key: payload["samplers"][key] for key in self._samplers}
-        if self._reducer() is not None and "gradient_reducer" in payload:
-            self._saved_reducer = {"shared": payload["gradient_reducer"]}
+        saved = payload.get("extensions", {})
+        self._saved_extensions = {key: {"shared": saved[key]} for key in self._extensions() if key in saved}
 
     def _save_objects(self) -> None:
         if self.model is not None:
@@ -106,8 +108,7 @@ class TorchState(State):
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}
-        if self._reducer() is not None:
-            self._saved_reducer = self._reducer().state_dict()
+        self._saved_extensions = {key: extension.state_dict() for key, extension in self._extensions().items()}
 
 
 def _on_cpu(value: Any) -> Any:
