@@ -229,3 +229,45 @@ train(2, 80)
 same_everywhere(net.weight, "weights after sync")
 """
     )
+
+
+@pytest.mark.timeout(150)
+def test_timeline_records_what_compression_and_local_sgd_sent(tmp_path):
+    """With a timeline, every step of a compressing optimizer adds a counter event of the bytes sent against the
+    uncompressed and their ratio, and local SGD one of the bytes averaged; the trace stays well formed."""
+    path = tmp_path / "timeline.json"
+    run(
+        f"""
+hvd.start_timeline({str(path)!r})
+for label, settings in (("powersgd", dict(compression=hvd.Compression.powersgd(rank=1, start_iter=1))),
+                        ("topk", dict(compression=hvd.Compression.topk(ratio=0.02, start_iter=1))),
+                        ("local", dict(sync_every=2))):
+    torch.manual_seed(0)
+    net = nn.Linear(64, 32)  # a model per optimizer: each one's hooks count the passes of its parameters
+    hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                   named_parameters=[(f"{{label}}.{{n}}", p) for n, p in net.named_parameters()],
+                                   **settings)
+    for step in range(4):
+        opt.zero_grad()
+        net(torch.randn(4, 64)).pow(2).sum().backward()
+        opt.step()
+hvd.stop_timeline()
+"""
+    )
+    from hvdlite.timeline import check, load
+
+    events = load(str(path))
+    assert check(events) == []
+    counters = {}
+    for event in events:
+        if event.get("ph") == "C":
+            counters.setdefault(event["name"], []).append(event["args"])
+    dense = (64 * 32 + 32) * 4
+    assert [c["dense_bytes"] for c in counters["powersgd"]] == [dense] * 4, counters["powersgd"]
+    # Step 1 is a start_iter step (everything sent); then the matrix travels as P and Q of rank 1.
+    assert [c["sent_bytes"] for c in counters["powersgd"]] == [dense] + [(64 + 32 + 32) * 4] * 3
+    assert counters["powersgd"][-1]["compression_ratio"] > 10
+    assert [c["sent_bytes"] for c in counters["topk"]][1:] == [(41 * 12) + 32 * 4] * 3, counters["topk"]
+    assert [c["averaged_bytes"] for c in counters["local_sgd"]] == [0, dense, 0, dense]
+    assert [c["steps_since_average"] for c in counters["local_sgd"]] == [1, 0, 1, 0]

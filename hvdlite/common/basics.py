@@ -6,7 +6,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from hvdlite.common import bootstrap, mpi_plugin, ops
 from hvdlite.common.binding import check, ffi, lib
@@ -271,6 +271,21 @@ def stop_timeline() -> None:
     """Stops the timeline and closes its file (a complete JSON trace). Without a running timeline: no-op."""
     _require_init()
     check(lib.hvdlite_stop_timeline())
+
+
+def timeline_counter(name: str, values: Dict[str, float]) -> None:
+    """Adds named figures (e.g. the bytes a gradient compressor sent this step) to this rank's timeline as a
+    counter event, drawn as a graph on a row called ``name``; records nothing where no timeline is written."""
+    _require_init()
+    keys = [ffi.new("char[]", str(key).encode()) for key in values]
+    check(
+        lib.hvdlite_timeline_counter(
+            str(name).encode(),
+            ffi.new("const char*[]", keys) if keys else ffi.NULL,
+            ffi.new("double[]", [float(v) for v in values.values()]) if keys else ffi.NULL,
+            len(keys),
+        )
+    )
 
 
 def _core_text(fill, size: int = 4096) -> str:

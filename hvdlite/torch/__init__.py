@@ -18,6 +18,7 @@ from hvdlite.common.basics import (
     size,
     start_timeline,
     stop_timeline,
+    timeline_counter,
 )
 from hvdlite.common.build_queries import (
     ccl_built,

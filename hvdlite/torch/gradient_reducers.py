@@ -18,6 +18,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
+from hvdlite.common import basics
 from hvdlite.common.ops import Average, Sum
 
 
@@ -57,9 +58,11 @@ class _ErrorFeedbackReducer:
         self.min_compression_rate = min_compression_rate
         self.iteration = 0
         self.residuals: Dict[str, torch.Tensor] = {}
-        # Figures of the last step, for the timeline and tests: elements sent per rank against the uncompressed.
+        # Figures of the last step, for the timeline and tests: what each rank sent against the uncompressed.
         self.last_sent_elements = 0
         self.last_dense_elements = 0
+        self.last_sent_bytes = 0
+        self.last_dense_bytes = 0
 
     # -- what a subclass provides
     def _compressible(self, grad: torch.Tensor) -> bool:
@@ -85,6 +88,8 @@ class _ErrorFeedbackReducer:
         handles = [self._allreduce_async(p) for p in plain]  # fused in the core while we compress
         self.last_dense_elements = sum(p.grad.numel() for p in params)
         self.last_sent_elements = sum(p.grad.numel() for p in plain)
+        self.last_dense_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
+        self.last_sent_bytes = sum(p.grad.numel() * p.grad.element_size() for p in plain)
         error = None
         try:
             if compressed:
@@ -97,6 +102,14 @@ class _ErrorFeedbackReducer:
                 p.grad.copy_(reduced.view_as(p.grad))
         if error is not None:
             raise error
+        basics.timeline_counter(
+            self.kind,
+            {
+                "sent_bytes": self.last_sent_bytes,
+                "dense_bytes": self.last_dense_bytes,
+                "compression_ratio": self.last_dense_bytes / max(1, self.last_sent_bytes),
+            },
+        )
 
     def _allreduce_async(self, p: torch.Tensor):
         wire = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
@@ -216,6 +229,7 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
             if self.warm_start:
                 self.qs[name] = right / scale if scale != 1.0 else right.clone()
         self.last_sent_elements += flat_p.numel() + flat_q.numel()
+        self.last_sent_bytes += (flat_p.numel() + flat_q.numel()) * flat_p.element_size()
 
     def shared_state(self) -> dict:
         return {"iteration": self.iteration, "qs": {k: v.detach().clone() for k, v in self.qs.items()}}
@@ -282,6 +296,7 @@ class TopKReducer(_ErrorFeedbackReducer):
             self._residual(name, p.grad).copy_(total.view_as(p.grad))
             p.grad.copy_(dense[start : start + total.numel()].view_as(p.grad))
         self.last_sent_elements += 2 * flat_index.numel()
+        self.last_sent_bytes += flat_index.numel() * (flat_index.element_size() + flat_values.element_size())
 
 
 def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> List[torch.Tensor]:

@@ -13,6 +13,7 @@ from typing import Dict, List
 
 import torch
 
+from hvdlite.common import basics
 from hvdlite.common.ops import Average
 
 
@@ -61,15 +62,18 @@ class LocalSGD:
     def after_step(self) -> None:
         """Called after every optimizer step: counts it, and averages the parameters when a period ends."""
         self.steps += 1
+        averaged = 0
         if self.steps <= self.warmup_steps:
             if self.steps == self.warmup_steps and self.uses_outer_step:
                 self._set_anchors()  # the ranks agree here: the synchronous steps kept them equal
-            return
-        if (self.steps - self.warmup_steps) % self.sync_every == 0:
-            self.average()
+        elif (self.steps - self.warmup_steps) % self.sync_every == 0:
+            averaged = self.average()
+        since = 0 if self.steps <= self.warmup_steps else (self.steps - self.warmup_steps) % self.sync_every
+        basics.timeline_counter("local_sgd", {"averaged_bytes": averaged, "steps_since_average": since})
 
-    def average(self) -> None:
-        """Averages the parameters (and, if asked, the optimizer's per-parameter state) over the process set."""
+    def average(self) -> int:
+        """Averages the parameters (and, if asked, the optimizer's per-parameter state) over the process set;
+        returns the bytes averaged."""
         tensors = [p.data for p in self.params]
         names = [f"local_sgd.{self.names[id(p)]}" for p in self.params]
         if self.average_optimizer_state:
@@ -86,6 +90,7 @@ class LocalSGD:
             self.collectives.synchronize(handle)
         if self.uses_outer_step:
             self._outer_step()
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def _set_anchors(self) -> None:
         self.anchors = {self.names[id(p)]: p.detach().clone() for p in self.params}

@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/mpi_backend.h"
 #include "common/log.h"
@@ -316,6 +318,22 @@ HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     rt->stop_timeline();
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_timeline_counter(const char* name, const char** keys, const double* values,
+                                            int32_t count) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (!name || count < 0 || (count > 0 && (!keys || !values))) {
+      return fail(StatusCode::kInvalidArgument, "timeline_counter needs a name and count keys and values");
+    }
+    if (!rt->timeline().enabled()) return static_cast<int>(HVDLITE_OK);
+    std::vector<std::pair<std::string, double>> figures;
+    for (int32_t i = 0; i < count; ++i) figures.emplace_back(keys[i] ? keys[i] : "", values[i]);
+    rt->timeline().counter(name, figures);
     return static_cast<int>(HVDLITE_OK);
   });
 }

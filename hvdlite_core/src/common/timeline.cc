@@ -1,6 +1,8 @@
 #include "common/timeline.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "common/status.h"
 
@@ -75,6 +77,22 @@ void Timeline::mark_cycle() {
   if (!file_ || !mark_cycles_) return;
   write("{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"ts\": " +
         std::to_string(micros(std::chrono::steady_clock::now())) + ", \"pid\": 0, \"tid\": 0}");
+}
+
+void Timeline::counter(const std::string& name, const std::vector<std::pair<std::string, double>>& values) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!file_) return;
+  Row& r = row(name);
+  std::string args;
+  for (const auto& kv : values) {
+    if (!std::isfinite(kv.second)) continue;  // JSON has no NaN or infinity
+    char number[64];
+    std::snprintf(number, sizeof(number), "%.17g", kv.second);
+    args += std::string(args.empty() ? "" : ", ") + "\"" + escape(kv.first) + "\": " + number;
+  }
+  write("{\"name\": \"" + escape(name) +
+        "\", \"ph\": \"C\", \"ts\": " + std::to_string(micros(std::chrono::steady_clock::now())) +
+        ", \"pid\": " + std::to_string(r.id) + ", \"tid\": 1, \"args\": {" + args + "}}");
 }
 
 void Timeline::write(const std::string& event) {

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace hvdlite {
 
@@ -27,6 +29,9 @@ class Timeline {
   }
   void end(const std::string& tensor);
   void mark_cycle();
+  // A counter event ("ph": "C"): named figures the caller measured (bytes a compressor sent this step, ...),
+  // drawn as a graph on a row of its own.
+  void counter(const std::string& name, const std::vector<std::pair<std::string, double>>& values);
   void close();
 
  private:

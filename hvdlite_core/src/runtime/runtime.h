@@ -47,6 +47,7 @@ class Runtime {
   // Rank 0 writes the timeline; on other ranks these succeed and record nothing (as in Horovod).
   void start_timeline(const std::string& path, bool mark_cycles);
   void stop_timeline();
+  Timeline& timeline() { return timeline_; }
   // Blocks until the handle finishes or timeout_us passes (< 0: no limit); false on timeout. While the
   // background thread is idle the waiting thread runs negotiation cycles itself, which saves two thread
   // wake-ups per synchronous collective (MPI-style progress by the caller).
