@@ -85,6 +85,44 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.timeout(200)
+def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
+    """bench/slow_links.py for real on two network-namespace hosts with 100 Mbit/s links, hvdlite's PowerSGD and
+    DDP's PowerSGD hook for a few steps (a smoke run): both train, the link's counters saw their traffic, and the
+    report, its JSON and the plot are written."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "slow_links.py"),
+            "--methods",
+            "powersgd,ddp-powersgd",
+            "--steps",
+            "12",
+            "--eval-every",
+            "4",
+            "--rates",
+            "100mbit",
+            "--target",
+            "0.05",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["100mbit"]
+    assert set(rows) == {"powersgd", "ddp-powersgd"}
+    for row in rows.values():
+        assert [point[0] for point in row["curve"]] == [4, 8, 12]
+        assert row["seconds_to_target"] is not None and 0 < row["final_accuracy"] <= 1
+        # Ten uncompressed steps of 4.3 MB each way, then two compressed ones: megabytes per step on the link.
+        assert 1e6 < row["link_bytes_per_step"] < 20e6, row
+    assert "| powersgd |" in (tmp_path / "slow_links.md").read_text()
+    assert (tmp_path / "slow_links.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
     ceiling), DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own (--env-row) all train.

@@ -1,0 +1,304 @@
+"""Training over slow links: wall time to a test accuracy with gradient compression and local SGD against
+synchronous allreduce, on two network-namespace hosts whose links tc limits (tests/netns_cluster.py; needs root).
+
+    python bench/slow_links.py                                  # 2 hosts x 1 rank, 100mbit and 1gbit
+    python bench/slow_links.py --per-host 2 --rates 100mbit     # 2 hosts x 2 ranks (adds the two-tier row)
+    python bench/slow_links.py --methods sync,powersgd --steps 100 --out-dir /tmp/s   # a quick look
+
+The task (bench/slow_links_task.py) is a generated CIFAR-like set and a 1.07M-parameter conv net (4.3 MB of
+float32 gradients a step), batch 32 per rank, SGD with momentum and a cosine learning-rate decay to 0 over the run
+(so that test accuracy settles instead of swinging a few points from one evaluation to the next). Every method
+trains the same model from the same start on the same batches for --steps steps; every --eval-every steps each
+rank's clock stops while rank 0 tests the model. Reported per method: the training seconds to first reach
+--target test accuracy, the final accuracy, the median step, and the bytes host 0's link carried per step in both
+directions (its veth counters, launch and set-up included). Methods:
+  sync            hvdlite DistributedOptimizer, fp32 gradients, flat ring (HVDLITE_HIERARCHICAL_ALLREDUCE=0)
+  sync-two-tier   the same through the two-tier allreduce (2 ranks per host and more)
+  fp16            Compression.fp16
+  powersgd        Compression.powersgd(rank=4, start_iter=10)
+  topk            Compression.topk(ratio=0.01, start_iter=10)
+  topk-5          Compression.topk(ratio=0.05, start_iter=10)
+  local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)
+  ddp-powersgd    torch DDP (gloo) with its PowerSGD communication hook at the same rank and start
+Writes slow_links.json, slow_links.md and slow_links.png (accuracy against training seconds).
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+
+METHODS = ("sync", "sync-two-tier", "fp16", "powersgd", "topk", "topk-5", "local-sgd", "ddp-powersgd")
+POWERSGD_RANK = 4
+START_ITER = 10
+
+
+def optimizer_settings(method, hvd):
+    return {
+        "sync": {},
+        "sync-two-tier": {},
+        "fp16": {"compression": hvd.Compression.fp16},
+        "powersgd": {"compression": hvd.Compression.powersgd(rank=POWERSGD_RANK, start_iter=START_ITER)},
+        "topk": {"compression": hvd.Compression.topk(ratio=0.01, start_iter=START_ITER)},
+        "topk-5": {"compression": hvd.Compression.topk(ratio=0.05, start_iter=START_ITER)},
+        "local-sgd": {"sync_every": 8, "sync_warmup_steps": 16, "outer_lr": 0.7, "outer_momentum": 0.5},
+    }[method]
+
+
+def _host_interface():
+    """This network namespace's link to the others (gloo must be told which interface to use)."""
+    names = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
+    return names[0]
+
+
+def worker(args):
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from slow_links_task import make_data, make_model
+
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    torch.set_num_threads(1)
+    rank, size = hvd.rank(), hvd.size()
+    (train_x, train_y), (test_x, test_y) = make_data()
+    train_x, train_y = torch.from_numpy(train_x), torch.from_numpy(train_y)
+    test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
+    model = make_model()
+    inner = None
+    if args.method == "ddp-powersgd":
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        os.environ["GLOO_SOCKET_IFNAME"] = _host_interface()
+        dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=size)
+        # One bucket: with several, the hook's chained allreduces can reach gloo in a different order on each
+        # rank (seen here as "Received data size doesn't match expected size" and an abort).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024)
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=POWERSGD_RANK, start_powerSGD_iter=START_ITER
+        )
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        inner = model.module
+    else:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
+            named_parameters=model.named_parameters(),
+            **optimizer_settings(args.method, hvd),
+        )
+        inner = model
+    generator = torch.Generator().manual_seed(1000 + rank)
+    clock, curve, steps = 0.0, [], []
+    for step in range(1, args.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / args.steps))
+        start = time.perf_counter()
+        index = torch.randint(0, len(train_x), (args.batch,), generator=generator)
+        optimizer.zero_grad()
+        F.cross_entropy(model(train_x[index]), train_y[index]).backward()
+        optimizer.step()
+        steps.append(time.perf_counter() - start)
+        clock += steps[-1]
+        if step % args.eval_every == 0:
+            with torch.no_grad():
+                accuracy = (inner(test_x).argmax(1) == test_y).float().mean().item() if rank == 0 else 0.0
+            curve.append([step, clock, accuracy])
+            hvd.barrier()  # every rank's clock stays stopped while rank 0 tests
+    if rank == 0:
+        reached = next((seconds for _, seconds, accuracy in curve if accuracy >= args.target), None)
+        with open(args.out, "w") as f:
+            json.dump(
+                {
+                    "method": args.method,
+                    "ranks": size,
+                    "curve": curve,
+                    "seconds_to_target": reached,
+                    "final_accuracy": curve[-1][2],
+                    "median_step_s": float(np.median(steps)),
+                    "train_seconds": clock,
+                },
+                f,
+            )
+
+
+def link_bytes(cluster):
+    """Bytes host 0's link has carried, both directions (read at the bridge's end of its veth pair)."""
+    device = cluster.outside(0)
+    total = 0
+    for direction in ("rx_bytes", "tx_bytes"):
+        with open(f"/sys/class/net/{device}/statistics/{direction}") as f:
+            total += int(f.read())
+    return total
+
+
+def run_method(cluster, args, method, out):
+    a, b = cluster.hosts
+    env = dict(
+        os.environ,
+        HVDLITE_HIERARCHICAL_ALLREDUCE="1" if method == "sync-two-tier" else "0",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(
+            [ROOT, HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    )
+    launcher = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
+    command = [
+        launcher,
+        "-np",
+        str(2 * args.per_host),
+        "-H",
+        f"{a.address}:{args.per_host},{b.address}:{args.per_host}",
+        *cluster.ssh_flags(),
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--method",
+        method,
+        "--steps",
+        str(args.steps),
+        "--eval-every",
+        str(args.eval_every),
+        "--batch",
+        str(args.batch),
+        "--lr",
+        str(args.lr),
+        "--target",
+        str(args.target),
+        "--master",
+        a.address,
+        "--port",
+        str(29400 + os.getpid() % 500),
+        "--out",
+        out,
+    ]
+    before = link_bytes(cluster)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
+    carried = link_bytes(cluster) - before
+    if result.returncode != 0:
+        raise SystemExit(f"{method} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    with open(out) as f:
+        report = json.load(f)
+    report["link_bytes_per_step"] = carried / args.steps
+    return report
+
+
+def report_table(results, args):
+    lines = [
+        f"2 hosts x {args.per_host} rank(s), {args.steps} steps of batch {args.batch} per rank, target "
+        f"{args.target:.0%} test accuracy; times are training seconds (evaluation excluded).",
+        "",
+    ]
+    for rate, rows in results.items():
+        sync = rows.get("sync", {}).get("seconds_to_target")
+        lines += [
+            f"Link {rate}:",
+            "",
+            "| method | seconds to target | vs sync fp32 | final accuracy | median step (ms) | link MB per step |",
+            "|---|---|---|---|---|---|",
+        ]
+        for method, row in rows.items():
+            reached = row["seconds_to_target"]
+            speedup = f"{sync / reached:.2f}x" if sync and reached else "-"
+            lines.append(
+                f"| {method} | {'not reached' if reached is None else f'{reached:.1f}'} | {speedup} | "
+                f"{row['final_accuracy']:.1%} | {row['median_step_s'] * 1e3:.1f} | "
+                f"{row['link_bytes_per_step'] / 1e6:.2f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for axis, (rate, rows) in zip(axes[0], results.items()):
+        for method, row in rows.items():
+            curve = row["curve"]
+            axis.plot([c[1] for c in curve], [c[2] for c in curve], label=method, marker=".")
+        axis.set_title(f"link {rate}")
+        axis.set_xlabel("training seconds")
+        axis.set_ylabel("test accuracy")
+        axis.set_xscale("log")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="100mbit,1gbit", help="link rates in tc's units, comma-separated")
+    parser.add_argument("--per-host", type=int, default=1)
+    parser.add_argument("--methods", default=None, help="comma-separated (default: all that apply)")
+    parser.add_argument("--steps", type=int, default=320)
+    parser.add_argument("--eval-every", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--target", type=float, default=0.90)
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--method")
+    parser.add_argument("--master")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    from netns_cluster import ClusterUnavailable, start_cluster
+
+    methods = (
+        args.methods.split(",") if args.methods else [m for m in METHODS if m != "sync-two-tier" or args.per_host > 1]
+    )
+    os.makedirs(args.out_dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="hvdlite-bench-slow-")
+    try:
+        cluster = start_cluster(workdir, count=2)
+    except ClusterUnavailable as exc:
+        raise SystemExit(f"bench/slow_links.py: cannot create the test hosts: {exc}")
+    results = {}
+    try:
+        for rate in args.rates.split(","):
+            for index in range(2):
+                cluster.limit_rate(index, rate)
+            results[rate] = {}
+            for method in methods:
+                row = run_method(cluster, args, method, os.path.join(workdir, f"{method}.json"))
+                results[rate][method] = row
+                print(
+                    f"{rate} {method}: to target {row['seconds_to_target']} s, final {row['final_accuracy']:.3f}, "
+                    f"step {row['median_step_s'] * 1e3:.1f} ms, {row['link_bytes_per_step'] / 1e6:.2f} MB/step",
+                    flush=True,
+                )
+    finally:
+        cluster.stop()
+    table = report_table(results, args)
+    print(table)
+    with open(os.path.join(args.out_dir, "slow_links.md"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(args.out_dir, "slow_links.json"), "w") as f:
+        json.dump(
+            {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "out")}, "results": results}, f
+        )
+    plot(results, os.path.join(args.out_dir, "slow_links.png"))
+
+
+if __name__ == "__main__":
+    main()
