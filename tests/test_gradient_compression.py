@@ -13,8 +13,7 @@ R, N = hvd.rank(), hvd.size()
 
 def same_everywhere(t, what):
     everyone = hvd.allgather(t.detach().reshape(1, -1), name="check." + what)
-    for r in range(N):
-        assert torch.equal(everyone[r], everyone[R]), f"{what}: rank {r} differs from rank {R}"
+    return all(torch.equal(everyone[r], everyone[R]) for r in range(N))
 
 def fake_params(shapes):
     params = [torch.zeros(shape, requires_grad=True) for shape in shapes]
@@ -51,96 +50,93 @@ torch.testing.assert_close(reducer.residuals["p0"], torch.outer(u, v[R] - mean_v
 assert hvd.allreduce(reducer.residuals["p0"], name="residual").abs().max() < 1e-4
 assert set(reducer.residuals) == {"p0"}  # uncompressed gradients keep no residual
 assert reducer.last_sent_elements == (64 + 48) + 16 + 4 and reducer.last_dense_elements == 64 * 48 + 16 + 4
-same_everywhere(params[0].grad, "approximation")
+assert same_everywhere(params[0].grad, "approximation")
 """
     )
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("kind", ["powersgd", "topk"])
-def test_error_feedback_keeps_the_sum_of_applied_updates_equal_to_the_sum_of_true_gradients(kind):
+def test_error_feedback_keeps_the_sum_of_applied_updates_equal_to_the_sum_of_true_gradients():
     """Over many steps of random full-rank gradients, what the ranks applied plus their mean residual is the sum of
-    the true averaged gradients: compression delays what it drops, it loses nothing. The applied updates are the
-    same on every rank."""
+    the true averaged gradients, for PowerSGD and top-k: compression delays what it drops, it loses nothing. The
+    applied updates are the same on every rank."""
     run(
-        f"""
-kind = {kind!r}
-params, names = fake_params([(40, 30), (8, 4, 3, 3), (30,)])
-if kind == "powersgd":
-    reducer = PowerSGDReducer(names, hvd.global_process_set, hvd.Average, hvd, rank=2, start_iter=2)
-else:
-    reducer = TopKReducer(names, hvd.global_process_set, hvd.Average, hvd, ratio=0.05, start_iter=2)
-applied = [torch.zeros_like(p) for p in params]
-true_sum = [torch.zeros_like(p) for p in params]
-g = torch.Generator().manual_seed(100 + R)
-for step in range(12):
-    grads = [torch.randn(p.shape, generator=g) for p in params]
-    for p, grad in zip(params, grads):
-        p.grad = grad.clone()
-    everyone = [hvd.allreduce(grad, name=f"true.{{i}}", op=hvd.Average) for i, grad in enumerate(grads)]
-    reducer.reduce(params)
-    for a, t, p, mean in zip(applied, true_sum, params, everyone):
-        a += p.grad
-        t += mean
-        same_everywhere(p.grad, "applied")
-    if step >= 2:  # compressing now: fewer numbers sent than the dense gradients hold
-        assert reducer.last_sent_elements * 2 <= reducer.last_dense_elements, (reducer.last_sent_elements,)
-for i, (a, t, p) in enumerate(zip(applied, true_sum, params)):
-    residual = reducer.residuals.get(f"p{{i}}", torch.zeros_like(p))
-    mean_residual = hvd.allreduce(residual, name=f"residual.{{i}}", op=hvd.Average)
-    torch.testing.assert_close(a + mean_residual, t, rtol=1e-4, atol=1e-4)
-    if i < 2:
-        assert residual.abs().sum() > 0, "a compressed gradient kept no residual"
+        """
+for kind in ("powersgd", "topk"):
+    params, names = fake_params([(40, 30), (8, 4, 3, 3), (30,)])
+    if kind == "powersgd":
+        reducer = PowerSGDReducer(names, hvd.global_process_set, hvd.Average, hvd, rank=2, start_iter=2)
+    else:
+        reducer = TopKReducer(names, hvd.global_process_set, hvd.Average, hvd, ratio=0.05, start_iter=2)
+    applied = [torch.zeros_like(p) for p in params]
+    true_sum = [torch.zeros_like(p) for p in params]
+    g = torch.Generator().manual_seed(100 + R)
+    for step in range(12):
+        grads = [torch.randn(p.shape, generator=g) for p in params]
+        for p, grad in zip(params, grads):
+            p.grad = grad.clone()
+        everyone = [hvd.allreduce(grad, name=f"true.{i}", op=hvd.Average) for i, grad in enumerate(grads)]
+        reducer.reduce(params)
+        for a, t, p, mean in zip(applied, true_sum, params, everyone):
+            a += p.grad
+            t += mean
+            assert same_everywhere(p.grad, "applied"), (kind, step)
+        if step >= 2:  # compressing now: fewer numbers sent than the dense gradients hold
+            assert reducer.last_sent_elements * 2 <= reducer.last_dense_elements, (kind, reducer.last_sent_elements)
+    for i, (a, t, p) in enumerate(zip(applied, true_sum, params)):
+        residual = reducer.residuals.get(f"p{i}", torch.zeros_like(p))
+        mean_residual = hvd.allreduce(residual, name=f"residual.{i}", op=hvd.Average)
+        torch.testing.assert_close(a + mean_residual, t, rtol=1e-4, atol=1e-4)
+        if i < 2:
+            assert residual.abs().sum() > 0, f"{kind}: a compressed gradient kept no residual"
 """
     )
 
 
-TRAINING = """
+@pytest.mark.timeout(200)
+def test_training_converges_with_compression():
+    """A 2-rank MLP learns a teacher's labels through each compressor (and with gradient accumulation) to within
+    5 points of the same training uncompressed, the weights stay identical on every rank, and compression sends
+    at most half of the gradients' numbers."""
+    out = run(
+        """
 torch.manual_seed(0)
 teacher = nn.Linear(32, 10)
-def make_model():
-    torch.manual_seed(1)
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
-compression = {
-    "powersgd": hvd.Compression.powersgd(rank=2, start_iter=5),
-    "topk": hvd.Compression.topk(ratio=0.1, start_iter=5),
-}[kind]
-models, optimizers = {}, {}
-for label, chosen in (("reference", hvd.Compression.none), (kind, compression)):
-    models[label] = make_model()
-    optimizers[label] = hvd.DistributedOptimizer(
-        torch.optim.SGD(models[label].parameters(), lr=0.05, momentum=0.9),
-        named_parameters=[(f"{label}.{n}", p) for n, p in models[label].named_parameters()],
-        compression=chosen, backward_passes_per_step=passes)
 test_x = torch.randn(512, 32, generator=torch.Generator().manual_seed(99))
 test_y = teacher(test_x).argmax(1)
-accuracy = {}
-for label, model in models.items():
-    opt, g = optimizers[label], torch.Generator().manual_seed(7 + R)  # the same batches for both
+
+def train(label, compression, passes):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+        named_parameters=[(f"{label}.{n}", p) for n, p in model.named_parameters()],
+        compression=compression, backward_passes_per_step=passes)
+    g = torch.Generator().manual_seed(7 + R)  # the same batches for every configuration
     for step in range(300):
         opt.zero_grad()
         for _ in range(passes):
             x = torch.randn(32, 32, generator=g)
             F.cross_entropy(model(x), teacher(x).argmax(1)).backward()
         opt.step()
-    accuracy[label] = (model(test_x).argmax(1) == test_y).float().mean().item()
-    same_everywhere(torch.cat([p.detach().flatten() for p in model.parameters()]), label)
-reducer = optimizers[kind].gradient_reducer
-assert reducer.iteration == 300, reducer.iteration
-assert reducer.last_sent_elements * 2 <= reducer.last_dense_elements
-print(f"rank {R} {kind} accuracy {accuracy[kind]:.3f} uncompressed {accuracy['reference']:.3f}", flush=True)
-assert accuracy[kind] >= accuracy["reference"] - 0.05 and accuracy[kind] > 0.5, accuracy
-"""
+    assert same_everywhere(torch.cat([p.detach().flatten() for p in model.parameters()]), label), label
+    return (model(test_x).argmax(1) == test_y).float().mean().item(), opt
 
-
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("kind,passes", [("powersgd", 1), ("topk", 1), ("powersgd", 2)])
-def test_training_converges_with_compression(kind, passes):
-    """A 2-rank MLP learns a teacher's labels through each compressor (and with gradient accumulation) to within
-    5 points of the same training uncompressed, the weights stay identical on every rank, and compression sends
-    at most half of the gradients' numbers."""
-    out = run(f"kind, passes = {kind!r}, {passes}\n" + TRAINING, timeout=180)
-    assert out.count(f"{kind} accuracy") == 2, out
+reference = {passes: train(f"reference{passes}", hvd.Compression.none, passes)[0] for passes in (1, 2)}
+for kind, passes in (("powersgd", 1), ("topk", 1), ("powersgd", 2)):
+    compression = {"powersgd": hvd.Compression.powersgd(rank=2, start_iter=5),
+                   "topk": hvd.Compression.topk(ratio=0.1, start_iter=5)}[kind]
+    accuracy, opt = train(f"{kind}{passes}", compression, passes)
+    reducer = opt.gradient_reducer
+    assert reducer.iteration == 300, reducer.iteration
+    assert reducer.last_sent_elements * 2 <= reducer.last_dense_elements
+    print(f"rank {R} {kind} passes {passes} accuracy {accuracy:.3f} uncompressed {reference[passes]:.3f}",
+          flush=True)
+    assert accuracy >= reference[passes] - 0.05 and accuracy > 0.5, (kind, passes, accuracy, reference)
+""",
+        timeout=180,
+    )
+    assert out.count("accuracy") == 6, out
 
 
 @pytest.mark.timeout(150)
@@ -224,9 +220,9 @@ own = reducer.residuals["weight"].clone()
 state.sync()
 assert reducer.iteration == 3 and torch.equal(reducer.qs["weight"], committed["shared"]["qs"]["weight"])
 assert torch.equal(reducer.residuals["weight"], own)
-same_everywhere(reducer.qs["weight"], "warm start")
+assert same_everywhere(reducer.qs["weight"], "warm start")
 train(2, 80)
-same_everywhere(net.weight, "weights after sync")
+assert same_everywhere(net.weight, "weights after sync")
 """
     )
 
