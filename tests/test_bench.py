@@ -87,7 +87,7 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.timeout(200)
 def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
-    """bench/slow_links.py for real on two network-namespace hosts with 100 Mbit/s links, hvdlite's PowerSGD and
+    """bench/slow_links.py for real on two network-namespace hosts with 1 Gbit/s links, hvdlite's PowerSGD and
     DDP's PowerSGD hook for a few steps (a smoke run): both train, the link's counters saw their traffic, and the
     report, its JSON and the plot are written."""
     result = subprocess.run(
@@ -101,7 +101,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
             "--eval-every",
             "4",
             "--rates",
-            "100mbit",
+            "1gbit",
             "--target",
             "0.05",
             "--out-dir",
@@ -112,7 +112,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
         timeout=180,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["100mbit"]
+    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["1gbit"]
     assert set(rows) == {"powersgd", "ddp-powersgd"}
     for row in rows.values():
         assert [point[0] for point in row["curve"]] == [4, 8, 12]

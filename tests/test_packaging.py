@@ -57,7 +57,9 @@ def venv(tmp_path_factory, dist):
     _run([sys.executable, "-m", "venv", str(folder)], timeout=120)
     python = str(folder / "bin" / "python")
     _run(
-        [python, "-m", "pip", "install", "-q", "-c", CONSTRAINTS, "%s[torch,mpi]" % dist[0]],
+        # --no-compile: byte-compiling torch's sources at install is most of the install's time; Python compiles
+        # what a job imports when it imports it.
+        [python, "-m", "pip", "install", "-q", "--no-compile", "-c", CONSTRAINTS, "%s[torch,mpi]" % dist[0]],
         timeout=600,
         env=_clean_env(),
     )

@@ -27,6 +27,7 @@ class ReducerSpec:
     builds its own reducer (the state belongs to one optimizer's parameters)."""
 
     def __init__(self, cls, **settings):
+        cls(names={}, process_set=None, op=Average, collectives=None, **settings)  # bad settings fail here, now
         self.cls = cls
         self.settings = settings
 
@@ -315,15 +316,6 @@ def powersgd(
     rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2, warm_start: bool = True, seed: int = 0
 ) -> ReducerSpec:
     """PowerSGD compression with error feedback (see PowerSGDReducer); `rank` is the approximation's rank."""
-    PowerSGDReducer(
-        names={},
-        process_set=None,
-        op=Average,
-        collectives=None,
-        rank=rank,
-        start_iter=start_iter,
-        min_compression_rate=min_compression_rate,
-    )  # validates the settings now, not at first step
     return ReducerSpec(
         PowerSGDReducer,
         rank=rank,
@@ -336,15 +328,6 @@ def powersgd(
 
 def topk(ratio: float = 0.01, start_iter: int = 10, min_compression_rate: float = 2) -> ReducerSpec:
     """Top-k sparsification with error feedback (see TopKReducer); `ratio` of each gradient's entries is sent."""
-    TopKReducer(
-        names={},
-        process_set=None,
-        op=Average,
-        collectives=None,
-        ratio=ratio,
-        start_iter=start_iter,
-        min_compression_rate=min_compression_rate,
-    )
     return ReducerSpec(TopKReducer, ratio=ratio, start_iter=start_iter, min_compression_rate=min_compression_rate)
 
 
