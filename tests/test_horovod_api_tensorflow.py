@@ -396,7 +396,7 @@ import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 import hvdlite.tensorflow as hvd
-from hvdlite.tensorflow import mpi_ops
+from hvdlite.tensorflow import bridge as bridge_module
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 
@@ -423,14 +423,14 @@ def warns(category, fn):
 class Recorder:
     '''Records the collectives of every bridge call (name, input shape), to see how gradients are grouped.'''
     def __enter__(self):
-        self.calls, self.original = [], mpi_ops._bridge
-        def bridge(collectives, inputs, *args, **kwargs):
+        self.calls, self.original = [], bridge_module.call
+        def recording_call(collectives, inputs, *args, **kwargs):
             self.calls.append([(c.name, tuple(i.shape.as_list())) for c, i in zip(collectives, inputs)])
             return self.original(collectives, inputs, *args, **kwargs)
-        mpi_ops._bridge = bridge
+        bridge_module.call = recording_call
         return self
     def __exit__(self, *exc):
-        mpi_ops._bridge = self.original
+        bridge_module.call = self.original
 """
 
 

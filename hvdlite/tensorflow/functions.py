@@ -8,14 +8,14 @@ import numpy as np
 import tensorflow as tf
 
 from hvdlite.common.basics import OP_BROADCAST, global_process_set, rank
-from hvdlite.tensorflow import mpi_ops
+from hvdlite.tensorflow import bridge
 
 # A broadcast copies bytes, so any numeric dtype travels as a supported one of the same width.
 _CARRIER = {1: tf.uint8, 2: tf.float16, 4: tf.int32, 8: tf.int64}
 
 
 def _carrier(dtype: tf.DType) -> tf.DType:
-    if dtype in mpi_ops._SUPPORTED:
+    if dtype in bridge.SUPPORTED_DTYPES:
         return dtype
     if dtype == tf.string or dtype.size not in _CARRIER:
         raise TypeError(f"hvdlite: cannot broadcast variables of dtype {dtype.name}")
@@ -39,7 +39,7 @@ def broadcast_variables(
         if carrier != dtype:
             value = tf.bitcast(value, carrier)
         buckets.setdefault(carrier, []).append((v, value))
-    ps_id = mpi_ops._process_set_id(process_set)
+    ps_id = bridge.process_set_id(process_set)
     collectives, inputs = [], []
     for dtype, members in buckets.items():
         buffer = (
@@ -48,7 +48,7 @@ def broadcast_variables(
             else tf.concat([tf.reshape(value, [-1]) for _, value in members], axis=0)
         )
         collectives.append(
-            mpi_ops._Collective(
+            bridge.Collective(
                 OP_BROADCAST,
                 f"{prefix}.{dtype.name}",
                 root_rank=int(root_rank),
@@ -57,7 +57,7 @@ def broadcast_variables(
             )
         )
         inputs.append(buffer)
-    outputs = mpi_ops._bridge(
+    outputs = bridge.call(
         collectives, inputs, [i.dtype for i in inputs], [i.shape for i in inputs], "broadcast_variables"
     )
     assigns = []
@@ -119,10 +119,10 @@ def broadcast_object(
         length = np.array([payload.size], dtype=np.int64)
     else:
         payload, length = None, np.zeros(1, dtype=np.int64)
-    length = mpi_ops._np_broadcast(length, root_rank, f"broadcast_object.{name}.length", process_set)
+    length = bridge.np_broadcast(length, root_rank, f"broadcast_object.{name}.length", process_set)
     if payload is None:
         payload = np.zeros(int(length[0]), dtype=np.uint8)
-    received = mpi_ops._np_broadcast(payload, root_rank, f"broadcast_object.{name}.data", process_set)
+    received = bridge.np_broadcast(payload, root_rank, f"broadcast_object.{name}.data", process_set)
     return obj if rank() == root_rank else cloudpickle.loads(received.tobytes())
 
 
@@ -135,10 +135,10 @@ def allgather_object(obj: Any, session=None, name: str = None, process_set=globa
     """Returns the list of every rank's obj, in rank order of the process set."""
     name = name or "object"
     payload = _dumps(obj)
-    lengths = mpi_ops._np_allgather(
+    lengths = bridge.np_allgather(
         np.array([payload.size], dtype=np.int64), f"allgather_object.{name}.length", process_set
     )
-    gathered = mpi_ops._np_allgather(payload, f"allgather_object.{name}.data", process_set)
+    gathered = bridge.np_allgather(payload, f"allgather_object.{name}.data", process_set)
     out, offset = [], 0
     for n in lengths.tolist():
         out.append(cloudpickle.loads(gathered[offset : offset + n].tobytes()))

@@ -17,7 +17,7 @@ import tensorflow as tf
 from hvdlite.common import ops
 from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, global_process_set
 from hvdlite.common.ops import Average, Sum
-from hvdlite.tensorflow import mpi_ops
+from hvdlite.tensorflow import bridge, mpi_ops
 from hvdlite.tensorflow.compression import Compression
 
 
@@ -105,11 +105,11 @@ class GradientReducer:
 
     def reduce(self, grads: Sequence, variables: Optional[Sequence] = None) -> List:
         """Returns the reduced gradients, None where the gradient is None."""
-        mpi_ops.check_not_xla("the gradient allreduce (DistributedGradientTape / DistributedOptimizer)")
+        bridge.check_not_xla("the gradient allreduce (DistributedGradientTape / DistributedOptimizer)")
         grads = list(grads)
         variables = list(variables) if variables is not None else [None] * len(grads)
         results = list(grads)
-        size = mpi_ops._process_set_size(self.process_set)
+        size = bridge.process_set_size(self.process_set)
         dense, sparse = [], []  # dense: (position, variable, wire tensor, ctx)
         for i, (g, v) in enumerate(zip(grads, variables)):
             if g is None:
@@ -131,7 +131,7 @@ class GradientReducer:
                 sparse.append(i)
                 continue
             wire, ctx = self.compression.compress(tf.convert_to_tensor(g))
-            mpi_ops._check_dtype(wire, f"gradient {i}")
+            bridge.check_dtype(wire, f"gradient {i}")
             dense.append((i, v, wire, ctx))
         if not dense and not sparse:
             return results
@@ -139,7 +139,7 @@ class GradientReducer:
         buckets = {}  # (group, wire dtype) -> [(position, wire tensor, ctx)], in position order on every rank
         for group, (i, _, wire, ctx) in zip(self._groups([(i, v) for i, v, _, _ in dense]), dense):
             buckets.setdefault((group, wire.dtype), []).append((i, wire, ctx))
-        ps_id = mpi_ops._process_set_id(self.process_set)
+        ps_id = bridge.process_set_id(self.process_set)
         reduce_op = ops.core_reduce_op(self.op)
         collectives, inputs, dtypes, shapes = [], [], [], []
         for (group, dtype), members in buckets.items():
@@ -154,7 +154,7 @@ class GradientReducer:
                 "variables contribute zeros)"
             )
             collectives.append(
-                mpi_ops._Collective(
+                bridge.Collective(
                     OP_ALLREDUCE,
                     f"{self.prefix}.{group}.{dtype.name}",
                     reduce_op,
@@ -172,12 +172,12 @@ class GradientReducer:
             g = grads[i]
             for part, tensor in (("values", g.values), ("indices", g.indices)):
                 collectives.append(
-                    mpi_ops._Collective(OP_ALLGATHER, f"{self.prefix}.sparse.{i}.{part}", process_set_id=ps_id)
+                    bridge.Collective(OP_ALLGATHER, f"{self.prefix}.sparse.{i}.{part}", process_set_id=ps_id)
                 )
                 inputs.append(tensor)
                 dtypes.append(tensor.dtype)
                 shapes.append(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
-        outputs = mpi_ops._bridge(collectives, inputs, dtypes, shapes, "the gradient allreduce")
+        outputs = bridge.call(collectives, inputs, dtypes, shapes, "the gradient allreduce")
 
         for reduced, members in zip(outputs, buckets.values()):
             if len(members) == 1:

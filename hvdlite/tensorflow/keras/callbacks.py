@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 
-from hvdlite.common.basics import size
+from hvdlite.common.basics import global_process_set, size
 from hvdlite.common.ops import Average
-from hvdlite.tensorflow import mpi_ops
+from hvdlite.tensorflow import bridge
 from hvdlite.tensorflow.functions import allgather_object, broadcast_variables
 
 
@@ -76,7 +76,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         if not keys:
             return
         values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
-        averaged = mpi_ops._np_allreduce(values, "MetricAverageCallback", Average, mpi_ops.global_process_set)
+        averaged = bridge.np_allreduce(values, "MetricAverageCallback", Average, global_process_set)
         for k, v in zip(keys, averaged.tolist()):
             logs[k] = v
 
