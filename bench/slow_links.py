@@ -1,5 +1,6 @@
-"""Training over slow links: wall time to a test accuracy with gradient compression and local SGD against
-synchronous allreduce, on two network-namespace hosts whose links tc limits (tests/netns_cluster.py; needs root).
+"""Training over slow links: wall time to a test accuracy with gradient compression, local SGD and bounded
+staleness against synchronous allreduce, on two network-namespace hosts whose links tc limits
+(tests/netns_cluster.py; needs root).
 
     python bench/slow_links.py                                  # 2 hosts x 1 rank, 100mbit and 1gbit
     python bench/slow_links.py --per-host 2 --rates 100mbit     # 2 hosts x 2 ranks (adds the two-tier row)
@@ -19,6 +20,8 @@ directions (its veth counters, launch and set-up included). Methods:
   topk            Compression.topk(ratio=0.01, start_iter=10)
   topk-5          Compression.topk(ratio=0.05, start_iter=10)
   local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)
+  stale-1         staleness=1: each step's allreduce runs during the next step (fp32, applied one step late)
+  stale-2         staleness=2
   ddp-powersgd    torch DDP (gloo) with its PowerSGD communication hook at the same rank and start
 Writes slow_links.json, slow_links.md and slow_links.png (accuracy against training seconds).
 """
@@ -37,7 +40,18 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-METHODS = ("sync", "sync-two-tier", "fp16", "powersgd", "topk", "topk-5", "local-sgd", "ddp-powersgd")
+METHODS = (
+    "sync",
+    "sync-two-tier",
+    "fp16",
+    "powersgd",
+    "topk",
+    "topk-5",
+    "local-sgd",
+    "stale-1",
+    "stale-2",
+    "ddp-powersgd",
+)
 POWERSGD_RANK = 4
 START_ITER = 10
 
@@ -51,6 +65,8 @@ def optimizer_settings(method, hvd):
         "topk": {"compression": hvd.Compression.topk(ratio=0.01, start_iter=START_ITER)},
         "topk-5": {"compression": hvd.Compression.topk(ratio=0.05, start_iter=START_ITER)},
         "local-sgd": {"sync_every": 8, "sync_warmup_steps": 16, "outer_lr": 0.7, "outer_momentum": 0.5},
+        "stale-1": {"staleness": 1},
+        "stale-2": {"staleness": 2},
     }[method]
 
 
@@ -110,6 +126,8 @@ def worker(args):
         optimizer.zero_grad()
         F.cross_entropy(model(train_x[index]), train_y[index]).backward()
         optimizer.step()
+        if step == args.steps and hasattr(optimizer, "drain"):
+            optimizer.drain()  # bounded staleness: the last steps' averages, applied before the final test
         steps.append(time.perf_counter() - start)
         clock += steps[-1]
         if step % args.eval_every == 0:

@@ -228,16 +228,18 @@ assert same_everywhere(net.weight, "weights after sync")
 
 
 @pytest.mark.timeout(150)
-def test_timeline_records_what_compression_and_local_sgd_sent(tmp_path):
+def test_timeline_records_what_compression_local_sgd_and_staleness_did(tmp_path):
     """With a timeline, every step of a compressing optimizer adds a counter event of the bytes sent against the
-    uncompressed and their ratio, and local SGD one of the bytes averaged; the trace stays well formed."""
+    uncompressed and their ratio, local SGD one of the bytes averaged, and bounded staleness one of the exchanges
+    in flight and the bytes applied; the trace stays well formed."""
     path = tmp_path / "timeline.json"
     run(
         f"""
 hvd.start_timeline({str(path)!r})
 for label, settings in (("powersgd", dict(compression=hvd.Compression.powersgd(rank=1, start_iter=1))),
                         ("topk", dict(compression=hvd.Compression.topk(ratio=0.02, start_iter=1))),
-                        ("local", dict(sync_every=2))):
+                        ("local", dict(sync_every=2)),
+                        ("stale", dict(staleness=2))):
     torch.manual_seed(0)
     net = nn.Linear(64, 32)  # a model per optimizer: each one's hooks count the passes of its parameters
     hvd.broadcast_parameters(net.state_dict(), root_rank=0)
@@ -267,3 +269,7 @@ hvd.stop_timeline()
     assert [c["sent_bytes"] for c in counters["topk"]][1:] == [(41 * 12) + 32 * 4] * 3, counters["topk"]
     assert [c["averaged_bytes"] for c in counters["local_sgd"]] == [0, dense, 0, dense]
     assert [c["steps_since_average"] for c in counters["local_sgd"]] == [1, 0, 1, 0]
+    # Staleness 2: two exchanges in flight before the first average is applied at step 3.
+    assert [c["in_flight"] for c in counters["staleness"]] == [1, 2, 2, 2], counters["staleness"]
+    assert [c["applied_bytes"] for c in counters["staleness"]] == [0, 0, dense, dense]
+    assert {c["bound"] for c in counters["staleness"]} == {2}

@@ -21,6 +21,7 @@ warnings carry Horovod's messages and categories, since scripts and their tests 
 compression=hvd.Compression.powersgd(...) or hvd.Compression.topk(...) hands every gradient to a reducer in
 synchronize() instead (hvdlite.torch.gradient_reducers): fewer bytes on the wire, with error feedback.
 sync_every=k averages parameters every k steps instead of gradients every step (hvdlite.torch.local_sgd).
+staleness=s lets each step's allreduce run during the next s steps and applies it then (hvdlite.torch.staleness).
 """
 
 import contextlib
@@ -36,6 +37,7 @@ from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
+from hvdlite.torch.staleness import BoundedStaleness
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
 
@@ -74,6 +76,7 @@ class _DistributedOptimizer:
         process_set,
         reduce_during_backward=None,
         local_sgd=None,
+        staleness=None,
     ):
         if op == Adasum:
             raise NotImplementedError(
@@ -130,6 +133,23 @@ class _DistributedOptimizer:
             self.local_sgd = LocalSGD(
                 [p for p in params if p.requires_grad], names, self, process_set, mpi_ops, **local_sgd
             )
+        self.bounded_staleness = None
+        if staleness is not None:
+            if self.gradient_reducer is not None or self.local_sgd is not None:
+                other = "sync_every (local SGD)" if self.local_sgd is not None else repr(compression)
+                raise ValueError(f"staleness and {other} cannot be combined")
+            prescale, postscale = self._hvd_scale_factors(op, gradient_predivide_factor)
+            self.bounded_staleness = BoundedStaleness(
+                [p for p in params if p.requires_grad],
+                process_set,
+                op,
+                self._hvd_compression,
+                prescale,
+                postscale,
+                mpi_ops,
+                staleness,
+            )
+        self._hvd_stale_apply = True
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op
         self._hvd_predivide = gradient_predivide_factor
@@ -151,8 +171,10 @@ class _DistributedOptimizer:
             raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
         self._hvd_member = bool(process_set.included())
         # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
-        self.reduces_during_backward = self.gradient_reducer is None and (
-            _reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
+        self.reduces_during_backward = (
+            self.gradient_reducer is None
+            and self.bounded_staleness is None
+            and (_reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params))
         )
         self._hvd_hooks = (
             [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
@@ -230,9 +252,7 @@ class _DistributedOptimizer:
                     ),
                 )
             grad = grad.to_dense()  # reduced dense; _hvd_finish makes p.grad sparse again
-        prescale, postscale = 1.0, 1.0
-        if self._hvd_op == Average and self._hvd_predivide != 1.0:
-            prescale, postscale = 1.0 / self._hvd_predivide, self._hvd_predivide
+        prescale, postscale = self._hvd_scale_factors(self._hvd_op, self._hvd_predivide)
         wire, ctx = self._hvd_compression.compress(grad)
         if wire is grad and not grad.is_contiguous():
             wire = grad.contiguous()
@@ -245,6 +265,12 @@ class _DistributedOptimizer:
             process_set=self._hvd_process_set,
         )
         return ("dense", handle, wire, ctx)
+
+    @staticmethod
+    def _hvd_scale_factors(op, predivide: float) -> tuple:
+        if op == Average and predivide != 1.0:
+            return 1.0 / predivide, predivide
+        return 1.0, 1.0
 
     def _hvd_finish(self, p: torch.Tensor, pending: tuple) -> None:
         if pending[0] == "sparse":
@@ -287,6 +313,12 @@ class _DistributedOptimizer:
             return
         if self.gradient_reducer is not None:
             self._hvd_synchronize_with_reducer()
+            return
+        if self.bounded_staleness is not None:
+            try:
+                self._hvd_stale_apply = self.bounded_staleness.exchange()
+            finally:
+                self._hvd_end_step()
             return
         errors = []
         try:
@@ -365,10 +397,24 @@ class _DistributedOptimizer:
                 )
             self.synchronize()
         self._hvd_synchronized = False
+        if not self._hvd_stale_apply:  # bounded staleness, first steps: no average has arrived yet
+            self._hvd_stale_apply = True
+            return None
         result = super().step(closure)
         if self.local_sgd is not None and self._hvd_member:
             self.local_sgd.after_step()
         return result
+
+    def drain(self) -> int:
+        """With staleness=s: waits for the averages still in flight (the last s steps') and applies each with an
+        optimizer step, oldest first; returns how many it applied. Call it before evaluating or saving the final
+        model. Without staleness there is nothing in flight after step(), and it returns 0."""
+        applied = 0
+        if self.bounded_staleness is not None and self._hvd_member:
+            for _ in self.bounded_staleness.drain():
+                super().step()
+                applied += 1
+        return applied
 
     def _hvd_pending(self) -> bool:
         """Reductions in flight, or backward passes counted towards the next reduction (as in Horovod, both
@@ -402,6 +448,7 @@ def DistributedOptimizer(
     outer_lr: float = 1.0,
     outer_momentum: float = 0.0,
     average_optimizer_state: bool = False,
+    staleness: Optional[int] = None,
 ):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
@@ -417,6 +464,10 @@ def DistributedOptimizer(
     synchronous steps, each rank steps on its own gradients and the parameters (with average_optimizer_state, also
     the optimizer's per-parameter tensors such as momentum) are averaged every k steps; outer_lr and
     outer_momentum apply the averaged change through an outer Nesterov SGD step.
+
+    staleness=s (hvdlite's own, s >= 1; hvdlite.torch.staleness) starts each step's gradient allreduce without
+    waiting and applies it s steps later, so communication overlaps the next s steps' compute; no rank gets more
+    than s steps ahead of the slowest. The first s steps apply nothing; drain() applies the last s.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
@@ -451,5 +502,6 @@ def DistributedOptimizer(
             outer_momentum=outer_momentum,
             average_optimizer_state=average_optimizer_state,
         ),
+        staleness,
     )
     return optimizer

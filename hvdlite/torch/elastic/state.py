@@ -65,8 +65,10 @@ class TorchState(State):
                 extension.load_state_dict(self._saved_extensions[key])
 
     def _extensions(self) -> Dict[str, Any]:
-        """The optimizer's stateful parts beyond its state dict (DistributedOptimizer's reducer, local SGD)."""
-        found = {key: getattr(self.optimizer, key, None) for key in ("gradient_reducer", "local_sgd")}
+        """The optimizer's stateful parts beyond its state dict: its reducer, local SGD, bounded staleness."""
+        found = {
+            key: getattr(self.optimizer, key, None) for key in ("gradient_reducer", "local_sgd", "bounded_staleness")
+        }
         return {key: value for key, value in found.items() if value is not None}
 
     def sync(self) -> None:
