@@ -117,7 +117,7 @@ print("DONE")
 
 
 @pytest.mark.timeout(240)
-def test_custom_loops_loss_scaling_accumulation_and_sync_batch_norm():
+def test_custom_loops_loss_scaling_accumulation_staleness_and_sync_batch_norm():
     run("""
 STEPS = 4
 x, y = data(2 * STEPS)
@@ -182,6 +182,65 @@ model.compile(optimizer=hvd.DistributedOptimizer(sgd(), backward_passes_per_step
 model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
 assert_same_everywhere(flat(model), "accumulate fit")
 assert np.abs(flat(model) - reference(sgd, passes=2)).max() < 1e-5
+
+# Bounded staleness (s = 2), in a tf.function and eagerly: update t applies the global gradient of step t - 2
+# (the first two apply nothing), drain() applies the last two, and model.fit runs with it.
+S = 2
+for graph in (True, False):
+    model, ref = mlp(0), mlp(0)
+    opt = hvd.DistributedOptimizer(sgd(), staleness=S)
+    ref_opt, queue = sgd(), []
+    def stale_step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = LOSS(yb, model(xb, training=True))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    stale_step = tf.function(stale_step) if graph else stale_step
+    for i in range(6):
+        before = flat(model)
+        stale_step(tf.constant(xs[i * B:(i + 1) * B]), tf.constant(ys[i * B:(i + 1) * B]))
+        with tf.GradientTape() as tape:
+            loss = LOSS(y[i * N * B:(i + 1) * N * B], ref(x[i * N * B:(i + 1) * N * B]))
+        queue.append(tape.gradient(loss, ref.trainable_variables))
+        if len(queue) > S:
+            ref_opt.apply_gradients(zip(queue.pop(0), ref.trainable_variables))
+        if i < S:
+            assert np.array_equal(flat(model), before), f"step {i} had nothing to apply yet"
+        assert np.abs(flat(model) - flat(ref)).max() < 1e-5, (graph, i, np.abs(flat(model) - flat(ref)).max())
+    assert opt.drain() == S and opt.drain() == 0
+    for g in queue:
+        ref_opt.apply_gradients(zip(g, ref.trainable_variables))
+    assert np.abs(flat(model) - flat(ref)).max() < 1e-5, (graph, "drained")
+    assert_same_everywhere(flat(model), f"stale{graph}")
+# Elastic: a commit holds the averages in flight; after a restore the same steps give the same weights.
+import hvdlite.tensorflow.keras.elastic as hvd_elastic
+model = mlp(0)
+opt = hvd.DistributedOptimizer(sgd(), staleness=S)
+def stale_steps(first, last):
+    seen = []
+    for i in range(first, last):
+        with tf.GradientTape() as tape:
+            loss = LOSS(ys[i * B:(i + 1) * B], model(xs[i * B:(i + 1) * B], training=True))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        seen.append(flat(model))
+    return seen
+stale_steps(0, 4)
+state = hvd_elastic.KerasState(model, opt)
+first = stale_steps(4, 7)
+state.restore()
+again = stale_steps(4, 7)
+assert all(np.array_equal(a, b) for a, b in zip(first, again)), "the restored averages in flight differ"
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(sgd(), staleness=1), loss=LOSS)
+model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+assert model.optimizer.drain() == 1
+assert_same_everywhere(flat(model), "stale fit")
+for bad in (0, 1.5):
+    try:
+        hvd.DistributedOptimizer(sgd(), staleness=bad)
+    except ValueError as e:
+        assert "staleness must be an integer >= 1" in str(e), e
+    else:
+        raise SystemExit(f"staleness={bad} was accepted")
 
 # Sum instead of Average: N times the average step with plain SGD
 model, ref = mlp(0), mlp(0)

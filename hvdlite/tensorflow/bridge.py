@@ -147,6 +147,12 @@ def _owned_result(handle: int, dtype) -> np.ndarray:
 def execute(collectives: Sequence[Collective], *arrays) -> List[np.ndarray]:
     """Enqueues every collective, then waits for all of them; returns the outputs in order (numpy in, numpy
     out, no TensorFlow here). This is the body of every bridge call and of the object collectives."""
+    return finish(start(collectives, *arrays))
+
+
+def start(collectives: Sequence[Collective], *arrays) -> list:
+    """Enqueues every collective and returns what finish() needs, without waiting: for work that overlaps a
+    collective with later steps (bounded staleness). The arrays must stay alive and unchanged until finish()."""
     # Everything is checked and described first, then queued in one atomic call: a rejected member must
     # not leave the others half-submitted (queued here while their peers wait for the rest).
     prepared = []  # (collective, request, input, output or None)
@@ -185,7 +191,11 @@ def execute(collectives: Sequence[Collective], *arrays) -> List[np.ndarray]:
         handles = ops.submit_many([key for _, key, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
         raise as_tf_error(e) from None
-    pending = [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
+    return [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
+
+
+def finish(pending: list) -> List[np.ndarray]:
+    """Waits for what start() enqueued; returns the outputs in order."""
     error = None
     try:
         for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still use our buffers

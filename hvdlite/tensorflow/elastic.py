@@ -92,8 +92,13 @@ class TensorFlowKerasState(State):
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self._saved_weights: List[np.ndarray] = []
         self._saved_optimizer: List[np.ndarray] = []
+        self._saved_in_flight: Dict[str, Any] = {}  # bounded staleness: the averages not applied yet
         super().__init__(broadcast_object, rank, **kwargs)
         self._save_values()
+
+    def _stale_exchange(self):
+        state = getattr(self.optimizer, "__dict__", {}).get("_hvd_state")
+        return getattr(state, "stale", None)
 
     def _optimizer_variables(self) -> list:
         if self.optimizer is None:
@@ -114,17 +119,25 @@ class TensorFlowKerasState(State):
         if len(variables) == len(self._saved_optimizer):
             for variable, value in zip(variables, self._saved_optimizer):
                 variable.assign(value)
+        if self._stale_exchange() is not None:
+            self._stale_exchange().load(self._saved_in_flight)
 
     def sync(self) -> None:
         variables = list(self.model.weights) + self._optimizer_variables()
         if variables:
             broadcast_variables(variables, 0, name="elastic.TensorFlowKerasState")
+        stale = self._stale_exchange()
+        if stale is not None:
+            stale.load(broadcast_object(stale.settle(), 0, name="elastic.TensorFlowKerasState.in_flight"))
         super().sync()
         self._save_values()
 
     def _checkpoint_payload(self) -> Dict[str, Any]:
         return dict(
-            super()._checkpoint_payload(), weights=self._saved_weights, optimizer_variables=self._saved_optimizer
+            super()._checkpoint_payload(),
+            weights=self._saved_weights,
+            optimizer_variables=self._saved_optimizer,
+            in_flight=self._saved_in_flight,
         )
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
@@ -133,10 +146,13 @@ class TensorFlowKerasState(State):
         super()._load_checkpoint_payload(payload)
         self._saved_weights = payload["weights"]
         self._saved_optimizer = payload["optimizer_variables"]
+        self._saved_in_flight = payload.get("in_flight", {})
 
     def _save_values(self) -> None:
         self._saved_weights = [np.array(w, copy=True) for w in self.model.get_weights()]
         self._saved_optimizer = [np.array(v.numpy(), copy=True) for v in self._optimizer_variables()]
+        stale = self._stale_exchange()
+        self._saved_in_flight = stale.settle() if stale is not None else {}
 
 
 __all__ = ["HostsUpdatedInterrupt", "State", "TensorFlowKerasState", "TensorFlowState", "run"]

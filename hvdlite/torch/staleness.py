@@ -160,6 +160,13 @@ class BoundedStaleness:
         shared = state.get("shared")
         if shared is None:
             return
+        for entry in self.in_flight:  # the core may still write into their buffers: let it finish first
+            if entry.handles is not None:
+                for handle in entry.handles.values():
+                    try:
+                        self.collectives.synchronize(handle)
+                    except Exception:  # noqa: BLE001, S110 - failed with the world being restored; discarded anyway
+                        pass
         self.steps = int(shared["steps"])
         dtypes = {str(d): d for d in self.by_dtype}
         device = {d: params[0].device for d, params in self.by_dtype.items()}

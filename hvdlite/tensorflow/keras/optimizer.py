@@ -25,15 +25,22 @@ from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.gradients import GradientReducer, _var_key, local_layers_list, resolve_groups
+from hvdlite.tensorflow.keras.staleness import StaleExchange
 
 
 class _HvdState:
     """Everything hvdlite adds to an optimizer; stored outside Keras/TF tracking (never saved)."""
 
     def __init__(
-        self, reducer: GradientReducer, backward_passes_per_step: int = 1, average_aggregated_gradients: bool = False
+        self,
+        reducer: GradientReducer,
+        backward_passes_per_step: int = 1,
+        average_aggregated_gradients: bool = False,
+        staleness=None,
     ):
         self.reducer = reducer
+        self.stale = None if staleness is None else StaleExchange(staleness, reducer)
+        self.variables = None  # what apply() was last given, for drain()
         self.passes = backward_passes_per_step
         self.average_aggregated = average_aggregated_gradients
         self.accumulators = None  # var key -> tf.Variable, when backward_passes_per_step > 1
@@ -87,8 +94,29 @@ class _DistributedOptimizer:
                     self.build(variables)
                 self.built = True
         if state.passes == 1:
-            return super().apply(state.reducer.reduce(grads, variables), trainable_variables)
+            return self._hvd_reduce_and_apply(grads, variables, trainable_variables, super().apply)
         return self._hvd_accumulate(grads, variables, trainable_variables, super().apply)
+
+    def _hvd_reduce_and_apply(self, grads, variables, trainable_variables, parent_apply):
+        state = self._hvd()
+        if state.stale is None:
+            return parent_apply(state.reducer.reduce(grads, variables), trainable_variables)
+        state.variables = (variables, trainable_variables)
+        state.stale.apply(grads, variables, trainable_variables, parent_apply)
+
+    def drain(self) -> int:
+        """With staleness=s: waits for the averages still in flight and applies each, oldest first (call it
+        eagerly, e.g. after model.fit, before evaluating or saving); returns how many it applied."""
+        state = self._hvd()
+        if state.stale is None or state.variables is None:
+            return 0
+        variables, trainable_variables = state.variables
+        applied = 0
+        for averages in state.stale.drain():
+            grads = [tf.cast(tf.constant(a), v.dtype) for a, v in zip(averages, variables)]
+            super().apply(grads, trainable_variables)
+            applied += 1
+        return applied
 
     def _hvd_accumulate(self, grads, variables, trainable_variables, parent_apply):
         """backward_passes_per_step > 1: sum gradients locally, reduce and apply every N-th call."""
@@ -105,7 +133,7 @@ class _DistributedOptimizer:
             summed = [None if acc is None else acc.read_value() for acc in accumulators]
             if state.average_aggregated:
                 summed = [None if s is None else s / tf.cast(passes, s.dtype) for s in summed]
-            parent_apply(state.reducer.reduce(summed, variables), trainable_variables)
+            self._hvd_reduce_and_apply(summed, variables, trainable_variables, parent_apply)
             for acc in accumulators:
                 if acc is not None:
                     acc.assign(tf.zeros_like(acc))
@@ -146,6 +174,7 @@ def DistributedOptimizer(
     groups=None,
     process_set=global_process_set,
     scale_local_gradients=True,
+    staleness=None,
 ):
     """Returns optimizer, now averaging gradients over the ranks of process_set before every update
     (horovod.tensorflow.keras.DistributedOptimizer's signature, for Keras 3).
@@ -154,6 +183,10 @@ def DistributedOptimizer(
     by N if average_aggregated_gradients). Under the mixed_float16 global policy the optimizer is first wrapped
     in a LossScaleOptimizer (as model.compile would), so that the allreduce precedes its overflow check.
     As in Horovod's Keras optimizer, op is Average or Sum, and gradient_predivide_factor only acts with Average.
+
+    staleness=s (hvdlite's own, s >= 1) starts each update's allreduce without waiting and applies its average s
+    updates later (hvdlite.tensorflow.keras.staleness); the first s updates apply nothing and drain() applies
+    the last s.
     """
     if op != Average and op != Sum:
         raise ValueError("op currently only supports Average and Sum")
@@ -184,7 +217,9 @@ def DistributedOptimizer(
         scale_local_gradients,
     )
     optimizer.__class__ = _distributed_class(base)
-    optimizer.__dict__["_hvd_state"] = _HvdState(reducer, backward_passes_per_step, average_aggregated_gradients)
+    optimizer.__dict__["_hvd_state"] = _HvdState(
+        reducer, backward_passes_per_step, average_aggregated_gradients, staleness
+    )
     if optimizer.built:
         optimizer._hvd_make_accumulators(
             list(getattr(optimizer, "_trainable_variables", None) or optimizer.inner_optimizer._trainable_variables)
