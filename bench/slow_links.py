@@ -17,6 +17,7 @@ directions (its veth counters, launch and set-up included). Methods:
   sync-two-tier   the same through the two-tier allreduce (2 ranks per host and more)
   fp16            Compression.fp16
   powersgd        Compression.powersgd(rank=4, start_iter=10)
+  powersgd-8      Compression.powersgd(rank=8, start_iter=10)
   topk            Compression.topk(ratio=0.01, start_iter=10)
   topk-5          Compression.topk(ratio=0.05, start_iter=10)
   local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)
@@ -45,6 +46,7 @@ METHODS = (
     "sync-two-tier",
     "fp16",
     "powersgd",
+    "powersgd-8",
     "topk",
     "topk-5",
     "local-sgd",
@@ -62,6 +64,7 @@ def optimizer_settings(method, hvd):
         "sync-two-tier": {},
         "fp16": {"compression": hvd.Compression.fp16},
         "powersgd": {"compression": hvd.Compression.powersgd(rank=POWERSGD_RANK, start_iter=START_ITER)},
+        "powersgd-8": {"compression": hvd.Compression.powersgd(rank=2 * POWERSGD_RANK, start_iter=START_ITER)},
         "topk": {"compression": hvd.Compression.topk(ratio=0.01, start_iter=START_ITER)},
         "topk-5": {"compression": hvd.Compression.topk(ratio=0.05, start_iter=START_ITER)},
         "local-sgd": {"sync_every": 8, "sync_warmup_steps": 16, "outer_lr": 0.7, "outer_momentum": 0.5},
