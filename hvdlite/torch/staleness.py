@@ -62,13 +62,19 @@ class BoundedStaleness:
         self.by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
         for p in params:
             self.by_dtype.setdefault(p.dtype, []).append(p)
+        # The buffers of the average applied last step, reused for the next step's gradients: a new flat buffer
+        # of the model's size every step would cost page faults on the host.
+        self.spare: Dict[torch.dtype, torch.Tensor] = {}
 
     def exchange(self) -> bool:
         """Starts the allreduce of the current gradients and, once s are in flight, puts the oldest average into
         the parameters' .grad. Returns whether there is something to apply this step."""
         buffers = {}
         for dtype, params in self.by_dtype.items():
-            flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
+            size = sum(p.numel() for p in params)
+            flat = self.spare.pop(dtype, None)
+            if flat is None or flat.numel() != size or flat.dtype != dtype:
+                flat = torch.empty(size, dtype=dtype, device=params[0].device)
             offset = 0
             for p in params:
                 view = flat[offset : offset + p.numel()].view_as(p)
@@ -87,6 +93,7 @@ class BoundedStaleness:
             self._wait(oldest)
             self._write_gradients(oldest.buffers)
             sent = sum(b.numel() * b.element_size() for b in oldest.buffers.values())
+            self.spare = {d: b.reshape(-1) for d, b in oldest.buffers.items() if b.is_contiguous()}
         basics.timeline_counter(
             "staleness", {"in_flight": len(self.in_flight), "applied_bytes": sent, "bound": self.staleness}
         )
