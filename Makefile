@@ -39,8 +39,11 @@ $(VENV)/.core-built: $(CORE_SOURCES)
 	test -f $@ && test -z "$$(find hvdlite_core -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
 	touch $@
 
+# Every rank of every job imports the package afresh: bytecode compiled once here spares each of them compiling
+# it again, also where PYTHONDONTWRITEBYTECODE keeps Python from caching it on its own.
 build: $(VENV)/.created
 	$(MAKE) --no-print-directory $(VENV)/.core-built
+	$(PY) -m compileall -q hvdlite launcher tests
 
 # System packages first: without root it stops in seconds with the command to run, before the long set-up.
 system-packages:

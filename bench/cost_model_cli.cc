@@ -1,6 +1,7 @@
 // Prints the core's cost-model predictions (hvdlite_core/src/choice/cost_model.cc) for bench/hierarchical.py:
-// one JSON line per (hosts, per_host, bytes) with the flat ring, the two-tier algorithm (allreduce, and allgather
-// of that many output bytes) and, on paper only, a
+// one JSON line per (hosts, per_host, bytes) with the flat algorithms ("flat": what the chooser runs flat;
+// "ring"; "halving": recursive halving and doubling), the two-tier algorithm (allreduce, and
+// allgather of that many output bytes) and, on paper only, a
 // pipelined binary tree (not implemented in the core; the estimate NCCL's documentation gives for trees:
 // 2 log2(N) latencies plus 2 S over the slowest link's bandwidth, the pipeline hiding the depth).
 //
@@ -46,17 +47,22 @@ int main(int argc, char** argv) {
     for (const std::string& b : split(argv[7], ',')) {
       const size_t bytes = std::strtoull(b.c_str(), nullptr, 10);
       const int n = hosts * per_host;
-      // What the chooser runs: the ring from ring_from_bytes of the layout (flat) or of the cross tier (two-tier).
+      // What the chooser runs: "flat" by the layout's rule (recursive doubling, recursive halving in its band, the
+      // ring), the two-tier algorithm's cross tier by the cross layout's.
       const size_t flat_ring = ring_from_bytes(hosts, per_host, small, c),
                    cross_ring = ring_from_bytes(hosts, 1, small, c);
+      const FlatRule flat(flat_ring, halving_band(hosts, per_host, flat_ring, c)),
+          cross(cross_ring, halving_band(hosts, 1, cross_ring, c));
       const double tree =
           2 * std::log2(static_cast<double>(n)) * c.cross_latency_s + 2.0 * bytes / c.cross_bytes_per_s;
       std::printf(
-          "{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"hierarchical\": %.9g, "
-          "\"pipelined\": %.9g, \"tree\": %.9g, \"allgather_flat\": %.9g, \"allgather_hierarchical\": %.9g}\n",
-          hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, flat_ring, c),
-          predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c),
-          predict_allreduce_hierarchical(hosts, per_host, bytes, cross_ring, c, pipeline), tree,
+          "{\"hosts\": %d, \"per_host\": %d, \"bytes\": %zu, \"flat\": %.9g, \"ring\": %.9g, \"halving\": %.9g, "
+          "\"hierarchical\": %.9g, \"pipelined\": %.9g, \"tree\": %.9g, \"allgather_flat\": %.9g, "
+          "\"allgather_hierarchical\": %.9g}\n",
+          hosts, per_host, bytes, predict_allreduce_flat(hosts, per_host, bytes, flat, c),
+          predict_allreduce_flat(hosts, per_host, bytes, 0, c), predict_allreduce_halving(hosts, per_host, bytes, c),
+          predict_allreduce_hierarchical(hosts, per_host, bytes, cross, c),
+          predict_allreduce_hierarchical(hosts, per_host, bytes, cross, c, pipeline), tree,
           predict_allgather_flat(hosts, per_host, bytes, c),
           predict_allgather_hierarchical(hosts, per_host, bytes, c));
     }

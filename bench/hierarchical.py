@@ -1,4 +1,4 @@
-"""Flat ring against two-tier (hierarchical) allreduce across hosts, measured and predicted, in one run.
+"""Flat against two-tier (hierarchical) allreduce across hosts, measured and predicted, in one run.
 
     python bench/hierarchical.py                       # 2 hosts x 2 ranks, links at 1 Gbit/s; writes bench/results/
     python bench/hierarchical.py --rate 250mbit --per-host 4 --rounds 2 --out-dir /tmp/h
@@ -6,13 +6,16 @@
 
 Needs root: the hosts are network-namespace test hosts on a bridge, each with its own sshd (tests/netns_cluster.py),
 and every host's link is limited with tc's token bucket in both directions (a real network's link rate; the veth
-pairs alone run at memory speed). Each round runs three jobs, interleaved: HVDLITE_HIERARCHICAL_ALLREDUCE=0 (flat
-ring), =1 (two-tier) and auto (the cost model's choice; its timeline says which algorithm ran at each size). Every
-job times each size REPEATS times after a warm-up; the report gives the median and the worst over all rounds.
+pairs alone run at memory speed). Each round runs its jobs interleaved: for allreduce the flat ring and flat
+recursive halving and doubling (HVDLITE_HIERARCHICAL_ALLREDUCE=0 with HVDLITE_ALLREDUCE_ALGORITHMS=ring or rhd), for
+allgather the flat ring; then two-tier (=1) and auto (the cost model's choice; its timeline says which algorithm ran
+at each size). Every job times each size REPEATS times after a warm-up; the report gives the median and the worst
+over all rounds.
 
 The cost model's predictions come from the core's own code (choice/cost_model.cc through
 bench/cost_model_cli.cc) with the link figures the automatic run measured at init; the same figures extrapolate,
-on paper, to 32 hosts x 8 and 256 hosts x 8 (flat ring, two-tier, and a pipelined tree for reference).
+on paper, to 32 hosts x 8 and 256 hosts x 8 (flat ring, recursive halving, two-tier, and a pipelined tree for
+reference).
 Writes hierarchical.json, hierarchical.md and hierarchical.png.
 """
 
@@ -35,7 +38,9 @@ from netns_cluster import ClusterUnavailable, start_cluster  # noqa: E402
 
 JOB = os.path.join(ROOT, "tests", "jobs", "allreduce_timing.py")
 SIZES = [64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-MODES = (("flat", "0"), ("two_tier", "1"), ("auto", "auto"))
+# (mode, HIERARCHICAL_<collective>, ALLREDUCE_ALGORITHMS or None)
+ALLREDUCE_MODES = (("ring", "0", "ring"), ("rhd", "0", "rhd"), ("two_tier", "1", None), ("auto", "auto", None))
+ALLGATHER_MODES = (("flat", "0", None), ("two_tier", "1", None), ("auto", "auto", None))
 EXTRAPOLATE = [(32, 8), (256, 8)]
 EXTRAPOLATE_SIZES = [1 << k for k in range(10, 29, 2)]
 
@@ -93,20 +98,28 @@ def chosen_algorithms(timeline_path, collective="allreduce"):
     sys.path.insert(0, ROOT)
     from hvdlite.timeline import activities, load
 
+    def kind(name):  # "ALLREDUCE (rhd)", "ALLREDUCE (hierarchical)", "ALLGATHER"
+        if "hierarchical" in name:
+            return "two_tier"
+        return name.split("(", 1)[1].rstrip(")") if "(" in name else "flat"
+
     chosen = {}
     for tensor, names in activities(load(timeline_path), collective.upper()).items():
-        kinds = {"two_tier" if "hierarchical" in name else "flat" for name in names}
-        chosen[int(tensor.split(".")[1])] = "/".join(sorted(kinds))
+        chosen[int(tensor.split(".")[1])] = "/".join(sorted({kind(name) for name in names}))
     return chosen
 
 
-def run_job(cluster, per_host, sizes, repeats, setting, out_path, timeline=None, collective="allreduce"):
+def run_job(
+    cluster, per_host, sizes, repeats, setting, out_path, timeline=None, collective="allreduce", algorithm=None
+):
     a, b = cluster.hosts
     env = dict(
         os.environ,
         **{"HVDLITE_HIERARCHICAL_" + collective.upper(): setting},
         PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
     )
+    if algorithm:
+        env["HVDLITE_ALLREDUCE_ALGORITHMS"] = algorithm
     if timeline:
         env["HVDLITE_TIMELINE"] = timeline
     launcher = os.path.join(os.path.dirname(sys.executable), "hvdlite-run")
@@ -154,12 +167,13 @@ def main():
         cluster = start_cluster(workdir, count=2)
     except ClusterUnavailable as exc:
         raise SystemExit(f"bench/hierarchical.py: cannot create the test hosts: {exc}")
-    times = {mode: {size: [] for size in sizes} for mode, _ in MODES}
+    modes = ALLREDUCE_MODES if args.collective == "allreduce" else ALLGATHER_MODES
+    times = {mode: {size: [] for size in sizes} for mode, _, _ in modes}
     try:
         for index in range(2):
             cluster.limit_rate(index, args.rate)
         for round_ in range(args.rounds):
-            for mode, setting in MODES:
+            for mode, setting, algorithm in modes:
                 timeline = os.path.join(workdir, "timeline.json") if mode == "auto" and round_ == 0 else None
                 result = run_job(
                     cluster,
@@ -170,6 +184,7 @@ def main():
                     os.path.join(workdir, f"{mode}.{round_}.json"),
                     timeline,
                     args.collective,
+                    algorithm,
                 )
                 for size, seconds in result["times"].items():
                     times[mode][int(size)] += seconds
@@ -194,14 +209,13 @@ def main():
     shutil.rmtree(workdir, ignore_errors=True)
 
     rows = []
+    flat_modes = [mode for mode, setting, _ in modes if setting == "0"]
+    model_keys = {"flat": prefix + "flat", "ring": "ring", "rhd": "halving"}
     for size in sizes:
-        row = {
-            "bytes": size,
-            "chosen": chosen.get(size, "?"),
-            "predicted_flat_s": predicted[size][prefix + "flat"],
-            "predicted_two_tier_s": predicted[size][two_tier],
-        }
-        for mode, _ in MODES:
+        row = {"bytes": size, "chosen": chosen.get(size, "?"), "predicted_two_tier_s": predicted[size][two_tier]}
+        for mode in flat_modes:
+            row[f"predicted_{mode}_s"] = predicted[size][model_keys[mode]]
+        for mode, _, _ in modes:
             row[f"{mode}_median_s"] = statistics.median(times[mode][size])
             row[f"{mode}_worst_s"] = max(times[mode][size])
         rows.append(row)
@@ -218,8 +232,9 @@ def main():
     }
     with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(report, f, indent=1)
+    flat_names = {"flat": "flat ring", "ring": "flat ring", "rhd": "flat rhd"}
     lines = [
-        f"# Flat ring vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})",
+        f"# Flat vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})",
         "",
         machine_line()
         + f"; {args.rounds} interleaved rounds x {args.repeats} timed {args.collective}s per size"
@@ -228,29 +243,38 @@ def main():
         + ", ".join(f"{k} {v:g}" for k, v in figures.items())
         + ".",
         "",
-        "| size | flat median / worst (ms) | two-tier median / worst (ms) | speedup (medians) | auto median (ms) "
-        "| auto chose | predicted flat / two-tier (ms) |",
-        "|---|---|---|---|---|---|---|",
+        "| size | "
+        + " | ".join(f"{flat_names[m]} median / worst (ms)" for m in flat_modes)
+        + " | two-tier median / worst (ms) | ring / two-tier (medians) | auto median (ms) | auto chose | predicted "
+        + " / ".join(flat_names[m].split()[-1] for m in flat_modes)
+        + " / two-tier (ms) |",
+        "|---|" + "---|" * (len(flat_modes) + 5),
     ]
     for row in rows:
-        lines.append(
-            f"| {human(row['bytes'])} | {row['flat_median_s'] * 1e3:.1f} / {row['flat_worst_s'] * 1e3:.1f} | "
-            f"{row['two_tier_median_s'] * 1e3:.1f} / {row['two_tier_worst_s'] * 1e3:.1f} | "
-            f"{row['flat_median_s'] / row['two_tier_median_s']:.2f}x | {row['auto_median_s'] * 1e3:.1f} | "
-            f"{row['chosen']} | {row['predicted_flat_s'] * 1e3:.1f} / {row['predicted_two_tier_s'] * 1e3:.1f} |"
-        )
+        cells = [human(row["bytes"])]
+        cells += [
+            f"{row[f'{m}_median_s'] * 1e3:.1f} / {row[f'{m}_worst_s'] * 1e3:.1f}" for m in flat_modes + ["two_tier"]
+        ]
+        cells.append(f"{row[flat_modes[0] + '_median_s'] / row['two_tier_median_s']:.2f}x")
+        cells += [f"{row['auto_median_s'] * 1e3:.1f}", row["chosen"]]
+        cells.append(" / ".join(f"{row[f'predicted_{m}_s'] * 1e3:.1f}" for m in flat_modes + ["two_tier"]))
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Extrapolated with the same link figures (model only):",
         "",
-        "| layout | size | flat ring (ms) | two-tier (ms) |"
+        "| layout | size | flat ring (ms) |"
+        + (" flat rhd (ms) |" if not prefix else "")
+        + " two-tier (ms) |"
         + (" two-tier, tiers overlapped (ms) | pipelined tree (ms) |" if not prefix else ""),
-        "|---|---|---|---|" + ("---|---|" if not prefix else ""),
+        "|---|---|---|---|" + ("---|---|---|" if not prefix else ""),
     ]
     for p in extrapolated:
+        ring = p["allgather_flat"] if prefix else p["ring"]
         lines.append(
-            f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {p[prefix + 'flat'] * 1e3:.2f} | "
-            f"{p[prefix + 'hierarchical'] * 1e3:.2f} |"
+            f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {ring * 1e3:.2f} |"
+            + (f" {p['halving'] * 1e3:.2f} |" if not prefix else "")
+            + f" {p[prefix + 'hierarchical'] * 1e3:.2f} |"
             + (f" {p['pipelined'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |" if not prefix else "")
         )
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
@@ -268,12 +292,19 @@ def plot(report, out_dir, name="hierarchical", prefix=""):
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     rows = report["rows"]
     x = [r["bytes"] for r in rows]
-    for mode, style in (("flat", "o-"), ("two_tier", "s-"), ("auto", "^:")):
-        left.plot(x, [r[f"{mode}_median_s"] * 1e3 for r in rows], style, label=f"{mode} (measured median)")
-    left.plot(x, [r["predicted_flat_s"] * 1e3 for r in rows], "--", color="C0", alpha=0.6, label="flat (model)")
-    left.plot(
-        x, [r["predicted_two_tier_s"] * 1e3 for r in rows], "--", color="C1", alpha=0.6, label="two-tier (model)"
-    )
+    flat_modes = [mode for mode in ("flat", "ring", "rhd") if f"{mode}_median_s" in rows[0]]
+    styles = {"flat": "o-", "ring": "o-", "rhd": "d-", "two_tier": "s-", "auto": "^:"}
+    for mode in flat_modes + ["two_tier", "auto"]:
+        left.plot(x, [r[f"{mode}_median_s"] * 1e3 for r in rows], styles[mode], label=f"{mode} (measured median)")
+    for index, mode in enumerate(flat_modes + ["two_tier"]):
+        left.plot(
+            x,
+            [r[f"predicted_{mode}_s"] * 1e3 for r in rows],
+            "--",
+            color=f"C{index}",
+            alpha=0.6,
+            label=f"{mode} (model)",
+        )
     left.set(
         xscale="log",
         yscale="log",
@@ -285,20 +316,28 @@ def plot(report, out_dir, name="hierarchical", prefix=""):
     for (hosts, per_host), color in zip(EXTRAPOLATE, ("C2", "C3")):
         points = [p for p in report["extrapolated"] if p["hosts"] == hosts and p["per_host"] == per_host]
         sizes = [p["bytes"] for p in points]
+        ring = [p[prefix + "flat"] if prefix else p["ring"] for p in points]
         right.plot(
             sizes,
-            [p[prefix + "flat"] / p[two_tier_key(prefix)] for p in points],
+            [r / p[two_tier_key(prefix)] for r, p in zip(ring, points)],
             "-",
             color=color,
-            label=f"{hosts}x{per_host}: flat / two-tier",
+            label=f"{hosts}x{per_host}: ring / two-tier",
         )
-        if not prefix:  # the tree estimate is for allreduce
+        if not prefix:  # recursive halving and the tree estimate are for allreduce
             right.plot(
                 sizes,
-                [p["flat"] / p["tree"] for p in points],
+                [r / p["halving"] for r, p in zip(ring, points)],
+                "--",
+                color=color,
+                label=f"{hosts}x{per_host}: ring / rhd",
+            )
+            right.plot(
+                sizes,
+                [r / p["tree"] for r, p in zip(ring, points)],
                 ":",
                 color=color,
-                label=f"{hosts}x{per_host}: flat / tree",
+                label=f"{hosts}x{per_host}: ring / tree",
             )
     right.axhline(1.0, color="grey", linewidth=0.8)
     right.set(

@@ -28,15 +28,21 @@ counts = (1, 3, 1000, 3001, 9000, 70001, 300000, 1 << 20, (4 << 20) + 5)
 for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else counts:
     for dtype in (np.float32, np.int32):
         for op, reference in ((ops.Sum, lambda xs: sum(xs)), (ops.Max, lambda xs: np.maximum.reduce(xs)),
-                              (ops.Min, lambda xs: np.minimum.reduce(xs))):
+                              (ops.Min, lambda xs: np.minimum.reduce(xs)), (ops.Average, lambda xs: sum(xs) / n)):
+            if op == ops.Average and dtype != np.float32:
+                continue
             inputs = [((np.arange(count) * (r + 3)) % 1009 - 500 + r).astype(dtype) for r in range(n)]
             out = allreduce(inputs[me].copy(), "t.%d.%s.%s" % (count, np.dtype(dtype).name, op), op=op)
             expected = reference(inputs).astype(dtype)
-            assert np.array_equal(out, expected), (count, dtype, op)
+            if op == ops.Average:  # the sum is exact; dividing by n rounds once, at most
+                assert np.allclose(out, expected, rtol=1e-6, atol=0), (count, dtype, op)
+            else:
+                assert np.array_equal(out, expected), (count, dtype, op)
             checked += 1
 info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
 streaming = ("streaming_store_bytes_from", "STREAMING_STORE_BYTES")
 shown = {k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming or k == "adaptive_allreduce"}
+shown["ALLREDUCE_ALGORITHMS"] = info["ALLREDUCE_ALGORITHMS"]
 print("INFO %d %s" % (me, json.dumps(shown)), flush=True)
 print("OK %d" % checked, flush=True)
 basics.shutdown()
@@ -55,8 +61,9 @@ def infos(result) -> dict:
     return found
 
 
-def run(np_, cache_dir, **env):
-    result = run_job(JOB, np_, env={"HVDLITE_ALGORITHM_CACHE_DIR": str(cache_dir), **env}, timeout=120)
+def run(np_, cache_dir, host_ids=None, **env):
+    env = {"HVDLITE_ALGORITHM_CACHE_DIR": str(cache_dir), **env}
+    result = run_job(JOB, np_, host_ids=host_ids, env=env, timeout=120)
     assert_job_ok(result, np_)
     found = infos(result)
     assert sorted(found) == list(range(np_)), result.stdout
@@ -158,6 +165,7 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
             "allreduce_table": "fixed",
             "streaming_store_bytes_from": "default",
             "STREAMING_STORE_BYTES": str(16 << 20),
+            "ALLREDUCE_ALGORITHMS": "fixed",
         }, env
     # STREAMING_STORE_BYTES given: obeyed, whatever the measurement says.
     given = run(2, tmp_path, HVDLITE_STREAMING_STORE_BYTES="12345")
@@ -235,6 +243,69 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
     assert len(sequences[0]) == 3 * steps, sequences[0][:10]
     assert all(seq == sequences[0] for seq in sequences), [seq[:12] for seq in sequences]
     assert {a for _, a in sequences[0]} == {"ALLREDUCE (ring)", "ALLREDUCE (single_copy)"}, sequences[0]
+
+
+# Float32 bytes of the job's counts; the timeline names each allreduce "t.<count>.float32.<op>".
+JOB_COUNTS = (1, 3, 1000, 3001, 9000, 70001, 300000, 1 << 20, (4 << 20) + 5)
+
+
+def algorithms_run(timeline) -> dict:
+    from hvdlite.timeline import activities, load
+
+    ran = activities(load(str(timeline)), "ALLREDUCE")
+    return {count: ran["t.%d.float32.1" % count] for count in JOB_COUNTS}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "np_,host_ids",
+    [(4, None), (3, [0, 1, 2]), (6, [0, 0, 0, 1, 1, 2])],
+    ids=["4-shm", "3-tcp", "6-mixed"],
+)
+def test_recursive_halving_when_named(tmp_path, np_, host_ids):
+    """ALLREDUCE_ALGORITHMS=rhd: every allreduce with at least an element per member of the largest power of two
+    runs recursive halving and doubling (the smaller ones recursive doubling), its results checked by the job against
+    the reference for every count, op and dtype: a power of two on shared memory, and with members folded in first
+    over TCP and over both transports (6: two folded pairs, then two halving steps)."""
+    timeline = tmp_path / "timeline.json"
+    found = run(np_, tmp_path, host_ids, HVDLITE_ALLREDUCE_ALGORITHMS="rhd", HVDLITE_TIMELINE=str(timeline))
+    assert found["ALLREDUCE_ALGORITHMS"] == "rhd" and found["allreduce_table"] == "fixed", found
+    power_of_two = 1 << (np_.bit_length() - 1)
+    expected = {count: {"ALLREDUCE (%s)" % ("rhd" if count >= power_of_two else "rd")} for count in JOB_COUNTS}
+    assert algorithms_run(timeline) == expected
+
+
+@pytest.mark.timeout(120)
+def test_recursive_halving_where_the_model_prices_it_lowest(tmp_path):
+    """Two emulated hosts of two ranks, flat allreduces, the link costs given: the chooser runs recursive halving and
+    doubling for exactly the sizes of the band the cost model reports in build_info, and the size rule's algorithm
+    elsewhere. Slow knobs for the network put the job's sizes on both sides of the band."""
+    timeline = tmp_path / "timeline.json"
+    env = {
+        "HVDLITE_HIERARCHICAL_ALLREDUCE": "0",
+        "HVDLITE_LOCAL_LATENCY_US": "2",
+        "HVDLITE_LOCAL_GBYTES_PER_S": "8",
+        "HVDLITE_CROSS_LATENCY_US": "500",
+        "HVDLITE_CROSS_GBYTES_PER_S": "10",
+        "HVDLITE_TIMELINE": str(timeline),
+    }
+    found = run(4, tmp_path, [0, 0, 1, 1], **env)
+    start, end = (int(x) for x in found["allreduce_halving_bytes"].split("-"))
+    ran = algorithms_run(timeline)
+    inside = [count for count in JOB_COUNTS if start <= 4 * count < end]
+    assert inside and len(inside) < len(JOB_COUNTS), (start, end)
+    for count, algorithms in ran.items():
+        if count in inside:
+            assert algorithms == {"ALLREDUCE (rhd)"}, (count, ran)
+        else:
+            assert algorithms <= {"ALLREDUCE (rd)", "ALLREDUCE (ring)"} and len(algorithms) == 1, (count, ran)
+    # The fixed rules have no band: recursive doubling, then the ring.
+    fixed = dict(env, HVDLITE_ALLREDUCE_ALGORITHMS="fixed")
+    assert "allreduce_halving_bytes" not in run(4, tmp_path, [0, 0, 1, 1], **fixed)
+    assert {a for algorithms in algorithms_run(timeline).values() for a in algorithms} == {
+        "ALLREDUCE (rd)",
+        "ALLREDUCE (ring)",
+    }
 
 
 @pytest.mark.parametrize(

@@ -288,6 +288,8 @@ def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_chosen_automaticall
         for label, setting in (("flat", "0"), ("two_tier", "1"), ("auto", "auto")):
             out = tmp_path / ("%s.json" % label)
             env = {"HVDLITE_HIERARCHICAL_ALLREDUCE": setting}
+            if label == "flat":  # the flat ring, not the recursive halving the model may choose in its place
+                env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "ring"
             if label == "auto":
                 env["HVDLITE_TIMELINE"] = str(tmp_path / "timeline.json")
             result = run_launcher(

@@ -67,8 +67,10 @@ void test_cost_model() {
   CHECK(choose_hierarchical_chunks(2, 2, mb64, small, c, 4 << 20) == 16);
   CHECK(choose_hierarchical_chunks(2, 2, mb64, small, LinkCosts(), 4 << 20) == 16);  // unmeasured: the knob
   CHECK(hierarchical_pipeline_chunks(mb64, 0) == 1 && hierarchical_pipeline_chunks(mb64 + 1, 1 << 20) == 64);
-  // Recursive doubling below the threshold: 2 hosts x 4 = distances 1, 2 local, 4 across (4 ranks at once).
-  CHECK(near(predict_allreduce_flat(2, 4, 1024, small, c), 2 * (1e-6 + 1024 / 5e9) + 50e-6 + 4 * 1024 / 125e6));
+  // Recursive doubling below the threshold: 2 hosts x 4 = distances 1, 2 local, 4 across (4 ranks at once), each
+  // step reducing the whole buffer (at the assumed 4 GB/s).
+  CHECK(near(predict_allreduce_flat(2, 4, 1024, small, c),
+             2 * (1e-6 + 1024 / 5e9) + 50e-6 + 4 * 1024 / 125e6 + 3 * 1024 / 4e9));
   // Large buffers on a slow network: two-tier wins, by up to 2(N-1)/N over 2(H-1)/H (1.75 for 2 x 4).
   double ratio = predict_allreduce_flat(2, 4, mb64, small, c) / predict_allreduce_hierarchical(2, 4, mb64, small, c);
   CHECK(ratio > 1.6 && ratio < 1.75);
@@ -119,22 +121,77 @@ void test_ring_from_scales_with_the_job() {
         ring_from_bytes(256, 1, 2 * small, assumed) / 2 + 1 == ring_from_bytes(256, 1, small, assumed));
 }
 
+// Recursive halving and doubling: the band where the model prices it clearly below what the size rule runs.
+void test_halving_band() {
+  const size_t small = 64 << 10;
+  const LinkCosts assumed = assumed_link_costs();
+  // Fewer than 4 members: never (with 2 it moves what the ring moves, and reduces after receiving).
+  CHECK(halving_band(2, 1, small, assumed).from == 0 && halving_band(2, 1, small, assumed).to == 0);
+  CHECK(halving_band(3, 1, small, assumed).to == 0 && halving_band(1, 3, small, assumed).to == 0);
+  for (int hosts : {16, 256, 2048}) {
+    const size_t ring_from = ring_from_bytes(hosts, 1, small, assumed);
+    const HalvingBand band = halving_band(hosts, 1, ring_from, assumed);
+    CHECK(band.from > 0 && band.from < band.to);
+    // At its first size it is priced at least 10% below what the size rule runs; at its end and half its start,
+    // not.
+    const double halving = predict_allreduce_halving(hosts, 1, band.from, assumed);
+    CHECK(predict_allreduce_flat(hosts, 1, band.from, FlatRule(ring_from, band), assumed) == halving);
+    CHECK(halving < 0.9 * predict_allreduce_flat(hosts, 1, band.from, ring_from, assumed));
+    for (size_t outside : {band.from / 2, band.to}) {
+      CHECK(!band.contains(outside));
+      CHECK(predict_allreduce_halving(hosts, 1, outside, assumed) >=
+            0.9 * predict_allreduce_flat(hosts, 1, outside, ring_from, assumed));
+    }
+    CHECK(band.from > 1024);
+  }
+  // With many members its band covers the middle sizes the ring's latencies and recursive doubling's bytes lose.
+  const HalvingBand wide = halving_band(2048, 1, ring_from_bytes(2048, 1, small, assumed), assumed);
+  CHECK(wide.contains(64 << 10) && wide.contains(1 << 20) && wide.contains(16 << 20));
+  // The two-tier allreduce's cross tier runs recursive halving in the cross layout's band too (8 MB over 256 x 8:
+  // 1 MB segments across).
+  const size_t cross_from = ring_from_bytes(256, 1, small, assumed);
+  const FlatRule cross(cross_from, halving_band(256, 1, cross_from, assumed));
+  CHECK(cross.halving.contains(1 << 20));
+  CHECK(predict_allreduce_hierarchical(256, 8, 8 << 20, cross, assumed) <
+        0.9 * predict_allreduce_hierarchical(256, 8, 8 << 20, FlatRule(cross_from), assumed));
+  // A non-power-of-two job pays two whole-buffer transfers more than the next power of two below it.
+  CHECK(predict_allreduce_halving(5, 1, 1 << 20, assumed) > predict_allreduce_halving(4, 1, 1 << 20, assumed));
+}
+
 // The table in docs/architecture.md, printed for tests/test_core_cpp.py to compare (lines starting "TABLE").
 void print_ring_from_table() {
   const size_t small = 64 << 10;
   const LinkCosts c = assumed_link_costs();
-  std::printf("TABLE | ranks (hosts x per host) | ring from | 64 KB: rd / ring (us) | 16 MB: rd / ring (ms) |\n");
-  std::printf("TABLE |---|---|---|---|\n");
+  std::printf(
+      "TABLE | ranks (hosts x per host) | ring from | rhd from - to | 64 KB: rd / rhd / ring (us) | "
+      "16 MB: rd / rhd / ring (ms) | chosen at 64 KB, 16 MB |\n");
+  std::printf("TABLE |---|---|---|---|---|---|\n");
   const int layouts[][2] = {{2, 1}, {1, 8}, {16, 1}, {2, 8}, {256, 1}, {32, 8}, {2048, 1}, {256, 8}};
+  auto size_text = [](size_t bytes) {
+    char text[32];
+    if (bytes == ~size_t{0}) return std::string("any");
+    if (bytes >= (1u << 20)) {
+      std::snprintf(text, sizeof(text), "%.1f MB", bytes / 1048576.0);
+    } else {
+      std::snprintf(text, sizeof(text), "%.0f KB", bytes / 1024.0);
+    }
+    return std::string(text);
+  };
   for (const auto& layout : layouts) {
     const int hosts = layout[0], per_host = layout[1];
     const size_t from = ring_from_bytes(hosts, per_host, small, c);
+    const HalvingBand band = halving_band(hosts, per_host, from, c);
     const size_t k64 = 64 << 10, m16 = 16 << 20;
-    std::printf("TABLE | %d (%d x %d) | %.0f KB | %.0f / %.0f | %.1f / %.1f |\n", hosts * per_host, hosts, per_host,
-                from / 1024.0, predict_allreduce_flat(hosts, per_host, k64, ~size_t{0}, c) * 1e6,
+    auto chosen = [&](size_t bytes) { return band.contains(bytes) ? "rhd" : bytes < from ? "rd" : "ring"; };
+    const std::string halving = band.to == 0 ? "-" : size_text(band.from) + " - " + size_text(band.to);
+    std::printf("TABLE | %d (%d x %d) | %.0f KB | %s | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %s, %s |\n",
+                hosts * per_host, hosts, per_host, from / 1024.0, halving.c_str(),
+                predict_allreduce_flat(hosts, per_host, k64, ~size_t{0}, c) * 1e6,
+                predict_allreduce_halving(hosts, per_host, k64, c) * 1e6,
                 predict_allreduce_flat(hosts, per_host, k64, 0, c) * 1e6,
                 predict_allreduce_flat(hosts, per_host, m16, ~size_t{0}, c) * 1e3,
-                predict_allreduce_flat(hosts, per_host, m16, 0, c) * 1e3);
+                predict_allreduce_halving(hosts, per_host, m16, c) * 1e3,
+                predict_allreduce_flat(hosts, per_host, m16, 0, c) * 1e3, chosen(k64), chosen(m16));
   }
 }
 

@@ -44,6 +44,7 @@ int g_checks = 0;
 // In algorithm_choice_tests.cc.
 void test_cost_model();
 void test_ring_from_scales_with_the_job();
+void test_halving_band();
 void print_ring_from_table();
 void test_allreduce_table();
 void test_streaming_choice();
@@ -715,6 +716,7 @@ int main() {
   test_recent_ops();
   test_cost_model();
   test_ring_from_scales_with_the_job();
+  test_halving_band();
   print_ring_from_table();
   test_lost_peers();
   test_ordered_worker();

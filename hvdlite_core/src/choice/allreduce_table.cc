@@ -102,6 +102,8 @@ bool AllreduceTable::parse(const std::string& text, AllreduceTable* table) {
       algorithm = AllreduceAlgorithm::kRing;
     else if (name == "single_copy")
       algorithm = AllreduceAlgorithm::kSingleCopy;
+    else if (name == "rhd")
+      algorithm = AllreduceAlgorithm::kRecursiveHalving;
     else
       return false;
     if (parsed.bands_.empty() ? min_bytes != 0 : min_bytes <= parsed.bands_.back().min_bytes) return false;

@@ -3,10 +3,31 @@
 #include <algorithm>
 
 #include "choice/algorithm_cache.h"
-#include "choice/cost_model.h"
 #include "transport/mesh.h"
 
 namespace hvdlite {
+namespace {
+
+AllreduceAlgorithm forced_algorithm(int setting) {
+  switch (setting) {
+    case Config::kForcedRhd:
+      return AllreduceAlgorithm::kRecursiveHalving;
+    case Config::kForcedRing:
+      return AllreduceAlgorithm::kRing;
+    case Config::kForcedSingleCopy:
+      return AllreduceAlgorithm::kSingleCopy;
+    default:
+      return AllreduceAlgorithm::kRecursiveDoubling;
+  }
+}
+
+size_t power_of_two_at_most(int n) {
+  size_t p = 1;
+  while (p * 2 <= static_cast<size_t>(n)) p *= 2;
+  return p;
+}
+
+}  // namespace
 
 Chooser::Chooser(const Config& config) : config_(config) {
   derived_.streaming_store_bytes = config.streaming_store_bytes;
@@ -48,7 +69,7 @@ AllreducePlan Chooser::allreduce(const Communicator& comm, size_t bytes, size_t 
   if (two_tier_allreduce(comm, bytes)) {
     plan.two_tier = true;
     plan.chunks = std::min(choose_hierarchical_chunks(comm.host_count(), comm.local()->size(), bytes,
-                                                      ring_from(comm.host_count(), 1, comm.link_costs()),
+                                                      layout(comm.host_count(), 1, comm.link_costs()),
                                                       comm.link_costs(), config_.hierarchical_pipeline_bytes),
                            std::max<size_t>(1, count / comm.local()->size()));
     return plan;
@@ -67,14 +88,21 @@ AllreduceAlgorithm Chooser::flat_allreduce(const Communicator& comm, size_t byte
     algorithm = take ? adaptive_->take(band) : adaptive_->peek(band);
   } else if (measured_for(comm)) {
     algorithm = derived_.table.choose(bytes);
+  } else if (config_.allreduce_algorithms >= Config::kForcedRd) {
+    algorithm = forced_algorithm(config_.allreduce_algorithms);
   } else if (config_.single_copy_allreduce && bytes >= small) {
     algorithm = AllreduceAlgorithm::kSingleCopy;
   } else {
-    algorithm = bytes < ring_from(comm) ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+    const FlatRule& choice = layout(comm);
+    algorithm = bytes < choice.ring_from ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing;
+    if (choice.halving.contains(bytes)) algorithm = AllreduceAlgorithm::kRecursiveHalving;
   }
   if (algorithm == AllreduceAlgorithm::kSingleCopy && !comm.single_copy_local())
     algorithm = AllreduceAlgorithm::kRing;
   if (algorithm == AllreduceAlgorithm::kRing && count < static_cast<size_t>(comm.size())) {
+    algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  }
+  if (algorithm == AllreduceAlgorithm::kRecursiveHalving && count < power_of_two_at_most(comm.size())) {
     algorithm = AllreduceAlgorithm::kRecursiveDoubling;
   }
   return algorithm;
@@ -121,27 +149,29 @@ bool two_tier_chosen(const Communicator& comm, int setting, Predict predict) {
 bool Chooser::two_tier_allreduce(const Communicator& comm, size_t bytes) const {
   return two_tier_chosen(
       comm, config_.hierarchical_allreduce, [&](bool two_tier, int hosts, int per_host, const LinkCosts& c) {
-        return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, ring_from(hosts, 1, c), c,
+        return two_tier ? predict_allreduce_hierarchical(hosts, per_host, bytes, layout(hosts, 1, c), c,
                                                          config_.hierarchical_pipeline_bytes)
-                        : predict_allreduce_flat(hosts, per_host, bytes, ring_from(hosts, per_host, c), c);
+                        : predict_allreduce_flat(hosts, per_host, bytes, layout(hosts, per_host, c), c);
       });
 }
 
-size_t Chooser::ring_from(const Communicator& comm) const {
+const FlatRule& Chooser::layout(const Communicator& comm) const {
   const int hosts = std::max(comm.host_count(), 1);
   const int per_host = comm.local() ? comm.local()->size() : (comm.size() + hosts - 1) / hosts;
-  return ring_from(hosts, per_host, comm.link_costs());
+  return layout(hosts, per_host, comm.link_costs());
 }
 
-size_t Chooser::ring_from(int hosts, int per_host, const LinkCosts& costs) const {
+const FlatRule& Chooser::layout(int hosts, int per_host, const LinkCosts& costs) const {
+  std::lock_guard<std::mutex> lock(layouts_mutex_);
+  auto found = layouts_.find({hosts, per_host});
+  if (found != layouts_.end()) return found->second;
   const size_t small = static_cast<size_t>(config_.small_message_bytes);
-  if (config_.allreduce_algorithms == 1) return small;  // the knobs fixed the rules
-  std::lock_guard<std::mutex> lock(ring_from_mutex_);
-  auto found = ring_from_.find({hosts, per_host});
-  if (found != ring_from_.end()) return found->second;
-  const size_t bytes = ring_from_bytes(hosts, per_host, small, costs);
-  ring_from_.emplace(std::make_pair(hosts, per_host), bytes);
-  return bytes;
+  FlatRule choice(small);
+  if (config_.allreduce_algorithms != 1) {  // unless the knobs fixed the rules
+    choice.ring_from = ring_from_bytes(hosts, per_host, small, costs);
+    choice.halving = halving_band(hosts, per_host, choice.ring_from, costs);
+  }
+  return layouts_.emplace(std::make_pair(hosts, per_host), choice).first->second;
 }
 
 bool Chooser::two_tier_allgather(const Communicator& comm, size_t total_bytes) const {
@@ -161,6 +191,15 @@ std::string Chooser::describe() const {
             ";allreduce_table_measurements=" + std::to_string(derived_.table_measurements);
   }
   text += ";streaming_store_bytes_from=" + derived_.streaming_origin;
+  // Where the world's allreduces run recursive halving, when the size rules decide for it.
+  if (world_ && world_->size() > 1 && config_.cpu_operations == 0 && !measured_for(*world_) &&
+      config_.allreduce_algorithms == 0 && !config_.single_copy_allreduce) {
+    const HalvingBand& band = layout(*world_).halving;
+    text +=
+        ";allreduce_halving_bytes=" +
+        (band.to == 0 ? std::string("none")
+                      : std::to_string(band.from) + "-" + (band.to == ~size_t{0} ? "any" : std::to_string(band.to)));
+  }
   if (adaptive_) text += ";" + adaptive_->describe();
   return text;
 }

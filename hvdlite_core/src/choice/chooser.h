@@ -16,6 +16,7 @@
 
 #include "choice/allreduce_adaptive.h"
 #include "choice/allreduce_table.h"
+#include "choice/cost_model.h"
 #include "collectives/algorithms.h"
 #include "common/config.h"
 
@@ -56,14 +57,16 @@ class Chooser {
   //      says so or (unset) the cost model predicts them faster.
   //   2. The job's own runs, for large allreduces of the world on one host (ADAPTIVE_ALLREDUCE_BYTES).
   //   3. The measured table, for the world on one host (ALLREDUCE_ALGORITHMS=measured).
-  //   4. The fixed rules: SINGLE_COPY_ALLREDUCE, then recursive doubling below SMALL_MESSAGE_BYTES, else the ring;
+  //   4. An algorithm named by ALLREDUCE_ALGORITHMS (rd, rhd, ring, single_copy).
+  //   5. The fixed rules: SINGLE_COPY_ALLREDUCE, then recursive doubling below SMALL_MESSAGE_BYTES, else the ring;
   //      unless the knobs fixed them (ALLREDUCE_ALGORITHMS=fixed, or SMALL_MESSAGE_BYTES given), the size from
-  //      which the ring runs grows with the communicator as the cost model prices it (ring_from_bytes).
-  //   5. What the communicator can run: single copy needs cross-memory attach to every member, the ring a
-  //      segment per member.
+  //      which the ring runs grows with the communicator as the cost model prices it (ring_from_bytes), and
+  //      recursive halving and doubling runs where the model prices it clearly below both (halving_band).
+  //   6. What the communicator can run: single copy needs cross-memory attach to every member, the ring a
+  //      segment per member, recursive halving one per member of the largest power of two among them.
   // take = true consumes the online choice's trial run for this cycle (dispatch); false only looks (labels).
   AllreducePlan allreduce(const Communicator& comm, size_t bytes, size_t count, bool take = false);
-  // The one-tier algorithm for a buffer of count elements (rules 2-5): what a tier of a two-tier run uses too.
+  // The one-tier algorithm for a buffer of count elements (rules 2-6): what a tier of a two-tier run uses too.
   AllreduceAlgorithm flat_allreduce(const Communicator& comm, size_t bytes, size_t count, bool take = false);
   // After a run of a plan with adaptive_band >= 0: this rank's seconds (< 0: not a figure of the algorithm).
   void observe(const AllreducePlan& plan, size_t bytes, double seconds);
@@ -77,24 +80,26 @@ class Chooser {
   AdaptiveAllreduce* adaptive() { return adaptive_.get(); }
   const Derived& derived() const { return derived_; }
   const Config& config() const { return config_; }
-  // "allreduce_table=...;streaming_store_bytes_from=...;adaptive_..." for build_info.
+  // "allreduce_table=...;streaming_store_bytes_from=...;allreduce_halving_bytes=...;adaptive_..." for build_info.
   std::string describe() const;
 
  private:
   bool measured_for(const Communicator& comm) const { return &comm == world_ && !derived_.table.empty(); }
   bool two_tier_allreduce(const Communicator& comm, size_t bytes) const;
   bool two_tier_allgather(const Communicator& comm, size_t total_bytes) const;
-  // From which size the ring replaces recursive doubling on a communicator of this layout (cached per layout).
-  size_t ring_from(const Communicator& comm) const;
-  size_t ring_from(int hosts, int per_host, const LinkCosts& costs) const;
+  // What the model says for a communicator of this layout (cached per layout): from which size the ring replaces
+  // recursive doubling, and where recursive halving beats both.
+  const FlatRule& layout(const Communicator& comm) const;
+  const FlatRule& layout(int hosts, int per_host, const LinkCosts& costs) const;
 
   const Config& config_;
   Derived derived_;
   const Communicator* world_ = nullptr;  // the communicator the table and the online choice are for
   std::unique_ptr<AdaptiveAllreduce> adaptive_;
-  // (hosts, members per host) -> ring_from bytes. A two-tier allreduce's cross tier asks from a helper thread.
-  mutable std::mutex ring_from_mutex_;
-  mutable std::map<std::pair<int, int>, size_t> ring_from_;
+  // (hosts, members per host) -> its choice; entries never move. A two-tier allreduce's cross tier asks from a
+  // helper thread.
+  mutable std::mutex layouts_mutex_;
+  mutable std::map<std::pair<int, int>, FlatRule> layouts_;
 };
 
 }  // namespace hvdlite

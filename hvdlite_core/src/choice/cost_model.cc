@@ -36,16 +36,24 @@ size_t hierarchical_pipeline_chunks(size_t bytes, int64_t pipeline_bytes) {
 
 namespace {
 
+// Summing float32 on one core: what recursive doubling pays once per step over the whole buffer after receiving it,
+// while the ring reduces each piece as the next streams in. Assumed, not measured: only its ratio to the links'
+// costs moves the crossover, and weakly.
+constexpr double kReduceBytesPerSecond = 4e9;
+
 // Recursive doubling: whole-buffer exchanges with partners at distance 1, 2, 4, ...; from distance per_host on the
 // partner is on another host, and every rank of a host sends across at once. A count that is not a power of two
-// folds the extra ranks in first and hands them the result last.
+// folds the extra ranks in first and hands them the result last. Each step reduces the whole buffer after it
+// arrives.
 double recursive_doubling_seconds(int hosts, int per_host, double size, const LinkCosts& c) {
   const int n = hosts * per_host, p = power_of_two_below(n);
   auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
   auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
   double t = 0;
-  for (int distance = 1; distance < p; distance *= 2) t += distance < per_host ? local(size) : cross(size * per_host);
-  if (p != n) t += 2 * (per_host > 1 ? local(size) : cross(size));
+  for (int distance = 1; distance < p; distance *= 2) {
+    t += (distance < per_host ? local(size) : cross(size * per_host)) + size / kReduceBytesPerSecond;
+  }
+  if (p != n) t += 2 * (per_host > 1 ? local(size) : cross(size)) + size / kReduceBytesPerSecond;
   return t;
 }
 
@@ -58,18 +66,11 @@ double ring_seconds(int hosts, int per_host, double size, const LinkCosts& c) {
   return 2.0 * (n - 1) * step;
 }
 
-// Summing float32 on one core: what recursive doubling pays once per step over the whole buffer after receiving it,
-// while the ring reduces each piece as the next streams in. Assumed, not measured: only its ratio to the links'
-// costs moves the crossover, and weakly.
-constexpr double kReduceBytesPerSecond = 4e9;
-
 // The size from which the ring is cheaper than recursive doubling for this layout (bisection over sizes: the
 // difference of two piecewise-linear costs changes sign once).
 double crossover_bytes(int hosts, int per_host, const LinkCosts& c) {
-  const int steps = static_cast<int>(std::log2(power_of_two_below(hosts * per_host)));
   auto ring_cheaper = [&](double b) {
-    const double rd = recursive_doubling_seconds(hosts, per_host, b, c) + steps * b / kReduceBytesPerSecond;
-    return ring_seconds(hosts, per_host, b, c) <= rd;
+    return ring_seconds(hosts, per_host, b, c) <= recursive_doubling_seconds(hosts, per_host, b, c);
   };
   double low = 1, high = 1ull << 40;
   if (!ring_cheaper(high)) return high;
@@ -103,17 +104,63 @@ size_t ring_from_bytes(int hosts, int per_host, size_t small_message_bytes, cons
   return static_cast<size_t>(std::min(static_cast<double>(small_message_bytes) * scale, 1099511627776.0));
 }
 
-double predict_allreduce_flat(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c) {
+double predict_allreduce_flat(int hosts, int per_host, size_t bytes, const FlatRule& rule, const LinkCosts& c) {
   const int n = hosts * per_host;
   if (n < 2 || bytes == 0) return 0;
+  if (rule.halving.contains(bytes)) return predict_allreduce_halving(hosts, per_host, bytes, c);
   const double size = static_cast<double>(bytes);
-  return bytes < ring_from ? recursive_doubling_seconds(hosts, per_host, size, c)
-                           : ring_seconds(hosts, per_host, size, c);
+  return bytes < rule.ring_from ? recursive_doubling_seconds(hosts, per_host, size, c)
+                                : ring_seconds(hosts, per_host, size, c);
+}
+
+double predict_allreduce_halving(int hosts, int per_host, size_t bytes, const LinkCosts& c) {
+  const int n = hosts * per_host, p = power_of_two_below(n);
+  if (n < 2 || bytes == 0) return 0;
+  const double size = static_cast<double>(bytes);
+  auto local = [&](double b) { return message(c.local_latency_s, c.local_bytes_per_s, b); };
+  auto cross = [&](double b) { return message(c.cross_latency_s, c.cross_bytes_per_s, b); };
+  // Each halving step and its mirror in the allgather move the same piece; from distance per_host on, every
+  // member of a host sends across at once.
+  double t = 0, piece = size;
+  for (int distance = 1; distance < p; distance *= 2) {
+    piece /= 2;
+    t += 2 * (distance < per_host ? local(piece) : cross(piece * per_host));
+  }
+  double reduced = size * (1 - 1.0 / p);
+  if (p != n) {
+    t += 2 * (per_host > 1 ? local(size) : cross(size));
+    reduced += size;
+  }
+  return t + reduced / kReduceBytesPerSecond;
+}
+
+HalvingBand halving_band(int hosts, int per_host, size_t ring_from, const LinkCosts& measured) {
+  HalvingBand band;
+  if (hosts * per_host < 4) return band;
+  const LinkCosts c = measured.known() ? measured : assumed_link_costs();
+  // Margin as the measured table's: a model's small lead is not worth a third algorithm in the mix.
+  constexpr double kClearMargin = 0.9;
+  // Sizes from 1 KiB to 1 TiB, four to an octave; the costs are piecewise linear, so the winning sizes are one run.
+  bool inside = false;
+  for (int quarter = 40; quarter <= 160; ++quarter) {
+    const double size = std::exp2(quarter / 4.0);
+    const double rule = size < static_cast<double>(ring_from) ? recursive_doubling_seconds(hosts, per_host, size, c)
+                                                              : ring_seconds(hosts, per_host, size, c);
+    const bool wins = predict_allreduce_halving(hosts, per_host, static_cast<size_t>(size), c) < kClearMargin * rule;
+    if (wins && !inside) band.from = static_cast<size_t>(size);
+    if (!wins && inside) {
+      band.to = static_cast<size_t>(size);
+      return band;
+    }
+    inside = wins;
+  }
+  if (inside) band.to = ~size_t{0};
+  return band;
 }
 
 namespace {
 
-double predict_two_tier(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+double predict_two_tier(int hosts, int per_host, size_t bytes, const FlatRule& cross_rule, const LinkCosts& c,
                         size_t chunk_count) {
   // Each chunk runs both tiers on its share of the buffer (allreduce_hierarchical.cc).
   const double chunks = static_cast<double>(chunk_count);
@@ -125,10 +172,16 @@ double predict_two_tier(int hosts, int per_host, size_t bytes, size_t ring_from,
   const double host_tier = 2.0 * (per_host - 1) * local(segment);
   // Across hosts: per_host allreduces of one segment at once, sharing each host's link.
   double network_tier = 0;
-  if (segment < ring_from) {
+  if (cross_rule.halving.contains(static_cast<size_t>(segment))) {
+    LinkCosts shared = c;
+    shared.cross_bytes_per_s /= per_host;
+    network_tier = predict_allreduce_halving(hosts, 1, static_cast<size_t>(segment), shared);
+  } else if (segment < cross_rule.ring_from) {
     const int p = power_of_two_below(hosts);
-    for (int distance = 1; distance < p; distance *= 2) network_tier += cross(segment * per_host);
-    if (p != hosts) network_tier += 2 * cross(segment * per_host);
+    for (int distance = 1; distance < p; distance *= 2) {
+      network_tier += cross(segment * per_host) + segment / kReduceBytesPerSecond;
+    }
+    if (p != hosts) network_tier += 2 * cross(segment * per_host) + segment / kReduceBytesPerSecond;
   } else {
     network_tier = 2.0 * (hosts - 1) * cross(segment / hosts * per_host);
   }
@@ -139,23 +192,23 @@ double predict_two_tier(int hosts, int per_host, size_t bytes, size_t ring_from,
 
 }  // namespace
 
-size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
+size_t choose_hierarchical_chunks(int hosts, int per_host, size_t bytes, const FlatRule& cross, const LinkCosts& c,
                                   int64_t pipeline_bytes) {
   const size_t most = hierarchical_pipeline_chunks(bytes, pipeline_bytes);
   if (most == 1 || !c.known() || hosts < 2 || per_host < 2) return most;
   // Every chunk pays each tier's latencies again: with many hosts the cross ring's 2(H-1) steps per chunk can
   // cost more than the overlap saves.
-  return predict_two_tier(hosts, per_host, bytes, ring_from, c, most) <
-                 predict_two_tier(hosts, per_host, bytes, ring_from, c, 1)
+  return predict_two_tier(hosts, per_host, bytes, cross, c, most) <
+                 predict_two_tier(hosts, per_host, bytes, cross, c, 1)
              ? most
              : 1;
 }
 
-double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, size_t ring_from, const LinkCosts& c,
-                                      int64_t pipeline_bytes) {
-  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes, ring_from, c);
-  return predict_two_tier(hosts, per_host, bytes, ring_from, c,
-                          choose_hierarchical_chunks(hosts, per_host, bytes, ring_from, c, pipeline_bytes));
+double predict_allreduce_hierarchical(int hosts, int per_host, size_t bytes, const FlatRule& cross,
+                                      const LinkCosts& c, int64_t pipeline_bytes) {
+  if (hosts < 2 || per_host < 2 || bytes == 0) return predict_allreduce_flat(hosts, per_host, bytes, cross, c);
+  return predict_two_tier(hosts, per_host, bytes, cross, c,
+                          choose_hierarchical_chunks(hosts, per_host, bytes, cross, c, pipeline_bytes));
 }
 
 double predict_allgather_flat(int hosts, int per_host, size_t bytes, const LinkCosts& c) {

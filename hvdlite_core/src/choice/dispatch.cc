@@ -8,7 +8,7 @@
 namespace hvdlite {
 namespace {
 
-// In place, including the postscale: the ring and single copy scale each piece while it is in cache.
+// In place, including the postscale: all but recursive doubling scale each piece while it is in cache.
 void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output, void* buffer, size_t count,
               DType dtype, ReduceKind kind, double postscale) {
   switch (algorithm) {
@@ -21,6 +21,9 @@ void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output
       break;
     case AllreduceAlgorithm::kSingleCopy:
       allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, postscale);
+      break;
+    case AllreduceAlgorithm::kRecursiveHalving:
+      allreduce_recursive_halving(comm, buffer, count, dtype, kind, postscale);
       break;
   }
 }

@@ -49,6 +49,9 @@ void run_candidate(Communicator& comm, AllreduceAlgorithm algorithm, float* data
     case AllreduceAlgorithm::kSingleCopy:
       allreduce_single_copy(comm, data, data, count, DType::kFloat32, ReduceKind::kMax, 1.0);
       break;
+    case AllreduceAlgorithm::kRecursiveHalving:
+      allreduce_recursive_halving(comm, data, count, DType::kFloat32, ReduceKind::kMax, 1.0);
+      break;
   }
 }
 

@@ -11,6 +11,8 @@ const char* algorithm_name(AllreduceAlgorithm algorithm) {
       return "ring";
     case AllreduceAlgorithm::kSingleCopy:
       return "single_copy";
+    case AllreduceAlgorithm::kRecursiveHalving:
+      return "rhd";
   }
   return "?";
 }

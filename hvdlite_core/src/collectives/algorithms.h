@@ -13,8 +13,8 @@
 
 namespace hvdlite {
 
-enum class AllreduceAlgorithm { kRecursiveDoubling, kRing, kSingleCopy };
-const char* algorithm_name(AllreduceAlgorithm algorithm);  // "rd", "ring", "single_copy"
+enum class AllreduceAlgorithm { kRecursiveDoubling, kRing, kSingleCopy, kRecursiveHalving };
+const char* algorithm_name(AllreduceAlgorithm algorithm);  // "rd", "ring", "single_copy", "rhd"
 
 // --- algorithms ---
 void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind);
@@ -26,6 +26,9 @@ void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes
 // cold_output: the allgather half receives into the result with streaming stores (it will not stay in cache).
 void allreduce_ring(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind, double postscale,
                     bool cold_output);
+// Needs count >= the largest power of two <= comm.size(); postscale multiplies each member's reduced range.
+void allreduce_recursive_halving(Communicator& comm, void* buffer, size_t count, DType dtype, ReduceKind kind,
+                                 double postscale);
 // Reduce-scatter in each host, allreduce across hosts, allgather in each host; needs comm.local()/cross().
 // Pipelined over `chunks` pieces (the cross tier of one while the host tier of the next); across(cross, data,
 // count) allreduces one piece's segment over the cross tier in place.

@@ -147,10 +147,19 @@ const std::vector<Knob>& knobs() {
       bool_knob("CMA_DISABLE", &Config::cma_disable, "1: no single-copy (cross-memory attach) transfers on one host"),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce,
                 "1: large allreduces on one host by single copy (implies ALLREDUCE_ALGORITHMS=fixed)"),
-      choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms, {{"measured", 0}, {"auto", 0}, {"fixed", 1}},
-                  "it takes measured (choose per size from this machine's figures) or fixed",
+      choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms,
+                  {{"measured", 0},
+                   {"auto", 0},
+                   {"fixed", 1},
+                   {"rd", Config::kForcedRd},
+                   {"rhd", Config::kForcedRhd},
+                   {"ring", Config::kForcedRing},
+                   {"single_copy", Config::kForcedSingleCopy}},
+                  "it takes measured (choose per size from this machine's figures), fixed, or one algorithm: rd, "
+                  "rhd, ring or single_copy",
                   "measured: the algorithm per size comes from this machine's figures; fixed: SMALL_MESSAGE_BYTES "
-                  "and SINGLE_COPY_ALLREDUCE decide"),
+                  "and SINGLE_COPY_ALLREDUCE decide; rd, rhd, ring or single_copy: that algorithm for every flat "
+                  "allreduce it can run"),
       number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes,
                   "allreduces from this size choose between the ring and single copy from the job's own runs (0: "
                   "off; unset: from the measured table)"),

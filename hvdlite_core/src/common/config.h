@@ -43,16 +43,18 @@ struct Config {
   int64_t hierarchical_pipeline_bytes = 4 << 20;  // HIERARCHICAL_PIPELINE_BYTES: two-tier allreduce overlaps its
                                                   // host and network tiers over chunks of this size (0: no overlap)
   // The cost model's link constants; 0: measured at init (choice/cost_model.h).
-  double local_latency_us = 0;                  // LOCAL_LATENCY_US: one message between ranks on one host
-  double local_gbytes_per_s = 0;                // LOCAL_GBYTES_PER_S: one stream between ranks on one host
-  double cross_latency_us = 0;                  // CROSS_LATENCY_US: one message between hosts
-  double cross_gbytes_per_s = 0;                // CROSS_GBYTES_PER_S: one stream alone on a host's network link
-  bool single_copy_allreduce = false;           // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
-                                                // (off: the shm ring is usually faster)
-  int allreduce_algorithms = 0;                 // ALLREDUCE_ALGORITHMS: on one host, "measured" 0: chosen per size
-                                                // from this machine's figures (choice/algorithm_cache.h); "fixed"
-                                                // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting
-                                                // either of those implies fixed)
+  double local_latency_us = 0;         // LOCAL_LATENCY_US: one message between ranks on one host
+  double local_gbytes_per_s = 0;       // LOCAL_GBYTES_PER_S: one stream between ranks on one host
+  double cross_latency_us = 0;         // CROSS_LATENCY_US: one message between hosts
+  double cross_gbytes_per_s = 0;       // CROSS_GBYTES_PER_S: one stream alone on a host's network link
+  bool single_copy_allreduce = false;  // SINGLE_COPY_ALLREDUCE: allreduce by cross-memory attach too
+                                       // (off: the shm ring is usually faster)
+  int allreduce_algorithms = 0;        // ALLREDUCE_ALGORITHMS: on one host, "measured" 0: chosen per size
+                                       // from this machine's figures (choice/algorithm_cache.h); "fixed"
+                                       // 1: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE decide (setting
+                                       // either of those implies fixed); or one algorithm for every flat
+                                       // allreduce: kForcedRd and on (choice/chooser.h)
+  static constexpr int kForcedRd = 2, kForcedRhd = 3, kForcedRing = 4, kForcedSingleCopy = 5;
   int64_t adaptive_allreduce_bytes = 16 << 20;  // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
                                                 // from this size choose between the ring and single copy from the
                                                 // job's own runs (choice/allreduce_adaptive.h); 0: off. Unset:
