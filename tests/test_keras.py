@@ -117,7 +117,7 @@ print("DONE")
 
 
 @pytest.mark.timeout(240)
-def test_custom_loops_loss_scaling_accumulation_staleness_and_sync_batch_norm():
+def test_custom_loops_loss_scaling_accumulation_staleness_compression_and_sync_batch_norm():
     run("""
 STEPS = 4
 x, y = data(2 * STEPS)
@@ -241,6 +241,124 @@ for bad in (0, 1.5):
         assert "staleness must be an integer >= 1" in str(e), e
     else:
         raise SystemExit(f"staleness={bad} was accepted")
+
+# PowerSGD and top-k with error feedback: gradients given directly (every rank's known to every rank), plain SGD
+# with lr 1, so each update is minus the exchanged gradient; a written-out reference runs the method over all
+# ranks' gradients. The first START updates are uncompressed; of mlp's kernels, PowerSGD compresses the first.
+import zlib
+START, UPDATES = 2, 6
+def given(rank, step, i, shape):
+    return np.random.default_rng(zlib.crc32(f"{rank}.{step}.{i}".encode())).standard_normal(shape).astype("float32")
+
+def powersgd_reference(shapes, r=2):
+    residuals, qs, out = {}, {}, []
+    for step in range(1, UPDATES + 1):
+        reduced = []
+        for i, shape in enumerate(shapes):
+            gs = [given(rank, step, i, shape) for rank in range(N)]
+            n, m = shape[0], int(np.prod(shape[1:]))
+            if step <= START or len(shape) < 2 or (n + m) * min(r, n, m) * 2 > n * m:
+                reduced.append(sum(gs) / N)
+                continue
+            ms = [g.reshape(n, m) + residuals.get((rank, i), 0) for rank, g in enumerate(gs)]
+            q = qs.get(i)
+            if q is None:
+                q = np.random.default_rng(zlib.crc32(f"0:{i}:0".encode())).standard_normal((m, r)).astype("float32")
+            p = np.linalg.qr(sum(mm @ q for mm in ms) / N)[0]
+            qs[i] = sum(mm.T @ p for mm in ms) / N
+            approximation = p @ qs[i].T
+            for rank, mm in enumerate(ms):
+                residuals[rank, i] = mm - approximation
+            reduced.append(approximation.reshape(shape))
+        out.append(reduced)
+    return out
+
+def topk_reference(shapes, ratio=0.1):
+    residuals, out = {}, []
+    for step in range(1, UPDATES + 1):
+        reduced = []
+        for i, shape in enumerate(shapes):
+            gs = [given(rank, step, i, shape) for rank in range(N)]
+            size = int(np.prod(shape))
+            k = int(np.ceil(ratio * size))
+            if step <= START or len(shape) < 2 or 2 * k * 2 > size:
+                reduced.append(sum(gs) / N)
+                continue
+            dense = np.zeros(size, "float32")
+            for rank, g in enumerate(gs):
+                total = g.reshape(-1) + residuals.get((rank, i), 0)
+                index = np.argsort(-np.abs(total))[:k]
+                dense[index] += total[index]
+                total = total.copy()
+                total[index] = 0
+                residuals[rank, i] = total
+            reduced.append((dense / N).reshape(shape))
+        out.append(reduced)
+    return out
+
+METHODS = (
+    ("powersgd", lambda: hvd.Compression.powersgd(rank=2, start_iter=START), powersgd_reference),
+    ("topk", lambda: hvd.Compression.topk(ratio=0.1, start_iter=START), topk_reference),
+)
+for kind, make, reference_of in METHODS:
+    for graph in (True, False):
+        model = mlp(0)
+        variables = model.trainable_variables
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), compression=make())
+        def update(grads):
+            opt.apply_gradients(zip(grads, variables))
+        update = tf.function(update) if graph else update
+        expected = [v.numpy().copy() for v in variables]
+        for step, reduced in enumerate(reference_of([tuple(v.shape) for v in variables]), start=1):
+            update([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)])
+            expected = [e - r for e, r in zip(expected, reduced)]
+            worst = max(np.abs(v.numpy() - e).max() for v, e in zip(variables, expected))
+            assert worst < 1e-4, (kind, graph, step, worst)
+        assert_same_everywhere(flat(model), f"{kind}{graph}")
+    # Elastic: a commit holds the residuals, step count and warm starts; after a restore the same updates give
+    # the same weights.
+    model = mlp(0)
+    variables = model.trainable_variables
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), compression=make())
+    def updates(first, last):
+        seen = []
+        for step in range(first, last):
+            opt.apply_gradients(zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)],
+                                    variables))
+            seen.append(flat(model))
+        return seen
+    updates(1, 5)
+    state = hvd_elastic.KerasState(model, opt)
+    first = updates(5, 8)
+    state.restore()
+    assert all(np.array_equal(a, b) for a, b in zip(first, updates(5, 8))), f"{kind}: the restored state differs"
+    # model.fit with it, and what it refuses
+    model = mlp(0)
+    model.compile(optimizer=hvd.DistributedOptimizer(sgd(), compression=make()), loss=LOSS)
+    model.fit(xs, ys, batch_size=B, epochs=2, shuffle=False, verbose=0)
+    assert_same_everywhere(flat(model), f"{kind} fit")
+    for bad in ({"staleness": 1}, {"gradient_predivide_factor": 2.0}):
+        try:
+            hvd.DistributedOptimizer(sgd(), compression=make(), **bad)
+        except ValueError as e:
+            assert "cannot be combined" in str(e), e
+        else:
+            raise SystemExit(f"{kind} with {bad} was accepted")
+try:
+    hvd.Compression.powersgd(rank=0)
+except ValueError as e:
+    assert "rank must be >= 1" in str(e), e
+else:
+    raise SystemExit("powersgd(rank=0) was accepted")
+import hvdlite.tensorflow as hvd_tf
+with tf.GradientTape() as tape:
+    pass
+try:
+    hvd_tf.DistributedGradientTape(tape, compression=hvd_tf.Compression.topk())
+except ValueError as e:
+    assert "works with hvdlite.tensorflow.keras.DistributedOptimizer" in str(e), e
+else:
+    raise SystemExit("DistributedGradientTape took top-k compression")
 
 # Sum instead of Average: N times the average step with plain SGD
 model, ref = mlp(0), mlp(0)

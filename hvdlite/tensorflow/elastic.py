@@ -85,7 +85,11 @@ class TensorFlowState(State):
 class TensorFlowKerasState(State):
     """Horovod's ``TensorFlowKerasState(model, optimizer=None, backend=None, **kwargs)``: a Keras model's weights
     and its optimizer's variables (slots, iteration count), plus plain keyword attributes (``epoch=0,
-    batch=0``). The optimizer defaults to ``model.optimizer``; it is built first if training has not built it."""
+    batch=0``). The optimizer defaults to ``model.optimizer``; it is built first if training has not built it.
+
+    With PowerSGD or top-k compression, each rank's residuals are committed and restored per rank and never
+    broadcast; the step count and warm-start matrices are shared, taken from rank 0 by sync() and kept in
+    checkpoint files (a job restarted from files begins with empty residuals), as in TorchState."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs: Any):
         self.model = model
@@ -93,12 +97,17 @@ class TensorFlowKerasState(State):
         self._saved_weights: List[np.ndarray] = []
         self._saved_optimizer: List[np.ndarray] = []
         self._saved_in_flight: Dict[str, Any] = {}  # bounded staleness: the averages not applied yet
+        self._saved_feedback: Dict[str, Any] = {}  # PowerSGD / top-k: residuals, step count, warm starts
         super().__init__(broadcast_object, rank, **kwargs)
         self._save_values()
 
     def _stale_exchange(self):
         state = getattr(self.optimizer, "__dict__", {}).get("_hvd_state")
         return getattr(state, "stale", None)
+
+    def _feedback(self):
+        state = getattr(self.optimizer, "__dict__", {}).get("_hvd_state")
+        return getattr(state, "feedback", None)
 
     def _optimizer_variables(self) -> list:
         if self.optimizer is None:
@@ -121,6 +130,8 @@ class TensorFlowKerasState(State):
                 variable.assign(value)
         if self._stale_exchange() is not None:
             self._stale_exchange().load(self._saved_in_flight)
+        if self._feedback() is not None and self._saved_feedback:
+            self._feedback().load_state_dict(self._saved_feedback)
 
     def sync(self) -> None:
         variables = list(self.model.weights) + self._optimizer_variables()
@@ -129,6 +140,10 @@ class TensorFlowKerasState(State):
         stale = self._stale_exchange()
         if stale is not None:
             stale.load(broadcast_object(stale.settle(), 0, name="elastic.TensorFlowKerasState.in_flight"))
+        feedback = self._feedback()
+        if feedback is not None:
+            shared = broadcast_object(feedback.shared_state(), 0, name="elastic.TensorFlowKerasState.feedback")
+            feedback.load_state_dict({"shared": shared})
         super().sync()
         self._save_values()
 
@@ -138,6 +153,7 @@ class TensorFlowKerasState(State):
             weights=self._saved_weights,
             optimizer_variables=self._saved_optimizer,
             in_flight=self._saved_in_flight,
+            feedback={"shared": self._saved_feedback["shared"]} if self._saved_feedback else {},
         )
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
@@ -147,12 +163,15 @@ class TensorFlowKerasState(State):
         self._saved_weights = payload["weights"]
         self._saved_optimizer = payload["optimizer_variables"]
         self._saved_in_flight = payload.get("in_flight", {})
+        self._saved_feedback = payload.get("feedback", {})
 
     def _save_values(self) -> None:
         self._saved_weights = [np.array(w, copy=True) for w in self.model.get_weights()]
         self._saved_optimizer = [np.array(v.numpy(), copy=True) for v in self._optimizer_variables()]
         stale = self._stale_exchange()
         self._saved_in_flight = stale.settle() if stale is not None else {}
+        feedback = self._feedback()
+        self._saved_feedback = feedback.state_dict() if feedback is not None else {}
 
 
 __all__ = ["HostsUpdatedInterrupt", "State", "TensorFlowKerasState", "TensorFlowState", "run"]

@@ -19,6 +19,7 @@ from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, global_process_set
 from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow import bridge, mpi_ops
 from hvdlite.tensorflow.compression import Compression
+from hvdlite.tensorflow.error_feedback import ErrorFeedbackSpec
 
 
 def _var_key(variable):
@@ -69,6 +70,11 @@ class GradientReducer:
         scale_local_gradients: bool = True,
     ):
         ops.core_reduce_op(op)
+        if isinstance(compression, ErrorFeedbackSpec):
+            raise ValueError(
+                f"{compression!r} needs several exchanges per step and state across steps: it works with "
+                "hvdlite.tensorflow.keras.DistributedOptimizer (or hvdlite.torch's), not with this entry point"
+            )
         self.prefix = prefix
         self.compression = compression or Compression.none
         self.op = op

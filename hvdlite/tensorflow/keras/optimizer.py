@@ -24,6 +24,7 @@ import tensorflow as tf
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow.compression import Compression
+from hvdlite.tensorflow.error_feedback import ErrorFeedbackSpec
 from hvdlite.tensorflow.gradients import GradientReducer, _var_key, local_layers_list, resolve_groups
 from hvdlite.tensorflow.keras.staleness import StaleExchange
 
@@ -37,9 +38,11 @@ class _HvdState:
         backward_passes_per_step: int = 1,
         average_aggregated_gradients: bool = False,
         staleness=None,
+        feedback=None,
     ):
         self.reducer = reducer
         self.stale = None if staleness is None else StaleExchange(staleness, reducer)
+        self.feedback = feedback  # PowerSGD or top-k (error_feedback), else None
         self.variables = None  # what apply() was last given, for drain()
         self.passes = backward_passes_per_step
         self.average_aggregated = average_aggregated_gradients
@@ -99,6 +102,10 @@ class _DistributedOptimizer:
 
     def _hvd_reduce_and_apply(self, grads, variables, trainable_variables, parent_apply):
         state = self._hvd()
+        if state.feedback is not None:
+            if state.reducer.local_vars:
+                raise ValueError(f"Compression.{state.feedback.kind} cannot be combined with local layers")
+            return parent_apply(state.feedback.apply(grads, variables), trainable_variables)
         if state.stale is None:
             return parent_apply(state.reducer.reduce(grads, variables), trainable_variables)
         state.variables = (variables, trainable_variables)
@@ -187,6 +194,9 @@ def DistributedOptimizer(
     staleness=s (hvdlite's own, s >= 1) starts each update's allreduce without waiting and applies its average s
     updates later (hvdlite.tensorflow.keras.staleness); the first s updates apply nothing and drain() applies
     the last s.
+
+    compression=Compression.powersgd(...) or Compression.topk(...) (hvdlite's own, as in hvdlite.torch) reduces
+    matrix-shaped gradients compressed, with error feedback (hvdlite.tensorflow.error_feedback).
     """
     if op != Average and op != Sum:
         raise ValueError("op currently only supports Average and Sum")
@@ -206,6 +216,14 @@ def DistributedOptimizer(
     ):
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     base = type(optimizer)
+    feedback = None
+    if isinstance(compression, ErrorFeedbackSpec):
+        if staleness is not None:
+            raise ValueError(f"staleness cannot be combined with {compression!r}")
+        if gradient_predivide_factor != 1.0:
+            raise ValueError(f"gradient_predivide_factor cannot be combined with {compression!r}")
+        feedback = compression.build(name or f"Distributed{base.__name__}", op, process_set)
+        compression = Compression.none
     reducer = GradientReducer(
         name or f"Distributed{base.__name__}",
         compression,
@@ -218,7 +236,7 @@ def DistributedOptimizer(
     )
     optimizer.__class__ = _distributed_class(base)
     optimizer.__dict__["_hvd_state"] = _HvdState(
-        reducer, backward_passes_per_step, average_aggregated_gradients, staleness
+        reducer, backward_passes_per_step, average_aggregated_gradients, staleness, feedback
     )
     if optimizer.built:
         optimizer._hvd_make_accumulators(
