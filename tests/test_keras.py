@@ -117,7 +117,7 @@ print("DONE")
 
 
 @pytest.mark.timeout(240)
-def test_custom_loops_loss_scaling_accumulation_staleness_compression_and_sync_batch_norm():
+def test_custom_loops_accumulation_slow_link_methods_loss_scaling_and_sync_batch_norm():
     run("""
 STEPS = 4
 x, y = data(2 * STEPS)
@@ -350,6 +350,85 @@ except ValueError as e:
     assert "rank must be >= 1" in str(e), e
 else:
     raise SystemExit("powersgd(rank=0) was accepted")
+
+# Local SGD (sync_every=2 after 1 synchronous update): each rank applies its own given gradients and the weights
+# are averaged every 2 updates, plainly and through an outer Nesterov step; a reference follows every rank.
+def local_sgd_reference(shapes, start, k=2, warmup=1, lr=0.1, outer_lr=1.0, outer_momentum=0.0):
+    weights = [[w.copy() for w in start] for _ in range(N)]
+    anchor, velocity, out = None, None, []
+    for step in range(1, UPDATES + 1):
+        for rank in range(N):
+            for i, shape in enumerate(shapes):
+                if step <= warmup:
+                    weights[rank][i] = weights[rank][i] - lr * sum(given(q, step, i, shape) for q in range(N)) / N
+                else:
+                    weights[rank][i] = weights[rank][i] - lr * given(rank, step, i, shape)
+        outer = outer_lr != 1.0 or outer_momentum != 0.0
+        if step == warmup and outer:
+            anchor = [w.copy() for w in weights[0]]
+        if step > warmup and (step - warmup) % k == 0:
+            mean = [sum(weights[q][i] for q in range(N)) / N for i in range(len(shapes))]
+            if outer and anchor is None:
+                anchor = [m.copy() for m in mean]
+            elif outer:
+                velocity = velocity or [np.zeros_like(a) for a in anchor]
+                for i in range(len(shapes)):
+                    gradient = anchor[i] - mean[i]
+                    velocity[i] = outer_momentum * velocity[i] + gradient
+                    anchor[i] = anchor[i] - outer_lr * (gradient + outer_momentum * velocity[i])
+                mean = [a.copy() for a in anchor]
+            weights = [[m.copy() for m in mean] for _ in range(N)]
+        out.append([w.copy() for w in weights[R]])
+    return out
+
+for outer in ({}, {"outer_lr": 0.7, "outer_momentum": 0.5}):
+    for graph in (True, False):
+        model = mlp(0)
+        variables = model.trainable_variables
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), sync_every=2, sync_warmup_steps=1, **outer)
+        def update(grads):
+            opt.apply_gradients(zip(grads, variables))
+        update = tf.function(update) if graph else update
+        shapes = [tuple(v.shape) for v in variables]
+        for step, expected in enumerate(local_sgd_reference(shapes, [v.numpy() for v in variables], **outer), 1):
+            update([tf.constant(given(R, step, i, shape)) for i, shape in enumerate(shapes)])
+            worst = max(np.abs(v.numpy() - e).max() for v, e in zip(variables, expected))
+            assert worst < 1e-5, ("local sgd", outer, graph, step, worst)
+            if step > 1 and (step - 1) % 2 == 0:
+                assert_same_everywhere(flat(model), f"local sgd {outer} {graph} {step}")
+# Momentum averaged with the weights (average_optimizer_state), an elastic restore, fit, and what it refuses
+model = mlp(0)
+variables = model.trainable_variables
+opt = hvd.DistributedOptimizer(sgd(), sync_every=3, average_optimizer_state=True)
+def local_updates(first, last):
+    seen = []
+    for step in range(first, last):
+        opt.apply_gradients(zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)],
+                                variables))
+        seen.append(flat(model))
+    return seen
+local_updates(1, 4)
+momenta = [v.numpy() for v in opt.variables if tuple(v.shape) == tuple(variables[0].shape)]
+assert momenta and not np.allclose(momenta[0], 0), "no momentum to average"
+assert_same_everywhere(np.concatenate([m.ravel() for m in momenta]), "averaged momentum")
+state = hvd_elastic.KerasState(model, opt)
+first = local_updates(4, 9)
+state.restore()
+assert all(np.array_equal(a, b) for a, b in zip(first, local_updates(4, 9))), "local sgd: the restored state differs"
+model = mlp(0)
+model.compile(optimizer=hvd.DistributedOptimizer(sgd(), sync_every=2), loss=LOSS)
+model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)  # 8 updates: the last one averages
+assert_same_everywhere(flat(model), "local sgd fit")
+for bad, message in (({"op": hvd.Sum}, "needs op=Average"), ({"staleness": 1}, "cannot be combined"),
+                     ({"compression": hvd.Compression.topk()}, "cannot be combined"),
+                     ({"sync_every": 0}, "sync_every must be an integer >= 1")):
+    try:
+        hvd.DistributedOptimizer(sgd(), **dict({"sync_every": 2}, **bad))
+    except ValueError as e:
+        assert message in str(e), (bad, e)
+    else:
+        raise SystemExit(f"local SGD with {bad} was accepted")
+
 import hvdlite.tensorflow as hvd_tf
 with tf.GradientTape() as tape:
     pass

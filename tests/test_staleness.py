@@ -121,6 +121,9 @@ state.restore()
 assert len(opt.bounded_staleness.in_flight) == 2
 again = steps(5, 9)
 assert all(torch.equal(a, b) for a, b in zip(first, again)), "the restored averages in flight differ"
+# A rank may be s steps ahead of the other: it must not leave (and shut hvdlite down) before the averages it still
+# owes the other rank are exchanged.
+assert opt.drain() == 2
 
 # Usage errors.
 net = nn.Linear(4, 2)

@@ -89,7 +89,8 @@ class TensorFlowKerasState(State):
 
     With PowerSGD or top-k compression, each rank's residuals are committed and restored per rank and never
     broadcast; the step count and warm-start matrices are shared, taken from rank 0 by sync() and kept in
-    checkpoint files (a job restarted from files begins with empty residuals), as in TorchState."""
+    checkpoint files (a job restarted from files begins with empty residuals), as are local SGD's step count,
+    anchors and outer velocities; as in TorchState."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs: Any):
         self.model = model
@@ -97,7 +98,7 @@ class TensorFlowKerasState(State):
         self._saved_weights: List[np.ndarray] = []
         self._saved_optimizer: List[np.ndarray] = []
         self._saved_in_flight: Dict[str, Any] = {}  # bounded staleness: the averages not applied yet
-        self._saved_feedback: Dict[str, Any] = {}  # PowerSGD / top-k: residuals, step count, warm starts
+        self._saved_extensions: Dict[str, Any] = {}  # PowerSGD / top-k, local SGD: their state_dict()
         super().__init__(broadcast_object, rank, **kwargs)
         self._save_values()
 
@@ -105,9 +106,11 @@ class TensorFlowKerasState(State):
         state = getattr(self.optimizer, "__dict__", {}).get("_hvd_state")
         return getattr(state, "stale", None)
 
-    def _feedback(self):
+    def _extensions(self) -> Dict[str, Any]:
+        """The optimizer's stateful parts beyond its variables: error feedback, local SGD."""
         state = getattr(self.optimizer, "__dict__", {}).get("_hvd_state")
-        return getattr(state, "feedback", None)
+        found = {key: getattr(state, key, None) for key in ("feedback", "local_sgd")}
+        return {key: value for key, value in found.items() if value is not None}
 
     def _optimizer_variables(self) -> list:
         if self.optimizer is None:
@@ -130,8 +133,9 @@ class TensorFlowKerasState(State):
                 variable.assign(value)
         if self._stale_exchange() is not None:
             self._stale_exchange().load(self._saved_in_flight)
-        if self._feedback() is not None and self._saved_feedback:
-            self._feedback().load_state_dict(self._saved_feedback)
+        for key, extension in self._extensions().items():
+            if key in self._saved_extensions:
+                extension.load_state_dict(self._saved_extensions[key])
 
     def sync(self) -> None:
         variables = list(self.model.weights) + self._optimizer_variables()
@@ -140,10 +144,9 @@ class TensorFlowKerasState(State):
         stale = self._stale_exchange()
         if stale is not None:
             stale.load(broadcast_object(stale.settle(), 0, name="elastic.TensorFlowKerasState.in_flight"))
-        feedback = self._feedback()
-        if feedback is not None:
-            shared = broadcast_object(feedback.shared_state(), 0, name="elastic.TensorFlowKerasState.feedback")
-            feedback.load_state_dict({"shared": shared})
+        for key, extension in self._extensions().items():
+            shared = broadcast_object(extension.shared_state(), 0, name=f"elastic.TensorFlowKerasState.{key}")
+            extension.load_state_dict({"shared": shared})
         super().sync()
         self._save_values()
 
@@ -153,7 +156,7 @@ class TensorFlowKerasState(State):
             weights=self._saved_weights,
             optimizer_variables=self._saved_optimizer,
             in_flight=self._saved_in_flight,
-            feedback={"shared": self._saved_feedback["shared"]} if self._saved_feedback else {},
+            extensions={key: saved["shared"] for key, saved in self._saved_extensions.items()},
         )
 
     def _load_checkpoint_payload(self, payload: Dict[str, Any]) -> None:
@@ -163,15 +166,15 @@ class TensorFlowKerasState(State):
         self._saved_weights = payload["weights"]
         self._saved_optimizer = payload["optimizer_variables"]
         self._saved_in_flight = payload.get("in_flight", {})
-        self._saved_feedback = payload.get("feedback", {})
+        saved = payload.get("extensions", {})
+        self._saved_extensions = {key: {"shared": saved[key]} for key in self._extensions() if key in saved}
 
     def _save_values(self) -> None:
         self._saved_weights = [np.array(w, copy=True) for w in self.model.get_weights()]
         self._saved_optimizer = [np.array(v.numpy(), copy=True) for v in self._optimizer_variables()]
         stale = self._stale_exchange()
         self._saved_in_flight = stale.settle() if stale is not None else {}
-        feedback = self._feedback()
-        self._saved_feedback = feedback.state_dict() if feedback is not None else {}
+        self._saved_extensions = {key: extension.state_dict() for key, extension in self._extensions().items()}
 
 
 __all__ = ["HostsUpdatedInterrupt", "State", "TensorFlowKerasState", "TensorFlowState", "run"]

@@ -26,6 +26,7 @@ from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.error_feedback import ErrorFeedbackSpec
 from hvdlite.tensorflow.gradients import GradientReducer, _var_key, local_layers_list, resolve_groups
+from hvdlite.tensorflow.keras.local_sgd import LocalSGD
 from hvdlite.tensorflow.keras.staleness import StaleExchange
 
 
@@ -39,10 +40,12 @@ class _HvdState:
         average_aggregated_gradients: bool = False,
         staleness=None,
         feedback=None,
+        local_sgd=None,
     ):
         self.reducer = reducer
         self.stale = None if staleness is None else StaleExchange(staleness, reducer)
         self.feedback = feedback  # PowerSGD or top-k (error_feedback), else None
+        self.local_sgd = local_sgd  # periodic parameter averaging (local_sgd), else None
         self.variables = None  # what apply() was last given, for drain()
         self.passes = backward_passes_per_step
         self.average_aggregated = average_aggregated_gradients
@@ -102,6 +105,12 @@ class _DistributedOptimizer:
 
     def _hvd_reduce_and_apply(self, grads, variables, trainable_variables, parent_apply):
         state = self._hvd()
+        if state.local_sgd is not None:
+            if state.reducer.local_vars:
+                raise ValueError("sync_every (local SGD) cannot be combined with local layers")
+            return state.local_sgd.apply(
+                self, grads, variables, trainable_variables, state.reducer.reduce, parent_apply
+            )
         if state.feedback is not None:
             if state.reducer.local_vars:
                 raise ValueError(f"Compression.{state.feedback.kind} cannot be combined with local layers")
@@ -182,6 +191,11 @@ def DistributedOptimizer(
     process_set=global_process_set,
     scale_local_gradients=True,
     staleness=None,
+    sync_every=None,
+    sync_warmup_steps=0,
+    outer_lr=1.0,
+    outer_momentum=0.0,
+    average_optimizer_state=False,
 ):
     """Returns optimizer, now averaging gradients over the ranks of process_set before every update
     (horovod.tensorflow.keras.DistributedOptimizer's signature, for Keras 3).
@@ -197,6 +211,11 @@ def DistributedOptimizer(
 
     compression=Compression.powersgd(...) or Compression.topk(...) (hvdlite's own, as in hvdlite.torch) reduces
     matrix-shaped gradients compressed, with error feedback (hvdlite.tensorflow.error_feedback).
+
+    sync_every=k (hvdlite's own, as in hvdlite.torch) turns on local SGD (hvdlite.tensorflow.keras.local_sgd):
+    after sync_warmup_steps synchronous updates each rank applies its own gradients and the weights (with
+    average_optimizer_state, also the optimizer's slots shaped like them) are averaged every k updates; outer_lr
+    and outer_momentum apply the averaged change through an outer Nesterov SGD step.
     """
     if op != Average and op != Sum:
         raise ValueError("op currently only supports Average and Sum")
@@ -216,6 +235,25 @@ def DistributedOptimizer(
     ):
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     base = type(optimizer)
+    local_sgd = None
+    if sync_every is not None:
+        if op != Average:
+            raise ValueError("sync_every (local SGD) averages weights: it needs op=Average")
+        for other, given in (
+            ("staleness", staleness is not None),
+            (repr(compression), isinstance(compression, ErrorFeedbackSpec)),
+        ):
+            if given:
+                raise ValueError(f"sync_every (local SGD) and {other} cannot be combined")
+        local_sgd = LocalSGD(
+            name or f"Distributed{base.__name__}",
+            process_set,
+            sync_every,
+            sync_warmup_steps,
+            outer_lr,
+            outer_momentum,
+            average_optimizer_state,
+        )
     feedback = None
     if isinstance(compression, ErrorFeedbackSpec):
         if staleness is not None:
@@ -236,7 +274,7 @@ def DistributedOptimizer(
     )
     optimizer.__class__ = _distributed_class(base)
     optimizer.__dict__["_hvd_state"] = _HvdState(
-        reducer, backward_passes_per_step, average_aggregated_gradients, staleness, feedback
+        reducer, backward_passes_per_step, average_aggregated_gradients, staleness, feedback, local_sgd
     )
     if optimizer.built:
         optimizer._hvd_make_accumulators(
