@@ -120,7 +120,7 @@ print(f"rank {R} accuracy {accuracy}", flush=True)
 assert accuracy["local"] >= accuracy["synchronous"] - 0.05 and accuracy["local"] > 0.8, accuracy
 
 model = make_model()
-for settings, message in ((dict(sync_every=0), "sync_every must be >= 1"),
+for settings, message in ((dict(sync_every=0), "sync_every must be an integer >= 1"),
                           (dict(sync_every=2, sync_warmup_steps=-1), "sync_warmup_steps"),
                           (dict(sync_every=2, outer_momentum=1.0), "outer_momentum"),
                           (dict(sync_every=2, op=hvd.Sum), "op=Average"),

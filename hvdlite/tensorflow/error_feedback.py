@@ -17,7 +17,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from hvdlite.common import ops
+from hvdlite.common import ops, slow_link_settings
 from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, timeline_counter
 from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow import bridge
@@ -66,12 +66,7 @@ class _ErrorFeedback:
         return {"powersgd": _PowerSGD, "topk": _TopK}[kind]
 
     def __init__(self, prefix, op, process_set, start_iter: int, min_compression_rate: float):
-        if start_iter < 0:
-            raise ValueError(f"start_iter must be >= 0, got {start_iter}")
-        if min_compression_rate < 1:
-            raise ValueError(f"min_compression_rate must be >= 1, got {min_compression_rate}")
-        if op not in (Average, Sum):
-            raise ValueError(f"{self.kind} compression supports op=Average or op=Sum")
+        slow_link_settings.check_error_feedback(self.kind, op, start_iter, min_compression_rate)
         self.prefix = prefix
         self.op = op
         self.process_set = process_set
@@ -211,8 +206,7 @@ class _PowerSGD(_ErrorFeedback):
         self, prefix, op, process_set, rank=1, start_iter=10, min_compression_rate=2, warm_start=True, seed=0
     ):
         super().__init__(prefix, op, process_set, start_iter, min_compression_rate)
-        if rank < 1:
-            raise ValueError(f"PowerSGD rank must be >= 1, got {rank}")
+        slow_link_settings.check_powersgd_rank(rank)
         self.rank = rank
         self.warm_start = warm_start
         self.seed = seed
@@ -278,8 +272,7 @@ class _TopK(_ErrorFeedback):
 
     def __init__(self, prefix, op, process_set, ratio=0.01, start_iter=10, min_compression_rate=2):
         super().__init__(prefix, op, process_set, start_iter, min_compression_rate)
-        if not 0 < ratio <= 1:
-            raise ValueError(f"top-k ratio must be in (0, 1], got {ratio}")
+        slow_link_settings.check_topk_ratio(ratio)
         self.ratio = ratio
 
     def _k(self, grad) -> int:

@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from hvdlite.common import basics
+from hvdlite.common import basics, slow_link_settings
 from hvdlite.common.ops import Average, Sum
 
 
@@ -45,12 +45,7 @@ class _ErrorFeedbackReducer:
     kind = ""
 
     def __init__(self, names, process_set, op, collectives, start_iter: int, min_compression_rate: float):
-        if start_iter < 0:
-            raise ValueError(f"start_iter must be >= 0, got {start_iter}")
-        if min_compression_rate < 1:
-            raise ValueError(f"min_compression_rate must be >= 1, got {min_compression_rate}")
-        if op not in (Average, Sum):
-            raise ValueError(f"{self.kind} compression supports op=Average or op=Sum")
+        slow_link_settings.check_error_feedback(self.kind, op, start_iter, min_compression_rate)
         self.names = names
         self.collectives = collectives  # hvdlite.torch.mpi_ops (passed in: that module imports this one's users)
         self.process_set = process_set
@@ -175,8 +170,7 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
         seed: int = 0,
     ):
         super().__init__(names, process_set, op, collectives, start_iter, min_compression_rate)
-        if rank < 1:
-            raise ValueError(f"PowerSGD rank must be >= 1, got {rank}")
+        slow_link_settings.check_powersgd_rank(rank)
         self.rank = rank
         self.warm_start = warm_start
         self.seed = seed
@@ -258,8 +252,7 @@ class TopKReducer(_ErrorFeedbackReducer):
         min_compression_rate: float = 2,
     ):
         super().__init__(names, process_set, op, collectives, start_iter, min_compression_rate)
-        if not 0 < ratio <= 1:
-            raise ValueError(f"top-k ratio must be in (0, 1], got {ratio}")
+        slow_link_settings.check_topk_ratio(ratio)
         self.ratio = ratio
 
     def _k(self, grad: torch.Tensor) -> int:

@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import torch
 
-from hvdlite.common import basics
+from hvdlite.common import basics, slow_link_settings
 from hvdlite.common.ops import Average
 
 
@@ -31,12 +31,7 @@ class LocalSGD:
         outer_momentum: float = 0.0,
         average_optimizer_state: bool = False,
     ):
-        if sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        if warmup_steps < 0:
-            raise ValueError(f"sync_warmup_steps must be >= 0, got {warmup_steps}")
-        if outer_lr <= 0 or not 0 <= outer_momentum < 1:
-            raise ValueError(f"outer_lr must be > 0 and outer_momentum in [0, 1), got {outer_lr}, {outer_momentum}")
+        slow_link_settings.check_local_sgd(sync_every, warmup_steps, outer_lr, outer_momentum)
         self.params = params
         self.names = names
         self.optimizer = optimizer

@@ -15,7 +15,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from hvdlite.common import ops
+from hvdlite.common import ops, slow_link_settings
 from hvdlite.common.basics import OP_ALLREDUCE, timeline_counter
 from hvdlite.common.ops import Average
 from hvdlite.tensorflow import bridge
@@ -32,12 +32,7 @@ class LocalSGD:
         outer_momentum: float = 0.0,
         average_optimizer_state: bool = False,
     ):
-        if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
-            raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
-        if warmup_steps < 0:
-            raise ValueError(f"sync_warmup_steps must be >= 0, got {warmup_steps}")
-        if outer_lr <= 0 or not 0 <= outer_momentum < 1:
-            raise ValueError(f"outer_lr must be > 0 and outer_momentum in [0, 1), got {outer_lr}, {outer_momentum}")
+        slow_link_settings.check_local_sgd(sync_every, warmup_steps, outer_lr, outer_momentum)
         self.prefix = prefix
         self.process_set = process_set
         self.sync_every = sync_every
