@@ -166,12 +166,15 @@ def submit_many(keys: Sequence[tuple]) -> List[int]:
 def run(key: tuple, keep_alive) -> None:
     """Queues one operation whose result lands in the caller's buffers and waits for it: one call into the core
     when it finishes within a wait slice. keep_alive holds those buffers should a signal interrupt the wait."""
+    entry = _prepared.get(key)
+    if entry is None:
+        entry = prepared(key)
     try:
         handle = _local.handle
     except AttributeError:
         handle = _handle_out()
     try:
-        status = _enqueue_and_wait((_prepared.get(key) or prepared(key))[0], WAIT_SLICE_SECONDS, handle)
+        status = _enqueue_and_wait(entry[0], WAIT_SLICE_SECONDS, handle)
         if status == 0:
             return  # finished, and the core released the handle
         if handle[0] == 0:

@@ -136,10 +136,13 @@ def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_fact
     not, single or grouped, starts here. A metric averaged every step pays for this on each call, so the common
     case (a supported dtype, a registered set, a known op) is inline; anything else takes the
     checking helpers, which raise the errors."""
-    dtype_code, set_id, reduce_op = _DTYPES.get(tensor.dtype), process_set.process_set_id, CORE_REDUCE_OPS.get(op)
-    if dtype_code is None or set_id is None or reduce_op is None:
-        dtype_code, set_id = _dtype_code(tensor, name), _process_set_id(process_set)
-        reduce_op = ops.core_reduce_op(op)
+    try:
+        dtype_code, reduce_op = _DTYPES[tensor.dtype], CORE_REDUCE_OPS[op]
+    except (KeyError, TypeError):
+        dtype_code, reduce_op = _dtype_code(tensor, name), ops.core_reduce_op(op)
+    set_id = process_set.process_set_id
+    if set_id is None:
+        set_id = _process_set_id(process_set)
     device, stream = cpu_placement if tensor.is_cpu else _placement(tensor, name)
     input_ptr = tensor.data_ptr()
     return (
