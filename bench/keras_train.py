@@ -1,7 +1,9 @@
 """Keras 3 training throughput: a small conv net on synthetic 32x32x3 images, SGD with momentum, batch 32 per
 process, one intra-op and one inter-op TensorFlow thread per process, model.fit on a repeated tf.data batch.
 In one run: a single process, two independent single processes at once (no communication: the ceiling that
-2 processes reach on this machine, where they share cores, caches and memory bandwidth), hvdlite
+2 processes reach on this machine, where they share cores, caches and memory bandwidth), the same two processes
+in lockstep (after every step each sends one byte to the other over a local socket and waits for the other's:
+they exchange no gradients, so this is what any synchronous data-parallel library could at best reach), hvdlite
 (hvdlite.tensorflow.keras.DistributedOptimizer) on 2 ranks, and TensorFlow's MultiWorkerMirroredStrategy on 2
 workers (TF_CONFIG on localhost, global batch 64 split 32 + 32). Reports images/second, scaling efficiency =
 (2-process img/s) / (2 x single img/s), and hvdlite / MWMS.
@@ -35,7 +37,7 @@ sys.path.insert(0, HERE)
 from rounds import ratio_by_round, summarize  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
-KINDS = ("single", "pair", "mwms", "hvdlite")
+KINDS = ("single", "pair", "lockstep", "mwms", "hvdlite")
 
 
 def _configure_tf():
@@ -104,6 +106,7 @@ def worker(kind, warmup, steps, batch, out):
 
     rng = np.random.default_rng(0)
     rank, size = 0, 1
+    lockstep = []  # the lockstep callback runs in every fit, the warm-up and the timed one
     if kind == "mwms":
         _patch_keras_for_multi_worker(tf)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -127,6 +130,9 @@ def worker(kind, warmup, steps, batch, out):
         model = build_model(keras)
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         callbacks = []
+        if kind == "lockstep":
+            lockstep = [_Lockstep(keras)]
+            callbacks = lockstep
         if kind == "hvdlite":
             import hvdlite.tensorflow.keras as hvd
 
@@ -142,7 +148,7 @@ def worker(kind, warmup, steps, batch, out):
     model.fit(dataset, steps_per_epoch=warmup, epochs=1, verbose=0, callbacks=callbacks)
     window = _TrainingWindow(keras)
     start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[window])
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[window] + lockstep)
     fit_seconds = time.perf_counter() - start
     seconds = window.end - window.begin
     if rank == 0:
@@ -159,6 +165,35 @@ def worker(kind, warmup, steps, batch, out):
                 },
                 f,
             )
+
+
+def _Lockstep(keras):
+    """A callback that makes two independent processes wait for each other after every training step, as a
+    synchronous library does, with the least a barrier can cost: one byte each way over a local TCP socket.
+    LOCKSTEP_PORT is the port; LOCKSTEP_INDEX 0 listens on it, 1 connects."""
+    port, index = int(os.environ["LOCKSTEP_PORT"]), int(os.environ["LOCKSTEP_INDEX"])
+    if index == 0:
+        with socket.create_server(("127.0.0.1", port)) as server:
+            peer, _ = server.accept()
+    else:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                peer = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    class Lockstep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            peer.sendall(b"s")
+            if peer.recv(1) != b"s":
+                raise RuntimeError("the lockstep peer left")
+
+    return Lockstep()
 
 
 def _TrainingWindow(keras):
@@ -266,9 +301,12 @@ def launch(kind, args, out):
     ]
     if kind in ("single", "overhead"):
         return subprocess.run(me, env=env, timeout=1800).returncode
-    if kind == "pair":  # two independent single processes at once: the ceiling for 2 processes on this machine
-        me[me.index("--worker") + 1] = "single"
-        procs = [subprocess.Popen(me[:-1] + [f"{out}.{i}"], env=env) for i in range(2)]
+    if kind in ("pair", "lockstep"):  # two single processes at once, independent or waiting for each other
+        if kind == "pair":
+            me[me.index("--worker") + 1] = "single"
+        envs = [dict(env, LOCKSTEP_PORT=str(_free_ports(1)[0]), LOCKSTEP_INDEX=str(i)) for i in range(2)]
+        envs[1]["LOCKSTEP_PORT"] = envs[0]["LOCKSTEP_PORT"]
+        procs = [subprocess.Popen(me[:-1] + [f"{out}.{i}"], env=envs[i]) for i in range(2)]
         code = max(p.wait(timeout=1800) for p in procs)
         if code == 0:
             results = []
@@ -279,7 +317,7 @@ def launch(kind, args, out):
             with open(out, "w") as f:
                 json.dump(
                     {
-                        "kind": "pair",
+                        "kind": kind,
                         "ranks": 2,
                         "seconds": max(r["seconds"] for r in results),
                         "fit_seconds": max(r["fit_seconds"] for r in results),
@@ -309,9 +347,11 @@ def report(rounds, overhead, args):
     """(the markdown report, the summary by configuration, hvdlite / MWMS by round) of a run."""
     summary = summarize(rounds, KINDS, ceiling="pair")
     versus_mwms = ratio_by_round(rounds, "hvdlite", "mwms")
+    versus_lockstep = ratio_by_round(rounds, "hvdlite", "lockstep")
     labels = {
         "single": "single process",
         "pair": "2 independent single processes at once (no communication: this machine's ceiling)",
+        "lockstep": "the same 2 processes waiting for each other after every step (no gradients exchanged)",
         "mwms": "MultiWorkerMirroredStrategy, 2 workers (patched, see script)",
         "hvdlite": "hvdlite DistributedOptimizer, 2 ranks",
     }
@@ -343,9 +383,13 @@ def report(rounds, overhead, args):
         f"hvdlite / MultiWorkerMirroredStrategy img/s: median {versus_mwms['median']:.2f}x, worst "
         f"{versus_mwms['worst']:.2f}x",
         "",
+        f"hvdlite / the lockstep processes img/s: median {versus_lockstep['median']:.2f}x, worst "
+        f"{versus_lockstep['worst']:.2f}x",
+        "",
         "Within each round (same load for every configuration): "
         + "; ".join(
             f"round {r + 1}: hvdlite efficiency {summary['hvdlite']['efficiency']['rounds'][r]:.1%}, "
+            f"lockstep {summary['lockstep']['efficiency']['rounds'][r]:.1%}, "
             f"MWMS {summary['mwms']['efficiency']['rounds'][r]:.1%}, hvdlite / MWMS {versus_mwms['rounds'][r]:.2f}x"
             for r in range(len(versus_mwms["rounds"]))
         ),
@@ -361,7 +405,7 @@ def report(rounds, overhead, args):
         f"DistributedOptimizer {overhead['hvdlite_us_per_step']:.0f} us/step, difference "
         f"{overhead['overhead_us_per_step']:.0f} us/step.",
     ]
-    return "\n".join(lines), summary, versus_mwms
+    return "\n".join(lines), summary, versus_mwms, versus_lockstep
 
 
 def main():
@@ -399,7 +443,7 @@ def main():
         overhead = json.load(f)
     os.remove(path)
 
-    table, summary, versus_mwms = report(rounds, overhead, args)
+    table, summary, versus_mwms, versus_lockstep = report(rounds, overhead, args)
     print(table)
     with open(os.path.join(args.out_dir, "keras_train.md"), "w") as f:
         f.write(table + "\n")
@@ -409,6 +453,7 @@ def main():
                 "rounds": rounds,
                 "summary": summary,
                 "hvdlite_over_mwms": versus_mwms,
+                "hvdlite_over_lockstep": versus_lockstep,
                 "overhead": overhead,
                 "args": {k: v for k, v in vars(args).items() if k in ("steps", "warmup", "rounds", "batch")},
             },

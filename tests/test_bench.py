@@ -239,15 +239,15 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
     """Three rounds in which the machine slowed every configuration in round 2: the figures within a round stay
     what they were, and the report gives each one's median and worst round, not the best."""
     rounds_module = _bench_module("rounds")
-    img = {  # single, pair (the ceiling), mwms, hvdlite, per round
-        1: (100.0, 190.0, 100.0, 170.0),
-        2: (50.0, 95.0, 50.0, 80.0),
-        3: (100.0, 190.0, 96.0, 176.0),
+    img = {  # single, pair (the ceiling), lockstep, mwms, hvdlite, per round
+        1: (100.0, 190.0, 200.0, 100.0, 170.0),
+        2: (50.0, 95.0, 100.0, 50.0, 80.0),
+        3: (100.0, 190.0, 160.0, 96.0, 176.0),
     }
     rounds = [
         {"round": r, "kind": kind, "img_per_s": value, "seconds": 1.0, "fit_seconds": 1.5}
         for r, values in img.items()
-        for kind, value in zip(("single", "pair", "mwms", "hvdlite"), values)
+        for kind, value in zip(("single", "pair", "lockstep", "mwms", "hvdlite"), values)
     ]
     summary = rounds_module.summarize(rounds, ("single", "pair", "mwms", "hvdlite"), ceiling="pair")
     assert summary["hvdlite"]["efficiency"]["rounds"] == [0.85, 0.8, 0.88]
@@ -266,9 +266,11 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
     overhead = {"rounds": 3, "steps": 100, "plain_us_per_step": 300.0, "hvdlite_us_per_step": 480.0}
     overhead["overhead_us_per_step"] = 180.0
     args = type("Args", (), {"steps": 200, "warmup": 10, "rounds": 3, "batch": 32})()
-    table, _, versus_mwms = keras_train.report(rounds, overhead, args)
+    table, _, versus_mwms, versus_lockstep = keras_train.report(rounds, overhead, args)
     assert versus_mwms["median"] == 1.7 and versus_mwms["worst"] == 1.6
+    assert versus_lockstep["rounds"] == [0.85, 0.8, 1.1]
+    assert "hvdlite / the lockstep processes img/s: median 0.85x, worst 0.80x" in table
     assert "| hvdlite DistributedOptimizer, 2 ranks | 170.0 (80.0 - 176.0) | 85.0% (80.0%) | 0.89x (0.84x) |" in table
-    assert "round 2: hvdlite efficiency 80.0%, MWMS 50.0%, hvdlite / MWMS 1.60x" in table
+    assert "round 2: hvdlite efficiency 80.0%, lockstep 100.0%, MWMS 50.0%, hvdlite / MWMS 1.60x" in table
     assert "median 1.70x, worst 1.60x" in table
     assert f"took {', '.join(['0.50'] * len(rounds))} s in the runs above" in table
