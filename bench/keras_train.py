@@ -34,6 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import lockstep  # noqa: E402
 from rounds import ratio_by_round, summarize  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -106,7 +107,7 @@ def worker(kind, warmup, steps, batch, out):
 
     rng = np.random.default_rng(0)
     rank, size = 0, 1
-    lockstep = []  # the lockstep callback runs in every fit, the warm-up and the timed one
+    waits = []  # the lockstep callback runs in every fit, the warm-up and the timed one
     if kind == "mwms":
         _patch_keras_for_multi_worker(tf)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -131,8 +132,8 @@ def worker(kind, warmup, steps, batch, out):
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         callbacks = []
         if kind == "lockstep":
-            lockstep = [_Lockstep(keras)]
-            callbacks = lockstep
+            waits = [_Lockstep(keras)]
+            callbacks = waits
         if kind == "hvdlite":
             import hvdlite.tensorflow.keras as hvd
 
@@ -148,7 +149,7 @@ def worker(kind, warmup, steps, batch, out):
     model.fit(dataset, steps_per_epoch=warmup, epochs=1, verbose=0, callbacks=callbacks)
     window = _TrainingWindow(keras)
     start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[window] + lockstep)
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[window] + waits)
     fit_seconds = time.perf_counter() - start
     seconds = window.end - window.begin
     if rank == 0:
@@ -168,30 +169,12 @@ def worker(kind, warmup, steps, batch, out):
 
 
 def _Lockstep(keras):
-    """A callback that makes two independent processes wait for each other after every training step, as a
-    synchronous library does, with the least a barrier can cost: one byte each way over a local TCP socket.
-    LOCKSTEP_PORT is the port; LOCKSTEP_INDEX 0 listens on it, 1 connects."""
-    port, index = int(os.environ["LOCKSTEP_PORT"]), int(os.environ["LOCKSTEP_INDEX"])
-    if index == 0:
-        with socket.create_server(("127.0.0.1", port)) as server:
-            peer, _ = server.accept()
-    else:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                peer = socket.create_connection(("127.0.0.1", port))
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    """A callback that waits for the other lockstep process after every training step (bench/lockstep.py)."""
+    wait_for_peer = lockstep.peer_barrier()
 
     class Lockstep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            peer.sendall(b"s")
-            if peer.recv(1) != b"s":
-                raise RuntimeError("the lockstep peer left")
+            wait_for_peer()
 
     return Lockstep()
 
@@ -304,8 +287,7 @@ def launch(kind, args, out):
     if kind in ("pair", "lockstep"):  # two single processes at once, independent or waiting for each other
         if kind == "pair":
             me[me.index("--worker") + 1] = "single"
-        envs = [dict(env, LOCKSTEP_PORT=str(_free_ports(1)[0]), LOCKSTEP_INDEX=str(i)) for i in range(2)]
-        envs[1]["LOCKSTEP_PORT"] = envs[0]["LOCKSTEP_PORT"]
+        envs = lockstep.environments(env)
         procs = [subprocess.Popen(me[:-1] + [f"{out}.{i}"], env=envs[i]) for i in range(2)]
         code = max(p.wait(timeout=1800) for p in procs)
         if code == 0:

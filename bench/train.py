@@ -1,7 +1,9 @@
 """Training throughput: ResNet-50 (25.6M parameters), synthetic 3x64x64 images, batch 8 per rank, SGD with
 momentum, one intra-op thread per rank. In one run: a single process, two independent single processes side by
 side (no communication at all: the ceiling any 2-rank library can reach on this machine, since the two share its
-memory bandwidth and caches), torch DDP (gloo) on 2 ranks, and hvdlite on 2 ranks. Reports images/second and
+memory bandwidth and caches), the same two processes in lockstep (they wait for each other after every step over a
+local socket, bench/lockstep.py, and exchange no gradients: the most any synchronous library could reach), torch
+DDP (gloo) on 2 ranks, and hvdlite on 2 ranks. Reports images/second and
 scaling efficiency = (2-rank img/s) / (2 x single img/s).
 
     python bench/train.py [--steps 20] [--warmup 5] [--rounds 2]
@@ -26,6 +28,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
+import lockstep  # noqa: E402
 from allreduce import machine_line  # noqa: E402
 from rounds import ratio_by_round, summarize  # noqa: E402
 
@@ -61,10 +64,14 @@ def worker(kind, warmup, steps, out, model_name, image_size):
 
     torch.set_num_threads(1)
     model, data, target = build(model_name, image_size)
-    if kind == "single":
+    wait_for_peer = None
+    if kind in ("single", "lockstep"):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         rank, size, sync = 0, 1, (lambda: None)
         net = model
+        if kind == "lockstep":
+            wait_for_peer = lockstep.peer_barrier()
+            sync = wait_for_peer
     elif kind == "ddp":
         import torch.distributed as dist
 
@@ -97,6 +104,8 @@ def worker(kind, warmup, steps, out, model_name, image_size):
         optimizer.zero_grad()
         F.cross_entropy(net(data), target).backward()
         optimizer.step()
+        if wait_for_peer:
+            wait_for_peer()
 
     seconds = timed_loop(step, warmup, steps, sync)
     if rank == 0:
@@ -170,9 +179,11 @@ def launch(kind, warmup, steps, out, model_name, image_size):
     me = worker_command(kind, out)
     if kind == "single":
         return subprocess.run(me, env=env, timeout=1800).returncode
-    if kind == "independent":  # two single processes at once; their images/second add up
+    if kind in ("independent", "lockstep"):  # two single processes at once; their images/second add up
         parts = [f"{out}.{i}" for i in range(2)]
-        procs = [subprocess.Popen(worker_command("single", part), env=env) for part in parts]
+        worker_kind = "single" if kind == "independent" else kind
+        envs = lockstep.environments(env)
+        procs = [subprocess.Popen(worker_command(worker_kind, part), env=envs[i]) for i, part in enumerate(parts)]
         code = max(p.wait(timeout=1800) for p in procs)
         if code == 0:
             halves = []
@@ -181,9 +192,7 @@ def launch(kind, warmup, steps, out, model_name, image_size):
                     halves.append(json.load(f))
                 os.remove(part)
             with open(out, "w") as f:
-                json.dump(
-                    dict(halves[0], kind="independent", ranks=2, img_per_s=sum(h["img_per_s"] for h in halves)), f
-                )
+                json.dump(dict(halves[0], kind=kind, ranks=2, img_per_s=sum(h["img_per_s"] for h in halves)), f)
         return code
     env.update(row_settings(kind))
     if kind.startswith("hvdlite"):
@@ -255,7 +264,7 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     rounds = []
     kinds = (
-        ("single", "independent", "ddp", "hvdlite")
+        ("single", "independent", "lockstep", "ddp", "hvdlite")
         + (("hvdlite-autotune",) if args.autotune else ())
         + (("hvdlite-during-backward",) if args.during_backward else ())
         + (("hvdlite-static",) if args.static_algorithms else ())
@@ -280,6 +289,7 @@ def main():
     labels = {kind: label(kind) for kind in kinds}
     labels["single"] = "single process, 1 thread"
     labels["independent"] = "2 independent single processes, no communication (the ceiling)"
+    labels["lockstep"] = "the same 2 processes waiting for each other after every step (no gradients exchanged)"
     labels["ddp"] = "torch DDP (gloo), 2 ranks"
     labels["hvdlite-autotune"] = "hvdlite, 2 ranks, HVDLITE_AUTOTUNE=1"
     if args.autotune:
@@ -314,13 +324,16 @@ def main():
             + " |"
         )
     versus_ddp = ratio_by_round(rounds, "hvdlite", "ddp")
+    versus_lockstep = ratio_by_round(rounds, "hvdlite", "lockstep")
     of_ceiling = summary["hvdlite"]["of_ceiling"]["rounds"]
     lines += [
         "",
         "hvdlite / DDP img/s by round: "
         + ", ".join(f"{v:.2f}x" for v in versus_ddp["rounds"])
         + f" (median {versus_ddp['median']:.2f}x, worst {versus_ddp['worst']:.2f}x); hvdlite / ceiling by round: "
-        + ", ".join(f"{v:.2f}x" for v in of_ceiling),
+        + ", ".join(f"{v:.2f}x" for v in of_ceiling)
+        + "; hvdlite / lockstep by round: "
+        + ", ".join(f"{v:.2f}x" for v in versus_lockstep["rounds"]),
         "",
         "All rounds (img/s, load average at the start): "
         + ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
@@ -339,6 +352,7 @@ def main():
                 "rounds": rounds,
                 "summary": summary,
                 "hvdlite_over_ddp_by_round": versus_ddp,
+                "hvdlite_over_lockstep_by_round": versus_lockstep,
             },
             f,
             indent=1,
@@ -358,6 +372,7 @@ def label(kind, short=False):
     return {
         "single": "single process",
         "independent": "2 independent",
+        "lockstep": "2 in lockstep",
         "ddp": "torch DDP, 2 ranks",
         "hvdlite": "hvdlite, 2 ranks",
         "hvdlite-autotune": "hvdlite, autotuned",

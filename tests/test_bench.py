@@ -125,7 +125,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
 
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own (--env-row) all train.
+    ceiling), the two in lockstep, DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own (--env-row) all train.
     The flags' named rows (--static-algorithms, ...) are rows with settings too: the next test checks theirs."""
     result = subprocess.run(
         [
@@ -156,6 +156,7 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     assert {r["kind"] for r in report["rounds"]} == {
         "single",
         "independent",
+        "lockstep",
         "ddp",
         "hvdlite",
         "hvdlite-autotune",
@@ -173,6 +174,7 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     assert report["machine"].startswith("machine: ")
     table = (tmp_path / "train.md").read_text()
     assert "| hvdlite, 2 ranks |" in table and "load average" in table and "(the ceiling)" in table
+    assert "waiting for each other after every step" in table and "hvdlite / lockstep by round: " in table
     assert "| hvdlite, 2 ranks, HVDLITE_FUSION_THRESHOLD=1048576, HVDLITE_CYCLE_TIME=2 |" in table
     assert (tmp_path / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
