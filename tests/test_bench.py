@@ -125,7 +125,8 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
 
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
-    ceiling), the two in lockstep, DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own (--env-row) all train.
+    ceiling), the two in lockstep, DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own
+    (--env-row) all train.
     The flags' named rows (--static-algorithms, ...) are rows with settings too: the next test checks theirs."""
     result = subprocess.run(
         [
