@@ -326,7 +326,8 @@ def launch(kind, args, out):
 
 
 def report(rounds, overhead, args):
-    """(the markdown report, the summary by configuration, hvdlite / MWMS by round) of a run."""
+    """(the markdown report, the summary by configuration, hvdlite / MWMS and hvdlite / lockstep by round) of a
+    run."""
     summary = summarize(rounds, KINDS, ceiling="pair")
     versus_mwms = ratio_by_round(rounds, "hvdlite", "mwms")
     versus_lockstep = ratio_by_round(rounds, "hvdlite", "lockstep")
