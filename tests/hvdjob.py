@@ -202,6 +202,28 @@ def parse_build_info(info: str) -> Dict[str, str]:
     return dict(kv.split("=", 1) for kv in info.split(";") if "=" in kv)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may use, as the core counts them: the affinity mask, capped by a cgroup v2 quota."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def expected_caller_spin(local_size: int) -> int:
+    """The spin budget of a waiting framework thread: the knob where given, else long where the host's ranks have
+    a CPU each."""
+    knob = os.environ.get("HVDLITE_SPIN_MICROSECONDS") or os.environ.get("HOROVOD_SPIN_MICROSECONDS")
+    if knob:
+        return int(knob)
+    return 5000 if local_size <= usable_cpus() else 50
+
+
 def launched_size() -> int:
     """The job size the launcher announced: the built-in starter's HVDLITE_SIZE, or Open MPI's."""
     return int(os.environ.get("HVDLITE_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")

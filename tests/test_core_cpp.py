@@ -24,6 +24,7 @@ SOURCES = [
     "collectives/reduce_kernels.cc",
     "choice/cost_model.cc",
     "transport/lost_peers.cc",
+    "transport/caller_spin.cc",
     "common/ordered_worker.cc",
     "choice/allreduce_table.cc",
     "choice/streaming_choice.cc",

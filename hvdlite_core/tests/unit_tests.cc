@@ -32,6 +32,7 @@
 #include "runtime/recent_ops.h"
 #include "runtime/response_cache.h"
 #include "runtime/validation.h"
+#include "transport/caller_spin.h"
 #include "transport/lost_peers.h"
 #include "transport/shm_channel.h"
 #include "transport/shm_segment.h"
@@ -353,6 +354,18 @@ static std::string hex(const Digest& d) {
     s += digits[byte & 15];
   }
   return s;
+}
+
+static void test_caller_spin() {
+  Config config;  // the knob not given
+  CHECK(caller_spin_microseconds(config, 2, 2) == kDedicatedCpuSpinUs);
+  CHECK(caller_spin_microseconds(config, 1, 8) == kDedicatedCpuSpinUs);
+  CHECK(caller_spin_microseconds(config, 3, 2) == config.spin_microseconds);  // ranks outnumber the CPUs
+  config.spin_microseconds = 7;
+  config.spin_microseconds_set = true;  // given: obeyed either way
+  CHECK(caller_spin_microseconds(config, 2, 2) == 7);
+  CHECK(caller_spin_microseconds(config, 3, 2) == 7);
+  CHECK(usable_cpus() >= 1);
 }
 
 static void test_hmac() {
@@ -712,6 +725,7 @@ int main() {
   test_dtypes();
   test_reduce_into_scaled();
   test_hmac();
+  test_caller_spin();
   test_out_of_step();
   test_recent_ops();
   test_cost_model();

@@ -186,7 +186,8 @@ const std::vector<Knob>& knobs() {
       text_knob("CUDART_LIBRARY", &Config::cudart_library, "CUDA runtime library for CUDA tensors (empty: searched)"),
       text_knob("NCCL_LIBRARY", &Config::nccl_library, "NCCL library for CUDA tensors (empty: searched)"),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds,
-                  "a waiting framework thread busy-waits this long before it sleeps"),
+                  "a framework thread waiting on its operation busy-waits this long before it sleeps (unset: "
+                  "5000 where this host's ranks do not outnumber the CPUs each may run on, else 50)"),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds,
                   "the same for the background thread"),
       text_knob("LOG_LEVEL", &Config::log_level, "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, either case"),
@@ -218,6 +219,7 @@ Config Config::FromEnvironment() {
   }
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   config.adaptive_allreduce_bytes_set = lookup("ADAPTIVE_ALLREDUCE_BYTES") != nullptr;
+  config.spin_microseconds_set = lookup("SPIN_MICROSECONDS") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;

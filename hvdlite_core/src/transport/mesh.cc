@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "transport/caller_spin.h"
 #include "transport/lost_peers.h"
 #include "transport/shm_channel.h"
 #include "transport/shm_room.h"
@@ -82,12 +83,12 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   my_inbox_.unlink();  // everyone has mapped it; the name is no longer needed (and cannot leak)
   ::close(listen_fd_);
   listen_fd_ = -1;
+  const int64_t spin_us = caller_spin_microseconds(config_, static_cast<int>(local_ranks_.size()), usable_cpus());
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
-                                 &my_inbox_.header()->alive_ns, config_.spin_microseconds,
-                                 config_.peer_timeout_seconds));
+                                 &my_inbox_.header()->alive_ns, spin_us, config_.peer_timeout_seconds));
   } else {
-    progress_.reset(new Progress(nullptr, nullptr, nullptr, config_.spin_microseconds, config_.peer_timeout_seconds));
+    progress_.reset(new Progress(nullptr, nullptr, nullptr, spin_us, config_.peer_timeout_seconds));
   }
 }
 
@@ -267,7 +268,7 @@ std::string Mesh::describe() const {
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
   std::string costs = link_costs_.describe();
   return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0") +
-         (costs.empty() ? "" : ";" + costs);
+         ";caller_spin_us=" + std::to_string(progress_->spin_microseconds()) + (costs.empty() ? "" : ";" + costs);
 }
 
 std::string Mesh::lost_peers_report() const {

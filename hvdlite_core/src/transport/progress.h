@@ -64,6 +64,7 @@ class Progress {
   Progress(std::atomic<uint32_t>* doorbell, std::atomic<uint32_t>* sleepers, std::atomic<int64_t>* alive_ns,
            int64_t spin_us, double timeout_s)
       : doorbell_(doorbell), sleepers_(sleepers), alive_ns_(alive_ns), spin_us_(spin_us), timeout_s_(timeout_s) {}
+  int64_t spin_microseconds() const { return spin_us_; }  // a framework thread's spin budget (no override)
   // Records a sign of life for co-located peers (InboxHeader::alive_ns); called by every waiting thread.
   void stamp_alive();
   void run(Transfer* transfers, size_t count);
