@@ -93,6 +93,84 @@ for kind in ("powersgd", "topk"):
     )
 
 
+@pytest.mark.timeout(150)
+def test_a_trial_keeps_compression_only_where_it_shortens_the_step():
+    """With min_step_speedup, a reducer times trial_steps steps uncompressed and as many compressed after
+    start_iter, and every rank takes the same decision from the ranks' average medians. Where the uncompressed
+    steps are slow (a sleep stands in for a slow link) it keeps compressing; where compressed steps are not that
+    much shorter it stops, sends the residuals with the next gradients (so the applied updates then equal the sum
+    of the true averaged gradients exactly), and sends every later gradient whole. Through DistributedOptimizer,
+    the steps a reducer does not compress are reduced the usual way (during backward where the optimizer does
+    that) and still counted, timed and recorded."""
+    run(
+        """
+import time
+START, T = 2, 3
+for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, False), ("topk", 50.0, False)):
+    params, names = fake_params([(40, 30), (8, 4, 3, 3), (30,)])
+    settings = dict(start_iter=START, min_step_speedup=speedup, trial_steps=T)
+    if kind == "powersgd":
+        reducer = PowerSGDReducer(names, hvd.global_process_set, hvd.Average, hvd, rank=2, **settings)
+    else:
+        reducer = TopKReducer(names, hvd.global_process_set, hvd.Average, hvd, ratio=0.05, **settings)
+    applied = [torch.zeros_like(p) for p in params]
+    true_sum = [torch.zeros_like(p) for p in params]
+    g = torch.Generator().manual_seed(100 + R)
+    for step in range(1, 14):
+        # A step is timed from the end of the last one's reduction to the end of its own.
+        if slow_plain and START < step <= START + T:
+            time.sleep(0.06)
+        grads = [torch.randn(p.shape, generator=g) for p in params]
+        for p, grad in zip(params, grads):
+            p.grad = grad.clone()
+        everyone = [hvd.allreduce(grad, name=f"true.{i}", op=hvd.Average) for i, grad in enumerate(grads)]
+        in_trial = START + T < step <= START + 2 * T
+        expected = in_trial or (step > START + 2 * T and slow_plain)
+        assert reducer.compresses_next() == expected, (kind, step)
+        reducer.reduce(params)
+        for a, t, p, mean in zip(applied, true_sum, params, everyone):
+            a += p.grad
+            t += mean
+        compressing = reducer.last_sent_elements * 2 <= reducer.last_dense_elements
+        assert compressing == expected, (kind, step, reducer.trial.state())
+        assert (reducer.trial.decision is None) == (step < START + 2 * T), (kind, step, reducer.trial.state())
+    assert reducer.trial.decision is slow_plain
+    state = reducer.trial.state()
+    assert same_everywhere(torch.tensor([state["plain_seconds"], state["compressed_seconds"]]), "trial medians")
+    if slow_plain:
+        assert state["plain_seconds"] >= 1.5 * state["compressed_seconds"], state
+    else:
+        assert reducer.residuals == {}, kind  # sent with the first uncompressed step after the decision
+        for a, t in zip(applied, true_sum):
+            torch.testing.assert_close(a, t, rtol=1e-4, atol=1e-4)
+    assert reducer.shared_state()["trial"] == state
+
+# Through the optimizer: a trial that decides against compressing. Its uncompressed steps go through the usual
+# path (submitted during backward when asked to), the last residual with them; the weights stay identical.
+torch.manual_seed(0)
+net = nn.Linear(48, 32)
+hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05), named_parameters=net.named_parameters(),
+                               compression=hvd.Compression.powersgd(rank=1, start_iter=1, min_step_speedup=50,
+                                                                    trial_steps=2),
+                               reduce_during_backward=True)
+reducer = opt.gradient_reducer
+modes = []
+for step in range(1, 9):
+    modes.append(opt.reduces_during_backward)
+    opt.zero_grad()
+    net(torch.randn(8, 48, generator=torch.Generator().manual_seed(R * 100 + step))).pow(2).mean().backward()
+    opt.step()
+    assert reducer.iteration == step
+# Steps 1-3 uncompressed (during backward), 4-5 the compressed half, then uncompressed for good.
+assert modes == [True, True, True, False, False, True, True, True], modes
+assert reducer.trial.decision is False and reducer.residuals == {}
+assert reducer.last_sent_bytes == reducer.last_dense_bytes == (48 * 32 + 32) * 4
+assert same_everywhere(net.weight, "weights after the trial")
+"""
+    )
+
+
 @pytest.mark.timeout(200)
 def test_training_converges_with_compression():
     """A 2-rank MLP learns a teacher's labels through each compressor (and with gradient accumulation) to within
@@ -148,7 +226,9 @@ def test_compression_errors_and_process_sets():
 import pytest
 for bad, message in ((lambda: hvd.Compression.powersgd(rank=0), "rank must be >= 1"),
                      (lambda: hvd.Compression.topk(ratio=0), "ratio must be in"),
-                     (lambda: hvd.Compression.powersgd(start_iter=-1), "start_iter")):
+                     (lambda: hvd.Compression.powersgd(start_iter=-1), "start_iter"),
+                     (lambda: hvd.Compression.powersgd(min_step_speedup=0.5), "min_step_speedup must be >= 1"),
+                     (lambda: hvd.Compression.topk(min_step_speedup=2, trial_steps=0), "trial_steps")):
     with pytest.raises(ValueError, match=message):
         bad()
 model = nn.Embedding(10, 4, sparse=True)
@@ -266,6 +346,7 @@ hvd.stop_timeline()
     # Step 1 is a start_iter step (everything sent); then the matrix travels as P and Q of rank 1.
     assert [c["sent_bytes"] for c in counters["powersgd"]] == [dense] + [(64 + 32 + 32) * 4] * 3
     assert counters["powersgd"][-1]["compression_ratio"] > 10
+    assert [c["compressing"] for c in counters["powersgd"]] == [0, 1, 1, 1]
     assert [c["sent_bytes"] for c in counters["topk"]][1:] == [(41 * 12) + 32 * 4] * 3, counters["topk"]
     assert [c["averaged_bytes"] for c in counters["local_sgd"]] == [0, dense, 0, dense]
     assert [c["steps_since_average"] for c in counters["local_sgd"]] == [1, 0, 1, 0]

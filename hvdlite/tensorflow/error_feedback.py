@@ -6,8 +6,9 @@ from it. Each update hands every gradient to one stateful `tf.numpy_function`, w
 exchange on numpy arrays: the gradients compression would not shrink go out as one allreduce per dtype, started
 first so that the core fuses and runs it while the others are compressed; PowerSGD then allreduces all P in one
 buffer and all Q in another, top-k allgathers (index, value) pairs. What a rank did not send stays in its
-residual for the next update. The state lives outside TensorFlow's tracking (nothing of it is saved with the
-model); TensorFlowKerasState commits and restores it.
+residual for the next update. With `min_step_speedup`, a trial after `start_iter` decides whether compressing
+pays on this job's links (hvdlite/common/compression_trial.py). The state lives outside TensorFlow's tracking
+(nothing of it is saved with the model); TensorFlowKerasState commits and restores it.
 """
 
 import math
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from hvdlite.common import ops, slow_link_settings
 from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, timeline_counter
+from hvdlite.common.compression_trial import CompressionTrial
 from hvdlite.common.ops import Average, Sum
 from hvdlite.tensorflow import bridge
 
@@ -40,9 +42,16 @@ class ErrorFeedbackSpec:
 
 
 def powersgd(
-    rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2, warm_start: bool = True, seed: int = 0
+    rank: int = 1,
+    start_iter: int = 10,
+    min_compression_rate: float = 2,
+    warm_start: bool = True,
+    seed: int = 0,
+    min_step_speedup=None,
+    trial_steps: int = 8,
 ) -> ErrorFeedbackSpec:
-    """PowerSGD compression with error feedback; `rank` is the approximation's rank."""
+    """PowerSGD compression with error feedback; `rank` is the approximation's rank. min_step_speedup: compress
+    only if a trial of trial_steps updates each way shows compressed ones this many times shorter (None: always)."""
     return ErrorFeedbackSpec(
         "powersgd",
         rank=rank,
@@ -50,12 +59,28 @@ def powersgd(
         min_compression_rate=min_compression_rate,
         warm_start=warm_start,
         seed=seed,
+        min_step_speedup=min_step_speedup,
+        trial_steps=trial_steps,
     )
 
 
-def topk(ratio: float = 0.01, start_iter: int = 10, min_compression_rate: float = 2) -> ErrorFeedbackSpec:
-    """Top-k sparsification with error feedback; `ratio` of each gradient's entries is sent."""
-    return ErrorFeedbackSpec("topk", ratio=ratio, start_iter=start_iter, min_compression_rate=min_compression_rate)
+def topk(
+    ratio: float = 0.01,
+    start_iter: int = 10,
+    min_compression_rate: float = 2,
+    min_step_speedup=None,
+    trial_steps: int = 8,
+) -> ErrorFeedbackSpec:
+    """Top-k sparsification with error feedback; `ratio` of each gradient's entries is sent. min_step_speedup and
+    trial_steps as for powersgd."""
+    return ErrorFeedbackSpec(
+        "topk",
+        ratio=ratio,
+        start_iter=start_iter,
+        min_compression_rate=min_compression_rate,
+        min_step_speedup=min_step_speedup,
+        trial_steps=trial_steps,
+    )
 
 
 class _ErrorFeedback:
@@ -65,8 +90,18 @@ class _ErrorFeedback:
     def for_kind(kind: str):
         return {"powersgd": _PowerSGD, "topk": _TopK}[kind]
 
-    def __init__(self, prefix, op, process_set, start_iter: int, min_compression_rate: float):
+    def __init__(
+        self,
+        prefix,
+        op,
+        process_set,
+        start_iter: int,
+        min_compression_rate: float,
+        min_step_speedup=None,
+        trial_steps: int = 8,
+    ):
         slow_link_settings.check_error_feedback(self.kind, op, start_iter, min_compression_rate)
+        self.trial = CompressionTrial(start_iter, min_step_speedup, trial_steps, self.kind)
         self.prefix = prefix
         self.op = op
         self.process_set = process_set
@@ -101,7 +136,9 @@ class _ErrorFeedback:
     def exchange(self, *grads) -> List[np.ndarray]:
         self.iteration += 1
         grads = [np.array(g, copy=True) for g in grads]  # ours to overwrite; TensorFlow's buffers are not
-        compress = self.iteration > self.start_iter
+        compress = self.trial.compresses(self.iteration)
+        if not compress and self.residuals:
+            self._send_residuals(grads)
         chosen = [i for i, g in enumerate(grads) if compress and self._compressible(g)]
         plain = [i for i in range(len(grads)) if i not in set(chosen)]
         pending, flats = self._start_plain(grads, plain)
@@ -122,10 +159,32 @@ class _ErrorFeedback:
                 "sent_bytes": self.last_sent_bytes,
                 "dense_bytes": self.last_dense_bytes,
                 "compression_ratio": self.last_dense_bytes / max(1, self.last_sent_bytes),
+                "compressing": int(compress),
             },
         )
         self.last_sent_bytes = 0
+        self.trial.step_done(self.iteration, self._agree)
         return grads
+
+    def _send_residuals(self, grads: List[np.ndarray]) -> None:
+        """Adds each residual to its gradient, which then goes uncompressed: nothing the compression held back is
+        lost when it stops."""
+        for key, residual in list(self.residuals.items()):
+            i = int(key)
+            if i < len(grads) and residual.shape == grads[i].shape:
+                grads[i] = (grads[i].astype(np.float32) + residual).astype(grads[i].dtype)
+        self.residuals = {}
+
+    def _agree(self, values) -> List[float]:
+        """The ranks' average of a few numbers (the trial's medians)."""
+        average = bridge.Collective(
+            OP_ALLREDUCE,
+            f"{self.prefix}.{self.kind}.trial",
+            ops.core_reduce_op(Average),
+            process_set_id=bridge.process_set_id(self.process_set),
+            in_place=True,
+        )
+        return bridge.finish(bridge.start([average], np.array(values, np.float64)))[0].tolist()
 
     def _start_plain(self, grads, plain):
         dtypes = sorted({grads[i].dtype.name for i in plain})
@@ -181,7 +240,7 @@ class _ErrorFeedback:
 
     def shared_state(self) -> dict:
         """State identical on every rank (broadcast from rank 0 when the membership changes)."""
-        return {"iteration": self.iteration}
+        return {"iteration": self.iteration, "trial": self.trial.state()}
 
     def state_dict(self) -> dict:
         return {"local": self.local_state(), "shared": self.shared_state()}
@@ -194,6 +253,7 @@ class _ErrorFeedback:
 
     def _load_shared(self, shared: dict) -> None:
         self.iteration = int(shared["iteration"])
+        self.trial.load_state(shared.get("trial", {}), self.iteration)
 
 
 class _PowerSGD(_ErrorFeedback):
@@ -203,9 +263,19 @@ class _PowerSGD(_ErrorFeedback):
     kind = "powersgd"
 
     def __init__(
-        self, prefix, op, process_set, rank=1, start_iter=10, min_compression_rate=2, warm_start=True, seed=0
+        self,
+        prefix,
+        op,
+        process_set,
+        rank=1,
+        start_iter=10,
+        min_compression_rate=2,
+        warm_start=True,
+        seed=0,
+        min_step_speedup=None,
+        trial_steps=8,
     ):
-        super().__init__(prefix, op, process_set, start_iter, min_compression_rate)
+        super().__init__(prefix, op, process_set, start_iter, min_compression_rate, min_step_speedup, trial_steps)
         slow_link_settings.check_powersgd_rank(rank)
         self.rank = rank
         self.warm_start = warm_start
@@ -257,7 +327,7 @@ class _PowerSGD(_ErrorFeedback):
         self.last_sent_bytes += flat_p.nbytes + flat_q.nbytes
 
     def shared_state(self) -> dict:
-        return {"iteration": self.iteration, "qs": {k: v.copy() for k, v in self.qs.items()}}
+        return dict(super().shared_state(), qs={k: v.copy() for k, v in self.qs.items()})
 
     def _load_shared(self, shared: dict) -> None:
         super()._load_shared(shared)
@@ -270,8 +340,18 @@ class _TopK(_ErrorFeedback):
 
     kind = "topk"
 
-    def __init__(self, prefix, op, process_set, ratio=0.01, start_iter=10, min_compression_rate=2):
-        super().__init__(prefix, op, process_set, start_iter, min_compression_rate)
+    def __init__(
+        self,
+        prefix,
+        op,
+        process_set,
+        ratio=0.01,
+        start_iter=10,
+        min_compression_rate=2,
+        min_step_speedup=None,
+        trial_steps=8,
+    ):
+        super().__init__(prefix, op, process_set, start_iter, min_compression_rate, min_step_speedup, trial_steps)
         slow_link_settings.check_topk_ratio(ratio)
         self.ratio = ratio
 

@@ -9,7 +9,9 @@ gradients, so nothing the compression dropped is lost, only delayed.
 
 Gradients that compression would not shrink (vectors, small matrices) are allreduced as they are, through the
 core's fusion. The first `start_iter` steps reduce every gradient uncompressed, since early gradients change
-fast and a residual built from them is mostly stale.
+fast and a residual built from them is mostly stale. With `min_step_speedup`, a trial after those steps decides
+whether compressing pays on this job's links at all (hvdlite/common/compression_trial.py); where it does not, the
+residuals are sent with the next step's gradients and every later step is reduced uncompressed.
 """
 
 import math
@@ -19,6 +21,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from hvdlite.common import basics, slow_link_settings
+from hvdlite.common.compression_trial import CompressionTrial
 from hvdlite.common.ops import Average, Sum
 
 
@@ -44,8 +47,19 @@ class _ErrorFeedbackReducer:
 
     kind = ""
 
-    def __init__(self, names, process_set, op, collectives, start_iter: int, min_compression_rate: float):
+    def __init__(
+        self,
+        names,
+        process_set,
+        op,
+        collectives,
+        start_iter: int,
+        min_compression_rate: float,
+        min_step_speedup=None,
+        trial_steps: int = 8,
+    ):
         slow_link_settings.check_error_feedback(self.kind, op, start_iter, min_compression_rate)
+        self.trial = CompressionTrial(start_iter, min_step_speedup, trial_steps, self.kind)
         self.names = names
         self.collectives = collectives  # hvdlite.torch.mpi_ops (passed in: that module imports this one's users)
         self.process_set = process_set
@@ -72,12 +86,11 @@ class _ErrorFeedbackReducer:
         """Replaces each parameter's .grad by its reduced (averaged or summed) gradient."""
         self.iteration += 1
         for p in params:
-            if p.grad.is_sparse:
-                raise ValueError(
-                    f"{self.kind} compression reduces dense gradients; {self.names[id(p)]} has a sparse one "
-                    "(use sparse_as_dense=True or an uncompressed optimizer)"
-                )
-        compress = self.iteration > self.start_iter
+            self.check_dense(p)
+        compress = self.trial.compresses(self.iteration)
+        if not compress and self.residuals:
+            for p in params:
+                self.add_residual(p, p.grad)
         compressed = [p for p in params if compress and self._compressible(p.grad)]
         chosen = {id(p) for p in compressed}
         plain = [p for p in params if id(p) not in chosen]
@@ -98,14 +111,54 @@ class _ErrorFeedbackReducer:
                 p.grad.copy_(reduced.view_as(p.grad))
         if error is not None:
             raise error
+        self._step_done(compress)
+
+    # -- steps the optimizer reduces itself (uncompressed, overlapped with backward where it does that)
+    def compresses_next(self) -> bool:
+        """Whether the next step compresses; when it does not, the optimizer reduces it the usual way, calling
+        add_residual on each gradient before it goes out and plain_step_done after the step."""
+        return self.trial.compresses(self.iteration + 1)
+
+    def check_dense(self, p: torch.Tensor) -> None:
+        """Refuses a sparse gradient on every step, compressed or not, so that the error comes at the first."""
+        if p.grad is not None and p.grad.is_sparse:
+            raise ValueError(
+                f"{self.kind} compression reduces dense gradients; {self.names[id(p)]} has a sparse one "
+                "(use sparse_as_dense=True or an uncompressed optimizer)"
+            )
+
+    def add_residual(self, p: torch.Tensor, grad: torch.Tensor) -> None:
+        """Adds p's residual (if any) to its dense gradient `grad`, which then goes uncompressed: nothing the
+        compression held back is lost when it stops."""
+        residual = self.residuals.pop(self.names[id(p)], None) if self.residuals else None
+        if residual is not None and residual.shape == grad.shape:
+            grad.add_(residual)
+
+    def plain_step_done(self, params: Sequence[torch.Tensor]) -> None:
+        self.iteration += 1
+        dense = sum(p.numel() for p in params)
+        self.last_dense_elements = self.last_sent_elements = dense
+        self.last_dense_bytes = self.last_sent_bytes = sum(p.numel() * p.element_size() for p in params)
+        self._step_done(False)
+
+    def _step_done(self, compress: bool) -> None:
         basics.timeline_counter(
             self.kind,
             {
                 "sent_bytes": self.last_sent_bytes,
                 "dense_bytes": self.last_dense_bytes,
                 "compression_ratio": self.last_dense_bytes / max(1, self.last_sent_bytes),
+                "compressing": int(compress),
             },
         )
+        self.trial.step_done(self.iteration, self._agree)
+
+    def _agree(self, values: Sequence[float]) -> Sequence[float]:
+        """The ranks' average of a few numbers (the trial's medians)."""
+        mine = torch.tensor(list(values), dtype=torch.float64)
+        return self.collectives.allreduce_(
+            mine, name=f"{self.kind}.trial", op=Average, process_set=self.process_set
+        ).tolist()
 
     def _allreduce_async(self, p: torch.Tensor):
         wire = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
@@ -134,7 +187,7 @@ class _ErrorFeedbackReducer:
 
     def shared_state(self) -> dict:
         """State identical on every rank (broadcast from rank 0 when the membership changes)."""
-        return {"iteration": self.iteration}
+        return {"iteration": self.iteration, "trial": self.trial.state()}
 
     def state_dict(self) -> dict:
         return {"local": self.local_state(), "shared": self.shared_state()}
@@ -147,6 +200,7 @@ class _ErrorFeedbackReducer:
 
     def _load_shared(self, shared: dict) -> None:
         self.iteration = int(shared["iteration"])
+        self.trial.load_state(shared.get("trial", {}), self.iteration)
 
 
 class PowerSGDReducer(_ErrorFeedbackReducer):
@@ -168,8 +222,12 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
         min_compression_rate: float = 2,
         warm_start: bool = True,
         seed: int = 0,
+        min_step_speedup=None,
+        trial_steps: int = 8,
     ):
-        super().__init__(names, process_set, op, collectives, start_iter, min_compression_rate)
+        super().__init__(
+            names, process_set, op, collectives, start_iter, min_compression_rate, min_step_speedup, trial_steps
+        )
         slow_link_settings.check_powersgd_rank(rank)
         self.rank = rank
         self.warm_start = warm_start
@@ -227,7 +285,7 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
         self.last_sent_bytes += (flat_p.numel() + flat_q.numel()) * flat_p.element_size()
 
     def shared_state(self) -> dict:
-        return {"iteration": self.iteration, "qs": {k: v.detach().clone() for k, v in self.qs.items()}}
+        return dict(super().shared_state(), qs={k: v.detach().clone() for k, v in self.qs.items()})
 
     def _load_shared(self, shared: dict) -> None:
         super()._load_shared(shared)
@@ -250,8 +308,12 @@ class TopKReducer(_ErrorFeedbackReducer):
         ratio: float = 0.01,
         start_iter: int = 10,
         min_compression_rate: float = 2,
+        min_step_speedup=None,
+        trial_steps: int = 8,
     ):
-        super().__init__(names, process_set, op, collectives, start_iter, min_compression_rate)
+        super().__init__(
+            names, process_set, op, collectives, start_iter, min_compression_rate, min_step_speedup, trial_steps
+        )
         slow_link_settings.check_topk_ratio(ratio)
         self.ratio = ratio
 
@@ -306,9 +368,17 @@ def _orthonormal(matrix: torch.Tensor) -> torch.Tensor:
 
 
 def powersgd(
-    rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2, warm_start: bool = True, seed: int = 0
+    rank: int = 1,
+    start_iter: int = 10,
+    min_compression_rate: float = 2,
+    warm_start: bool = True,
+    seed: int = 0,
+    min_step_speedup=None,
+    trial_steps: int = 8,
 ) -> ReducerSpec:
-    """PowerSGD compression with error feedback (see PowerSGDReducer); `rank` is the approximation's rank."""
+    """PowerSGD compression with error feedback (see PowerSGDReducer); `rank` is the approximation's rank.
+    min_step_speedup: compress only if a trial of trial_steps steps each way shows compressed steps this many times
+    shorter (None: always compress after start_iter)."""
     return ReducerSpec(
         PowerSGDReducer,
         rank=rank,
@@ -316,12 +386,28 @@ def powersgd(
         min_compression_rate=min_compression_rate,
         warm_start=warm_start,
         seed=seed,
+        min_step_speedup=min_step_speedup,
+        trial_steps=trial_steps,
     )
 
 
-def topk(ratio: float = 0.01, start_iter: int = 10, min_compression_rate: float = 2) -> ReducerSpec:
-    """Top-k sparsification with error feedback (see TopKReducer); `ratio` of each gradient's entries is sent."""
-    return ReducerSpec(TopKReducer, ratio=ratio, start_iter=start_iter, min_compression_rate=min_compression_rate)
+def topk(
+    ratio: float = 0.01,
+    start_iter: int = 10,
+    min_compression_rate: float = 2,
+    min_step_speedup=None,
+    trial_steps: int = 8,
+) -> ReducerSpec:
+    """Top-k sparsification with error feedback (see TopKReducer); `ratio` of each gradient's entries is sent.
+    min_step_speedup and trial_steps as for powersgd."""
+    return ReducerSpec(
+        TopKReducer,
+        ratio=ratio,
+        start_iter=start_iter,
+        min_compression_rate=min_compression_rate,
+        min_step_speedup=min_step_speedup,
+        trial_steps=trial_steps,
+    )
 
 
 def is_reducer(compression) -> bool:

@@ -171,10 +171,8 @@ class _DistributedOptimizer:
             raise ValueError(f"{process_set} is not registered; call hvd.add_process_set first")
         self._hvd_member = bool(process_set.included())
         # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
-        self.reduces_during_backward = (
-            self.gradient_reducer is None
-            and self.bounded_staleness is None
-            and (_reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params))
+        self._hvd_overlap = self.bounded_staleness is None and (
+            _reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_hooks = (
             [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
@@ -228,6 +226,15 @@ class _DistributedOptimizer:
                 self._hvd_submit(q)
             ready.clear()
 
+    @property
+    def reduces_during_backward(self) -> bool:
+        """Whether this step's gradients are submitted as backward produces them (else all at once in step())."""
+        return self._hvd_overlap and not self._hvd_compresses_this_step()
+
+    def _hvd_compresses_this_step(self) -> bool:
+        # A reducer takes the whole step only when it compresses it; its other steps go the usual way.
+        return self.gradient_reducer is not None and self.gradient_reducer.compresses_next()
+
     def _hvd_submit(self, p: torch.Tensor) -> None:
         # Deferred entries keep the order backward produced them in (dicts keep insertion order).
         if not self.reduces_during_backward:
@@ -242,6 +249,8 @@ class _DistributedOptimizer:
         name = self._hvd_names[id(p)]
         if p.grad is None:  # no gradient on this rank this step: contribute zeros so others do not wait
             p.grad = torch.zeros_like(p)
+        if self.gradient_reducer is not None and not self._hvd_sparse_as_dense:
+            self.gradient_reducer.check_dense(p)
         grad = p.grad
         if grad.is_sparse:
             if not self._hvd_sparse_as_dense:
@@ -252,6 +261,8 @@ class _DistributedOptimizer:
                     ),
                 )
             grad = grad.to_dense()  # reduced dense; _hvd_finish makes p.grad sparse again
+        if self.gradient_reducer is not None:
+            self.gradient_reducer.add_residual(p, grad)  # a compressing reducer's last residual goes out with it
         prescale, postscale = self._hvd_scale_factors(self._hvd_op, self._hvd_predivide)
         wire, ctx = self._hvd_compression.compress(grad)
         if wire is grad and not grad.is_contiguous():
@@ -311,7 +322,7 @@ class _DistributedOptimizer:
         if not self._hvd_member:
             self._hvd_synchronized = True
             return
-        if self.gradient_reducer is not None:
+        if self._hvd_compresses_this_step():
             self._hvd_synchronize_with_reducer()
             return
         if self.bounded_staleness is not None:
@@ -344,6 +355,8 @@ class _DistributedOptimizer:
         self._hvd_end_step()
         if errors:
             raise errors[0]
+        if self.gradient_reducer is not None:
+            self.gradient_reducer.plain_step_done(self._hvd_params)
 
     def _hvd_end_step(self) -> None:
         # Whatever failed, the step is over: the next zero_grad() and backward() start afresh (elastic training

@@ -1,0 +1,106 @@
+"""Whether gradient compression pays on this job's links, decided from the job's own steps.
+
+Compression with error feedback sends fewer bytes but delays part of each gradient, so a model takes more steps to
+reach a given accuracy. Where the link is what a step waits for, the shorter steps win by far; where the compute
+is, the steps barely shorten and the extra steps make training slower. With `min_step_speedup` set, a reducer
+runs a trial once its `start_iter` warm-up is over: `trial_steps` steps uncompressed, then as many compressed,
+each timed from the end of one step's reduction to the end of the next, and keeps compressing only if the
+compressed steps' median was at least `min_step_speedup` times shorter. The ranks average their medians in one
+allreduce, so all decide alike.
+"""
+
+import logging
+import statistics
+import time
+from typing import Callable, List, Optional, Sequence
+
+logger = logging.getLogger("hvdlite.compression")
+
+
+def check_trial(min_step_speedup: Optional[float], trial_steps: int) -> None:
+    if min_step_speedup is not None and not min_step_speedup >= 1:
+        raise ValueError(f"min_step_speedup must be >= 1 (or None: always compress), got {min_step_speedup}")
+    if trial_steps < 1:
+        raise ValueError(f"trial_steps must be >= 1, got {trial_steps}")
+
+
+class CompressionTrial:
+    """One reducer's schedule: uncompressed up to start_iter, then (with min_step_speedup) the trial, then what it
+    decided. Iterations count from 1, as the reducers count them; every rank computes the same schedule."""
+
+    def __init__(self, start_iter: int, min_step_speedup: Optional[float], trial_steps: int, kind: str):
+        check_trial(min_step_speedup, trial_steps)
+        self.start_iter = start_iter
+        self.min_step_speedup = min_step_speedup
+        self.trial_steps = trial_steps
+        self.kind = kind
+        self.decision: Optional[bool] = None  # None: not decided (or no trial); True: compress; False: do not
+        self.plain_seconds: Optional[float] = None  # the medians it was decided on (the ranks' average)
+        self.compressed_seconds: Optional[float] = None
+        self.trial_from = start_iter  # the trial runs the 2 * trial_steps iterations after this one
+        self._last_end: Optional[float] = None
+        self._plain: List[float] = []
+        self._compressed: List[float] = []
+
+    def compresses(self, iteration: int) -> bool:
+        """Whether this iteration's gradients are compressed."""
+        if iteration <= self.start_iter:
+            return False
+        if self.min_step_speedup is None:
+            return True
+        if self.decision is not None:
+            return self.decision
+        return iteration > self.trial_from + self.trial_steps  # the trial's second half compresses
+
+    def step_done(self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]]) -> None:
+        """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
+        collective every rank reaches at the same iteration)."""
+        now = time.perf_counter()
+        previous, self._last_end = self._last_end, now
+        if self.min_step_speedup is None or self.decision is not None or iteration <= self.trial_from:
+            return
+        if previous is not None:
+            (self._compressed if self.compresses(iteration) else self._plain).append(now - previous)
+        if iteration >= self.trial_from + 2 * self.trial_steps:
+            self._decide(iteration, agree)
+
+    def _decide(self, iteration: int, agree) -> None:
+        # A rank without a figure of each kind (it joined or restored during the trial) says so, and then every
+        # rank starts the trial over from here.
+        complete = bool(self._plain and self._compressed)
+        mine = [statistics.median(self._plain), statistics.median(self._compressed)] if complete else [0.0, 0.0]
+        plain, compressed, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
+        self._plain, self._compressed = [], []
+        if all_complete < 1.0:
+            self.trial_from = iteration
+            return
+        self.plain_seconds, self.compressed_seconds = plain, compressed
+        self.decision = plain >= self.min_step_speedup * compressed
+        logger.info(
+            "%s: uncompressed steps took %.1f ms, compressed %.1f ms (median, the ranks' average); %s",
+            self.kind,
+            1000 * plain,
+            1000 * compressed,
+            "compressing from now on"
+            if self.decision
+            else f"not compressing (less than {self.min_step_speedup}x shorter)",
+        )
+
+    # -- state: the same on every rank (elastic commit/restore, broadcast when the membership changes)
+    def state(self) -> dict:
+        return {
+            "decision": self.decision,
+            "plain_seconds": self.plain_seconds,
+            "compressed_seconds": self.compressed_seconds,
+            "trial_from": self.trial_from,
+        }
+
+    def load_state(self, state: dict, iteration: int) -> None:
+        self.decision = state.get("decision")
+        self.plain_seconds = state.get("plain_seconds")
+        self.compressed_seconds = state.get("compressed_seconds")
+        self.trial_from = state.get("trial_from", self.start_iter)
+        # A trial cut short starts over from the restored iteration: the figures taken since are not the state's.
+        if self.decision is None and iteration > self.trial_from:
+            self.trial_from = iteration
+        self._plain, self._compressed, self._last_end = [], [], None
