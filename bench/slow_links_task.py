@@ -61,3 +61,22 @@ def make_model(seed=0):
         nn.ReLU(),
         nn.Linear(256, CLASSES),
     )
+
+
+def make_keras_model(seed=0):
+    """The same net in Keras 3 (channels last: images go in as [count, 32, 32, 3])."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((IMAGE, IMAGE, 3)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(CLASSES),
+        ]
+    )

@@ -87,15 +87,15 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
-    """bench/slow_links.py for real on two network-namespace hosts with 1 Gbit/s links, hvdlite's PowerSGD and
-    DDP's PowerSGD hook for a few steps (a smoke run): both train, the link's counters saw their traffic, and the
-    report, its JSON and the plot are written."""
+    """bench/slow_links.py for real on two network-namespace hosts with 1 Gbit/s links, hvdlite's PowerSGD, DDP's
+    PowerSGD hook and the Keras net with PowerSGD and its trial for a few steps (a smoke run): all train, the
+    link's counters saw their traffic, and the report, its JSON and the plot are written."""
     result = subprocess.run(
         [
             sys.executable,
             os.path.join(ROOT, "bench", "slow_links.py"),
             "--methods",
-            "powersgd,ddp-powersgd",
+            "powersgd,ddp-powersgd,keras-powersgd-8-trial",
             "--steps",
             "12",
             "--eval-every",
@@ -113,7 +113,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["1gbit"]
-    assert set(rows) == {"powersgd", "ddp-powersgd"}
+    assert set(rows) == {"powersgd", "ddp-powersgd", "keras-powersgd-8-trial"}
     for row in rows.values():
         assert [point[0] for point in row["curve"]] == [4, 8, 12]
         assert row["seconds_to_target"] is not None and 0 < row["final_accuracy"] <= 1
