@@ -215,13 +215,13 @@ def usable_cpus() -> int:
     return cpus
 
 
-def expected_caller_spin(local_size: int) -> int:
-    """The spin budget of a waiting framework thread: the knob where given, else long where the host's ranks have
-    a CPU each."""
+def expected_caller_spin(machine_ranks: int) -> int:
+    """The spin budget of a waiting framework thread: the knob where given, else long where the ranks on this
+    machine (emulated hosts included) have a CPU each."""
     knob = os.environ.get("HVDLITE_SPIN_MICROSECONDS") or os.environ.get("HOROVOD_SPIN_MICROSECONDS")
     if knob:
         return int(knob)
-    return 5000 if local_size <= usable_cpus() else 50
+    return 5000 if machine_ranks <= usable_cpus() else 50
 
 
 def launched_size() -> int:

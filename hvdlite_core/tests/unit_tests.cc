@@ -366,6 +366,8 @@ static void test_caller_spin() {
   CHECK(caller_spin_microseconds(config, 2, 2) == 7);
   CHECK(caller_spin_microseconds(config, 3, 2) == 7);
   CHECK(usable_cpus() >= 1);
+  // This process exists here; pid 0 and a negative one never count.
+  CHECK(ranks_on_this_machine(2, {getpid(), 0, -1}) == 3);
 }
 
 static void test_hmac() {

@@ -187,7 +187,7 @@ const std::vector<Knob>& knobs() {
       text_knob("NCCL_LIBRARY", &Config::nccl_library, "NCCL library for CUDA tensors (empty: searched)"),
       number_knob("SPIN_MICROSECONDS", &Config::spin_microseconds,
                   "a framework thread waiting on its operation busy-waits this long before it sleeps (unset: "
-                  "5000 where this host's ranks do not outnumber the CPUs each may run on, else 50)"),
+                  "5000 where the job's ranks on this machine do not outnumber the CPUs each may run on, else 50)"),
       number_knob("BACKGROUND_SPIN_MICROSECONDS", &Config::background_spin_microseconds,
                   "the same for the background thread"),
       text_knob("LOG_LEVEL", &Config::log_level, "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, either case"),

@@ -1,6 +1,7 @@
 #include "transport/caller_spin.h"
 
 #include <sched.h>
+#include <signal.h>
 
 #include <cmath>
 #include <fstream>
@@ -27,9 +28,17 @@ int usable_cpus() {
   return cpus < 1 ? 1 : cpus;
 }
 
-int64_t caller_spin_microseconds(const Config& config, int local_ranks, int cpus) {
+int ranks_on_this_machine(int local_ranks, const std::vector<pid_t>& other_hosts_pids) {
+  int ranks = local_ranks;
+  for (pid_t pid : other_hosts_pids) {
+    if (pid > 0 && ::kill(pid, 0) == 0) ++ranks;
+  }
+  return ranks;
+}
+
+int64_t caller_spin_microseconds(const Config& config, int machine_ranks, int cpus) {
   if (config.spin_microseconds_set) return config.spin_microseconds;
-  return local_ranks <= cpus ? kDedicatedCpuSpinUs : config.spin_microseconds;
+  return machine_ranks <= cpus ? kDedicatedCpuSpinUs : config.spin_microseconds;
 }
 
 }  // namespace hvdlite

@@ -83,7 +83,12 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   my_inbox_.unlink();  // everyone has mapped it; the name is no longer needed (and cannot leak)
   ::close(listen_fd_);
   listen_fd_ = -1;
-  const int64_t spin_us = caller_spin_microseconds(config_, static_cast<int>(local_ranks_.size()), usable_cpus());
+  std::vector<pid_t> other_hosts_pids;
+  for (const PeerInfo& peer : peers_) {
+    if (peer.host_id != peers_[rank_].host_id) other_hosts_pids.push_back(peer.pid);
+  }
+  const int machine_ranks = ranks_on_this_machine(static_cast<int>(local_ranks_.size()), other_hosts_pids);
+  const int64_t spin_us = caller_spin_microseconds(config_, machine_ranks, usable_cpus());
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
                                  &my_inbox_.header()->alive_ns, spin_us, config_.peer_timeout_seconds));
