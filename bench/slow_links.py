@@ -19,8 +19,8 @@ directions (its veth counters, launch and set-up included). Methods:
   powersgd        Compression.powersgd(rank=4, start_iter=10)
   powersgd-8      Compression.powersgd(rank=8, start_iter=10)
   powersgd-16     Compression.powersgd(rank=16, start_iter=10)
-  powersgd-8-trial  rank 8 with min_step_speedup=1.25: compressing only if a trial of 8 steps each way after
-                  start_iter shows compressed steps 1.25x shorter
+  powersgd-8-trial  rank 8 with min_step_speedup=1.25: compressing only if the last 8 uncompressed steps and the
+                  first 8 compressed ones show compressed steps 1.25x shorter
   topk            Compression.topk(ratio=0.01, start_iter=10)
   topk-5          Compression.topk(ratio=0.05, start_iter=10)
   local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)

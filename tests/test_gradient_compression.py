@@ -95,17 +95,18 @@ for kind in ("powersgd", "topk"):
 
 @pytest.mark.timeout(150)
 def test_a_trial_keeps_compression_only_where_it_shortens_the_step():
-    """With min_step_speedup, a reducer times trial_steps steps uncompressed and as many compressed after
-    start_iter, and every rank takes the same decision from the ranks' average medians. Where the uncompressed
-    steps are slow (a sleep stands in for a slow link) it keeps compressing; where compressed steps are not that
-    much shorter it stops, sends the residuals with the next gradients (so the applied updates then equal the sum
-    of the true averaged gradients exactly), and sends every later gradient whole. Through DistributedOptimizer,
-    the steps a reducer does not compress are reduced the usual way (during backward where the optimizer does
-    that) and still counted, timed and recorded."""
+    """With min_step_speedup, a reducer times its last trial_steps uncompressed warm-up steps and the first
+    trial_steps compressed ones, and every rank takes the same decision from the ranks' average medians. Where the
+    uncompressed steps are slow (a sleep stands in for a slow link) it keeps compressing; where compressed steps
+    are not that much shorter it stops, sends the residuals with the next gradients (so the applied updates then
+    equal the sum of the true averaged gradients exactly), and sends every later gradient whole. Through
+    DistributedOptimizer, the steps a reducer does not compress are reduced the usual way (during backward where
+    the optimizer does that) and still counted, timed and recorded."""
     run(
         """
 import time
 START, T = 2, 3
+LAST_PLAIN = max(START, T + 1)  # the warm-up is lengthened so that T uncompressed steps are timed (not the first)
 for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, False), ("topk", 50.0, False)):
     params, names = fake_params([(40, 30), (8, 4, 3, 3), (30,)])
     settings = dict(start_iter=START, min_step_speedup=speedup, trial_steps=T)
@@ -118,14 +119,14 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
     g = torch.Generator().manual_seed(100 + R)
     for step in range(1, 14):
         # A step is timed from the end of the last one's reduction to the end of its own.
-        if slow_plain and START < step <= START + T:
+        if slow_plain and LAST_PLAIN - T < step <= LAST_PLAIN:
             time.sleep(0.06)
         grads = [torch.randn(p.shape, generator=g) for p in params]
         for p, grad in zip(params, grads):
             p.grad = grad.clone()
         everyone = [hvd.allreduce(grad, name=f"true.{i}", op=hvd.Average) for i, grad in enumerate(grads)]
-        in_trial = START + T < step <= START + 2 * T
-        expected = in_trial or (step > START + 2 * T and slow_plain)
+        in_trial = LAST_PLAIN < step <= LAST_PLAIN + T
+        expected = in_trial or (step > LAST_PLAIN + T and slow_plain)
         assert reducer.compresses_next() == expected, (kind, step)
         reducer.reduce(params)
         for a, t, p, mean in zip(applied, true_sum, params, everyone):
@@ -133,7 +134,7 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
             t += mean
         compressing = reducer.last_sent_elements * 2 <= reducer.last_dense_elements
         assert compressing == expected, (kind, step, reducer.trial.state())
-        assert (reducer.trial.decision is None) == (step < START + 2 * T), (kind, step, reducer.trial.state())
+        assert (reducer.trial.decision is None) == (step < LAST_PLAIN + T), (kind, step, reducer.trial.state())
     assert reducer.trial.decision is slow_plain
     state = reducer.trial.state()
     assert same_everywhere(torch.tensor([state["plain_seconds"], state["compressed_seconds"]]), "trial medians")

@@ -3,10 +3,10 @@
 Compression with error feedback sends fewer bytes but delays part of each gradient, so a model takes more steps to
 reach a given accuracy. Where the link is what a step waits for, the shorter steps win by far; where the compute
 is, the steps barely shorten and the extra steps make training slower. With `min_step_speedup` set, a reducer
-runs a trial once its `start_iter` warm-up is over: `trial_steps` steps uncompressed, then as many compressed,
-each timed from the end of one step's reduction to the end of the next, and keeps compressing only if the
-compressed steps' median was at least `min_step_speedup` times shorter. The ranks average their medians in one
-allreduce, so all decide alike.
+times the last `trial_steps` of its uncompressed warm-up steps (`start_iter`, lengthened to `trial_steps + 1` if
+shorter) and the first `trial_steps` compressed ones, each from the end of one step's reduction to the end of the
+next, and keeps compressing only if the compressed steps' median was at least `min_step_speedup` times shorter.
+The ranks average their medians in one allreduce, so all decide alike.
 """
 
 import logging
@@ -25,8 +25,9 @@ def check_trial(min_step_speedup: Optional[float], trial_steps: int) -> None:
 
 
 class CompressionTrial:
-    """One reducer's schedule: uncompressed up to start_iter, then (with min_step_speedup) the trial, then what it
-    decided. Iterations count from 1, as the reducers count them; every rank computes the same schedule."""
+    """One reducer's schedule: uncompressed up to start_iter and, with min_step_speedup, the trial's compressed
+    steps after it, then what it decided. Iterations count from 1, as the reducers count them; every rank computes
+    the same schedule."""
 
     def __init__(self, start_iter: int, min_step_speedup: Optional[float], trial_steps: int, kind: str):
         check_trial(min_step_speedup, trial_steps)
@@ -37,7 +38,9 @@ class CompressionTrial:
         self.decision: Optional[bool] = None  # None: not decided (or no trial); True: compress; False: do not
         self.plain_seconds: Optional[float] = None  # the medians it was decided on (the ranks' average)
         self.compressed_seconds: Optional[float] = None
-        self.trial_from = start_iter  # the trial runs the 2 * trial_steps iterations after this one
+        # The last uncompressed iteration of the trial: it times the trial_steps iterations up to this one, and the
+        # trial_steps after it compressed. The first iteration is never timed (nothing ends before it).
+        self.trial_from = max(start_iter, trial_steps + 1)
         self._last_end: Optional[float] = None
         self._plain: List[float] = []
         self._compressed: List[float] = []
@@ -50,18 +53,18 @@ class CompressionTrial:
             return True
         if self.decision is not None:
             return self.decision
-        return iteration > self.trial_from + self.trial_steps  # the trial's second half compresses
+        return iteration > self.trial_from
 
     def step_done(self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]]) -> None:
         """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
         collective every rank reaches at the same iteration)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
-        if self.min_step_speedup is None or self.decision is not None or iteration <= self.trial_from:
+        if self.min_step_speedup is None or self.decision is not None:
             return
-        if previous is not None:
+        if previous is not None and iteration > self.trial_from - self.trial_steps:
             (self._compressed if self.compresses(iteration) else self._plain).append(now - previous)
-        if iteration >= self.trial_from + 2 * self.trial_steps:
+        if iteration >= self.trial_from + self.trial_steps:
             self._decide(iteration, agree)
 
     def _decide(self, iteration: int, agree) -> None:
@@ -72,7 +75,7 @@ class CompressionTrial:
         plain, compressed, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
         self._plain, self._compressed = [], []
         if all_complete < 1.0:
-            self.trial_from = iteration
+            self.trial_from = iteration + self.trial_steps
             return
         self.plain_seconds, self.compressed_seconds = plain, compressed
         self.decision = plain >= self.min_step_speedup * compressed
@@ -99,8 +102,8 @@ class CompressionTrial:
         self.decision = state.get("decision")
         self.plain_seconds = state.get("plain_seconds")
         self.compressed_seconds = state.get("compressed_seconds")
-        self.trial_from = state.get("trial_from", self.start_iter)
+        self.trial_from = state.get("trial_from", self.trial_from)
         # A trial cut short starts over from the restored iteration: the figures taken since are not the state's.
-        if self.decision is None and iteration > self.trial_from:
-            self.trial_from = iteration
+        if self.decision is None and iteration > self.trial_from - self.trial_steps:
+            self.trial_from = iteration + self.trial_steps
         self._plain, self._compressed, self._last_end = [], [], None

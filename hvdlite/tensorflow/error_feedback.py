@@ -51,7 +51,8 @@ def powersgd(
     trial_steps: int = 8,
 ) -> ErrorFeedbackSpec:
     """PowerSGD compression with error feedback; `rank` is the approximation's rank. min_step_speedup: compress
-    only if a trial of trial_steps updates each way shows compressed ones this many times shorter (None: always)."""
+    only if the last trial_steps uncompressed updates and the first trial_steps compressed ones show the compressed
+    this many times shorter (None: always)."""
     return ErrorFeedbackSpec(
         "powersgd",
         rank=rank,

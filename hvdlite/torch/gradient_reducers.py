@@ -9,9 +9,10 @@ gradients, so nothing the compression dropped is lost, only delayed.
 
 Gradients that compression would not shrink (vectors, small matrices) are allreduced as they are, through the
 core's fusion. The first `start_iter` steps reduce every gradient uncompressed, since early gradients change
-fast and a residual built from them is mostly stale. With `min_step_speedup`, a trial after those steps decides
-whether compressing pays on this job's links at all (hvdlite/common/compression_trial.py); where it does not, the
-residuals are sent with the next step's gradients and every later step is reduced uncompressed.
+fast and a residual built from them is mostly stale. With `min_step_speedup`, a trial over the last of those steps
+and the first compressed ones decides whether compressing pays on this job's links at all
+(hvdlite/common/compression_trial.py); where it does not, the residuals are sent with the next step's gradients
+and every later step is reduced uncompressed.
 """
 
 import math
@@ -377,8 +378,8 @@ def powersgd(
     trial_steps: int = 8,
 ) -> ReducerSpec:
     """PowerSGD compression with error feedback (see PowerSGDReducer); `rank` is the approximation's rank.
-    min_step_speedup: compress only if a trial of trial_steps steps each way shows compressed steps this many times
-    shorter (None: always compress after start_iter)."""
+    min_step_speedup: compress only if the last trial_steps uncompressed steps and the first trial_steps compressed
+    ones show the compressed this many times shorter (None: always compress after start_iter)."""
     return ReducerSpec(
         PowerSGDReducer,
         rank=rank,
