@@ -6,9 +6,10 @@ from it. Each update hands every gradient to one stateful `tf.numpy_function`, w
 exchange on numpy arrays: the gradients compression would not shrink go out as one allreduce per dtype, started
 first so that the core fuses and runs it while the others are compressed; PowerSGD then allreduces all P in one
 buffer and all Q in another, top-k allgathers (index, value) pairs. What a rank did not send stays in its
-residual for the next update. With `min_step_speedup`, a trial after `start_iter` decides whether compressing
-pays on this job's links (hvdlite/common/compression_trial.py). The state lives outside TensorFlow's tracking
-(nothing of it is saved with the model); TensorFlowKerasState commits and restores it.
+residual for the next update. With `min_step_speedup`, a trial over the last uncompressed updates and the first
+compressed ones decides whether compressing pays on this job's links (hvdlite/common/compression_trial.py). The
+state lives outside TensorFlow's tracking (nothing of it is saved with the model); TensorFlowKerasState commits
+and restores it.
 """
 
 import math

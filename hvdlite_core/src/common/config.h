@@ -70,7 +70,7 @@ struct Config {
   std::string nccl_library;                     // NCCL_LIBRARY: NCCL for CUDA tensors ("": search; gpu/cuda_api.h)
   int64_t spin_microseconds = 50;               // SPIN_MICROSECONDS: a caller waiting on its operation busy-waits
                                                 // this long before sleeping. Unset, longer where the
-                                                // machine's ranks have a CPU each (transport/mesh.cc: caller_spin)
+                                                // machine's ranks have a CPU each (transport/caller_spin.h)
   bool spin_microseconds_set = false;           // whether the knob was given
   int64_t background_spin_microseconds = 5;     // BACKGROUND_SPIN_MICROSECONDS: the same, background thread
   bool autotune = false;                        // AUTOTUNE: search FUSION_THRESHOLD and CYCLE_TIME while the job
