@@ -5,10 +5,17 @@ argv: OPS [WARMUP] (default OPS/10: the operations after which memory counts as 
 random sequence (a shared seed), so they issue the same collectives; an operation on a process set is issued by its
 members only. Operations go out in asynchronous batches of 1-8 (fused and negotiated together), names cycle through a
 pool so the response cache is hit, missed and displaced. Prints one line: SOAK <json> with the descriptor counts after
-warm-up and at the end, and the resident memory sampled every 500 operations after warm-up (one sample is noisy: glibc
-keeps or returns the 1.2 MB buffers of the largest operations as it likes, which moves the resident size by 2-4 MB
-between two samples of a job that does not grow; see tests/test_soak.py)."""
+warm-up and at the end, and, every 500 operations after warm-up, three measures of the memory held: the resident
+size, the bytes malloc has handed out and not had back (the core's C++ heap, numpy's buffers, cffi's structs) and
+the number of Python objects' blocks.
 
+Each sample is taken where nothing is in flight, after emptying what is bounded but churns: the binding's cache of
+prepared requests (keyed by buffer address, so every fresh numpy array adds an entry until 4096 clear it; the churn
+scattered Python's arenas and raised the resident size by up to 4 MB, once, at a random point), the garbage
+collector's pending cycles, and the free pages glibc keeps. What is left is what the process holds."""
+
+import ctypes
+import gc
 import json
 import os
 import random
@@ -27,12 +34,42 @@ sets = [basics.global_process_set] + [
     basics.add_process_set(members) for members in ([0, 1], [2, 3], [0, 2]) if max(members) < size
 ]
 rng = random.Random(2026)
+libc = ctypes.CDLL(None)
+
+
+class MallocInfo(ctypes.Structure):
+    """glibc's struct mallinfo2 (2.33 and later)."""
+
+    _fields_ = [
+        (field, ctypes.c_size_t)
+        for field in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+libc.mallinfo2.restype = MallocInfo
 F32, I32 = ops.DTYPE_CODES["float32"], ops.DTYPE_CODES["int32"]
 
 
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def malloc_bytes_in_use() -> int:
+    """Bytes in allocated chunks, every arena and the mmapped ones: what malloc has handed out and not had back."""
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
 
 
 def fd_count() -> int:
@@ -99,9 +136,40 @@ def issue(kind, process_set, count, dtype, name):
 
 
 KINDS = ["allreduce"] * 4 + ["allgather", "broadcast", "alltoall", "reducescatter"]
+LARGEST_COUNT = 300000
+LARGEST_BATCH = 8
+
+
+def reach_high_water_marks():
+    """The fusion buffer and the transport's scratch grow to the largest batch they have seen and keep that size; a
+    large batch the random sequence draws only late would raise the memory held once, which the flatness check cannot
+    tell from a leak. So every set runs the largest batch of every kind first."""
+    for process_set in sets:
+        if rank not in process_set.ranks:
+            continue
+        for kind in dict.fromkeys(KINDS):
+            batch = [
+                issue(kind, process_set, LARGEST_COUNT, F32, f"soak.warm.{kind}.{i}") for i in range(LARGEST_BATCH)
+            ]
+            for handle, check in batch:
+                ops.wait(handle)
+                if not check():
+                    raise AssertionError(f"rank {rank}: wrong result for the largest {kind} batch")
+                ops.release(handle)
+
+
+def memory_held() -> tuple:
+    """(resident bytes, malloc bytes in use, Python blocks) after emptying the churning caches (module docstring)."""
+    ops._prepared.clear()
+    gc.collect()
+    libc.malloc_trim(0)
+    return rss_bytes(), malloc_bytes_in_use(), sys.getallocatedblocks()
+
+
+reach_high_water_marks()
 done = 0
 warm = None
-rss_samples = []
+samples = []
 next_sample = warmup_ops
 start = time.monotonic()
 while done < total_ops:
@@ -110,7 +178,7 @@ while done < total_ops:
     for _ in range(rng.randint(1, 8)):
         process_set = rng.choice(sets)
         kind = rng.choice(KINDS)
-        count = rng.choice([1, 7, 64, 1000, 4096, 20000]) if rng.random() < 0.97 else 300000
+        count = rng.choice([1, 7, 64, 1000, 4096, 20000]) if rng.random() < 0.97 else LARGEST_COUNT
         dtype = rng.choice([F32, I32])
         name = f"soak.{kind}.{rng.randrange(48)}"
         done += 1
@@ -126,7 +194,7 @@ while done < total_ops:
     if warm is None and done >= warmup_ops:
         warm = (rss_bytes(), fd_count())
     if done >= next_sample:
-        rss_samples.append(rss_bytes())
+        samples.append(memory_held())
         next_sample += 500
 elapsed = time.monotonic() - start
 report = {
@@ -137,7 +205,9 @@ report = {
     "rss_end": rss_bytes(),
     "fds_warm": warm[1],
     "fds_end": fd_count(),
-    "rss_samples": rss_samples,
+    "rss_samples": [sample[0] for sample in samples],
+    "malloc_samples": [sample[1] for sample in samples],
+    "block_samples": [sample[2] for sample in samples],
 }
 basics.shutdown()
 print("SOAK " + json.dumps(report), flush=True)
