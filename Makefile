@@ -2,7 +2,7 @@
 # and then runs. Versions come from constraints.txt.
 #   make train   - set up the core and PyTorch, then train the example on 2 processes
 #   make test    - set up everything the tests need (every framework, the system packages), then run the suite
-#   make bench   - the same set-up as the tests, then run the benchmarks
+#   make bench   - the same set-up as the tests, then the benchmark scripts' smoke runs and the benchmarks
 #   make format  - apply the code style the tests check
 # python3.11 where it exists (the supported version), else the python3 on PATH.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -60,6 +60,7 @@ train:
 
 bench:
 	$(MAKE) --no-print-directory $(VENV)/.installed-dev build
+	$(PY) -m pytest -q -m bench tests/test_bench.py
 	$(PY) bench/allreduce.py --rounds 5
 	$(PY) bench/hierarchical.py
 	$(PY) bench/hierarchical.py --collective allgather

@@ -1,5 +1,7 @@
-"""`make bench` regenerates its tables and plots: the allreduce benchmark, run for real on two sizes against
-Open MPI, and the hierarchical benchmark on two test hosts write bench/results-style files."""
+"""The benchmark scripts, each run for real on a small configuration so that none can rot: they write their table,
+JSON and plot. Those runs carry the ``bench`` mark: `make bench` runs them before the benchmarks, and the suite that
+CI runs leaves them out (about two minutes on 2 cores that test the measuring, not the product). The checks of the
+scripts' own logic below run everywhere."""
 
 import json
 import os
@@ -12,6 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.bench
 def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
     sizes = [8, 65536]
     result = subprocess.run(
@@ -54,6 +57,7 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.bench
 def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
     """bench/hierarchical.py for real on two network-namespace hosts, one size, one round (a smoke run)."""
     result = subprocess.run(
@@ -86,6 +90,7 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.bench
 def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
     """bench/slow_links.py for real on two network-namespace hosts with 1 Gbit/s links, hvdlite's PowerSGD, DDP's
     PowerSGD hook and the Keras net with PowerSGD and its trial for a few steps (a smoke run): all train, the
@@ -123,6 +128,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "slow_links.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.bench
 def test_train_bench_writes_table_json_and_plot(tmp_path):
     """bench/train.py as a smoke run (small model, one round): single process, two independent ones (the
     ceiling), the two in lockstep, DDP, hvdlite, hvdlite with the autotuner and hvdlite with settings of its own
@@ -200,6 +206,7 @@ def test_train_bench_named_rows_are_rows_with_settings():
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.bench
 def test_step_timeline_draws_both_ranks(tmp_path):
     """bench/step_timeline.py as a smoke run: both ranks' timelines and phases become a table, JSON and a PNG."""
     result = subprocess.run(

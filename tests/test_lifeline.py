@@ -1,6 +1,6 @@
 """Local ranks die with their launcher: ``kill -9`` of the process that started them (``hvdlite-run``,
 ``python -m hvdlite.runner.local``, the elastic driver, a script calling ``hvdlite.run``) leaves no rank alive
-3 s later and no shared-memory segment behind, ten times for each. The mechanism is launcher/lifeline.py."""
+3 s later and no shared-memory segment behind, five times for each. The mechanism is launcher/lifeline.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from multiproc import job_env
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(TESTS_DIR, "jobs", "lifeline_job.py")
-TRIALS = 10
+TRIALS = 5
 NP = 2
 
 
