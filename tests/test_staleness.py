@@ -147,10 +147,12 @@ for other, words in ((dict(sync_every=2), "sync_every"),
 
 @pytest.mark.timeout(200)
 def test_a_stopped_rank_is_never_more_than_s_steps_behind(tmp_path):
-    """Rank 0 stops rank 1 with SIGSTOP for 2 s in the middle of training (staleness 2). Rank 0 never starts step
-    k before rank 1 has finished computing step k - 1 - s (whose average rank 0 waited for at the end of step
-    k - 1), and it did start some step k before rank 1 finished computing step k - s: it ran s steps ahead, the
-    bound is reached and not just respected by a synchronous run."""
+    """Rank 1 stops itself with SIGSTOP at the start of step 8 and rank 0 lets it go on 2 s later (staleness 2).
+    Rank 0 never starts step k before rank 1 has finished computing step k - 1 - s (whose average rank 0 waited for
+    at the end of step k - 1), and it did start some step k before rank 1 finished computing step k - s: it ran s
+    steps ahead, the bound is reached and not just respected by a synchronous run. The stop comes at a known point,
+    after step 7's gradients went out and before step 8's are computed: stopped between computing a step and
+    submitting it, rank 1 would hold rank 0 one step short of the bound."""
     s = 2
     log = tmp_path / "steps.{rank}.jsonl"
     run(
@@ -165,14 +167,17 @@ out = open({str(log)!r}.format(rank=R), "w")
 def note(event, step):
     out.write(json.dumps([event, step, time.monotonic()]) + "\\n")
     out.flush()
-def pause_rank_1():
-    os.kill(pids[1], signal.SIGSTOP)
+def release_rank_1():
+    while open(f"/proc/{{pids[1]}}/stat").read().rsplit(") ", 1)[1][0] != "T":
+        time.sleep(0.005)
     time.sleep(2.0)
     os.kill(pids[1], signal.SIGCONT)
 for step in range(30):
     note("start", step)
-    if R == 0 and step == 8:
-        threading.Thread(target=pause_rank_1, daemon=True).start()
+    if step == 8 and R == 0:
+        threading.Thread(target=release_rank_1, daemon=True).start()
+    elif step == 8:
+        os.kill(os.getpid(), signal.SIGSTOP)
     opt.zero_grad()
     x, y = batch(R, step)
     F.cross_entropy(model(x), y).backward()
