@@ -167,8 +167,11 @@ out = open({str(log)!r}.format(rank=R), "w")
 def note(event, step):
     out.write(json.dumps([event, step, time.monotonic()]) + "\\n")
     out.flush()
+def rank_1_state():
+    with open(f"/proc/{{pids[1]}}/stat") as f:
+        return f.read().rsplit(") ", 1)[1][0]
 def release_rank_1():
-    while open(f"/proc/{{pids[1]}}/stat").read().rsplit(") ", 1)[1][0] != "T":
+    while rank_1_state() != "T":
         time.sleep(0.005)
     time.sleep(2.0)
     os.kill(pids[1], signal.SIGCONT)
