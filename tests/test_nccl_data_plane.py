@@ -47,24 +47,77 @@ def fake_cuda(tmp_path_factory):
     }
 
 
-# (id, np, host_ids, extra env): events that complete only after a few queries exercise the completion queue.
+# (id, np, host_ids, extra env, the data plane expected, the warning expected on rank 0): events that complete only
+# after a few queries exercise the completion queue. With FAKE_CUDA_SHARED_GPU every process on a host sees the same
+# GPU, so ranks on one (emulated) host share one and their collectives are staged through host memory.
+SHARED_WARNING = "and NCCL takes one GPU per rank: the job's CUDA collectives are staged through host memory"
 CASES = [
-    ("np2", 2, None, {}),
-    ("np3-2hosts-slow-events", 3, [0, 1, 0], {"FAKE_CUDA_EVENT_POLLS": "3"}),
+    ("np2", 2, None, {}, "NCCL", None),
+    ("np3-2hosts-slow-events", 3, [0, 1, 0], {"FAKE_CUDA_EVENT_POLLS": "3"}, "NCCL", None),
+    (
+        "np3-2hosts-shared-gpu",
+        3,
+        [0, 1, 0],
+        {"FAKE_CUDA_SHARED_GPU": "1", "FAKE_CUDA_EVENT_POLLS": "2"},
+        "STAGED",
+        "ranks 0 and 2 share GPU 0000:01:00.0, " + SHARED_WARNING,
+    ),
+    ("np2-host-forced", 2, None, {"HVDLITE_GPU_OPERATIONS": "host"}, "STAGED", None),
 ]
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_nccl_data_plane_on_fake_cuda(fake_cuda, case):
-    _, np, host_ids, env = case
+    _, np, host_ids, env, plane, warning = case
     with open(JOB, encoding="utf-8") as f:
         script = prelude() + f.read()
-    result = run_job(script, np=np, host_ids=host_ids, env={**fake_cuda, **env}, timeout=200)
+    env = {**fake_cuda, **env, "EXPECT_PLANE": plane}
+    result = run_job(script, np=np, host_ids=host_ids, env=env, timeout=200)
     assert_job_ok(result, np, min_count=400)
     assert_job_ok(result, np, tag="RELEASED")
     leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("hvdfake_nccl")]
     assert not leftovers, f"fake NCCL files left in /dev/shm: {leftovers[:5]}"
+    # One warning per process set whose members share a GPU, from its first member only; none otherwise.
+    warnings = [line for line in result.stderr.splitlines() if "NCCL takes one GPU per rank" in line]
+    if warning is None:
+        assert not warnings, warnings
+    else:
+        assert len(warnings) == 2, result.stderr[-4000:]  # the job's, then process set [0, 2]'s
+        assert warnings[0].startswith("[") and " W hvdlite rank 0] " in warnings[0], warnings
+        assert warnings[0].endswith(
+            warning + ", at host speed. Give each rank its own GPU for NCCL, or set "
+            "HVDLITE_GPU_OPERATIONS=host to stage without this warning"
+        ), warnings
+        assert "process set 1's CUDA collectives are staged" in warnings[1], warnings
+
+
+def test_forced_nccl_on_a_shared_gpu_fails_on_every_rank(fake_cuda):
+    """HVDLITE_GPU_OPERATIONS=nccl where ranks share a GPU: every rank's CUDA collective fails naming the ranks and
+    the GPU, again on the next one, and host collectives go on working."""
+    script = (
+        prelude()
+        + """
+import torch
+import hvdlite.torch as hvd
+from hvdlite.torch import core_ops
+from hvdjob import expect_raises
+hvd.init()
+core_ops.cpu_placement = (0, 0)
+for name in ("first", "second"):
+    expect_raises("CUDA allreduce on a shared GPU", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2),
+                  name=name,
+                  match=[f"allreduce of tensor '{name}': HVDLITE_GPU_OPERATIONS=nccl, but ranks 0 and 1 share GPU "
+                         "0000:01:00.0, and NCCL takes one GPU per rank", "torch.cuda.set_device(hvd.local_rank())",
+                         "unset HVDLITE_GPU_OPERATIONS to stage the job's CUDA collectives through host memory"])
+core_ops.cpu_placement = (-1, 0)
+assert hvd.allreduce(torch.ones(2), name="host", op=hvd.Sum).tolist() == [2.0, 2.0]
+print("OK 1 on rank", hvd.rank(), flush=True)
+"""
+    )
+    env = {**fake_cuda, "FAKE_CUDA_SHARED_GPU": "1", "HVDLITE_GPU_OPERATIONS": "nccl"}
+    result = run_job(script, np=2, env=env, timeout=60)
+    assert_job_ok(result, 2)
 
 
 def test_cuda_tensor_without_nccl_is_a_clear_error(fake_cuda):

@@ -15,8 +15,9 @@ _WHEEL_LIBRARIES = {
     "HVDLITE_CUDART_LIBRARY": (
         ("cuda_runtime", "lib", "libcudart.so.12"),
         ("cuda_runtime", "lib", "libcudart.so.13"),
+        ("cu13", "lib", "libcudart.so.13"),  # CUDA 13's wheels share one folder
     ),
-    "HVDLITE_NCCL_LIBRARY": (("nccl", "lib", "libnccl.so.2"),),
+    "HVDLITE_NCCL_LIBRARY": (("nccl", "lib", "libnccl.so.2"), ("cu13", "lib", "libnccl.so.2")),
 }
 
 

@@ -2,7 +2,11 @@
 // memory is host memory, every stream runs its work at once, and events complete at once (or after a few
 // queries, FAKE_CUDA_EVENT_POLLS, so that the completion queue's waiting is exercised). It checks what a real
 // runtime would reject and counts what the tests want to see: waits on the callers' events, records, devices.
+// Each process has GPUs of its own (its pid in the PCI domain), unless FAKE_CUDA_SHARED_GPU=1 makes every process
+// on the machine see the same ones, as ranks sharing a real GPU do.
 // Only the functions hvdlite loads exist (hvdlite_core/src/gpu/cuda_api.h); the ABI is CUDA's.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +26,7 @@ struct FakeEvent {
 };
 
 std::mutex g_mutex;
-std::set<void*> g_streams, g_events, g_allocations;
+std::set<void*> g_streams, g_events, g_allocations, g_pinned;
 thread_local int t_device = 0;
 std::atomic<long> g_waits{0}, g_records{0}, g_bad_waits{0}, g_set_device{0};
 
@@ -130,6 +134,27 @@ int cudaFree(void* p) {
   std::free(p);
   return 0;
 }
+int cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(bytes ? bytes : 1);
+  if (!*p) return 2;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pinned.insert(*p);
+  return 0;
+}
+int cudaFreeHost(void* p) {
+  if (!p) return 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_pinned.erase(p)) return kInvalidValue;
+  std::free(p);
+  return 0;
+}
+int cudaDeviceGetPCIBusId(char* id, int length, int device) {
+  if (device < 0 || device >= device_count()) return kInvalidDevice;
+  const char* shared = std::getenv("FAKE_CUDA_SHARED_GPU");
+  const unsigned domain = shared && std::atoi(shared) ? 0u : static_cast<unsigned>(getpid()) & 0xffffu;
+  std::snprintf(id, static_cast<size_t>(length), "%04X:%02X:00.0", domain, device + 1);
+  return 0;
+}
 int cudaMemcpy(void* dst, const void* src, size_t n, int) {
   if (n) std::memmove(dst, src, n);
   return 0;
@@ -149,8 +174,8 @@ const char* cudaGetErrorString(int error) {
   return text;
 }
 
-// For the tests (through ctypes): waits on callers' events, waits on never-recorded events, records, streams
-// and allocations still alive.
+// For the tests (through ctypes): waits on callers' events, waits on never-recorded events, records, streams,
+// allocations and page-locked host allocations still alive.
 void fake_cuda_counters(long* out) {
   out[0] = g_waits;
   out[1] = g_bad_waits;
@@ -158,6 +183,7 @@ void fake_cuda_counters(long* out) {
   std::lock_guard<std::mutex> lock(g_mutex);
   out[3] = static_cast<long>(g_streams.size());
   out[4] = static_cast<long>(g_allocations.size());
+  out[5] = static_cast<long>(g_pinned.size());
 }
 
 }  // extern "C"

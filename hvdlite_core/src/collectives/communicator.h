@@ -21,6 +21,7 @@ class Communicator {
   const std::vector<int>& members() const { return members_; }
   Channel* channel(int index) const { return mesh_->channel(members_[index]); }
   pid_t pid(int index) const { return mesh_->pid(members_[index]); }
+  int host_id(int index) const { return mesh_->host_id(members_[index]); }  // equal ids: the same machine
   Progress& progress() const { return mesh_->progress(); }
   const LinkCosts& link_costs() const { return mesh_->link_costs(); }
   const Config& config() const { return *config_; }

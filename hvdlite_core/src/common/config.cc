@@ -182,6 +182,11 @@ const std::vector<Knob>& knobs() {
       choice_knob("CPU_OPERATIONS", &Config::cpu_operations, {{"builtin", 0}, {"gloo", 0}, {"tcp", 0}, {"mpi", 1}},
                   "hvdlite offers builtin (alias gloo) and mpi for host tensors",
                   "data plane for host tensors: builtin (also gloo, tcp) or mpi"),
+      choice_knob("GPU_OPERATIONS", &Config::gpu_operations,
+                  {{"auto", 0}, {"nccl", 1}, {"host", 2}, {"mpi", 2}, {"gloo", 2}},
+                  "hvdlite offers auto, nccl and host (alias mpi, gloo) for CUDA tensors",
+                  "data plane for CUDA tensors: auto (NCCL, or staged through host memory where ranks share a "
+                  "GPU), nccl (refuse to stage) or host (always staged; also mpi, gloo)"),
       text_knob("MPI_PLUGIN", &Config::mpi_plugin, "path of the MPI plugin (empty: found or compiled on first use)"),
       text_knob("CUDART_LIBRARY", &Config::cudart_library, "CUDA runtime library for CUDA tensors (empty: searched)"),
       text_knob("NCCL_LIBRARY", &Config::nccl_library, "NCCL library for CUDA tensors (empty: searched)"),

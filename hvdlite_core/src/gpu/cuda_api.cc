@@ -10,8 +10,16 @@
 namespace hvdlite {
 namespace {
 
-// The first of these that dlopen finds (a path, or a name the dynamic linker searches for).
+// The first of these that dlopen finds (a path, or a name the dynamic linker searches for), preferring one the
+// process has loaded already: a framework's CUDA runtime is the one whose streams the callers hand over.
 void* open_first(const std::vector<std::string>& candidates, std::string* opened, std::string* tried) {
+  for (const std::string& name : candidates) {
+    if (name.empty()) continue;
+    if (void* loaded = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+      *opened = name;
+      return loaded;
+    }
+  }
   for (const std::string& name : candidates) {
     if (name.empty()) continue;
     // RTLD_GLOBAL is not needed (nothing resolves symbols through these); RTLD_NOW fails early on a broken one.
@@ -58,7 +66,8 @@ GpuAvailability probe(const Config& config) {
   }
   std::string missing;
   if (!bind(cudart, &cuda_table,
-            {SYMBOL(cuda_table, GetDeviceCount, "cudaGetDeviceCount"), SYMBOL(cuda_table, GetDevice, "cudaGetDevice"),
+            {SYMBOL(cuda_table, GetDeviceCount, "cudaGetDeviceCount"),
+             SYMBOL(cuda_table, GetDevice, "cudaGetDevice"),
              SYMBOL(cuda_table, SetDevice, "cudaSetDevice"),
              SYMBOL(cuda_table, RuntimeGetVersion, "cudaRuntimeGetVersion"),
              SYMBOL(cuda_table, StreamCreateWithFlags, "cudaStreamCreateWithFlags"),
@@ -66,10 +75,17 @@ GpuAvailability probe(const Config& config) {
              SYMBOL(cuda_table, StreamSynchronize, "cudaStreamSynchronize"),
              SYMBOL(cuda_table, StreamWaitEvent, "cudaStreamWaitEvent"),
              SYMBOL(cuda_table, EventCreateWithFlags, "cudaEventCreateWithFlags"),
-             SYMBOL(cuda_table, EventRecord, "cudaEventRecord"), SYMBOL(cuda_table, EventQuery, "cudaEventQuery"),
-             SYMBOL(cuda_table, EventDestroy, "cudaEventDestroy"), SYMBOL(cuda_table, Malloc, "cudaMalloc"),
-             SYMBOL(cuda_table, Free, "cudaFree"), SYMBOL(cuda_table, Memcpy, "cudaMemcpy"),
-             SYMBOL(cuda_table, MemcpyAsync, "cudaMemcpyAsync"), SYMBOL(cuda_table, MemsetAsync, "cudaMemsetAsync"),
+             SYMBOL(cuda_table, EventRecord, "cudaEventRecord"),
+             SYMBOL(cuda_table, EventQuery, "cudaEventQuery"),
+             SYMBOL(cuda_table, EventDestroy, "cudaEventDestroy"),
+             SYMBOL(cuda_table, Malloc, "cudaMalloc"),
+             SYMBOL(cuda_table, Free, "cudaFree"),
+             SYMBOL(cuda_table, Memcpy, "cudaMemcpy"),
+             SYMBOL(cuda_table, MemcpyAsync, "cudaMemcpyAsync"),
+             SYMBOL(cuda_table, MemsetAsync, "cudaMemsetAsync"),
+             SYMBOL(cuda_table, MallocHost, "cudaMallocHost"),
+             SYMBOL(cuda_table, FreeHost, "cudaFreeHost"),
+             SYMBOL(cuda_table, DeviceGetPCIBusId, "cudaDeviceGetPCIBusId"),
              SYMBOL(cuda_table, GetErrorString, "cudaGetErrorString")},
             &missing)) {
     a.why_not = a.cudart_path + " has no " + missing + ": not a CUDA runtime library hvdlite can use";

@@ -39,6 +39,9 @@ struct Runtime {
   Error (*Memcpy)(void*, const void*, size_t, int);
   Error (*MemcpyAsync)(void*, const void*, size_t, int, Stream);
   Error (*MemsetAsync)(void*, int, size_t, Stream);
+  Error (*MallocHost)(void**, size_t);  // page-locked: the host-staged path's copies run at the link's full rate
+  Error (*FreeHost)(void*);
+  Error (*DeviceGetPCIBusId)(char*, int, int);  // a device's identity on its host, to find ranks sharing one
   const char* (*GetErrorString)(Error);
 };
 

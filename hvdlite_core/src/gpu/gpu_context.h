@@ -23,6 +23,7 @@ class GpuContext {
   cuda::Event acquire_event();  // on the process's device; the caller has it current
   int device() const { return device_; }
   const GpuAvailability& gpu() const { return gpu_availability(config_); }
+  const Config& config() const { return config_; }
 
  private:
   const Config& config_;

@@ -34,6 +34,8 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"HIERARCHICAL_PIPELINE_BYTES",
        [](const Config& c) { return static_cast<double>(c.hierarchical_pipeline_bytes); }},
       {"CPU_OPERATIONS", [](const Config& c) { return static_cast<double>(c.cpu_operations); }},
+      // Every member of a set must take the same data plane for its CUDA collectives.
+      {"GPU_OPERATIONS", [](const Config& c) { return static_cast<double>(c.gpu_operations); }},
       // The autotuner's windows end at the same response on every rank, where they broadcast rank 0's choice.
       {"AUTOTUNE", [](const Config& c) { return c.autotune ? 1.0 : 0.0; }},
       {"AUTOTUNE_WINDOW_BYTES", [](const Config& c) { return static_cast<double>(c.autotune_window_bytes); }},
@@ -49,6 +51,7 @@ const std::vector<SharedKnob>& shared_knobs() {
 std::string show(const char* name, double value) {
   if (std::string(name).rfind("HIERARCHICAL_", 0) == 0 && value < 0) return "auto";
   if (std::string(name) == "CPU_OPERATIONS") return value == 1 ? "mpi" : "builtin";
+  if (std::string(name) == "GPU_OPERATIONS") return value == 1 ? "nccl" : value == 2 ? "host" : "auto";
   if (std::string(name) == "ALLREDUCE_ALGORITHMS") {
     static const char* const names[] = {"measured", "fixed", "rd", "rhd", "ring", "single_copy"};
     if (value >= 0 && value < 6) return names[static_cast<int>(value)];

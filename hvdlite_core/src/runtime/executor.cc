@@ -282,17 +282,18 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
   if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
   // Every member submitted each tensor (negotiation refuses CUDA collectives while ranks have joined).
   if (!all) throw Error(StatusCode::kInternal, "a CUDA collective reached a member without its tensor");
-  // The execution span runs from the launch until the device is done: the completion queue ends it.
-  if (timeline_.enabled()) {
-    const std::string activity = std::string("NCCL_") + upper(op_name(head.op)) +
-                                 (group.size() > 1 ? " (fused x" + std::to_string(group.size()) + ")" : "");
-    for (const Response* r : group) {
-      timeline_.end(r->name);
-      timeline_.begin(r->name, activity);
-    }
-  }
   try {
     if (!gpu_) gpu_.reset(new GpuExecutor(gpu_context_, backend_, queue_, timeline_));
+    // The execution span runs from the launch until the device is done: the completion queue ends it.
+    if (timeline_.enabled()) {
+      const std::string plane = gpu_->staged(head, *comm) ? "STAGED_" : "NCCL_";
+      const std::string activity = plane + upper(op_name(head.op)) +
+                                   (group.size() > 1 ? " (fused x" + std::to_string(group.size()) + ")" : "");
+      for (const Response* r : group) {
+        timeline_.end(r->name);
+        timeline_.begin(r->name, activity);
+      }
+    }
     gpu_->run(*comm, group, entries);  // the entries finish when the device is done
   } catch (const Error& error) {
     for (const Response* r : group) timeline_.end(r->name);
@@ -300,7 +301,11 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
       for (TensorEntry& e : entries) controller_.return_pending(std::move(e));
       throw;
     }
-    for (TensorEntry& e : entries) queue_.finish(e, error.status());
+    for (TensorEntry& e : entries) {
+      gpu_context_.release_event(e.ready);
+      e.ready = nullptr;
+      queue_.finish(e, error.status());
+    }
   }
 }
 

@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "runtime/device_sharing.h"
 
 namespace hvdlite {
 namespace {
@@ -365,17 +367,9 @@ void GpuExecutor::reducescatter(Communicator& comm, nccl::Comm nc, const Respons
   scale(out, counts[me], r.dtype, plan.post);
 }
 
-void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& group,
-                      std::vector<TensorEntry>& entries) {
+void GpuExecutor::run_on_nccl(Communicator& comm, nccl::Comm nc, const std::vector<const Response*>& group,
+                              std::vector<TensorEntry>& entries) {
   const Response& head = *group.front();
-  DeviceScope scope(cuda_, device_);
-  nccl::Comm nc = comms_.get(head.process_set, comm);
-  for (TensorEntry& e : entries) {
-    if (!e.ready) continue;
-    check_cuda(cuda_, cuda_.StreamWaitEvent(stream_, e.ready, 0), "cudaStreamWaitEvent on the caller's event");
-    context_.release_event(e.ready);  // the wait holds the event's current record; it may be recorded again
-    e.ready = nullptr;
-  }
   switch (head.op) {
     case OpType::kAllreduce:
       allreduce(comm, nc, group, entries);
@@ -394,6 +388,66 @@ void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& gr
       break;
     default:
       throw Error(StatusCode::kInternal, std::string(op_name(head.op)) + " has no CUDA path");
+  }
+}
+
+bool GpuExecutor::staged(const Response& head, Communicator& comm) {
+  const int set = head.process_set;
+  const int choice = context_.config().gpu_operations;
+  if (choice == 2) return true;
+  if (comm.size() == 1) return false;
+  auto found = planes_.find(set);
+  if (found == planes_.end()) {
+    std::string bus;
+    try {
+      DeviceScope scope(cuda_, device_);
+      bus = pci_bus_id(cuda_, device_);
+    } catch (const Error&) {  // still takes part in the exchange, as a device no one else has
+      bus = "unknown device of rank " + std::to_string(comm.global_rank(comm.rank()));
+    }
+    const std::vector<SharedDevice> shared = shared_devices(host_, set, comm, bus);
+    Plane plane;
+    const std::string where = set == 0 ? std::string("the job's") : "process set " + std::to_string(set) + "'s";
+    if (!shared.empty() && choice == 1) {
+      plane.refusal = "HVDLITE_GPU_OPERATIONS=nccl, but " + describe(shared) +
+                      ", and NCCL takes one GPU per rank. Give each rank its own GPU "
+                      "(torch.cuda.set_device(hvd.local_rank())), or unset HVDLITE_GPU_OPERATIONS to stage " +
+                      where + " CUDA collectives through host memory";
+    } else if (!shared.empty()) {
+      plane.staged = true;
+      if (comm.rank() == 0) {
+        HVD_LOG(kWarning, describe(shared) << ", and NCCL takes one GPU per rank: " << where
+                                           << " CUDA collectives are staged through host memory, at host speed. Give "
+                                              "each rank its own GPU for NCCL, or set HVDLITE_GPU_OPERATIONS=host "
+                                              "to stage without this warning");
+      }
+    }
+    found = planes_.emplace(set, plane).first;
+  }
+  if (!found->second.refusal.empty()) {
+    throw Error(StatusCode::kInvalidArgument,
+                std::string(op_name(head.op)) + " of tensor '" + head.name + "': " + found->second.refusal);
+  }
+  return found->second.staged;
+}
+
+void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& group,
+                      std::vector<TensorEntry>& entries) {
+  const Response& head = *group.front();
+  const bool host_staged = staged(head, comm);
+  DeviceScope scope(cuda_, device_);
+  nccl::Comm nc = host_staged ? nullptr : comms_.get(head.process_set, comm);
+  for (TensorEntry& e : entries) {
+    if (!e.ready) continue;
+    check_cuda(cuda_, cuda_.StreamWaitEvent(stream_, e.ready, 0), "cudaStreamWaitEvent on the caller's event");
+    context_.release_event(e.ready);  // the wait holds the event's current record; it may be recorded again
+    e.ready = nullptr;
+  }
+  if (host_staged) {
+    if (!staged_) staged_.reset(new StagedCollectives(cuda_, host_, stream_));
+    staged_->run(comm, group, entries);
+  } else {
+    run_on_nccl(comm, nc, group, entries);
   }
   cuda::Event done = context_.acquire_event();
   check_cuda(cuda_, cuda_.EventRecord(done, stream_), "cudaEventRecord");
