@@ -142,7 +142,8 @@ _enqueue_and_wait = lib.hvdlite_enqueue_and_wait
 def submit(key: tuple) -> int:
     """Queues one operation (request()'s tuple) and returns its core handle; the core copies what it keeps."""
     handle = _handle_out()
-    check(_enqueue(prepared(key)[0], handle))
+    entry = prepared(key)  # held until the core has copied the request: an uncached entry's buffers die with it
+    check(_enqueue(entry[0], handle))
     return handle[0]
 
 
