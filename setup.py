@@ -11,6 +11,7 @@ versions that tests and examples run with are in constraints.txt, which the Make
 import glob
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -27,6 +28,37 @@ HEADER = os.path.join(CORE, "include", "hvdlite.h")
 # The MPI plugin is compiled where it runs, against that machine's MPI (hvdlite/common/mpi_plugin.py): an
 # installed package carries its source.
 MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("mpi_plugin.cc", "mpi_plugin_abi.h")]
+
+
+def compile_in_parallel(compiler, jobs):
+    """Makes compiler.compile run `jobs` source files at a time: distutils compiles one extension's sources one
+    by one (its own parallel option only builds several extensions at once), and the core is one extension."""
+
+    def compile(
+        sources,
+        output_dir=None,
+        macros=None,
+        include_dirs=None,
+        debug=0,
+        extra_preargs=None,
+        extra_postargs=None,
+        depends=None,
+    ):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs
+        )
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj):
+            if obj in build:  # absent: up to date
+                source, ext = build[obj]
+                compiler._compile(obj, source, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(one, objects))
+        return objects
+
+    compiler.compile = compile
 
 
 class BuildCore(build_ext):
@@ -46,7 +78,9 @@ class BuildCore(build_ext):
                 if command and command[0] != "ccache":
                     setattr(compiler, attribute, ["ccache"] + command)
         # Two jobs suit the project's 2-core machines; HVDLITE_BUILD_JOBS uses more where there are more.
-        self.parallel = self.parallel or int(os.environ.get("HVDLITE_BUILD_JOBS") or min(2, os.cpu_count() or 1))
+        jobs = int(os.environ.get("HVDLITE_BUILD_JOBS") or min(2, os.cpu_count() or 1))
+        if jobs > 1:
+            compile_in_parallel(compiler, jobs)
         super().build_extensions()
         for ext in self.extensions:
             target_dir = os.path.dirname(self.get_ext_fullpath(ext.name))

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 LOG_DIR=${1:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$LOG_DIR"
 exec > >(tee "$LOG_DIR/gpu_check.log") 2>&1
-export PYTHONUNBUFFERED=1 HVDLITE_BUILD_JOBS=${HVDLITE_BUILD_JOBS:-$(nproc)}
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 HVDLITE_BUILD_JOBS=${HVDLITE_BUILD_JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
 status=0
 section() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
@@ -39,6 +39,27 @@ started=$SECONDS
 "$PY" setup.py -q build_ext --inplace || exit 1
 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
 echo "built and installed in $((SECONDS - started)) s"
+
+# One CUDA allreduce in one process, under faulthandler: a crash here is the build's, and cuda-gdb (where the
+# machine has it) shows where. GPU_CHECK_FALLBACK_CORE names a core built elsewhere to run the checks with then.
+smoke() {
+  "$PY" -X faulthandler -c "import torch, hvdlite.torch as hvd; hvd.init(); torch.cuda.set_device(0)
+print('smoke:', hvd.allreduce(torch.ones(4, device='cuda'), op=hvd.Sum, name='smoke').tolist())"
+}
+section "smoke test of the build"
+if ! smoke; then
+  if command -v cuda-gdb >/dev/null; then
+    timeout 120 cuda-gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" --args "$PY" -X faulthandler -c \
+      "import torch, hvdlite.torch as hvd; hvd.init(); torch.cuda.set_device(0)
+hvd.allreduce(torch.ones(4, device='cuda'), op=hvd.Sum, name='smoke')" 2>&1 | grep -v "New Thread\|exited with"
+  fi
+  status=1
+  if [ -n "${GPU_CHECK_FALLBACK_CORE:-}" ]; then
+    echo "the build crashed: going on with $GPU_CHECK_FALLBACK_CORE"
+    cp "$GPU_CHECK_FALLBACK_CORE" hvdlite/_hvdlite_core.so
+    smoke || exit 1
+  fi
+fi
 
 section "hvdlite-run --check-build"
 "$PY" -m hvdlite.runner.launch --check-build || status=1
