@@ -125,7 +125,9 @@ core = Extension(
         "-Wall",
         "-Wno-unused-parameter",
     ],
-    extra_link_args=["-pthread", "-lrt"],
+    # A toolchain that links its own libstdc++ statically (the GPU image's /opt/gcc) must keep that copy private:
+    # exported, its symbols mix with the older libstdc++ that torch loads, and the first iostream call crashes.
+    extra_link_args=["-pthread", "-lrt", "-Wl,--exclude-libs,ALL"],
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
 )
 
