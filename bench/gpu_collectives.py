@@ -1,6 +1,7 @@
 """Collectives on CUDA tensors on one GPU: hvdlite against torch.distributed, in the same run.
 
-    python bench/gpu_collectives.py --out-dir DIR     # needs a CUDA device; writes DIR/gpu_collectives.json
+    python bench/gpu_collectives.py --out-dir DIR     # needs a CUDA device; writes DIR/gpu_collectives.{json,png}
+    python bench/gpu_collectives.py --out-dir DIR --plot RUN1.json RUN2.json   # one plot of several runs
 
 - np=1, NCCL: hvdlite's in-place allreduce of 1 MB, 64 MB and 1 GB float32 CUDA tensors against torch.distributed's
   NCCL backend at one rank. Both are local at one rank, so the ratio shows the overhead of each path. Also the
@@ -136,6 +137,37 @@ def run_np2(rounds, port, out, dry_run):
     hvd.shutdown()
 
 
+def label(row):
+    size = row["bytes"]
+    text = f"{size // MB} MB" if size >= MB else f"{size} B"
+    return {"np1-nccl-allreduce": f"np=1 NCCL\n{text}", "np1-nccl-4-byte-latency": "np=1 NCCL\n4 B latency"}.get(
+        row["case"], f"np=2 one GPU\n{text}"
+    )
+
+
+def plot(runs, path):
+    """torch's time over hvdlite's for every case, one bar per run (above 1: hvdlite faster)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = runs[0]["rows"]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(runs)
+    for k, run in enumerate(runs):
+        ratios = [r["ratio"] for r in run["rows"]]
+        ax.bar([i + k * width for i in range(len(rows))], ratios, width, label=f"run {k + 1}", color=f"C{k}")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks([i + width * (len(runs) - 1) / 2 for i in range(len(rows))], [label(r) for r in rows], fontsize=8)
+    ax.set_ylabel("torch time / hvdlite time")
+    m = runs[0]["machine"]
+    ax.set_title(f"{m['device']}, torch {m['torch']}, NCCL {m['nccl']}: against torch.distributed", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", required=True)
@@ -143,8 +175,16 @@ def main():
     parser.add_argument("--role", choices=["np2"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run-on-cpu", action="store_true")
+    parser.add_argument("--plot", nargs="+", metavar="JSON", help="only draw DIR/gpu_collectives.png from runs' JSON")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
+    if args.plot:
+        runs = []
+        for path in args.plot:
+            with open(path, encoding="utf-8") as f:
+                runs.append(json.load(f))
+        plot(runs, os.path.join(args.out_dir, "gpu_collectives.png"))
+        return
     np2_file = os.path.join(args.out_dir, "np2.json")
     if args.role == "np2":
         run_np2(args.rounds, args.port, np2_file, args.dry_run_on_cpu)
@@ -168,6 +208,10 @@ def main():
     }
     with open(os.path.join(args.out_dir, "gpu_collectives.json"), "w", encoding="utf-8") as f:
         json.dump({"machine": machine, "rows": rows}, f, indent=1)
+    try:
+        plot([{"machine": machine, "rows": rows}], os.path.join(args.out_dir, "gpu_collectives.png"))
+    except ImportError:
+        print("no matplotlib: no plot")
     print(f"{machine['device']}, torch {machine['torch']}, NCCL {machine['nccl']}, {machine['cpus']} CPUs")
     print("| case | bytes | hvdlite µs | torch µs | torch/hvdlite | hvdlite GB/s | torch GB/s |")
     print("|---|---|---|---|---|---|---|")

@@ -284,3 +284,38 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
     assert "round 2: hvdlite efficiency 80.0%, lockstep 100.0%, MWMS 50.0%, hvdlite / MWMS 1.60x" in table
     assert "median 1.70x, worst 1.60x" in table
     assert f"took {', '.join(['0.50'] * len(rounds))} s in the runs above" in table
+
+
+@pytest.mark.timeout(120)
+def test_gpu_collectives_bench_runs_its_cases_and_plots(tmp_path):
+    """The GPU benchmark's own logic, without a GPU: its CPU dry run takes the same steps (np=1 in process, np=2
+    under hvdlite's launcher, torch.distributed beside hvdlite) and writes the table's rows and the plot."""
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "gpu_collectives.py"),
+            "--dry-run-on-cpu",
+            "--rounds",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        check=True,
+        timeout=100,
+    )
+    with open(tmp_path / "gpu_collectives.json", encoding="utf-8") as f:
+        result = json.load(f)
+    cases = [(r["case"], r["bytes"]) for r in result["rows"]]
+    assert cases == [
+        ("np1-nccl-allreduce", 1 << 20),
+        ("np1-nccl-allreduce", 64 << 20),
+        ("np1-nccl-allreduce", 1 << 30),
+        ("np1-nccl-4-byte-latency", 4),
+        ("np2-shared-gpu-allreduce", 1 << 20),
+        ("np2-shared-gpu-allreduce", 64 << 20),
+    ], cases
+    for r in result["rows"]:
+        assert (
+            r["hvdlite_us"] > 0 and r["torch_us"] > 0 and r["ratio"] == pytest.approx(r["torch_us"] / r["hvdlite_us"])
+        )
+    assert (tmp_path / "gpu_collectives.png").stat().st_size > 10_000

@@ -3,7 +3,7 @@
 Without a GPU (CI), tests/fake_cuda provides a CUDA runtime and an NCCL over host memory, built here with the C++
 compiler; the job (tests/jobs/nccl_fake.py) runs every collective through hvdlite.torch with CPU tensors placed
 "on the device", checks the results and the errors, and that each collective waited on its caller's stream.
-With a real GPU, test_nccl_gpu.py runs CUDA tensors on the real libraries."""
+With a real GPU, test_gpu.py runs CUDA tensors on the real libraries (tools/gpu_check.sh)."""
 
 from __future__ import annotations
 
