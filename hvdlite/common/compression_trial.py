@@ -7,6 +7,10 @@ times the last `trial_steps` of its uncompressed warm-up steps (`start_iter`, le
 shorter) and the first `trial_steps` compressed ones, each from the end of one step's reduction to the end of the
 next, and keeps compressing only if the compressed steps' median was at least `min_step_speedup` times shorter.
 The ranks average their medians in one allreduce, so all decide alike.
+
+The trial's compressed steps run the compressed exchange for its time only: its result is dropped, no residual is
+kept, and the step applies the exact average, which the reducer reduces after the step is timed and leaves out of
+the timing (`exclude`). A trial that decides against compressing then costs the job some time, but no progress.
 """
 
 import logging
@@ -42,6 +46,7 @@ class CompressionTrial:
         # trial_steps after it compressed. The first iteration is never timed (nothing ends before it).
         self.trial_from = max(start_iter, trial_steps + 1)
         self._last_end: Optional[float] = None
+        self._excluded = 0.0  # seconds of work a compressed step would not do, left out of the next timed step
         self._plain: List[float] = []
         self._compressed: List[float] = []
 
@@ -55,15 +60,26 @@ class CompressionTrial:
             return self.decision
         return iteration > self.trial_from
 
+    def shadows(self, iteration: int) -> bool:
+        """Whether this iteration is one of the trial's compressed steps, which time a compressed exchange but
+        apply the exact average."""
+        return self.min_step_speedup is not None and self.decision is None and self.compresses(iteration)
+
+    def exclude(self, seconds: float) -> None:
+        """Leaves `seconds` (the trial's own extra work: copies, the exact exchange) out of the step they fall in:
+        the current one if called before its step_done, else the next."""
+        self._excluded += seconds
+
     def step_done(self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]]) -> None:
         """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
         collective every rank reaches at the same iteration)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
+        excluded, self._excluded = self._excluded, 0.0
         if self.min_step_speedup is None or self.decision is not None:
             return
         if previous is not None and iteration > self.trial_from - self.trial_steps:
-            (self._compressed if self.compresses(iteration) else self._plain).append(now - previous)
+            (self._compressed if self.compresses(iteration) else self._plain).append(now - previous - excluded)
         if iteration >= self.trial_from + self.trial_steps:
             self._decide(iteration, agree)
 
@@ -106,4 +122,4 @@ class CompressionTrial:
         # A trial cut short starts over from the restored iteration: the figures taken since are not the state's.
         if self.decision is None and iteration > self.trial_from - self.trial_steps:
             self.trial_from = iteration + self.trial_steps
-        self._plain, self._compressed, self._last_end = [], [], None
+        self._plain, self._compressed, self._last_end, self._excluded = [], [], None, 0.0

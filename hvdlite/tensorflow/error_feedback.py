@@ -7,12 +7,14 @@ exchange on numpy arrays: the gradients compression would not shrink go out as o
 first so that the core fuses and runs it while the others are compressed; PowerSGD then allreduces all P in one
 buffer and all Q in another, top-k allgathers (index, value) pairs. What a rank did not send stays in its
 residual for the next update. With `min_step_speedup`, a trial over the last uncompressed updates and the first
-compressed ones decides whether compressing pays on this job's links (hvdlite/common/compression_trial.py). The
-state lives outside TensorFlow's tracking (nothing of it is saved with the model); TensorFlowKerasState commits
-and restores it.
+compressed ones decides whether compressing pays on this job's links (hvdlite/common/compression_trial.py); its
+compressed updates are timed but apply the exact average, so a trial that decides against compressing costs no
+progress. The state lives outside TensorFlow's tracking (nothing of it is saved with the model);
+TensorFlowKerasState commits and restores it.
 """
 
 import math
+import time
 import zlib
 from typing import Dict, List
 
@@ -139,6 +141,7 @@ class _ErrorFeedback:
         self.iteration += 1
         grads = [np.array(g, copy=True) for g in grads]  # ours to overwrite; TensorFlow's buffers are not
         compress = self.trial.compresses(self.iteration)
+        shadow = compress and self.trial.shadows(self.iteration)
         if not compress and self.residuals:
             self._send_residuals(grads)
         chosen = [i for i, g in enumerate(grads) if compress and self._compressible(g)]
@@ -147,7 +150,7 @@ class _ErrorFeedback:
         error = None
         try:
             if chosen:
-                self._reduce_compressed(grads, chosen)
+                (self._time_compressed if shadow else self._reduce_compressed)(grads, chosen)
         except BaseException as e:  # wait for the plain ones anyway: the core still writes into their buffers
             error = e
         self._finish_plain(grads, plain, pending, flats)
@@ -166,7 +169,21 @@ class _ErrorFeedback:
         )
         self.last_sent_bytes = 0
         self.trial.step_done(self.iteration, self._agree)
+        if shadow:
+            began = time.perf_counter()
+            pending, flats = self._start_plain(grads, chosen)
+            self._finish_plain(grads, chosen, pending, flats)
+            self.trial.exclude(time.perf_counter() - began)
         return grads
+
+    def _time_compressed(self, grads: List[np.ndarray], chosen: List[int]) -> None:
+        """A trial update's compressed exchange, for its time: the gradients and residuals are left as they were
+        (it replaces list items, never the arrays in them)."""
+        residuals, self.residuals = self.residuals, {}
+        try:
+            self._reduce_compressed(list(grads), chosen)
+        finally:
+            self.residuals = residuals
 
     def _send_residuals(self, grads: List[np.ndarray]) -> None:
         """Adds each residual to its gradient, which then goes uncompressed: nothing the compression held back is

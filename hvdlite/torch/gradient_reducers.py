@@ -12,10 +12,12 @@ core's fusion. The first `start_iter` steps reduce every gradient uncompressed, 
 fast and a residual built from them is mostly stale. With `min_step_speedup`, a trial over the last of those steps
 and the first compressed ones decides whether compressing pays on this job's links at all
 (hvdlite/common/compression_trial.py); where it does not, the residuals are sent with the next step's gradients
-and every later step is reduced uncompressed.
+and every later step is reduced uncompressed. The trial's compressed steps are timed but apply the exact average
+(CompressionTrial), so a trial that decides against compressing costs no progress.
 """
 
 import math
+import time
 import zlib
 from typing import Dict, List, Sequence
 
@@ -89,6 +91,7 @@ class _ErrorFeedbackReducer:
         for p in params:
             self.check_dense(p)
         compress = self.trial.compresses(self.iteration)
+        shadow = compress and self.trial.shadows(self.iteration)
         if not compress and self.residuals:
             for p in params:
                 self.add_residual(p, p.grad)
@@ -103,16 +106,40 @@ class _ErrorFeedbackReducer:
         error = None
         try:
             if compressed:
-                self._reduce_compressed(compressed)
+                (self._time_compressed if shadow else self._reduce_compressed)(compressed)
         except BaseException as e:  # wait for the plain ones anyway: the core still writes into their buffers
             error = e
-        for p, (handle, wire) in zip(plain, handles):
-            reduced = self.collectives.synchronize(handle)
-            if wire is not p.grad:
-                p.grad.copy_(reduced.view_as(p.grad))
+        self._finish(plain, handles)
         if error is not None:
             raise error
         self._step_done(compress)
+        if shadow:
+            began = time.perf_counter()
+            self._finish(compressed, [self._allreduce_async(p) for p in compressed])
+            self.trial.exclude(time.perf_counter() - began)
+
+    def _time_compressed(self, params: List[torch.Tensor]) -> None:
+        """A trial step's compressed exchange, for its time: the gradients and residuals are left as they were
+        (the copies that keep them are not timed)."""
+        began = time.perf_counter()
+        grads = [p.grad.clone() for p in params]
+        residuals, self.residuals = self.residuals, {}
+        self.trial.exclude(time.perf_counter() - began)
+        try:
+            self._reduce_compressed(params)
+        finally:
+            began = time.perf_counter()
+            self.residuals = residuals
+            for p, grad in zip(params, grads):
+                p.grad.copy_(grad)
+            self.trial.exclude(time.perf_counter() - began)
+
+    def _finish(self, params: List[torch.Tensor], handles) -> None:
+        """Waits for the params' allreduces and puts each result in its .grad."""
+        for p, (handle, wire) in zip(params, handles):
+            reduced = self.collectives.synchronize(handle)
+            if wire is not p.grad:
+                p.grad.copy_(reduced.view_as(p.grad))
 
     # -- steps the optimizer reduces itself (uncompressed, overlapped with backward where it does that)
     def compresses_next(self) -> bool:
