@@ -11,6 +11,9 @@ The ranks average their medians in one allreduce, so all decide alike.
 The trial's compressed steps run the compressed exchange for its time only: its result is dropped, no residual is
 kept, and the step applies the exact average, which the reducer reduces after the step is timed and leaves out of
 the timing (`exclude`). A trial that decides against compressing then costs the job some time, but no progress.
+Those exact exchanges are what a slow link makes expensive, and there compression wins by far: from the
+`EARLY_STEPS`-th compressed step on, the trial decides at once for compression when the compressed steps so far
+(their median) were `EARLY_MARGIN` times further ahead than `min_step_speedup` asks.
 """
 
 import logging
@@ -19,6 +22,9 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 logger = logging.getLogger("hvdlite.compression")
+
+EARLY_STEPS = 2
+EARLY_MARGIN = 2.0
 
 
 def check_trial(min_step_speedup: Optional[float], trial_steps: int) -> None:
@@ -82,6 +88,26 @@ class CompressionTrial:
             (self._compressed if self.compresses(iteration) else self._plain).append(now - previous - excluded)
         if iteration >= self.trial_from + self.trial_steps:
             self._decide(iteration, agree)
+        elif iteration >= self.trial_from + EARLY_STEPS:  # the same iterations on every rank: agree is collective
+            self._decide_early(agree)
+
+    def _decide_early(self, agree) -> None:
+        complete = bool(self._plain and self._compressed)
+        mine = [statistics.median(self._plain), statistics.median(self._compressed)] if complete else [0.0, 0.0]
+        plain, compressed, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
+        if all_complete < 1.0 or plain < EARLY_MARGIN * self.min_step_speedup * compressed:
+            return
+        self.plain_seconds, self.compressed_seconds = plain, compressed
+        self.decision = True
+        steps, self._plain, self._compressed = len(self._compressed), [], []
+        logger.info(
+            "%s: uncompressed steps took %.1f ms, compressed %.1f ms (median, the ranks' average); compressing from "
+            "now on, decided after %d compressed steps",
+            self.kind,
+            1000 * plain,
+            1000 * compressed,
+            steps,
+        )
 
     def _decide(self, iteration: int, agree) -> None:
         # A rank without a figure of each kind (it joined or restored during the trial) says so, and then every
