@@ -183,7 +183,11 @@ const std::vector<Knob>& knobs() {
                   "hvdlite offers builtin (alias gloo) and mpi for host tensors",
                   "data plane for host tensors: builtin (also gloo, tcp) or mpi"),
       choice_knob("GPU_OPERATIONS", &Config::gpu_operations,
-                  {{"auto", 0}, {"nccl", 1}, {"host", 2}, {"mpi", 2}, {"gloo", 2}},
+                  {{"auto", Config::kGpuAuto},
+                   {"nccl", Config::kGpuNccl},
+                   {"host", Config::kGpuHost},
+                   {"mpi", Config::kGpuHost},
+                   {"gloo", Config::kGpuHost}},
                   "hvdlite offers auto, nccl and host (alias mpi, gloo) for CUDA tensors",
                   "data plane for CUDA tensors: auto (NCCL, or staged through host memory where ranks share a "
                   "GPU), nccl (refuse to stage) or host (always staged; also mpi, gloo)"),

@@ -65,9 +65,10 @@ struct Config {
                                                 // $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)
   int cpu_operations = 0;                       // CPU_OPERATIONS: data plane for host tensors: builtin (Horovod's
                                                 // "gloo" names it too) 0, mpi 1 (backends/backend.h)
-  int gpu_operations = 0;                       // GPU_OPERATIONS: data plane for CUDA tensors: auto 0 (NCCL,
-                                                // staged through host memory where ranks share a device), nccl 1,
-                                                // host 2 (always staged; runtime/staged_collectives.h)
+  int gpu_operations = 0;                       // GPU_OPERATIONS: data plane for CUDA tensors, one of:
+  static constexpr int kGpuAuto = 0;            // NCCL, staged through host memory where ranks share a device
+  static constexpr int kGpuNccl = 1;            // NCCL only: ranks sharing a device is an error
+  static constexpr int kGpuHost = 2;            // always staged (runtime/staged_collectives.h)
   std::string mpi_plugin;                       // MPI_PLUGIN: path of the MPI plugin ("": beside the core library)
   std::string cudart_library;                   // CUDART_LIBRARY: CUDA runtime for CUDA tensors ("": search)
   std::string nccl_library;                     // NCCL_LIBRARY: NCCL for CUDA tensors ("": search; gpu/cuda_api.h)

@@ -51,7 +51,8 @@ const std::vector<SharedKnob>& shared_knobs() {
 std::string show(const char* name, double value) {
   if (std::string(name).rfind("HIERARCHICAL_", 0) == 0 && value < 0) return "auto";
   if (std::string(name) == "CPU_OPERATIONS") return value == 1 ? "mpi" : "builtin";
-  if (std::string(name) == "GPU_OPERATIONS") return value == 1 ? "nccl" : value == 2 ? "host" : "auto";
+  if (std::string(name) == "GPU_OPERATIONS")
+    return value == Config::kGpuNccl ? "nccl" : value == Config::kGpuHost ? "host" : "auto";
   if (std::string(name) == "ALLREDUCE_ALGORITHMS") {
     static const char* const names[] = {"measured", "fixed", "rd", "rhd", "ring", "single_copy"};
     if (value >= 0 && value < 6) return names[static_cast<int>(value)];

@@ -394,7 +394,7 @@ void GpuExecutor::run_on_nccl(Communicator& comm, nccl::Comm nc, const std::vect
 bool GpuExecutor::staged(const Response& head, Communicator& comm) {
   const int set = head.process_set;
   const int choice = context_.config().gpu_operations;
-  if (choice == 2) return true;
+  if (choice == Config::kGpuHost) return true;
   if (comm.size() == 1) return false;
   auto found = planes_.find(set);
   if (found == planes_.end()) {
@@ -408,7 +408,7 @@ bool GpuExecutor::staged(const Response& head, Communicator& comm) {
     const std::vector<SharedDevice> shared = shared_devices(host_, set, comm, bus);
     Plane plane;
     const std::string where = set == 0 ? std::string("the job's") : "process set " + std::to_string(set) + "'s";
-    if (!shared.empty() && choice == 1) {
+    if (!shared.empty() && choice == Config::kGpuNccl) {
       plane.refusal = "HVDLITE_GPU_OPERATIONS=nccl, but " + describe(shared) +
                       ", and NCCL takes one GPU per rank. Give each rank its own GPU "
                       "(torch.cuda.set_device(hvd.local_rank())), or unset HVDLITE_GPU_OPERATIONS to stage " +
