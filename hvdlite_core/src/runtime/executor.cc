@@ -229,13 +229,10 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
   if (!comm || comm->rank() < 0) return;
   const size_t esize = dtype_size(head.dtype);
-  std::vector<size_t> counts(group.size()), offsets(group.size());
-  size_t total = 0;
-  for (size_t i = 0; i < group.size(); ++i) {
-    counts[i] = static_cast<size_t>(element_count(group[i]->shape));
-    offsets[i] = total;
-    total += counts[i];
-  }
+  const FusedLayout layout = fused_layout(group);
+  const std::vector<size_t>& counts = layout.counts;
+  const std::vector<size_t>& offsets = layout.offsets;
+  const size_t total = layout.total;
   const bool two_tier = timeline_.enabled() && backend_.runs_two_tier(*comm, false, total * esize);
   const std::string algorithm =
       timeline_.enabled() && !two_tier ? backend_.flat_allreduce_algorithm(*comm, total * esize, total) : "";

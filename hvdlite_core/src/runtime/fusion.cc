@@ -45,4 +45,16 @@ std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& respon
   return groups;
 }
 
+FusedLayout fused_layout(const std::vector<const Response*>& group) {
+  FusedLayout layout;
+  layout.counts.resize(group.size());
+  layout.offsets.resize(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    layout.counts[i] = static_cast<size_t>(element_count(group[i]->shape));
+    layout.offsets[i] = layout.total;
+    layout.total += layout.counts[i];
+  }
+  return layout;
+}
+
 }  // namespace hvdlite

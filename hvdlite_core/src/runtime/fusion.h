@@ -16,4 +16,12 @@ namespace hvdlite {
 std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes,
                                              int64_t tensor_limit_bytes);
 
+// Where each member of a fused group lies in the fusion buffer, in elements of the group's dtype.
+struct FusedLayout {
+  std::vector<size_t> counts;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+};
+FusedLayout fused_layout(const std::vector<const Response*>& group);
+
 }  // namespace hvdlite

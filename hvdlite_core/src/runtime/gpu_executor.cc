@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "runtime/device_sharing.h"
+#include "runtime/fusion.h"
 
 namespace hvdlite {
 namespace {
@@ -203,24 +204,21 @@ void GpuExecutor::allreduce(Communicator& comm, nccl::Comm nc, const std::vector
     return;
   }
   const size_t esize = dtype_size(head.dtype);
-  std::vector<size_t> offsets(group.size());
-  size_t total = 0;
+  const FusedLayout layout = fused_layout(group);
+  char* buffer = fusion_buffer(layout.total * esize);
   for (size_t i = 0; i < group.size(); ++i) {
-    offsets[i] = total;
-    total += static_cast<size_t>(element_count(group[i]->shape)) * esize;
-  }
-  char* buffer = fusion_buffer(total);
-  for (size_t i = 0; i < group.size(); ++i) {
-    size_t bytes = (i + 1 < group.size() ? offsets[i + 1] : total) - offsets[i];
-    if (bytes == 0) continue;
-    check_cuda(cuda_, cuda_.MemcpyAsync(buffer + offsets[i], entries[i].input, bytes, cuda::kMemcpyDefault, stream_),
+    if (layout.counts[i] == 0) continue;
+    check_cuda(cuda_,
+               cuda_.MemcpyAsync(buffer + layout.offsets[i] * esize, entries[i].input, layout.counts[i] * esize,
+                                 cuda::kMemcpyDefault, stream_),
                "cudaMemcpyAsync into the fusion buffer");
   }
-  reduce(head, comm, nc, buffer, buffer, total / esize);
+  reduce(head, comm, nc, buffer, buffer, layout.total);
   for (size_t i = 0; i < group.size(); ++i) {
-    size_t bytes = (i + 1 < group.size() ? offsets[i + 1] : total) - offsets[i];
-    if (bytes == 0) continue;
-    check_cuda(cuda_, cuda_.MemcpyAsync(entries[i].output, buffer + offsets[i], bytes, cuda::kMemcpyDefault, stream_),
+    if (layout.counts[i] == 0) continue;
+    check_cuda(cuda_,
+               cuda_.MemcpyAsync(entries[i].output, buffer + layout.offsets[i] * esize, layout.counts[i] * esize,
+                                 cuda::kMemcpyDefault, stream_),
                "cudaMemcpyAsync out of the fusion buffer");
   }
 }

@@ -6,6 +6,7 @@
 #include "collectives/reduce_kernels.h"
 #include "common/status.h"
 #include "runtime/eager.h"
+#include "runtime/fusion.h"
 
 namespace hvdlite {
 namespace {
@@ -66,13 +67,10 @@ void StagedCollectives::allreduce(Communicator& comm, const std::vector<const Re
                                   std::vector<TensorEntry>& entries) {
   const Response& head = *group.front();
   const size_t esize = dtype_size(head.dtype);
-  std::vector<size_t> counts(group.size()), offsets(group.size());
-  size_t total = 0;
-  for (size_t i = 0; i < group.size(); ++i) {
-    counts[i] = static_cast<size_t>(element_count(group[i]->shape));
-    offsets[i] = total;
-    total += counts[i];
-  }
+  const FusedLayout layout = fused_layout(group);
+  const std::vector<size_t>& counts = layout.counts;
+  const std::vector<size_t>& offsets = layout.offsets;
+  const size_t total = layout.total;
   finish_copies();  // the last collective's copies out may still read the buffer
   char* buffer = in_.reserve(total * esize);
   for (size_t i = 0; i < group.size(); ++i)
