@@ -300,6 +300,19 @@ def run_method(cluster, args, method, out):
     return report
 
 
+def trial_summary(trial):
+    """One line on what a compression trial measured and decided."""
+    plain, waited = trial["plain_seconds"] * 1e3, trial.get("waited_seconds")
+    steps = trial.get("compressed_steps")
+    text = f"the trial's uncompressed steps took {plain:.1f} ms (median)"
+    if waited is not None:
+        text += f", {waited * 1e3:.1f} ms of it waiting for the exchange"
+    if trial.get("compressed_seconds") is None:
+        return text + "; not compressing, decided before any compressed step."
+    text += f"; {steps} compressed steps took {trial['compressed_seconds'] * 1e3:.1f} ms (median); "
+    return text + ("compressing." if trial["decision"] else "not compressing.")
+
+
 def report_table(results, args):
     lines = [
         f"2 hosts x {args.per_host} rank(s), {args.steps} steps of batch {args.batch} per rank, target "
@@ -328,12 +341,7 @@ def report_table(results, args):
         for method, row in rows.items():
             trial = row.get("compression_trial")
             if trial and trial.get("decision") is not None:
-                lines += [
-                    "",
-                    f"{method}: the trial's steps took {trial['plain_seconds'] * 1e3:.1f} ms uncompressed and "
-                    f"{trial['compressed_seconds'] * 1e3:.1f} ms compressed (median); "
-                    + ("compressing." if trial["decision"] else "not compressing."),
-                ]
+                lines += ["", f"{method}: " + trial_summary(trial)]
         lines.append("")
     return "\n".join(lines)
 

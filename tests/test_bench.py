@@ -205,6 +205,28 @@ def test_train_bench_named_rows_are_rows_with_settings():
     assert train.label("hvdlite-fixed", short=True) == "hvdlite, fixed rules"
 
 
+def test_slow_links_report_says_what_each_trial_decided_on():
+    """A trial decided on its compressed steps, and one decided before any (its uncompressed steps barely waited
+    for the exchange), each in one line of the report."""
+    slow_links = _bench_module("slow_links")
+    full = {
+        "decision": False,
+        "plain_seconds": 0.0519,
+        "compressed_seconds": 0.0566,
+        "waited_seconds": 0.014,
+        "compressed_steps": 2,
+        "trial_from": 10,
+    }
+    assert slow_links.trial_summary(full) == (
+        "the trial's uncompressed steps took 51.9 ms (median), 14.0 ms of it waiting for the exchange; 2 compressed "
+        "steps took 56.6 ms (median); not compressing."
+    )
+    bound = dict(full, compressed_seconds=None, compressed_steps=0, waited_seconds=0.002)
+    assert slow_links.trial_summary(bound).endswith(
+        "2.0 ms of it waiting for the exchange; not compressing, decided before any compressed step."
+    )
+
+
 @pytest.mark.timeout(200)
 @pytest.mark.bench
 def test_step_timeline_draws_both_ranks(tmp_path):

@@ -3,6 +3,8 @@
 import pytest
 from multiproc import run_checked
 
+from hvdlite.common import compression_trial
+
 COMMON = """
 import torch, torch.nn as nn, torch.nn.functional as F
 import hvdlite.torch as hvd
@@ -119,8 +121,9 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
     true_sum = [torch.zeros_like(p) for p in params]
     g = torch.Generator().manual_seed(100 + R)
     # Compressed steps far shorter than uncompressed ones end the trial early, from its second compressed step on
-    # (the first may carry one-time costs); otherwise it ends after T.
-    decided = None if slow_plain else LAST_PLAIN + T
+    # (the first may carry one-time costs), and so do compressed steps none of which was shorter; otherwise it ends
+    # after T.
+    decided = None
     for step in range(1, 15):
         # A step is timed from the end of the last one's reduction to the end of its own.
         if slow_plain and LAST_PLAIN - T < step <= LAST_PLAIN:
@@ -135,7 +138,8 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
         reducer.reduce(params)
         if decided is None and reducer.trial.decision is not None:
             decided = step
-            assert LAST_PLAIN + 2 <= step < LAST_PLAIN + T, ("decided late", kind, step, reducer.trial.state())
+            latest = LAST_PLAIN + T - (1 if slow_plain else 0)
+            assert LAST_PLAIN + 2 <= step <= latest, ("decided when", kind, step, reducer.trial.state())
         for a, t, p, mean in zip(applied, true_sum, params, everyone):
             a += p.grad
             t += mean
@@ -157,30 +161,105 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
             torch.testing.assert_close(a, t, rtol=1e-4, atol=1e-4)
     assert reducer.shared_state()["trial"] == state
 
-# Through the optimizer: a trial that decides against compressing. Its uncompressed steps go through the usual
-# path (submitted during backward when asked to), the last residual with them; the weights stay identical.
-torch.manual_seed(0)
-net = nn.Linear(48, 32)
-hvd.broadcast_parameters(net.state_dict(), root_rank=0)
-opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05), named_parameters=net.named_parameters(),
-                               compression=hvd.Compression.powersgd(rank=1, start_iter=1, min_step_speedup=50,
-                                                                    trial_steps=2),
-                               reduce_during_backward=True)
-reducer = opt.gradient_reducer
-modes = []
-for step in range(1, 9):
-    modes.append(opt.reduces_during_backward)
-    opt.zero_grad()
-    net(torch.randn(8, 48, generator=torch.Generator().manual_seed(R * 100 + step))).pow(2).mean().backward()
-    opt.step()
-    assert reducer.iteration == step
-# Steps 1-3 uncompressed (during backward), 4-5 the compressed half, then uncompressed for good.
-assert modes == [True, True, True, False, False, True, True, True], modes
-assert reducer.trial.decision is False and reducer.residuals == {}
+# Through the optimizer. Its uncompressed steps go through the usual path (submitted during backward when asked
+# to) and report how long each waited for its exchange. Where rank 1 is slow in the timed uncompressed steps,
+# rank 0 waits for the exchange half of each (on the ranks' average): compressing could make them up to 2x
+# shorter, so the trial runs its compressed steps; those are far shorter and it keeps compressing. Where the
+# steps hardly wait, no compression can make them 50x shorter, and it decides so before compressing any.
+def through_optimizer(speedup, slow_rank_1):
+    torch.manual_seed(0)
+    net = nn.Linear(48, 32)
+    hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05),
+                                   named_parameters=net.named_parameters(),
+                                   compression=hvd.Compression.powersgd(rank=1, start_iter=1,
+                                                                        min_step_speedup=speedup, trial_steps=2),
+                                   reduce_during_backward=True)
+    reducer = opt.gradient_reducer
+    modes = []
+    for step in range(1, 9):
+        modes.append(opt.reduces_during_backward)
+        if slow_rank_1 and R == 1 and step in (2, 3):  # the timed uncompressed steps
+            time.sleep(0.3)
+        opt.zero_grad()
+        net(torch.randn(8, 48, generator=torch.Generator().manual_seed(R * 100 + step))).pow(2).mean().backward()
+        opt.step()
+        assert reducer.iteration == step
+    assert same_everywhere(net.weight, f"weights after the trial ({speedup})")
+    return reducer, modes
+
+reducer, modes = through_optimizer(1.5, slow_rank_1=True)
+# Steps 1-3 uncompressed (during backward), 4-5 the compressed half (decided at the second), then compressed.
+assert modes == [True, True, True, False, False, False, False, False], modes
+state = reducer.trial.state()
+assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
+reducer, modes = through_optimizer(50, slow_rank_1=False)
+assert modes == [True] * 8, modes
+state = reducer.trial.state()
+assert reducer.trial.decision is False and state["compressed_seconds"] is None, state
+assert state["waited_seconds"] < state["plain_seconds"] * (1 - 1 / 50), state
+assert reducer.residuals == {}
 assert reducer.last_sent_bytes == reducer.last_dense_bytes == (48 * 32 + 32) * 4
-assert same_everywhere(net.weight, "weights after the trial")
 """
     )
+
+
+def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatch):
+    """Compression cannot shorten a step by more than the step waited for its exchange: where even a step without
+    that wait would not be min_step_speedup times shorter, the trial decides against compressing after its
+    uncompressed steps; otherwise, or when a rank could not say how long it waited, the compressed steps run."""
+    clock = [0.0]
+    monkeypatch.setattr(compression_trial.time, "perf_counter", lambda: clock[0])
+
+    def trial_after_uncompressed_steps(waits):
+        trial = compression_trial.CompressionTrial(start_iter=2, min_step_speedup=1.25, trial_steps=4, kind="x")
+        assert trial.trial_from == 5
+        agreed = []
+
+        def agree(values):  # one rank: the average is its own figures
+            agreed.append(list(values))
+            return values
+
+        for iteration in range(1, 6):
+            clock[0] += 0.060
+            trial.step_done(iteration, agree, waits(iteration))
+        return trial, agreed
+
+    trial, agreed = trial_after_uncompressed_steps(lambda i: 0.005)  # at most 60 / 55 = 1.09x shorter
+    assert trial.decision is False and not trial.compresses(6) and not trial.shadows(6)
+    assert agreed == [[pytest.approx(0.060), pytest.approx(0.005), 1.0]]
+    assert trial.state()["compressed_seconds"] is None and trial.state()["plain_seconds"] == pytest.approx(0.060)
+    trial, _ = trial_after_uncompressed_steps(lambda i: 0.030)  # up to 2x: worth trying
+    assert trial.decision is None and trial.shadows(6) and trial.waited_seconds == pytest.approx(0.030)
+    trial, agreed = trial_after_uncompressed_steps(lambda i: None if i == 3 else 0.005)  # one step unknown
+    assert trial.decision is None and trial.shadows(6) and agreed[0][2] == 0.0
+
+
+def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shorter(monkeypatch):
+    """From the second compressed step on: for compression when the compressed steps' median is EARLY_MARGIN times
+    beyond min_step_speedup, against it when even the fastest was not halfway there (by less than its square root
+    shorter than the uncompressed median), and otherwise the trial goes on (a slow first compressed step alone does
+    not end it)."""
+    clock = [0.0]
+    monkeypatch.setattr(compression_trial.time, "perf_counter", lambda: clock[0])
+
+    def trial_with(compressed_steps):
+        trial = compression_trial.CompressionTrial(start_iter=2, min_step_speedup=1.25, trial_steps=4, kind="x")
+        for iteration in range(1, 6):  # uncompressed, 60 ms each, half of it waiting: up to 2x shorter
+            clock[0] += 0.060
+            trial.step_done(iteration, lambda values: values, 0.030)
+        for iteration, seconds in enumerate(compressed_steps, start=6):
+            assert trial.shadows(iteration)
+            clock[0] += seconds
+            trial.step_done(iteration, lambda values: values)
+        return trial
+
+    assert trial_with([0.070, 0.061]).decision is False  # neither shorter
+    assert trial_with([0.056, 0.058]).decision is False  # 60 / 56 = 1.07x: short of the square root of 1.25 (1.118)
+    assert trial_with([0.020, 0.025]).decision is True  # 2.4x shorter: beyond 2 x 1.25
+    undecided = trial_with([0.120, 0.050])  # one 1.2x shorter, past halfway, not yet by enough: the trial goes on
+    assert undecided.decision is None and undecided.shadows(8)
+    assert trial_with([0.120, 0.050, 0.050, 0.050]).decision is False  # 60 / 50 = 1.2x: short of 1.25 at the end
 
 
 @pytest.mark.timeout(200)

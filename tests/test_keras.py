@@ -350,25 +350,35 @@ except ValueError as e:
     assert "rank must be >= 1" in str(e), e
 else:
     raise SystemExit("powersgd(rank=0) was accepted")
-# A trial that finds compression not worth it (no link here is slow enough for 50x shorter updates): every rank
-# stops compressing after it, and since the trial's compressed updates are only timed, every update applied, in
-# the trial too, is the plain average of what was given.
-for make in (lambda: hvd.Compression.powersgd(rank=2, start_iter=1, min_step_speedup=50, trial_steps=2),
-             lambda: hvd.Compression.topk(ratio=0.1, start_iter=1, min_step_speedup=50, trial_steps=2)):
+# Trials that find compression not worth it: every rank stops compressing after them, and every update applied, in
+# the trial too, is the plain average of what was given. Rank 1 sleeps in the timed updates, so rank 0 waits for
+# the exchange half of each on the ranks' average, and an update without that wait would be about 2x shorter.
+# With min_step_speedup=1.2 that may be enough, so the trial times its compressed updates (applying the exact
+# average): rank 1 sleeps in those too, so they are not shorter. With 50 it cannot be, and the trial says so first.
+import time
+for make, slow_updates, compressed_half in (
+    (lambda: hvd.Compression.powersgd(rank=2, start_iter=4, min_step_speedup=1.2, trial_steps=2), range(2, 9), True),
+    (lambda: hvd.Compression.topk(ratio=0.1, start_iter=1, min_step_speedup=50, trial_steps=2), (2, 3), False),
+):
     model = mlp(0)
     variables = model.trainable_variables
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), compression=make())
     start = [v.numpy().copy() for v in variables]
     total = [np.zeros(v.shape, "float32") for v in variables]
     for step in range(1, 9):
+        if R == 1 and step in slow_updates:
+            time.sleep(0.4)
         grads = [given(R, step, i, tuple(v.shape)) for i, v in enumerate(variables)]
         opt.apply_gradients(zip([tf.constant(g) for g in grads], variables))
         for i, (t, v) in enumerate(zip(total, variables)):
             t += sum(given(r, step, i, tuple(v.shape)) for r in range(N)) / N
         worst = max(np.abs(v.numpy() - (s - t)).max() for v, s, t in zip(variables, start, total))
-        assert worst < 1e-4, (step, worst)
+        assert worst < 1e-4, (step, worst, opt._hvd().feedback.trial.state())
     feedback = opt._hvd().feedback
-    assert feedback.trial.decision is False and feedback.residuals == {}, feedback.trial.state()
+    state = feedback.trial.state()
+    assert feedback.trial.decision is False and feedback.residuals == {}, state
+    assert (state["compressed_seconds"] is not None) == compressed_half, state
+    assert 0.05 < state["waited_seconds"] < state["plain_seconds"], state
     assert feedback.last_dense_bytes > 0 and feedback.shared_state()["trial"]["decision"] is False
     assert_same_everywhere(flat(model), "after the trial")
 

@@ -13,10 +13,20 @@ kept, and the step applies the exact average, which the reducer reduces after th
 the timing (`exclude`). A trial that decides against compressing then costs the job some time, but no progress.
 Those exact exchanges are what a slow link makes expensive, and there compression wins by far: from the
 `EARLY_STEPS`-th compressed step on, the trial decides at once for compression when the compressed steps so far
-(their median) were `EARLY_MARGIN` times further ahead than `min_step_speedup` asks.
+(their median) were `EARLY_MARGIN` times further ahead than `min_step_speedup` asks. Where the link is fast, the
+exact exchanges are cheap but still the trial's whole cost: the trial decides against compressing at once when even
+the fastest compressed step so far was not halfway to the asked speedup (shorter than the uncompressed steps'
+median by less than its square root; the fastest, since a first compressed step may carry one-time costs).
+
+Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than
+the time the step waits for its exchange, so the reducers also report, for each uncompressed step, how long it
+waited for its gradients after its own work was done (the part of the exchange that backward did not hide). When
+the uncompressed steps would not be `min_step_speedup` times shorter even without that wait, the trial decides
+against compressing after its uncompressed steps, for the price of one small allreduce.
 """
 
 import logging
+import math
 import statistics
 import time
 from typing import Callable, List, Optional, Sequence
@@ -54,7 +64,10 @@ class CompressionTrial:
         self._last_end: Optional[float] = None
         self._excluded = 0.0  # seconds of work a compressed step would not do, left out of the next timed step
         self._plain: List[float] = []
+        self._waits: List[float] = []  # of the timed uncompressed steps: seconds spent waiting for the exchange
         self._compressed: List[float] = []
+        self.waited_seconds: Optional[float] = None  # the ranks' average median wait, once the bound was checked
+        self.compressed_steps: Optional[int] = None  # how many compressed steps the decision was taken on
 
     def compresses(self, iteration: int) -> bool:
         """Whether this iteration's gradients are compressed."""
@@ -76,36 +89,85 @@ class CompressionTrial:
         the current one if called before its step_done, else the next."""
         self._excluded += seconds
 
-    def step_done(self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]]) -> None:
+    def step_done(
+        self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]], waited: Optional[float] = None
+    ) -> None:
         """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
-        collective every rank reaches at the same iteration)."""
+        collective every rank reaches at the same iteration). `waited`: for an uncompressed step, the seconds it
+        waited for its exchange once its own work was done (None: not known)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
         excluded, self._excluded = self._excluded, 0.0
         if self.min_step_speedup is None or self.decision is not None:
             return
         if previous is not None and iteration > self.trial_from - self.trial_steps:
-            (self._compressed if self.compresses(iteration) else self._plain).append(now - previous - excluded)
+            if self.compresses(iteration):
+                self._compressed.append(now - previous - excluded)
+            else:
+                self._plain.append(now - previous - excluded)
+                if waited is not None:
+                    self._waits.append(waited)
+        # Each branch runs at the same iterations on every rank: agree is collective.
         if iteration >= self.trial_from + self.trial_steps:
             self._decide(iteration, agree)
-        elif iteration >= self.trial_from + EARLY_STEPS:  # the same iterations on every rank: agree is collective
+        elif iteration == self.trial_from:
+            self._decide_from_waits(agree)
+        elif iteration >= self.trial_from + EARLY_STEPS:
             self._decide_early(agree)
+
+    def _decide_from_waits(self, agree) -> None:
+        """Against compressing, before any compressed step, where even a step that did not wait for its exchange
+        would not be min_step_speedup times shorter."""
+        complete = bool(self._plain) and len(self._waits) == len(self._plain)
+        mine = [statistics.median(self._plain), statistics.median(self._waits)] if complete else [0.0, 0.0]
+        plain, waited, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
+        self._waits = []
+        if all_complete < 1.0:
+            return
+        self.waited_seconds = waited
+        without_wait = plain - waited
+        if without_wait <= 0 or plain >= self.min_step_speedup * without_wait:
+            return
+        self.plain_seconds = plain
+        self.decision = False
+        self.compressed_steps = 0
+        self._plain = []
+        logger.info(
+            "%s: uncompressed steps took %.1f ms, %.1f ms of it waiting for the exchange (median, the ranks' "
+            "average): compression could make them at most %.2fx shorter; not compressing",
+            self.kind,
+            1000 * plain,
+            1000 * waited,
+            plain / without_wait,
+        )
 
     def _decide_early(self, agree) -> None:
         complete = bool(self._plain and self._compressed)
-        mine = [statistics.median(self._plain), statistics.median(self._compressed)] if complete else [0.0, 0.0]
-        plain, compressed, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
-        if all_complete < 1.0 or plain < EARLY_MARGIN * self.min_step_speedup * compressed:
+        mine = (
+            [statistics.median(self._plain), statistics.median(self._compressed), min(self._compressed)]
+            if complete
+            else [0.0, 0.0, 0.0]
+        )
+        plain, compressed, fastest, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
+        if all_complete < 1.0:
+            return
+        if plain >= EARLY_MARGIN * self.min_step_speedup * compressed:
+            self.decision = True
+        elif plain < math.sqrt(self.min_step_speedup) * fastest:
+            self.decision = False
+        else:
             return
         self.plain_seconds, self.compressed_seconds = plain, compressed
-        self.decision = True
-        steps, self._plain, self._compressed = len(self._compressed), [], []
+        self.compressed_steps = steps = len(self._compressed)
+        self._plain, self._compressed = [], []
         logger.info(
-            "%s: uncompressed steps took %.1f ms, compressed %.1f ms (median, the ranks' average); compressing from "
-            "now on, decided after %d compressed steps",
+            "%s: uncompressed steps took %.1f ms, compressed %.1f ms (median, the ranks' average; the fastest "
+            "compressed %.1f ms); %s, decided after %d compressed steps",
             self.kind,
             1000 * plain,
             1000 * compressed,
+            1000 * fastest,
+            "compressing from now on" if self.decision else "not compressing",
             steps,
         )
 
@@ -115,11 +177,12 @@ class CompressionTrial:
         complete = bool(self._plain and self._compressed)
         mine = [statistics.median(self._plain), statistics.median(self._compressed)] if complete else [0.0, 0.0]
         plain, compressed, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
-        self._plain, self._compressed = [], []
+        self._plain, self._waits, self._compressed = [], [], []
         if all_complete < 1.0:
             self.trial_from = iteration + self.trial_steps
             return
         self.plain_seconds, self.compressed_seconds = plain, compressed
+        self.compressed_steps = self.trial_steps
         self.decision = plain >= self.min_step_speedup * compressed
         logger.info(
             "%s: uncompressed steps took %.1f ms, compressed %.1f ms (median, the ranks' average); %s",
@@ -137,6 +200,8 @@ class CompressionTrial:
             "decision": self.decision,
             "plain_seconds": self.plain_seconds,
             "compressed_seconds": self.compressed_seconds,
+            "waited_seconds": self.waited_seconds,
+            "compressed_steps": self.compressed_steps,
             "trial_from": self.trial_from,
         }
 
@@ -144,8 +209,10 @@ class CompressionTrial:
         self.decision = state.get("decision")
         self.plain_seconds = state.get("plain_seconds")
         self.compressed_seconds = state.get("compressed_seconds")
+        self.waited_seconds = state.get("waited_seconds")
+        self.compressed_steps = state.get("compressed_steps")
         self.trial_from = state.get("trial_from", self.trial_from)
         # A trial cut short starts over from the restored iteration: the figures taken since are not the state's.
         if self.decision is None and iteration > self.trial_from - self.trial_steps:
             self.trial_from = iteration + self.trial_steps
-        self._plain, self._compressed, self._last_end, self._excluded = [], [], None, 0.0
+        self._plain, self._waits, self._compressed, self._last_end, self._excluded = [], [], [], None, 0.0

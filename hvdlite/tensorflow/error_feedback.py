@@ -146,6 +146,7 @@ class _ErrorFeedback:
             self._send_residuals(grads)
         chosen = [i for i, g in enumerate(grads) if compress and self._compressible(g)]
         plain = [i for i in range(len(grads)) if i not in set(chosen)]
+        began = time.perf_counter()  # the whole exchange follows the update's compute: all of it is waited for
         pending, flats = self._start_plain(grads, plain)
         error = None
         try:
@@ -154,6 +155,7 @@ class _ErrorFeedback:
         except BaseException as e:  # wait for the plain ones anyway: the core still writes into their buffers
             error = e
         self._finish_plain(grads, plain, pending, flats)
+        waited = None if compress else time.perf_counter() - began
         if error is not None:
             raise error
         self.last_dense_bytes = sum(g.nbytes for g in grads)
@@ -168,7 +170,7 @@ class _ErrorFeedback:
             },
         )
         self.last_sent_bytes = 0
-        self.trial.step_done(self.iteration, self._agree)
+        self.trial.step_done(self.iteration, self._agree, waited)
         if shadow:
             began = time.perf_counter()
             pending, flats = self._start_plain(grads, chosen)

@@ -19,7 +19,7 @@ and every later step is reduced uncompressed. The trial's compressed steps are t
 import math
 import time
 import zlib
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -162,14 +162,15 @@ class _ErrorFeedbackReducer:
         if residual is not None and residual.shape == grad.shape:
             grad.add_(residual)
 
-    def plain_step_done(self, params: Sequence[torch.Tensor]) -> None:
+    def plain_step_done(self, params: Sequence[torch.Tensor], waited: Optional[float] = None) -> None:
+        """After a step the optimizer reduced; `waited`: the seconds it waited for the exchange after backward."""
         self.iteration += 1
         dense = sum(p.numel() for p in params)
         self.last_dense_elements = self.last_sent_elements = dense
         self.last_dense_bytes = self.last_sent_bytes = sum(p.numel() * p.element_size() for p in params)
-        self._step_done(False)
+        self._step_done(False, waited)
 
-    def _step_done(self, compress: bool) -> None:
+    def _step_done(self, compress: bool, waited: Optional[float] = None) -> None:
         basics.timeline_counter(
             self.kind,
             {
@@ -179,7 +180,7 @@ class _ErrorFeedbackReducer:
                 "compressing": int(compress),
             },
         )
-        self.trial.step_done(self.iteration, self._agree)
+        self.trial.step_done(self.iteration, self._agree, waited)
 
     def _agree(self, values: Sequence[float]) -> Sequence[float]:
         """The ranks' average of a few numbers (the trial's medians)."""

@@ -26,6 +26,7 @@ staleness=s lets each step's allreduce run during the next s steps and applies i
 
 import contextlib
 import os
+import time
 import warnings
 from typing import Dict, List, Optional
 
@@ -332,6 +333,7 @@ class _DistributedOptimizer:
                 self._hvd_end_step()
             return
         errors = []
+        began = time.perf_counter()
         try:
             for key, pending in self._hvd_handles.items():
                 if pending is _DEFERRED:
@@ -356,7 +358,7 @@ class _DistributedOptimizer:
         if errors:
             raise errors[0]
         if self.gradient_reducer is not None:
-            self.gradient_reducer.plain_step_done(self._hvd_params)
+            self.gradient_reducer.plain_step_done(self._hvd_params, waited=time.perf_counter() - began)
 
     def _hvd_end_step(self) -> None:
         # Whatever failed, the step is over: the next zero_grad() and backward() start afresh (elastic training
