@@ -19,8 +19,8 @@ against hvdlite pairs the rounds (same turn) and reports their median and worst.
 one turn and not the next: before and after every run, a framework-free 2 MB ping-pong between two
 processes (bench/machine_state/pingpong.py) times its cross-core copies, and the report lists them and marks the
 runs that fell in a slow period (a probe 1.3x above the fastest), so a worst round can be told apart from a worse
-library (docs/benchmarks.md, the slow mode). A cache-line ping-pong (bench/machine_state/cacheline_pingpong.c,
-compiled once) beside it shows where the host ran the two vCPUs, which decides the small-message mode on a VM.
+library (docs/benchmarks.md). A cache-line ping-pong (bench/machine_state/cacheline_pingpong.c, compiled once)
+beside it shows where the host ran the two vCPUs, which on a VM decides how fast the ring and small messages run.
 """
 
 import argparse

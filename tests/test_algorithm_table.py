@@ -86,10 +86,10 @@ def test_measured_by_the_first_jobs_read_by_the_next_and_obeyed(tmp_path):
     plain, streamed = (float(x) for x in measurement.split(" streaming 16777216:")[1].split(","))
     assert first["streaming_store_bytes_from"] == "measured", first
     assert first["STREAMING_STORE_BYTES"] == str((64 if plain < 0.9 * streamed else 16) << 20), (first, measurement)
-    # The online choice of large allreduces starts where the table first runs single copy (1-16 MiB), else 16 MiB.
-    starts = [int(band.split("@")[1]) for band in bands.split(",") if band.startswith("single_copy@")]
-    expected = min(16 << 20, max(1 << 20, starts[0])) if starts else 16 << 20
-    assert first["adaptive_allreduce"] == str(expected), (first, bands)
+    # The online choice starts where the table first runs the ring or single copy, at 64 KiB at the least.
+    starts = [int(band.split("@")[1]) for band in bands.split(",") if not band.startswith("rd@")]
+    expected = max(64 << 10, starts[0]) if starts else None
+    assert first.get("adaptive_allreduce") == (None if expected is None else str(expected)), (first, bands)
 
     # The next two jobs each add a measurement (a loaded moment cannot decide alone); then the table is read.
     for count in (2, 3):
@@ -312,7 +312,7 @@ def test_recursive_halving_where_the_model_prices_it_lowest(tmp_path):
     "knob,value,differs",
     [
         ("ALLREDUCE_ALGORITHMS", "fixed", "measured on rank 0, fixed on rank 1"),
-        ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 16777216 on rank 0"),
+        ("ADAPTIVE_ALLREDUCE_BYTES", "0", "0 on rank 1, 65536 on rank 0"),
     ],
 )
 def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):

@@ -272,6 +272,12 @@ void test_adaptive_allreduce() {
   CHECK(a.band(256 << 10) == 0 && a.band(mb - 1) == 0 && a.band(mb) == 1 && a.band(16 * mb) == 3);
   CHECK(a.band(size_t{1} << 62) == AdaptiveAllreduce::kBands - 1);
   CHECK(AdaptiveAllreduce(0, AllreduceTable(), 0).band(size_t{1} << 30) == -1);
+  // Band edges stay at powers of 4 wherever the choice starts: large sizes fall in the same bands from any start.
+  const AdaptiveAllreduce from_92k(92681, AllreduceTable(), 0);
+  CHECK(from_92k.band(92681) == 0 && from_92k.band((256 << 10) - 1) == 0 && from_92k.band(256 << 10) == 1);
+  CHECK(from_92k.band(16 * mb) == 4 && from_92k.band(64 * mb - 1) == 4 && from_92k.band(64 * mb) == 5);
+  const AdaptiveAllreduce from_16m(16 * mb, AllreduceTable(), 0);
+  CHECK(from_16m.band(16 * mb) == 0 && from_16m.band(64 * mb - 1) == 0 && from_16m.band(64 * mb) == 1);
   // Starts from the ring (no table), tries single copy for kTrialRuns runs after kMinTrialInterval, and moves to
   // it when the trial's median is clearly lower; the next trial (of the ring) comes kMinTrialInterval runs later.
   std::vector<A> ran;
@@ -348,19 +354,22 @@ void test_adaptive_allreduce() {
   }
   CHECK((d.propose() & (1u << 1)) != 0);  // after kTrialRuns measured runs, single copy takes over
   CHECK(d.describe() == "adaptive_allreduce=262144;adaptive_runs=ring:8,single_copy:4;adaptive_switches=0");
-  // Unset, the online choice starts where the table first runs single copy (at least 1 MiB, at most the fallback).
-  const size_t fallback = 16 * mb;
+  // Unset, the online choice starts where the table (or, without one, SMALL_MESSAGE_BYTES) first runs the ring or
+  // single copy, at least at the floor.
+  const size_t floor = 64 << 10, ring_from = 32 << 10;
   for (const auto& [text, expected] :
-       std::vector<std::pair<std::string, size_t>>{{"rd@0,ring@92681,single_copy@2965820", 2965820},
-                                                   {"rd@0,ring@11585", fallback},
-                                                   {"rd@0,ring@11585,single_copy@67108864", fallback},
-                                                   {"single_copy@0", mb},
-                                                   {"rd@0,single_copy@16384,ring@1000000", mb}}) {
+       std::vector<std::pair<std::string, size_t>>{{"rd@0,ring@92681,single_copy@2965820", 92681},
+                                                   {"rd@0,ring@11585", floor},
+                                                   {"rd@0,single_copy@16384,ring@1000000", floor},
+                                                   {"single_copy@0", floor},
+                                                   {"rd@0,single_copy@4194304", 4194304},
+                                                   {"rd@0", 0}}) {
     AllreduceTable parsed;
     CHECK(AllreduceTable::parse(text, &parsed));
-    CHECK(default_adaptive_bytes(parsed, fallback) == expected);
+    CHECK(default_adaptive_bytes(parsed, ring_from, floor) == expected);
   }
-  CHECK(default_adaptive_bytes(AllreduceTable(), fallback) == fallback);  // no table: the fixed rules' ring
+  CHECK(default_adaptive_bytes(AllreduceTable(), ring_from, floor) == floor);  // no table: the fixed rules' ring
+  CHECK(default_adaptive_bytes(AllreduceTable(), mb, floor) == mb);
   // A table that runs single copy at a band's lower end starts the band there.
   AllreduceTable table;
   CHECK(AllreduceTable::parse("rd@0,ring@11585,single_copy@4194304", &table));

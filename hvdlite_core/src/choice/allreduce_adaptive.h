@@ -1,17 +1,18 @@
-// Online choice between the ring and single copy for large allreduces on one host. On a virtual machine the host
-// moves the vCPUs about, and which of the two is faster for large messages moves with them, so a table fixed at
-// init (allreduce_table.h) is not enough: large messages are chosen from the job's own runs.
+// Online choice between the ring and single copy for allreduces on one host, from the size where the ring starts.
+// On a virtual machine the host moves the vCPUs about, and which of the two is faster moves with them, so a table
+// fixed at init (allreduce_table.h) is not enough: these sizes are chosen from the job's own runs.
 //
 // Agreement: rank 0 decides from its own timings (an allreduce ends on every rank at about the same time), and the
 // decision travels in the negotiation's bit exchange (runtime/controller.cc puts it in the flag word; the other
 // ranks contribute ones to the AND). It holds for the allreduces executed in that cycle, so every rank runs the
 // same algorithm for the same response.
 //
-// Policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm with the lower recent
-// median seconds per byte; at intervals try the other for kTrialRuns runs (one per cycle; single runs are too noisy)
-// and switch when the trial's median is clearly lower. The pause between trials doubles while trials confirm the
-// choice (up to kMaxTrialInterval runs) and resets on a switch or when the chosen algorithm slows down. No trial
-// before the job has allreduced warm_bytes: the ring's first runs fault its pages in and would lose.
+// Policy, per size band (from ADAPTIVE_ALLREDUCE_BYTES to the next power of 4, then a factor of 4 each): run the
+// algorithm with the lower recent median seconds per byte; at intervals try the other for kTrialRuns runs (one per
+// cycle; single runs are too noisy) and switch when the trial's median is clearly lower. The pause between trials
+// doubles while trials confirm the choice (up to kMaxTrialInterval runs) and resets on a switch or when the chosen
+// algorithm slows down. No trial before the job has allreduced warm_bytes: the ring's first runs fault its pages in
+// and would lose.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -22,11 +23,11 @@
 
 namespace hvdlite {
 
-// Where the online choice starts when ADAPTIVE_ALLREDUCE_BYTES is not given: at `fallback`, or lower, from the first
-// size the measured table runs single copy at (but not below 1 MiB). The table is measured on an idle machine and
-// cannot see training's contention for the cores, which weighs on single copy's rendezvous: where it chose single
-// copy, the job's own runs decide.
-size_t default_adaptive_bytes(const AllreduceTable& table, size_t fallback);
+// Where the online choice starts when ADAPTIVE_ALLREDUCE_BYTES is not given: where the measured table (or, without
+// one, SMALL_MESSAGE_BYTES) first runs the ring or single copy, and not below `floor`. Which of the two is faster
+// moves with where the host runs the vCPUs: when it puts them far apart, the ring slows several times from a few
+// hundred KB up while single copy hardly changes, and a table measured at init cannot know which placement comes.
+size_t default_adaptive_bytes(const AllreduceTable& table, size_t ring_from, size_t floor);
 
 class AdaptiveAllreduce {
  public:

@@ -52,7 +52,8 @@ void Chooser::establish(Communicator& world, Mesh& mesh) {
   derived_.table_measurements = established.measurements;
   if (!config_.adaptive_allreduce_bytes_set && config_.adaptive_allreduce_bytes > 0) {
     derived_.adaptive_allreduce_bytes = static_cast<int64_t>(
-        default_adaptive_bytes(established.table, static_cast<size_t>(config_.adaptive_allreduce_bytes)));
+        default_adaptive_bytes(established.table, static_cast<size_t>(config_.small_message_bytes),
+                               static_cast<size_t>(config_.adaptive_allreduce_bytes)));
   }
   if (derived_.adaptive_allreduce_bytes > 0 && world.single_copy_local()) {
     adaptive_.reset(new AdaptiveAllreduce(static_cast<size_t>(derived_.adaptive_allreduce_bytes), derived_.table,

@@ -162,7 +162,7 @@ const std::vector<Knob>& knobs() {
                   "allreduce it can run"),
       number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes,
                   "allreduces from this size choose between the ring and single copy from the job's own runs (0: "
-                  "off; unset: from the measured table)"),
+                  "off; unset: from where the measured table first runs the ring, at least this)"),
       text_knob("ALGORITHM_CACHE_DIR", &Config::algorithm_cache_dir,
                 "where measured algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
       auto_switch_knob(

@@ -55,10 +55,10 @@ struct Config {
                                        // either of those implies fixed); or one algorithm for every flat
                                        // allreduce: kForcedRd and on (choice/chooser.h)
   static constexpr int kForcedRd = 2, kForcedRhd = 3, kForcedRing = 4, kForcedSingleCopy = 5;
-  int64_t adaptive_allreduce_bytes = 16 << 20;  // ADAPTIVE_ALLREDUCE_BYTES: with a measured table, allreduces
-                                                // from this size choose between the ring and single copy from the
-                                                // job's own runs (choice/allreduce_adaptive.h); 0: off. Unset:
-                                                // from where the table first runs single copy, if below 16 MiB
+  int64_t adaptive_allreduce_bytes = 64 << 10;  // ADAPTIVE_ALLREDUCE_BYTES: on one host, allreduces from this
+                                                // size choose between the ring and single copy from the job's
+                                                // own runs (choice/allreduce_adaptive.h); 0: off. Unset: from
+                                                // where the measured table first runs the ring, at least this
                                                 // (default_adaptive_bytes)
   bool adaptive_allreduce_bytes_set = false;    // whether the knob was given
   std::string algorithm_cache_dir;              // ALGORITHM_CACHE_DIR: where measured tables are kept ("":
