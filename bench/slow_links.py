@@ -21,6 +21,7 @@ directions (its veth counters, launch and set-up included). Methods:
   powersgd-16     Compression.powersgd(rank=16, start_iter=10)
   powersgd-8-trial  rank 8 with min_step_speedup=1.25: compressing only if the last 8 uncompressed steps and the
                   first 8 compressed ones show compressed steps 1.25x shorter
+  powersgd-16-trial  the same at rank 16
   topk            Compression.topk(ratio=0.01, start_iter=10)
   topk-5          Compression.topk(ratio=0.05, start_iter=10)
   local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)
@@ -55,6 +56,7 @@ METHODS = (
     "powersgd-8",
     "powersgd-16",
     "powersgd-8-trial",
+    "powersgd-16-trial",
     "topk",
     "topk-5",
     "local-sgd",
@@ -81,6 +83,11 @@ def optimizer_settings(method, hvd):
         "powersgd-8-trial": {
             "compression": hvd.Compression.powersgd(
                 rank=2 * POWERSGD_RANK, start_iter=START_ITER, min_step_speedup=1.25, trial_steps=8
+            )
+        },
+        "powersgd-16-trial": {
+            "compression": hvd.Compression.powersgd(
+                rank=4 * POWERSGD_RANK, start_iter=START_ITER, min_step_speedup=1.25, trial_steps=8
             )
         },
         "topk": {"compression": hvd.Compression.topk(ratio=0.01, start_iter=START_ITER)},
@@ -309,7 +316,8 @@ def trial_summary(trial):
         text += f", {waited * 1e3:.1f} ms of it waiting for the exchange"
     if trial.get("compressed_seconds") is None:
         return text + "; not compressing, decided before any compressed step."
-    text += f"; {steps} compressed steps took {trial['compressed_seconds'] * 1e3:.1f} ms (median); "
+    text += f"; {steps} compressed step{'' if steps == 1 else 's'} took {trial['compressed_seconds'] * 1e3:.1f} ms"
+    text += " (median); "
     return text + ("compressing." if trial["decision"] else "not compressing.")
 
 

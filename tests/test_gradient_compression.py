@@ -120,9 +120,8 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
     applied = [torch.zeros_like(p) for p in params]
     true_sum = [torch.zeros_like(p) for p in params]
     g = torch.Generator().manual_seed(100 + R)
-    # Compressed steps far shorter than uncompressed ones end the trial early, from its second compressed step on
-    # (the first may carry one-time costs), and so do compressed steps none of which was shorter; otherwise it ends
-    # after T.
+    # Compressed steps far shorter than uncompressed ones end the trial at once, and compressed steps none of which
+    # was much shorter from the second on (the first may carry one-time costs); otherwise it ends after T.
     decided = None
     for step in range(1, 15):
         # A step is timed from the end of the last one's reduction to the end of its own.
@@ -138,8 +137,8 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
         reducer.reduce(params)
         if decided is None and reducer.trial.decision is not None:
             decided = step
-            latest = LAST_PLAIN + T - (1 if slow_plain else 0)
-            assert LAST_PLAIN + 2 <= step <= latest, ("decided when", kind, step, reducer.trial.state())
+            when = (1, T - 1) if slow_plain else (2, T)  # compressed steps: yes from the first, no from the second
+            assert when[0] <= step - LAST_PLAIN <= when[1], ("decided when", kind, step, reducer.trial.state())
         for a, t, p, mean in zip(applied, true_sum, params, everyone):
             a += p.grad
             t += mean
@@ -189,7 +188,7 @@ def through_optimizer(speedup, slow_rank_1):
     return reducer, modes
 
 reducer, modes = through_optimizer(1.5, slow_rank_1=True)
-# Steps 1-3 uncompressed (during backward), 4-5 the compressed half (decided at the second), then compressed.
+# Steps 1-3 uncompressed (during backward), then compressed: the first compressed step decides for it.
 assert modes == [True, True, True, False, False, False, False, False], modes
 state = reducer.trial.state()
 assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
@@ -236,10 +235,10 @@ def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatc
 
 
 def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shorter(monkeypatch):
-    """From the second compressed step on: for compression when the compressed steps' median is EARLY_MARGIN times
-    beyond min_step_speedup, against it when even the fastest was not halfway there (by less than its square root
-    shorter than the uncompressed median), and otherwise the trial goes on (a slow first compressed step alone does
-    not end it)."""
+    """For compression from the first compressed step on, when the compressed steps' median is EARLY_MARGIN times
+    beyond min_step_speedup; against it from the second, when even the fastest was not halfway there (by less than
+    its square root shorter than the uncompressed median); otherwise the trial goes on (a slow first compressed step
+    alone does not end it)."""
     clock = [0.0]
     monkeypatch.setattr(compression_trial.time, "perf_counter", lambda: clock[0])
 
@@ -249,6 +248,8 @@ def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shor
             clock[0] += 0.060
             trial.step_done(iteration, lambda values: values, 0.030)
         for iteration, seconds in enumerate(compressed_steps, start=6):
+            if trial.decision is not None:
+                break
             assert trial.shadows(iteration)
             clock[0] += seconds
             trial.step_done(iteration, lambda values: values)
@@ -256,7 +257,9 @@ def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shor
 
     assert trial_with([0.070, 0.061]).decision is False  # neither shorter
     assert trial_with([0.056, 0.058]).decision is False  # 60 / 56 = 1.07x: short of the square root of 1.25 (1.118)
-    assert trial_with([0.020, 0.025]).decision is True  # 2.4x shorter: beyond 2 x 1.25
+    assert trial_with([0.020, 0.025]).decision is True  # 3x shorter: beyond 2 x 1.25, decided on the first
+    assert trial_with([0.020, 0.025]).state()["compressed_steps"] == 1
+    assert trial_with([0.070]).decision is None  # one step is not enough to say no
     undecided = trial_with([0.120, 0.050])  # one 1.2x shorter, past halfway, not yet by enough: the trial goes on
     assert undecided.decision is None and undecided.shadows(8)
     assert trial_with([0.120, 0.050, 0.050, 0.050]).decision is False  # 60 / 50 = 1.2x: short of 1.25 at the end

@@ -11,12 +11,13 @@ The ranks average their medians in one allreduce, so all decide alike.
 The trial's compressed steps run the compressed exchange for its time only: its result is dropped, no residual is
 kept, and the step applies the exact average, which the reducer reduces after the step is timed and leaves out of
 the timing (`exclude`). A trial that decides against compressing then costs the job some time, but no progress.
-Those exact exchanges are what a slow link makes expensive, and there compression wins by far: from the
-`EARLY_STEPS`-th compressed step on, the trial decides at once for compression when the compressed steps so far
-(their median) were `EARLY_MARGIN` times further ahead than `min_step_speedup` asks. Where the link is fast, the
-exact exchanges are cheap but still the trial's whole cost: the trial decides against compressing at once when even
-the fastest compressed step so far was not halfway to the asked speedup (shorter than the uncompressed steps'
-median by less than its square root; the fastest, since a first compressed step may carry one-time costs).
+Those exact exchanges are what a slow link makes expensive, and there compression wins by far: from the first
+compressed step on, the trial decides at once for compression when the compressed steps so far (their median) were
+`EARLY_MARGIN` times further ahead than `min_step_speedup` asks. Where the link is fast, the exact exchanges are
+cheap but still the trial's whole cost: from the `EARLY_NO_STEPS`-th compressed step on, the trial decides against
+compressing when even the fastest compressed step so far was not halfway to the asked speedup (shorter than the
+uncompressed steps' median by less than its square root). A first compressed step may carry one-time costs, which
+can only make it look slower: enough to say yes on, not to say no.
 
 Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than
 the time the step waits for its exchange, so the reducers also report, for each uncompressed step, how long it
@@ -33,7 +34,7 @@ from typing import Callable, List, Optional, Sequence
 
 logger = logging.getLogger("hvdlite.compression")
 
-EARLY_STEPS = 2
+EARLY_NO_STEPS = 2
 EARLY_MARGIN = 2.0
 
 
@@ -112,7 +113,7 @@ class CompressionTrial:
             self._decide(iteration, agree)
         elif iteration == self.trial_from:
             self._decide_from_waits(agree)
-        elif iteration >= self.trial_from + EARLY_STEPS:
+        elif iteration > self.trial_from:
             self._decide_early(agree)
 
     def _decide_from_waits(self, agree) -> None:
@@ -153,7 +154,7 @@ class CompressionTrial:
             return
         if plain >= EARLY_MARGIN * self.min_step_speedup * compressed:
             self.decision = True
-        elif plain < math.sqrt(self.min_step_speedup) * fastest:
+        elif len(self._compressed) >= EARLY_NO_STEPS and plain < math.sqrt(self.min_step_speedup) * fastest:
             self.decision = False
         else:
             return
