@@ -36,22 +36,11 @@ size_t default_adaptive_bytes(const AllreduceTable& table, size_t ring_from, siz
   return 0;  // recursive doubling at every size: nothing to choose online
 }
 
-namespace {
-
-// The band edges are powers of 4, wherever the online choice starts: a band holds sizes whose runs compare.
-size_t first_edge_above(size_t bytes) {
-  size_t edge = 1;
-  while (edge <= bytes) edge *= 4;
-  return edge;
-}
-
-}  // namespace
-
 AdaptiveAllreduce::AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& initial, size_t warm_bytes)
     : min_bytes_(min_bytes), warm_bytes_left_(warm_bytes) {
   for (int b = 0; b < kBands; ++b) {
     // Start from what the init-time table (or the fixed rules: the ring) runs at the band's lower end.
-    const size_t bytes = b == 0 ? min_bytes_ : first_edge_above(min_bytes_) << std::min(2 * (b - 1), 40);
+    const size_t bytes = min_bytes_ << std::min(2 * b, 40);
     const bool single_copy = !initial.empty() && initial.choose(bytes) == AllreduceAlgorithm::kSingleCopy;
     bands_[b].chosen = single_copy ? 1 : 0;
     if (single_copy) applied_ |= 1u << b;
@@ -62,7 +51,7 @@ AdaptiveAllreduce::AdaptiveAllreduce(size_t min_bytes, const AllreduceTable& ini
 int AdaptiveAllreduce::band(size_t bytes) const {
   if (min_bytes_ == 0 || bytes < min_bytes_) return -1;
   int b = 0;
-  for (size_t limit = first_edge_above(min_bytes_); bytes >= limit && b < kBands - 1; limit *= 4) ++b;
+  for (size_t limit = min_bytes_ * 4; bytes >= limit && b < kBands - 1; limit *= 4) ++b;
   return b;
 }
 
