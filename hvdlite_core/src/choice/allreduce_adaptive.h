@@ -7,12 +7,11 @@
 // ranks contribute ones to the AND). It holds for the allreduces executed in that cycle, so every rank runs the
 // same algorithm for the same response.
 //
-// Policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the
-// algorithm with the lower recent median seconds per byte; at intervals try the other for kTrialRuns runs (one per
-// cycle; single runs are too noisy) and switch when the trial's median is clearly lower. The pause between trials
-// doubles while trials confirm the choice (up to kMaxTrialInterval runs) and resets on a switch or when the chosen
-// algorithm slows down. No trial before the job has allreduced warm_bytes: the ring's first runs fault its pages in
-// and would lose.
+// Policy, per size band (a factor of 4 from ADAPTIVE_ALLREDUCE_BYTES up): run the algorithm with the lower recent
+// median seconds per byte; at intervals try the other for kTrialRuns runs (one per cycle; single runs are too noisy)
+// and switch when the trial's median is clearly lower. The pause between trials doubles while trials confirm the
+// choice (up to kMaxTrialInterval runs) and resets on a switch or when the chosen algorithm slows down. No trial
+// before the job has allreduced warm_bytes: the ring's first runs fault its pages in and would lose.
 #pragma once
 #include <atomic>
 #include <cstddef>
