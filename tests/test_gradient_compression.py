@@ -165,7 +165,7 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
 # rank 0 waits for the exchange half of each (on the ranks' average): compressing could make them up to 2x
 # shorter, so the trial runs its compressed steps; those are far shorter and it keeps compressing. Where the
 # steps hardly wait, no compression can make them 50x shorter, and it decides so before compressing any.
-def through_optimizer(speedup, slow_rank_1):
+def through_optimizer(speedup, slow_rank_1):  # slow_rank_1: the steps rank 1 sleeps in
     torch.manual_seed(0)
     net = nn.Linear(48, 32)
     hvd.broadcast_parameters(net.state_dict(), root_rank=0)
@@ -178,7 +178,7 @@ def through_optimizer(speedup, slow_rank_1):
     modes = []
     for step in range(1, 9):
         modes.append(opt.reduces_during_backward)
-        if slow_rank_1 and R == 1 and step in (2, 3):  # the timed uncompressed steps
+        if R == 1 and step in slow_rank_1:
             time.sleep(0.3)
         opt.zero_grad()
         net(torch.randn(8, 48, generator=torch.Generator().manual_seed(R * 100 + step))).pow(2).mean().backward()
@@ -187,12 +187,18 @@ def through_optimizer(speedup, slow_rank_1):
     assert same_everywhere(net.weight, f"weights after the trial ({speedup})")
     return reducer, modes
 
-reducer, modes = through_optimizer(1.5, slow_rank_1=True)
+reducer, modes = through_optimizer(1.5, slow_rank_1=(2, 3))  # slow in the timed uncompressed steps only
 # Steps 1-3 uncompressed (during backward), then compressed: the first compressed step decides for it.
 assert modes == [True, True, True, False, False, False, False, False], modes
 state = reducer.trial.state()
 assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
-reducer, modes = through_optimizer(50, slow_rank_1=False)
+# Rank 1 as slow in the compressed steps too: they are no shorter, so after two of them the trial stops, and the
+# later steps are reduced uncompressed during backward again, the last residual with them.
+reducer, modes = through_optimizer(1.5, slow_rank_1=range(2, 9))
+assert modes == [True, True, True, False, False, True, True, True], modes
+assert reducer.trial.decision is False and reducer.trial.state()["compressed_steps"] == 2, reducer.trial.state()
+assert reducer.residuals == {}
+reducer, modes = through_optimizer(50, slow_rank_1=())
 assert modes == [True] * 8, modes
 state = reducer.trial.state()
 assert reducer.trial.decision is False and state["compressed_seconds"] is None, state
