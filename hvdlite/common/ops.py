@@ -83,17 +83,21 @@ def request(
     )
 
 
-# The one cache between Python and the core: requests already built, by everything they say. A training loop
-# submits the same tensors under the same names every step, and filling a cffi struct field by field costs more
-# than the core's whole enqueue of a small tensor. Values: (struct, the buffers it points into). Unnamed requests
-# and those with splits change from call to call and are built each time instead.
+# The one cache between Python and the core: requests already built. A training loop submits the same tensors under
+# the same names every step, and filling a cffi struct field by field costs more than the core's whole enqueue of
+# a small tensor. Keys: the request tuple itself, or a shorter key an adapter derives from what the caller passed
+# and that determines the request (hashing fewer fields and translating nothing is what a metric averaged every
+# step pays for). Values: (struct, the buffers it points into). Unnamed requests and those with splits change from
+# call to call and are built each time instead.
 _prepared: Dict[tuple, tuple] = {}
 _PREPARED_LIMIT = 4096
 _local = threading.local()
+cached = _prepared.get  # (struct, buffers) under a key, or None
 
 
 def _fill(struct, key: tuple) -> tuple:
-    """Writes key into a hvdlite_request struct; returns the buffers it points into (keep them alive with it)."""
+    """Writes a request tuple into a hvdlite_request struct; returns the buffers it points into (keep them alive
+    with it)."""
     op, name, dtype, shape, input_ptr, output_ptr, root, reduce_op, prescale, postscale, ps, splits, dev, st = key
     if len(shape) > _MAX_DIMS:
         raise ValueError(f"tensors of more than {_MAX_DIMS} dimensions are not supported")
@@ -113,14 +117,17 @@ def _fill(struct, key: tuple) -> tuple:
     return shape_buf, name_buf, splits_buf
 
 
-def prepared(key: tuple) -> tuple:
-    """(hvdlite_request*, buffers) for key: from the cache when key is named and has no splits."""
+def prepared(request: tuple, key: Optional[tuple] = None) -> tuple:
+    """(hvdlite_request*, buffers) for a request tuple: from the cache under key (default: the request itself)
+    when the request is named and has no splits."""
+    if key is None:
+        key = request
     entry = _prepared.get(key)
     if entry is not None:
         return entry
     struct = ffi.new("hvdlite_request*")
-    entry = (struct, _fill(struct, key))
-    if key[1] and key[11] is None:
+    entry = (struct, _fill(struct, request))
+    if request[1] and request[11] is None:
         if len(_prepared) >= _PREPARED_LIMIT:
             _prepared.clear()
         _prepared[key] = entry
@@ -164,12 +171,15 @@ def submit_many(keys: Sequence[tuple]) -> List[int]:
     return [handles[i] for i in range(count)]
 
 
-def run(key: tuple, keep_alive) -> None:
+def run(request: tuple, keep_alive) -> None:
     """Queues one operation whose result lands in the caller's buffers and waits for it: one call into the core
     when it finishes within a wait slice. keep_alive holds those buffers should a signal interrupt the wait."""
-    entry = _prepared.get(key)
-    if entry is None:
-        entry = prepared(key)
+    entry = _prepared.get(request)
+    run_prepared(entry if entry is not None else prepared(request), keep_alive)
+
+
+def run_prepared(entry: tuple, keep_alive) -> None:
+    """run() for an entry of the cache (prepared()'s return)."""
     try:
         handle = _local.handle
     except AttributeError:
