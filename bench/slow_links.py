@@ -314,6 +314,8 @@ def trial_summary(trial):
     text = f"the trial's uncompressed steps took {plain:.1f} ms (median)"
     if waited is not None:
         text += f", {waited * 1e3:.1f} ms of it waiting for the exchange"
+    if trial.get("work_seconds") is not None:
+        text += f"; compressing a step's gradients took {trial['work_seconds'] * 1e3:.1f} ms (dry run)"
     if trial.get("compressed_seconds") is None:
         return text + "; not compressing, decided before any compressed step."
     text += f"; {steps} compressed step{'' if steps == 1 else 's'} took {trial['compressed_seconds'] * 1e3:.1f} ms"

@@ -135,6 +135,11 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
         expected = in_trial or (decided is not None and step > decided and slow_plain)
         assert reducer.compresses_next() == expected, (kind, step)
         reducer.reduce(params)
+        if step == LAST_PLAIN:  # the compression's dry run, timed on this step's gradients, changed nothing
+            assert reducer.trial.work_seconds > 0, (kind, reducer.trial.state())
+            assert reducer.residuals == {} and not getattr(reducer, "qs", {}), kind
+            for p, mean in zip(params, everyone):
+                torch.testing.assert_close(p.grad, mean, rtol=1e-5, atol=1e-5)
         if decided is None and reducer.trial.decision is not None:
             decided = step
             when = (1, T - 1) if slow_plain else (2, T)  # compressed steps: yes from the first, no from the second
@@ -192,6 +197,7 @@ reducer, modes = through_optimizer(1.5, slow_rank_1=(2, 3))  # slow in the timed
 assert modes == [True, True, True, False, False, False, False, False], modes
 state = reducer.trial.state()
 assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
+assert 0 < state["work_seconds"] < 0.1, state  # a rank-1 PowerSGD of one small layer, without its exchanges
 # Rank 1 as slow in the compressed steps too: they are no shorter, so after two of them the trial stops, and the
 # later steps are reduced uncompressed during backward again, the last residual with them.
 reducer, modes = through_optimizer(1.5, slow_rank_1=range(2, 9))
@@ -210,13 +216,14 @@ assert reducer.last_sent_bytes == reducer.last_dense_bytes == (48 * 32 + 32) * 4
 
 
 def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatch):
-    """Compression cannot shorten a step by more than the step waited for its exchange: where even a step without
-    that wait would not be min_step_speedup times shorter, the trial decides against compressing after its
-    uncompressed steps; otherwise, or when a rank could not say how long it waited, the compressed steps run."""
+    """Compression cannot shorten a step by more than the step waited for its exchange, and it adds its own work:
+    where even a step without that wait but with that work would not be min_step_speedup times shorter, the trial
+    decides against compressing after its uncompressed steps; otherwise, or when a rank could not say how long it
+    waited, the compressed steps run."""
     clock = [0.0]
     monkeypatch.setattr(compression_trial.time, "perf_counter", lambda: clock[0])
 
-    def trial_after_uncompressed_steps(waits):
+    def trial_after_uncompressed_steps(waits, work=None):
         trial = compression_trial.CompressionTrial(start_iter=2, min_step_speedup=1.25, trial_steps=4, kind="x")
         assert trial.trial_from == 5
         agreed = []
@@ -227,17 +234,23 @@ def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatc
 
         for iteration in range(1, 6):
             clock[0] += 0.060
-            trial.step_done(iteration, agree, waits(iteration))
+            assert trial.measures_work(iteration) == (iteration == 5)
+            trial.step_done(iteration, agree, waits(iteration), work if iteration == 5 else None)
         return trial, agreed
 
     trial, agreed = trial_after_uncompressed_steps(lambda i: 0.005)  # at most 60 / 55 = 1.09x shorter
     assert trial.decision is False and not trial.compresses(6) and not trial.shadows(6)
-    assert agreed == [[pytest.approx(0.060), pytest.approx(0.005), 1.0]]
+    assert agreed == [[pytest.approx(0.060), pytest.approx(0.005), 0.0, 1.0]]
     assert trial.state()["compressed_seconds"] is None and trial.state()["plain_seconds"] == pytest.approx(0.060)
     trial, _ = trial_after_uncompressed_steps(lambda i: 0.030)  # up to 2x: worth trying
     assert trial.decision is None and trial.shadows(6) and trial.waited_seconds == pytest.approx(0.030)
+    trial, agreed = trial_after_uncompressed_steps(lambda i: 0.030, work=0.030)  # 60 / (60 - 30 + 30): no gain
+    assert trial.decision is False and trial.work_seconds == pytest.approx(0.030) and not trial.compresses(6)
+    assert agreed == [[pytest.approx(0.060), pytest.approx(0.030), pytest.approx(0.030), 1.0]]
+    trial, _ = trial_after_uncompressed_steps(lambda i: 0.030, work=0.005)  # 60 / 35 = 1.7x: still worth trying
+    assert trial.decision is None and trial.shadows(6)
     trial, agreed = trial_after_uncompressed_steps(lambda i: None if i == 3 else 0.005)  # one step unknown
-    assert trial.decision is None and trial.shadows(6) and agreed[0][2] == 0.0
+    assert trial.decision is None and trial.shadows(6) and agreed[0][3] == 0.0
 
 
 def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shorter(monkeypatch):

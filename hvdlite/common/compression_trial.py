@@ -20,10 +20,13 @@ uncompressed steps' median by less than its square root). A first compressed ste
 can only make it look slower: enough to say yes on, not to say no.
 
 Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than
-the time the step waits for its exchange, so the reducers also report, for each uncompressed step, how long it
-waited for its gradients after its own work was done (the part of the exchange that backward did not hide). When
-the uncompressed steps would not be `min_step_speedup` times shorter even without that wait, the trial decides
-against compressing after its uncompressed steps, for the price of one small allreduce.
+the time the step waits for its exchange, and it adds its own work (PowerSGD's products and orthonormalisation,
+top-k's selection), so the reducers also report, for each uncompressed step, how long it waited for its gradients
+after its own work was done (the part of the exchange that backward did not hide), and, on the trial's last
+uncompressed step, how long compressing that step's gradients takes without sending anything (a dry run). When the
+uncompressed steps would not be `min_step_speedup` times shorter even without that wait and with that work, the
+trial decides against compressing after its uncompressed steps, for the price of one dry run and one small
+allreduce.
 """
 
 import logging
@@ -68,6 +71,7 @@ class CompressionTrial:
         self._waits: List[float] = []  # of the timed uncompressed steps: seconds spent waiting for the exchange
         self._compressed: List[float] = []
         self.waited_seconds: Optional[float] = None  # the ranks' average median wait, once the bound was checked
+        self.work_seconds: Optional[float] = None  # the ranks' average dry run of the compression
         self.compressed_steps: Optional[int] = None  # how many compressed steps the decision was taken on
 
     def compresses(self, iteration: int) -> bool:
@@ -85,17 +89,27 @@ class CompressionTrial:
         apply the exact average."""
         return self.min_step_speedup is not None and self.decision is None and self.compresses(iteration)
 
+    def measures_work(self, iteration: int) -> bool:
+        """Whether this (uncompressed) iteration should time a dry run of the compression for step_done's work."""
+        return self.min_step_speedup is not None and self.decision is None and iteration == self.trial_from
+
     def exclude(self, seconds: float) -> None:
         """Leaves `seconds` (the trial's own extra work: copies, the exact exchange) out of the step they fall in:
         the current one if called before its step_done, else the next."""
         self._excluded += seconds
 
     def step_done(
-        self, iteration: int, agree: Callable[[Sequence[float]], Sequence[float]], waited: Optional[float] = None
+        self,
+        iteration: int,
+        agree: Callable[[Sequence[float]], Sequence[float]],
+        waited: Optional[float] = None,
+        work: Optional[float] = None,
     ) -> None:
         """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
         collective every rank reaches at the same iteration). `waited`: for an uncompressed step, the seconds it
-        waited for its exchange once its own work was done (None: not known)."""
+        waited for its exchange once its own work was done (None: not known). `work`: where measures_work said
+        so, the seconds a dry run of the compression took on this step's gradients (None: not measured, taken as
+        nothing)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
         excluded, self._excluded = self._excluded, 0.0
@@ -112,21 +126,22 @@ class CompressionTrial:
         if iteration >= self.trial_from + self.trial_steps:
             self._decide(iteration, agree)
         elif iteration == self.trial_from:
-            self._decide_from_waits(agree)
+            self._decide_from_waits(agree, work or 0.0)
         elif iteration > self.trial_from:
             self._decide_early(agree)
 
-    def _decide_from_waits(self, agree) -> None:
+    def _decide_from_waits(self, agree, work: float) -> None:
         """Against compressing, before any compressed step, where even a step that did not wait for its exchange
-        would not be min_step_speedup times shorter."""
+        but did the compression's work would not be min_step_speedup times shorter."""
         complete = bool(self._plain) and len(self._waits) == len(self._plain)
         mine = [statistics.median(self._plain), statistics.median(self._waits)] if complete else [0.0, 0.0]
-        plain, waited, all_complete = (float(x) for x in agree(mine + [1.0 if complete else 0.0]))
+        plain, waited, work, all_complete = (float(x) for x in agree(mine + [work, 1.0 if complete else 0.0]))
         self._waits = []
+        self.work_seconds = work
         if all_complete < 1.0:
             return
         self.waited_seconds = waited
-        without_wait = plain - waited
+        without_wait = plain - waited + work
         if without_wait <= 0 or plain >= self.min_step_speedup * without_wait:
             return
         self.plain_seconds = plain
@@ -135,10 +150,12 @@ class CompressionTrial:
         self._plain = []
         logger.info(
             "%s: uncompressed steps took %.1f ms, %.1f ms of it waiting for the exchange (median, the ranks' "
-            "average): compression could make them at most %.2fx shorter; not compressing",
+            "average), and compressing their gradients takes %.1f ms: compression could make them at most %.2fx "
+            "shorter; not compressing",
             self.kind,
             1000 * plain,
             1000 * waited,
+            1000 * work,
             plain / without_wait,
         )
 
@@ -202,6 +219,7 @@ class CompressionTrial:
             "plain_seconds": self.plain_seconds,
             "compressed_seconds": self.compressed_seconds,
             "waited_seconds": self.waited_seconds,
+            "work_seconds": self.work_seconds,
             "compressed_steps": self.compressed_steps,
             "trial_from": self.trial_from,
         }
@@ -211,6 +229,7 @@ class CompressionTrial:
         self.plain_seconds = state.get("plain_seconds")
         self.compressed_seconds = state.get("compressed_seconds")
         self.waited_seconds = state.get("waited_seconds")
+        self.work_seconds = state.get("work_seconds")
         self.compressed_steps = state.get("compressed_steps")
         self.trial_from = state.get("trial_from", self.trial_from)
         # A trial cut short starts over from the restored iteration: the figures taken since are not the state's.

@@ -16,6 +16,7 @@ and every later step is reduced uncompressed. The trial's compressed steps are t
 (CompressionTrial), so a trial that decides against compressing costs no progress.
 """
 
+import copy
 import math
 import time
 import zlib
@@ -77,6 +78,9 @@ class _ErrorFeedbackReducer:
         self.last_sent_bytes = 0
         self.last_dense_bytes = 0
 
+    # What a compression changes besides the gradients, and a dry run (_compression_work) restores.
+    _dry_run_keeps = ("residuals", "last_sent_elements", "last_sent_bytes")
+
     # -- what a subclass provides
     def _compressible(self, grad: torch.Tensor) -> bool:
         raise NotImplementedError
@@ -112,7 +116,7 @@ class _ErrorFeedbackReducer:
         self._finish(plain, handles)
         if error is not None:
             raise error
-        self._step_done(compress)
+        self._step_done(params, compress)
         if shadow:
             began = time.perf_counter()
             self._finish(compressed, [self._allreduce_async(p) for p in compressed])
@@ -168,9 +172,10 @@ class _ErrorFeedbackReducer:
         dense = sum(p.numel() for p in params)
         self.last_dense_elements = self.last_sent_elements = dense
         self.last_dense_bytes = self.last_sent_bytes = sum(p.numel() * p.element_size() for p in params)
-        self._step_done(False, waited)
+        self._step_done(params, False, waited)
 
-    def _step_done(self, compress: bool, waited: Optional[float] = None) -> None:
+    def _step_done(self, params: Sequence[torch.Tensor], compress: bool, waited: Optional[float] = None) -> None:
+        work = self._compression_work(params) if not compress and self.trial.measures_work(self.iteration) else None
         basics.timeline_counter(
             self.kind,
             {
@@ -180,7 +185,30 @@ class _ErrorFeedbackReducer:
                 "compressing": int(compress),
             },
         )
-        self.trial.step_done(self.iteration, self._agree, waited)
+        self.trial.step_done(self.iteration, self._agree, waited, work)
+
+    def _compression_work(self, params: Sequence[torch.Tensor]) -> float:
+        """Seconds this rank takes to compress these gradients without exchanging anything: a dry run on copies
+        that keeps no state, left out of the step's timing. The trial weighs it against what compressing could
+        save."""
+        began = time.perf_counter()
+        chosen = [p for p in params if p.grad is not None and not p.grad.is_sparse and self._compressible(p.grad)]
+        grads = [p.grad.clone() for p in chosen]
+        kept = {name: copy.copy(getattr(self, name)) for name in self._dry_run_keeps}
+        collectives, self.collectives, self.residuals = self.collectives, _NoExchange, {}
+        started = time.perf_counter()
+        try:
+            if chosen:
+                self._reduce_compressed(chosen)
+        finally:
+            work = time.perf_counter() - started
+            self.collectives = collectives
+            for name, value in kept.items():
+                setattr(self, name, value)
+            for p, grad in zip(chosen, grads):
+                p.grad.copy_(grad)
+            self.trial.exclude(time.perf_counter() - began)
+        return work
 
     def _agree(self, values: Sequence[float]) -> Sequence[float]:
         """The ranks' average of a few numbers (the trial's medians)."""
@@ -239,6 +267,7 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
     and all Q in another, so a step costs two allreduces of (n + m) r elements per matrix instead of n m."""
 
     kind = "powersgd"
+    _dry_run_keeps = _ErrorFeedbackReducer._dry_run_keeps + ("qs",)
 
     def __init__(
         self,
@@ -382,6 +411,22 @@ class TopKReducer(_ErrorFeedbackReducer):
             p.grad.copy_(dense[start : start + total.numel()].view_as(p.grad))
         self.last_sent_elements += 2 * flat_index.numel()
         self.last_sent_bytes += flat_index.numel() * (flat_index.element_size() + flat_values.element_size())
+
+
+class _NoExchange:
+    """Collectives that exchange nothing, each rank keeping its own numbers: what a dry run compresses with."""
+
+    @staticmethod
+    def allreduce_(tensor, **_):
+        return tensor
+
+    @staticmethod
+    def grouped_allgather_async(tensors, **_):
+        return tensors
+
+    @staticmethod
+    def synchronize(handle):
+        return handle
 
 
 def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> List[torch.Tensor]:
