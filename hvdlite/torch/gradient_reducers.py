@@ -232,9 +232,12 @@ class _ErrorFeedbackReducer:
         return self.process_set.size()
 
     def _residual(self, key: str, like: torch.Tensor) -> torch.Tensor:
+        """The residual kept for `key`, contiguous (reducers work in it through flat views), zeros at first."""
         residual = self.residuals.get(key)
         if residual is None or residual.shape != like.shape:
-            residual = self.residuals[key] = torch.zeros_like(like)
+            residual = self.residuals[key] = torch.zeros_like(like, memory_format=torch.contiguous_format)
+        elif not residual.is_contiguous():
+            residual = self.residuals[key] = residual.contiguous()
         return residual
 
     # -- state (elastic commit/restore)
@@ -312,31 +315,42 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
         return q.to(device=like.device, dtype=like.dtype)
 
     def _reduce_compressed(self, params: List[torch.Tensor]) -> None:
+        # M = gradient + residual is built in the residual's own memory, and M minus what the average carried is
+        # left there at the end: no gradient-sized tensor is allocated or copied. An error in between takes the
+        # gradient back out, so the residual is as it was.
         matrices, qs, names = [], [], []
         for p in params:
             name = self.names[id(p)]
             n, m, r = self._shape(p.grad)
-            matrix = p.grad.reshape(n, m) + self._residual(name, p.grad).reshape(n, m)
+            matrix = self._residual(name, p.grad).view(n, m)
+            matrix.add_(p.grad.reshape(n, m))
+            matrices.append(matrix)
             q = self.qs.get(name) if self.warm_start else None
             if q is None or q.shape != (m, r):
                 q = self._initial_q(name, m, r, matrix)
-            matrices.append(matrix)
             qs.append(q)
             names.append(name)
-        ps = [matrix @ q for matrix, q in zip(matrices, qs)]
-        flat_p = self._allreduce_flat(torch.cat([p.reshape(-1) for p in ps]), "P")
-        ps = [_orthonormal(part.view_as(p)) for part, p in zip(_split(flat_p, ps), ps)]
-        new_qs = [matrix.t() @ p for matrix, p in zip(matrices, ps)]
-        flat_q = self._allreduce_flat(torch.cat([q.reshape(-1) for q in new_qs]), "Q")
+        try:
+            ps = [matrix @ q for matrix, q in zip(matrices, qs)]
+            flat_p = self._allreduce_flat(torch.cat([p.reshape(-1) for p in ps]), "P")
+            ps = [_orthonormal(part.view_as(p)) for part, p in zip(_split(flat_p, ps), ps)]
+            new_qs = [matrix.t() @ p for matrix, p in zip(matrices, ps)]
+            flat_q = self._allreduce_flat(torch.cat([q.reshape(-1) for q in new_qs]), "Q")
+        except BaseException:
+            for p, matrix in zip(params, matrices):
+                matrix.sub_(p.grad.reshape(matrix.shape))
+            raise
         new_qs = [part.view_as(q) for part, q in zip(_split(flat_q, new_qs), new_qs)]
         scale = float(self._size()) if self.op == Sum else 1.0  # P Q^T then approximates the sum of the Ms
         for p, name, matrix, left, right in zip(params, names, matrices, ps, new_qs):
-            approximation = left @ right.t()
+            if p.grad.is_contiguous():
+                approximation = torch.mm(left, right.t(), out=p.grad.view(matrix.shape))
+            else:
+                approximation = left @ right.t()
+                p.grad.copy_(approximation.view_as(p.grad))
             # Residual: what this rank wanted to send and the average did not carry. With Sum, the average's
             # share of this rank is the approximation of the mean, so the residual is kept in mean units.
-            mean_approximation = approximation / scale if scale != 1.0 else approximation
-            self._residual(name, p.grad).copy_((matrix - mean_approximation).view_as(p.grad))
-            p.grad.copy_(approximation.view_as(p.grad))
+            matrix.sub_(approximation, alpha=1.0 / scale)
             if self.warm_start:
                 self.qs[name] = right / scale if scale != 1.0 else right.clone()
         self.last_sent_elements += flat_p.numel() + flat_q.numel()
