@@ -315,7 +315,7 @@ def trial_summary(trial):
     if waited is not None:
         text += f", {waited * 1e3:.1f} ms of it waiting for the exchange"
     if trial.get("work_seconds") is not None:
-        text += f"; compressing a step's gradients took {trial['work_seconds'] * 1e3:.1f} ms (dry run)"
+        text += f"; a rehearsed compressed exchange of a step's gradients took {trial['work_seconds'] * 1e3:.1f} ms"
     if trial.get("compressed_seconds") is None:
         return text + "; not compressing, decided before any compressed step."
     text += f"; {steps} compressed step{'' if steps == 1 else 's'} took {trial['compressed_seconds'] * 1e3:.1f} ms"

@@ -160,7 +160,7 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
         expected = in_trial or (decided is not None and step > decided and slow_plain)
         assert reducer.compresses_next() == expected, (kind, step)
         reducer.reduce(params)
-        if step == LAST_PLAIN:  # the compression's dry run, timed on this step's gradients, changed nothing
+        if step == LAST_PLAIN:  # the rehearsed compressed exchange of this step's gradients changed nothing
             assert reducer.trial.work_seconds > 0, (kind, reducer.trial.state())
             assert reducer.residuals == {} and not getattr(reducer, "qs", {}), kind
             for p, mean in zip(params, everyone):
@@ -222,7 +222,7 @@ reducer, modes = through_optimizer(1.5, slow_rank_1=(2, 3))  # slow in the timed
 assert modes == [True, True, True, False, False, False, False, False], modes
 state = reducer.trial.state()
 assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
-assert 0 < state["work_seconds"] < 0.1, state  # a rank-1 PowerSGD of one small layer, without its exchanges
+assert 0 < state["work_seconds"] < 0.5, state  # a rank-1 PowerSGD of one small layer, rehearsed
 # Rank 1 as slow in the compressed steps too: they are no shorter, so after two of them the trial stops, and the
 # later steps are reduced uncompressed during backward again, the last residual with them.
 reducer, modes = through_optimizer(1.5, slow_rank_1=range(2, 9))

@@ -20,13 +20,14 @@ uncompressed steps' median by less than its square root). A first compressed ste
 can only make it look slower: enough to say yes on, not to say no.
 
 Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than
-the time the step waits for its exchange, and it adds its own work (PowerSGD's products and orthonormalisation,
-top-k's selection), so the reducers also report, for each uncompressed step, how long it waited for its gradients
-after its own work was done (the part of the exchange that backward did not hide), and, on the trial's last
-uncompressed step, how long compressing that step's gradients takes without sending anything (a dry run). When the
-uncompressed steps would not be `min_step_speedup` times shorter even without that wait and with that work, the
-trial decides against compressing after its uncompressed steps, for the price of one dry run and one small
-allreduce.
+the time the step waits for its exchange, and it adds work of its own (PowerSGD's products and orthonormalisation,
+top-k's selection, and the compressed exchange, which on a fast link costs its latencies rather than its bytes), so
+the reducers also report, for each uncompressed step, how long it waited for its gradients after its own work was
+done (the part of the exchange that backward did not hide), and, on the trial's last uncompressed step, how long a
+compressed exchange of that step's gradients takes (a rehearsal: compressed and exchanged for real, the result
+dropped). When the uncompressed steps would not be `min_step_speedup` times shorter without that wait and with that
+work, the trial decides against compressing after its uncompressed steps, for the price of the rehearsal and one
+small allreduce.
 """
 
 import logging
@@ -71,7 +72,7 @@ class CompressionTrial:
         self._waits: List[float] = []  # of the timed uncompressed steps: seconds spent waiting for the exchange
         self._compressed: List[float] = []
         self.waited_seconds: Optional[float] = None  # the ranks' average median wait, once the bound was checked
-        self.work_seconds: Optional[float] = None  # the ranks' average dry run of the compression
+        self.work_seconds: Optional[float] = None  # the ranks' average rehearsal of a compressed exchange
         self.compressed_steps: Optional[int] = None  # how many compressed steps the decision was taken on
 
     def compresses(self, iteration: int) -> bool:
@@ -90,7 +91,8 @@ class CompressionTrial:
         return self.min_step_speedup is not None and self.decision is None and self.compresses(iteration)
 
     def measures_work(self, iteration: int) -> bool:
-        """Whether this (uncompressed) iteration should time a dry run of the compression for step_done's work."""
+        """Whether this (uncompressed) iteration should time a rehearsal of a compressed exchange for step_done's
+        work (a collective: every rank gets the same answer)."""
         return self.min_step_speedup is not None and self.decision is None and iteration == self.trial_from
 
     def exclude(self, seconds: float) -> None:
@@ -108,7 +110,7 @@ class CompressionTrial:
         """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
         collective every rank reaches at the same iteration). `waited`: for an uncompressed step, the seconds it
         waited for its exchange once its own work was done (None: not known). `work`: where measures_work said
-        so, the seconds a dry run of the compression took on this step's gradients (None: not measured, taken as
+        so, the seconds a rehearsed compressed exchange of this step's gradients took (None: not measured, taken as
         nothing)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
@@ -132,7 +134,7 @@ class CompressionTrial:
 
     def _decide_from_waits(self, agree, work: float) -> None:
         """Against compressing, before any compressed step, where even a step that did not wait for its exchange
-        but did the compression's work would not be min_step_speedup times shorter."""
+        but did a compressed one would not be min_step_speedup times shorter."""
         complete = bool(self._plain) and len(self._waits) == len(self._plain)
         mine = [statistics.median(self._plain), statistics.median(self._waits)] if complete else [0.0, 0.0]
         plain, waited, work, all_complete = (float(x) for x in agree(mine + [work, 1.0 if complete else 0.0]))
@@ -150,8 +152,8 @@ class CompressionTrial:
         self._plain = []
         logger.info(
             "%s: uncompressed steps took %.1f ms, %.1f ms of it waiting for the exchange (median, the ranks' "
-            "average), and compressing their gradients takes %.1f ms: compression could make them at most %.2fx "
-            "shorter; not compressing",
+            "average), and a compressed exchange of their gradients takes %.1f ms: compression could make them at "
+            "most %.2fx shorter; not compressing",
             self.kind,
             1000 * plain,
             1000 * waited,

@@ -78,8 +78,8 @@ class _ErrorFeedbackReducer:
         self.last_sent_bytes = 0
         self.last_dense_bytes = 0
 
-    # What a compression changes besides the gradients, and a dry run (_compression_work) restores.
-    _dry_run_keeps = ("residuals", "last_sent_elements", "last_sent_bytes")
+    # What a compression changes besides the gradients, and its rehearsal (_compression_work) restores.
+    _rehearsal_keeps = ("residuals", "last_sent_elements", "last_sent_bytes")
 
     # -- what a subclass provides
     def _compressible(self, grad: torch.Tensor) -> bool:
@@ -188,21 +188,20 @@ class _ErrorFeedbackReducer:
         self.trial.step_done(self.iteration, self._agree, waited, work)
 
     def _compression_work(self, params: Sequence[torch.Tensor]) -> float:
-        """Seconds this rank takes to compress these gradients without exchanging anything: a dry run on copies
-        that keeps no state, left out of the step's timing. The trial weighs it against what compressing could
-        save."""
+        """Seconds a compressed exchange of these gradients takes, compression and exchange, after this step's
+        own: a rehearsal on copies (every rank runs it at the same step; the result is dropped and no state kept),
+        left out of the step's timing. The trial weighs it against the wait compressing could save."""
         began = time.perf_counter()
         chosen = [p for p in params if p.grad is not None and not p.grad.is_sparse and self._compressible(p.grad)]
         grads = [p.grad.clone() for p in chosen]
-        kept = {name: copy.copy(getattr(self, name)) for name in self._dry_run_keeps}
-        collectives, self.collectives, self.residuals = self.collectives, _NoExchange, {}
+        kept = {name: copy.copy(getattr(self, name)) for name in self._rehearsal_keeps}
+        self.residuals = {}
         started = time.perf_counter()
         try:
             if chosen:
                 self._reduce_compressed(chosen)
         finally:
             work = time.perf_counter() - started
-            self.collectives = collectives
             for name, value in kept.items():
                 setattr(self, name, value)
             for p, grad in zip(chosen, grads):
@@ -270,7 +269,7 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
     and all Q in another, so a step costs two allreduces of (n + m) r elements per matrix instead of n m."""
 
     kind = "powersgd"
-    _dry_run_keeps = _ErrorFeedbackReducer._dry_run_keeps + ("qs",)
+    _rehearsal_keeps = _ErrorFeedbackReducer._rehearsal_keeps + ("qs",)
 
     def __init__(
         self,
@@ -425,22 +424,6 @@ class TopKReducer(_ErrorFeedbackReducer):
             p.grad.copy_(dense[start : start + total.numel()].view_as(p.grad))
         self.last_sent_elements += 2 * flat_index.numel()
         self.last_sent_bytes += flat_index.numel() * (flat_index.element_size() + flat_values.element_size())
-
-
-class _NoExchange:
-    """Collectives that exchange nothing, each rank keeping its own numbers: what a dry run compresses with."""
-
-    @staticmethod
-    def allreduce_(tensor, **_):
-        return tensor
-
-    @staticmethod
-    def grouped_allgather_async(tensors, **_):
-        return tensors
-
-    @staticmethod
-    def synchronize(handle):
-        return handle
 
 
 def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> List[torch.Tensor]:
