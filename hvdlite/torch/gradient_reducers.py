@@ -318,18 +318,18 @@ class PowerSGDReducer(_ErrorFeedbackReducer):
         # left there at the end: no gradient-sized tensor is allocated or copied. An error in between takes the
         # gradient back out, so the residual is as it was.
         matrices, qs, names = [], [], []
-        for p in params:
-            name = self.names[id(p)]
-            n, m, r = self._shape(p.grad)
-            matrix = self._residual(name, p.grad).view(n, m)
-            matrix.add_(p.grad.reshape(n, m))
-            matrices.append(matrix)
-            q = self.qs.get(name) if self.warm_start else None
-            if q is None or q.shape != (m, r):
-                q = self._initial_q(name, m, r, matrix)
-            qs.append(q)
-            names.append(name)
         try:
+            for p in params:
+                name = self.names[id(p)]
+                n, m, r = self._shape(p.grad)
+                matrix = self._residual(name, p.grad).view(n, m)
+                matrix.add_(p.grad.reshape(n, m))
+                matrices.append(matrix)
+                q = self.qs.get(name) if self.warm_start else None
+                if q is None or q.shape != (m, r):
+                    q = self._initial_q(name, m, r, matrix)
+                qs.append(q)
+                names.append(name)
             ps = [matrix @ q for matrix, q in zip(matrices, qs)]
             flat_p = self._allreduce_flat(torch.cat([p.reshape(-1) for p in ps]), "P")
             ps = [_orthonormal(part.view_as(p)) for part, p in zip(_split(flat_p, ps), ps)]
