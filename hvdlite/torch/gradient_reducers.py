@@ -124,19 +124,29 @@ class _ErrorFeedbackReducer:
 
     def _time_compressed(self, params: List[torch.Tensor]) -> None:
         """A trial step's compressed exchange, for its time: the gradients and residuals are left as they were
-        (the copies that keep them are not timed)."""
+        (the copies that keep them are not timed); its warm start carries on."""
+        self._compress_on_copies(params, ("residuals",))
+
+    def _compress_on_copies(self, params: List[torch.Tensor], keep: Sequence[str]) -> float:
+        """Runs the compressed exchange of params starting from no residuals, then puts back their gradients and
+        the attributes named in `keep`; returns the exchange's seconds. The copying is left out of the trial's
+        timing."""
         began = time.perf_counter()
         grads = [p.grad.clone() for p in params]
-        residuals, self.residuals = self.residuals, {}
-        self.trial.exclude(time.perf_counter() - began)
+        kept = {name: copy.copy(getattr(self, name)) for name in keep}
+        self.residuals = {}
+        started = time.perf_counter()
+        self.trial.exclude(started - began)
         try:
             self._reduce_compressed(params)
         finally:
-            began = time.perf_counter()
-            self.residuals = residuals
+            ended = time.perf_counter()
+            for name, value in kept.items():
+                setattr(self, name, value)
             for p, grad in zip(params, grads):
                 p.grad.copy_(grad)
-            self.trial.exclude(time.perf_counter() - began)
+            self.trial.exclude(time.perf_counter() - ended)
+        return ended - started
 
     def _finish(self, params: List[torch.Tensor], handles) -> None:
         """Waits for the params' allreduces and puts each result in its .grad."""
@@ -191,22 +201,11 @@ class _ErrorFeedbackReducer:
         """Seconds a compressed exchange of these gradients takes, compression and exchange, after this step's
         own: a rehearsal on copies (every rank runs it at the same step; the result is dropped and no state kept),
         left out of the step's timing. The trial weighs it against the wait compressing could save."""
-        began = time.perf_counter()
         chosen = [p for p in params if p.grad is not None and not p.grad.is_sparse and self._compressible(p.grad)]
-        grads = [p.grad.clone() for p in chosen]
-        kept = {name: copy.copy(getattr(self, name)) for name in self._rehearsal_keeps}
-        self.residuals = {}
-        started = time.perf_counter()
-        try:
-            if chosen:
-                self._reduce_compressed(chosen)
-        finally:
-            work = time.perf_counter() - started
-            for name, value in kept.items():
-                setattr(self, name, value)
-            for p, grad in zip(chosen, grads):
-                p.grad.copy_(grad)
-            self.trial.exclude(time.perf_counter() - began)
+        if not chosen:
+            return 0.0
+        work = self._compress_on_copies(chosen, self._rehearsal_keeps)
+        self.trial.exclude(work)
         return work
 
     def _agree(self, values: Sequence[float]) -> Sequence[float]:
