@@ -313,7 +313,7 @@ def trial_summary(trial):
     steps = trial.get("compressed_steps")
     text = f"the trial's uncompressed steps took {plain:.1f} ms (median)"
     if waited is not None:
-        text += f", {waited * 1e3:.1f} ms of it waiting for the exchange"
+        text += f", {waited * 1e3:.1f} ms of it waiting for the exchange (each step's least wait over the ranks)"
     if trial.get("work_seconds") is not None:
         text += f"; a rehearsed compressed exchange of a step's gradients took {trial['work_seconds'] * 1e3:.1f} ms"
     if trial.get("compressed_seconds") is None:

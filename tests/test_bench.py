@@ -218,12 +218,13 @@ def test_slow_links_report_says_what_each_trial_decided_on():
         "trial_from": 10,
     }
     assert slow_links.trial_summary(full) == (
-        "the trial's uncompressed steps took 51.9 ms (median), 14.0 ms of it waiting for the exchange; 2 compressed "
-        "steps took 56.6 ms (median); not compressing."
+        "the trial's uncompressed steps took 51.9 ms (median), 14.0 ms of it waiting for the exchange (each step's "
+        "least wait over the ranks); 2 compressed steps took 56.6 ms (median); not compressing."
     )
     bound = dict(full, compressed_seconds=None, compressed_steps=0, waited_seconds=0.002)
     assert slow_links.trial_summary(bound).endswith(
-        "2.0 ms of it waiting for the exchange; not compressing, decided before any compressed step."
+        "2.0 ms of it waiting for the exchange (each step's least wait over the ranks); not compressing, decided "
+        "before any compressed step."
     )
 
 

@@ -191,11 +191,9 @@ for kind, speedup, slow_plain in (("powersgd", 1.5, True), ("powersgd", 50.0, Fa
     assert reducer.shared_state()["trial"] == state
 
 # Through the optimizer. Its uncompressed steps go through the usual path (submitted during backward when asked
-# to) and report how long each waited for its exchange. Where rank 1 is slow in the timed uncompressed steps,
-# rank 0 waits for the exchange half of each (on the ranks' average): compressing could make them up to 2x
-# shorter, so the trial runs its compressed steps; those are far shorter and it keeps compressing. Where the
-# steps hardly wait, no compression can make them 50x shorter, and it decides so before compressing any.
-def through_optimizer(speedup, slow_rank_1):  # slow_rank_1: the steps rank 1 sleeps in
+# to) and report how long each waited for its exchange. A sleep in the exchange on both ranks stands in for a slow
+# link; a sleep in rank 1's compute, for a slower rank, which the other then waits for.
+def through_optimizer(speedup, slow_link=(), slow_rank_1=()):  # the steps each sleeps in
     torch.manual_seed(0)
     net = nn.Linear(48, 32)
     hvd.broadcast_parameters(net.state_dict(), root_rank=0)
@@ -204,9 +202,17 @@ def through_optimizer(speedup, slow_rank_1):  # slow_rank_1: the steps rank 1 sl
                                    compression=hvd.Compression.powersgd(rank=1, start_iter=1,
                                                                         min_step_speedup=speedup, trial_steps=2),
                                    reduce_during_backward=True)
+    finish, current, slept = opt._hvd_finish, [0], set()
+    def finish_over_a_slow_link(p, pending):
+        if current[0] in slow_link and current[0] not in slept:
+            slept.add(current[0])
+            time.sleep(0.3)
+        return finish(p, pending)
+    opt._hvd_finish = finish_over_a_slow_link
     reducer = opt.gradient_reducer
     modes = []
     for step in range(1, 9):
+        current[0] = step
         modes.append(opt.reduces_during_backward)
         if R == 1 and step in slow_rank_1:
             time.sleep(0.3)
@@ -217,19 +223,29 @@ def through_optimizer(speedup, slow_rank_1):  # slow_rank_1: the steps rank 1 sl
     assert same_everywhere(net.weight, f"weights after the trial ({speedup})")
     return reducer, modes
 
-reducer, modes = through_optimizer(1.5, slow_rank_1=(2, 3))  # slow in the timed uncompressed steps only
-# Steps 1-3 uncompressed (during backward), then compressed: the first compressed step decides for it.
+# A slow link in the timed uncompressed steps (2 and 3): both ranks waited most of each for the exchange, so the
+# trial runs compressed steps from step 4; those are far shorter and the first decides for compressing.
+reducer, modes = through_optimizer(1.5, slow_link=(2, 3))
 assert modes == [True, True, True, False, False, False, False, False], modes
 state = reducer.trial.state()
-assert reducer.trial.decision is True and 0.1 < state["waited_seconds"] < state["plain_seconds"], state
+assert reducer.trial.decision is True and 0.25 < state["waited_seconds"] < state["plain_seconds"], state
 assert 0 < state["work_seconds"] < 0.5, state  # a rank-1 PowerSGD of one small layer, rehearsed
-# Rank 1 as slow in the compressed steps too: they are no shorter, so after two of them the trial stops, and the
-# later steps are reduced uncompressed during backward again, the last residual with them.
-reducer, modes = through_optimizer(1.5, slow_rank_1=range(2, 9))
+# The same, but rank 1 is slow in the compressed steps: they are no shorter, so after two of them the trial stops,
+# and the later steps are reduced uncompressed during backward again, the last residual with them.
+reducer, modes = through_optimizer(1.5, slow_link=(2, 3), slow_rank_1=range(4, 9))
 assert modes == [True, True, True, False, False, True, True, True], modes
 assert reducer.trial.decision is False and reducer.trial.state()["compressed_steps"] == 2, reducer.trial.state()
 assert reducer.residuals == {}
-reducer, modes = through_optimizer(50, slow_rank_1=())
+# Rank 1 slow in every step: rank 0 waits for it half of each step, but the exchange itself keeps neither rank
+# waiting (rank 1, the later, hardly waits), and compression would not make rank 1 faster: no, before any
+# compressed step.
+reducer, modes = through_optimizer(1.5, slow_rank_1=range(1, 9))
+assert modes == [True] * 8, modes
+state = reducer.trial.state()
+assert reducer.trial.decision is False and state["compressed_seconds"] is None, state
+assert state["plain_seconds"] > 0.25 and state["waited_seconds"] < 0.1, state
+# No wait at all: no compression can make the steps 50x shorter, and the trial says so before compressing any.
+reducer, modes = through_optimizer(50)
 assert modes == [True] * 8, modes
 state = reducer.trial.state()
 assert reducer.trial.decision is False and state["compressed_seconds"] is None, state
@@ -244,18 +260,24 @@ def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatc
     """Compression cannot shorten a step by more than the step waited for its exchange, and it adds its own work:
     where even a step without that wait but with that work would not be min_step_speedup times shorter, the trial
     decides against compressing after its uncompressed steps; otherwise, or when a rank could not say how long it
-    waited, the compressed steps run."""
+    waited, the compressed steps run. The wait is each step's least over the ranks: what a rank waited beyond it
+    was for a slower rank's backward, which compression would not shorten."""
     clock = [0.0]
     monkeypatch.setattr(compression_trial.time, "perf_counter", lambda: clock[0])
 
-    def trial_after_uncompressed_steps(waits, work=None):
+    def trial_after_uncompressed_steps(waits, work=None, other_waits=None):
+        """One rank's trial; other_waits: a second rank's waits (each step's), which `agree` combines with it."""
         trial = compression_trial.CompressionTrial(start_iter=2, min_step_speedup=1.25, trial_steps=4, kind="x")
         assert trial.trial_from == 5
         agreed = []
 
-        def agree(values):  # one rank: the average is its own figures
-            agreed.append(list(values))
-            return values
+        def agree(values, least=False):
+            agreed.append((list(values), least))
+            if other_waits is None:  # one rank: its own figures
+                return values
+            if least:  # the other rank's waits of steps 2-5, and complete
+                return [min(a, b) for a, b in zip(values, [other_waits(i) for i in range(2, 6)] + [1.0])]
+            return values  # the same step times and work on both
 
         for iteration in range(1, 6):
             clock[0] += 0.060
@@ -265,17 +287,33 @@ def test_the_wait_for_the_exchange_bounds_what_compression_could_gain(monkeypatc
 
     trial, agreed = trial_after_uncompressed_steps(lambda i: 0.005)  # at most 60 / 55 = 1.09x shorter
     assert trial.decision is False and not trial.compresses(6) and not trial.shadows(6)
-    assert agreed == [[pytest.approx(0.060), pytest.approx(0.005), 0.0, 1.0]]
+    # Steps 2-5 are timed (step 1 has no start): their waits, the least over the ranks, then the averages.
+    assert agreed == [
+        ([pytest.approx(0.005)] * 4 + [1.0], True),
+        ([pytest.approx(0.060), pytest.approx(0.005), 0.0], False),
+    ]
     assert trial.state()["compressed_seconds"] is None and trial.state()["plain_seconds"] == pytest.approx(0.060)
     trial, _ = trial_after_uncompressed_steps(lambda i: 0.030)  # up to 2x: worth trying
     assert trial.decision is None and trial.shadows(6) and trial.waited_seconds == pytest.approx(0.030)
     trial, agreed = trial_after_uncompressed_steps(lambda i: 0.030, work=0.030)  # 60 / (60 - 30 + 30): no gain
     assert trial.decision is False and trial.work_seconds == pytest.approx(0.030) and not trial.compresses(6)
-    assert agreed == [[pytest.approx(0.060), pytest.approx(0.030), pytest.approx(0.030), 1.0]]
+    assert agreed[1] == ([pytest.approx(0.060), pytest.approx(0.030), pytest.approx(0.030)], False)
     trial, _ = trial_after_uncompressed_steps(lambda i: 0.030, work=0.005)  # 60 / 35 = 1.7x: still worth trying
     assert trial.decision is None and trial.shadows(6)
     trial, agreed = trial_after_uncompressed_steps(lambda i: None if i == 3 else 0.005)  # one step unknown
-    assert trial.decision is None and trial.shadows(6) and agreed[0][3] == 0.0
+    assert trial.decision is None and trial.shadows(6) and agreed[0] == ([-1.0] * 4 + [0.0], True)
+    # This rank waited 30 ms a step, but the other only 5, 10, 5 and 5 (it finished its backward 25 ms later in
+    # most steps): the exchange itself kept the steps waiting 5 ms (the median of the least), so no.
+    trial, _ = trial_after_uncompressed_steps(lambda i: 0.030, other_waits=lambda i: 0.010 if i == 3 else 0.005)
+    assert trial.decision is False and trial.waited_seconds == pytest.approx(0.005)
+    # The slower rank alternates: every step, one of the ranks waited only for the exchange.
+    trial, _ = trial_after_uncompressed_steps(
+        lambda i: 0.030 if i % 2 else 0.005, other_waits=lambda i: 0.005 if i % 2 else 0.030
+    )
+    assert trial.decision is False and trial.waited_seconds == pytest.approx(0.005)
+    # Both waited 30 ms or more in every step: the link's, worth trying.
+    trial, _ = trial_after_uncompressed_steps(lambda i: 0.040, other_waits=lambda i: 0.030)
+    assert trial.decision is None and trial.shadows(6) and trial.waited_seconds == pytest.approx(0.030)
 
 
 def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shorter(monkeypatch):
@@ -290,13 +328,13 @@ def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shor
         trial = compression_trial.CompressionTrial(start_iter=2, min_step_speedup=1.25, trial_steps=4, kind="x")
         for iteration in range(1, 6):  # uncompressed, 60 ms each, half of it waiting: up to 2x shorter
             clock[0] += 0.060
-            trial.step_done(iteration, lambda values: values, 0.030)
+            trial.step_done(iteration, lambda values, least=False: values, 0.030)
         for iteration, seconds in enumerate(compressed_steps, start=6):
             if trial.decision is not None:
                 break
             assert trial.shadows(iteration)
             clock[0] += seconds
-            trial.step_done(iteration, lambda values: values)
+            trial.step_done(iteration, lambda values, least=False: values)
         return trial
 
     assert trial_with([0.070, 0.061]).decision is False  # neither shorter

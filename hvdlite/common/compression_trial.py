@@ -19,15 +19,16 @@ compressing when even the fastest compressed step so far was not halfway to the 
 uncompressed steps' median by less than its square root). A first compressed step may carry one-time costs, which
 can only make it look slower: enough to say yes on, not to say no.
 
-Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than
-the time the step waits for its exchange, and it adds work of its own (PowerSGD's products and orthonormalisation,
-top-k's selection, and the compressed exchange, which on a fast link costs its latencies rather than its bytes), so
-the reducers also report, for each uncompressed step, how long it waited for its gradients after its own work was
-done (the part of the exchange that backward did not hide), and, on the trial's last uncompressed step, how long a
-compressed exchange of that step's gradients takes (a rehearsal: compressed and exchanged for real, the result
-dropped). When the uncompressed steps would not be `min_step_speedup` times shorter without that wait and with that
-work, the trial decides against compressing after its uncompressed steps, for the price of the rehearsal and one
-small allreduce.
+Where the link is fast, the compressed steps need not run at all. Compression can shorten a step by no more than the
+time the step waits for its exchange (each step's least wait over the ranks: a rank that also waited for a slower
+rank's backward would wait for it just as long with compression), and it adds work of its own (PowerSGD's products
+and orthonormalisation, top-k's selection, and the compressed exchange, which on a fast link costs its latencies
+rather than its bytes), so the reducers also report, for each uncompressed step, how long it waited for its
+gradients after its own work was done (the part of the exchange that backward did not hide), and, on the trial's
+last uncompressed step, how long a compressed exchange of that step's gradients takes (a rehearsal: compressed and
+exchanged for real, the result dropped). When the uncompressed steps would not be `min_step_speedup` times shorter
+without that wait and with that work, the trial decides against compressing after its uncompressed steps, for the
+price of the rehearsal and two small allreduces.
 """
 
 import logging
@@ -103,12 +104,13 @@ class CompressionTrial:
     def step_done(
         self,
         iteration: int,
-        agree: Callable[[Sequence[float]], Sequence[float]],
+        agree: Callable[..., Sequence[float]],
         waited: Optional[float] = None,
         work: Optional[float] = None,
     ) -> None:
-        """Called when an iteration's reduction has ended. `agree` averages a few numbers over the ranks (a
-        collective every rank reaches at the same iteration). `waited`: for an uncompressed step, the seconds it
+        """Called when an iteration's reduction has ended. `agree(values)` averages a few numbers over the ranks
+        and `agree(values, least=True)` takes each one's minimum (collectives every rank reaches at the same
+        iteration). `waited`: for an uncompressed step, the seconds it
         waited for its exchange once its own work was done (None: not known). `work`: where measures_work said
         so, the seconds a rehearsed compressed exchange of this step's gradients took (None: not measured, taken as
         nothing)."""
@@ -134,14 +136,25 @@ class CompressionTrial:
 
     def _decide_from_waits(self, agree, work: float) -> None:
         """Against compressing, before any compressed step, where even a step that did not wait for its exchange
-        but did a compressed one would not be min_step_speedup times shorter."""
+        but did a compressed one would not be min_step_speedup times shorter.
+
+        The wait that compression can save is each step's least over the ranks: the rank whose own work ended
+        last waited only for the exchange, and the others waited for that rank as well, which a compressed
+        exchange would not change (ranks that share cores, or a straggler, make that part large)."""
         complete = bool(self._plain) and len(self._waits) == len(self._plain)
-        mine = [statistics.median(self._plain), statistics.median(self._waits)] if complete else [0.0, 0.0]
-        plain, waited, work, all_complete = (float(x) for x in agree(mine + [work, 1.0 if complete else 0.0]))
+        # Every rank's lists end at this iteration, so aligning them on their ends aligns the steps; -1: no figure.
+        waits = self._waits[-self.trial_steps :] if complete else []
+        mine = [-1.0] * (self.trial_steps - len(waits)) + waits
+        *least, all_complete = agree(mine + [1.0 if complete else 0.0], least=True)
+        median_plain = statistics.median(self._plain) if complete else 0.0
+        median_wait = statistics.median(self._waits) if complete else 0.0
+        plain, average_wait, work = (float(x) for x in agree([median_plain, median_wait, work]))
         self._waits = []
         self.work_seconds = work
-        if all_complete < 1.0:
+        known = [float(x) for x in least if x >= 0]
+        if all_complete < 1.0 or not known:
             return
+        waited = statistics.median(known)
         self.waited_seconds = waited
         without_wait = plain - waited + work
         if without_wait <= 0 or plain >= self.min_step_speedup * without_wait:
@@ -151,12 +164,14 @@ class CompressionTrial:
         self.compressed_steps = 0
         self._plain = []
         logger.info(
-            "%s: uncompressed steps took %.1f ms, %.1f ms of it waiting for the exchange (median, the ranks' "
-            "average), and a compressed exchange of their gradients takes %.1f ms: compression could make them at "
-            "most %.2fx shorter; not compressing",
+            "%s: uncompressed steps took %.1f ms (median, the ranks' average); the exchange kept them waiting "
+            "%.1f ms (median of each step's least wait over the ranks; %.1f ms on the ranks' average), and a "
+            "compressed exchange of their gradients takes %.1f ms: compression could make them at most %.2fx "
+            "shorter; not compressing",
             self.kind,
             1000 * plain,
             1000 * waited,
+            1000 * average_wait,
             1000 * work,
             plain / without_wait,
         )

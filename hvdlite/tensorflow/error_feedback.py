@@ -24,7 +24,7 @@ import tensorflow as tf
 from hvdlite.common import ops, slow_link_settings
 from hvdlite.common.basics import OP_ALLGATHER, OP_ALLREDUCE, timeline_counter
 from hvdlite.common.compression_trial import CompressionTrial
-from hvdlite.common.ops import Average, Sum
+from hvdlite.common.ops import Average, Min, Sum
 from hvdlite.tensorflow import bridge
 
 
@@ -196,16 +196,16 @@ class _ErrorFeedback:
                 grads[i] = (grads[i].astype(np.float32) + residual).astype(grads[i].dtype)
         self.residuals = {}
 
-    def _agree(self, values) -> List[float]:
-        """The ranks' average of a few numbers (the trial's medians)."""
-        average = bridge.Collective(
+    def _agree(self, values, least: bool = False) -> List[float]:
+        """The ranks' average of a few numbers (the trial's figures), or with `least` each one's minimum."""
+        reduction = bridge.Collective(
             OP_ALLREDUCE,
-            f"{self.prefix}.{self.kind}.trial",
-            ops.core_reduce_op(Average),
+            f"{self.prefix}.{self.kind}.trial.{'least' if least else 'average'}",
+            ops.core_reduce_op(Min if least else Average),
             process_set_id=bridge.process_set_id(self.process_set),
             in_place=True,
         )
-        return bridge.finish(bridge.start([average], np.array(values, np.float64)))[0].tolist()
+        return bridge.finish(bridge.start([reduction], np.array(values, np.float64)))[0].tolist()
 
     def _start_plain(self, grads, plain):
         dtypes = sorted({grads[i].dtype.name for i in plain})

@@ -26,7 +26,7 @@ import torch
 
 from hvdlite.common import basics, slow_link_settings
 from hvdlite.common.compression_trial import CompressionTrial
-from hvdlite.common.ops import Average, Sum
+from hvdlite.common.ops import Average, Min, Sum
 
 
 class ReducerSpec:
@@ -208,11 +208,14 @@ class _ErrorFeedbackReducer:
         self.trial.exclude(work)
         return work
 
-    def _agree(self, values: Sequence[float]) -> Sequence[float]:
-        """The ranks' average of a few numbers (the trial's medians)."""
+    def _agree(self, values: Sequence[float], least: bool = False) -> Sequence[float]:
+        """The ranks' average of a few numbers (the trial's figures), or with `least` each one's minimum."""
         mine = torch.tensor(list(values), dtype=torch.float64)
         return self.collectives.allreduce_(
-            mine, name=f"{self.kind}.trial", op=Average, process_set=self.process_set
+            mine,
+            name=f"{self.kind}.trial.{'least' if least else 'average'}",
+            op=Min if least else Average,
+            process_set=self.process_set,
         ).tolist()
 
     def _allreduce_async(self, p: torch.Tensor):
