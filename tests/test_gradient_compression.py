@@ -252,6 +252,16 @@ assert reducer.trial.decision is False and state["compressed_seconds"] is None, 
 assert state["waited_seconds"] < state["plain_seconds"] * (1 - 1 / 50), state
 assert reducer.residuals == {}
 assert reducer.last_sent_bytes == reducer.last_dense_bytes == (48 * 32 + 32) * 4
+# One slow rehearsal (a rank descheduled in it, say) does not stand for every compressed step: of its runs the
+# trial weighs the shorter, and leaves them all out of the step's timing.
+params, names = fake_params([(40, 30)])
+params[0].grad = torch.ones(40, 30)
+reducer = PowerSGDReducer(names, hvd.global_process_set, hvd.Average, hvd, rank=2, start_iter=2,
+                          min_step_speedup=1.5, trial_steps=2)
+runs, excluded = iter([0.6, 0.01]), []
+reducer._compress_on_copies = lambda chosen, keep: next(runs)
+reducer.trial.exclude = excluded.append
+assert reducer._compression_work(params) == 0.01 and excluded == [0.61], excluded
 """
     )
 
