@@ -388,13 +388,31 @@ for make, slow_link, slow_updates, compressed_half in (
     state = feedback.trial.state()
     assert feedback.trial.decision is False and feedback.residuals == {}, state
     assert (state["compressed_seconds"] is not None) == compressed_half, state
-    assert state["plain_seconds"] > 0.3, state
+    assert state["plain_seconds"] > 0.3 and 0 < state["work_seconds"] < 0.3, state  # the rehearsal, timed
     if compressed_half:
         assert 0.3 < state["waited_seconds"] < state["plain_seconds"], state
     else:  # the least wait over the ranks: rank 1's, which did not wait for rank 0
         assert state["waited_seconds"] < 0.1, state
     assert feedback.last_dense_bytes > 0 and feedback.shared_state()["trial"]["decision"] is False
     assert_same_everywhere(flat(model), "after the trial")
+# The rehearsal of a compressed exchange (on the trial's last uncompressed update) keeps nothing: no residual, no
+# warm start, the update's byte count that of its plain exchange, and the update applied the plain average.
+model = mlp(0)
+variables = model.trainable_variables
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0),
+                               compression=hvd.Compression.powersgd(rank=2, start_iter=4, min_step_speedup=1.2,
+                                                                    trial_steps=2))
+feedback = opt._hvd().feedback
+start = [v.numpy().copy() for v in variables]
+for step in range(1, 5):
+    opt.apply_gradients(zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)],
+                            variables))
+assert feedback.trial.trial_from == 4 and feedback.trial.work_seconds > 0, feedback.trial.state()
+assert feedback.residuals == {} and feedback.qs == {}, (feedback.residuals.keys(), feedback.qs.keys())
+assert feedback.last_dense_bytes == sum(int(np.prod(v.shape)) * 4 for v in variables)
+expected = [s - sum(given(r, step, i, tuple(v.shape)) for r in range(N) for step in range(1, 5)) / N
+            for i, (s, v) in enumerate(zip(start, variables))]
+assert max(np.abs(v.numpy() - e).max() for v, e in zip(variables, expected)) < 1e-4
 
 # Local SGD (sync_every=2 after 1 synchronous update): each rank applies its own given gradients and the weights
 # are averaged every 2 updates, plainly and through an outer Nesterov step; a reference follows every rank.
