@@ -110,10 +110,9 @@ class CompressionTrial:
     ) -> None:
         """Called when an iteration's reduction has ended. `agree(values)` averages a few numbers over the ranks
         and `agree(values, least=True)` takes each one's minimum (collectives every rank reaches at the same
-        iteration). `waited`: for an uncompressed step, the seconds it
-        waited for its exchange once its own work was done (None: not known). `work`: where measures_work said
-        so, the seconds a rehearsed compressed exchange of this step's gradients took (None: not measured, taken as
-        nothing)."""
+        iteration). `waited`: for an uncompressed step, the seconds it waited for its exchange once its own work
+        was done (None: not known). `work`: where measures_work said so, the seconds a rehearsed compressed
+        exchange of this step's gradients took (None: not measured, taken as nothing)."""
         now = time.perf_counter()
         previous, self._last_end = self._last_end, now
         excluded, self._excluded = self._excluded, 0.0
