@@ -41,6 +41,7 @@ logger = logging.getLogger("hvdlite.compression")
 
 EARLY_NO_STEPS = 2
 EARLY_MARGIN = 2.0
+REHEARSALS = 2  # rehearsed compressed exchanges timed on the trial's last uncompressed step; the shortest counts
 
 
 def check_trial(min_step_speedup: Optional[float], trial_steps: int) -> None:
@@ -95,6 +96,14 @@ class CompressionTrial:
         """Whether this (uncompressed) iteration should time a rehearsal of a compressed exchange for step_done's
         work (a collective: every rank gets the same answer)."""
         return self.min_step_speedup is not None and self.decision is None and iteration == self.trial_from
+
+    def weigh_rehearsals(self, rehearse: Callable[[], float]) -> float:
+        """Runs `rehearse` (one rehearsed compressed exchange, returning its seconds) REHEARSALS times, leaves them
+        all out of the step's timing and returns the shortest: a rank descheduled in a single run would otherwise
+        stand for every compressed step."""
+        runs = [rehearse() for _ in range(REHEARSALS)]
+        self.exclude(sum(runs))
+        return min(runs)
 
     def exclude(self, seconds: float) -> None:
         """Leaves `seconds` (the trial's own extra work: copies, the exact exchange) out of the step they fall in:

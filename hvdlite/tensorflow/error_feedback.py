@@ -28,9 +28,6 @@ from hvdlite.common.compression_trial import CompressionTrial
 from hvdlite.common.ops import Average, Min, Sum
 from hvdlite.tensorflow import bridge
 
-# Rehearsals of a compressed exchange the trial times, keeping the shortest (see _compression_work).
-REHEARSALS = 2
-
 
 class ErrorFeedbackSpec:
     """What Compression.powersgd(...) / Compression.topk(...) return for Keras: the kind and its settings."""
@@ -195,24 +192,24 @@ class _ErrorFeedback:
 
     def _compression_work(self, grads: List[np.ndarray]) -> float:
         """Seconds a compressed exchange of this update's (reduced) gradients takes, compression and exchange: a
-        rehearsal that every rank runs at the same update, the shorter of REHEARSALS runs (one descheduled rank
-        would otherwise stand for every compressed update), with nothing kept: the result is dropped and the
-        residuals, warm start and byte count are put back. Left out of the update's timing."""
+        rehearsal that every rank runs at the same update, left out of the update's timing. The trial weighs it
+        against the wait compressing could save."""
         chosen = [i for i, g in enumerate(grads) if self._compressible(g)]
         if not chosen:
             return 0.0
-        runs = []
-        for _ in range(REHEARSALS):
-            kept = {name: copy.copy(getattr(self, name)) for name in self._rehearsal_keeps}
-            began = time.perf_counter()
-            try:
-                self._time_compressed(grads, chosen)
-            finally:
-                runs.append(time.perf_counter() - began)
-                for name, value in kept.items():
-                    setattr(self, name, value)
-        self.trial.exclude(sum(runs))
-        return min(runs)
+        return self.trial.weigh_rehearsals(lambda: self._rehearse(grads, chosen))
+
+    def _rehearse(self, grads: List[np.ndarray], chosen: List[int]) -> float:
+        """One compressed exchange of grads, for its seconds, with nothing kept: the result is dropped and the
+        residuals, warm start and byte count are put back."""
+        kept = {name: copy.copy(getattr(self, name)) for name in self._rehearsal_keeps}
+        began = time.perf_counter()
+        try:
+            self._time_compressed(grads, chosen)
+        finally:
+            for name, value in kept.items():
+                setattr(self, name, value)
+        return time.perf_counter() - began
 
     def _send_residuals(self, grads: List[np.ndarray]) -> None:
         """Adds each residual to its gradient, which then goes uncompressed: nothing the compression held back is

@@ -28,9 +28,6 @@ from hvdlite.common import basics, slow_link_settings
 from hvdlite.common.compression_trial import CompressionTrial
 from hvdlite.common.ops import Average, Min, Sum
 
-# Rehearsals of a compressed exchange the trial times, keeping the shortest (see _compression_work).
-REHEARSALS = 2
-
 
 class ReducerSpec:
     """What Compression.powersgd(...) / Compression.topk(...) return: the settings, from which each optimizer
@@ -203,14 +200,11 @@ class _ErrorFeedbackReducer:
     def _compression_work(self, params: Sequence[torch.Tensor]) -> float:
         """Seconds a compressed exchange of these gradients takes, compression and exchange, after this step's
         own: a rehearsal on copies (every rank runs it at the same step; the result is dropped and no state kept),
-        left out of the step's timing. The trial weighs it against the wait compressing could save. The shorter of
-        REHEARSALS runs: one rank descheduled in a single run would otherwise stand for every compressed step."""
+        left out of the step's timing. The trial weighs it against the wait compressing could save."""
         chosen = [p for p in params if p.grad is not None and not p.grad.is_sparse and self._compressible(p.grad)]
         if not chosen:
             return 0.0
-        runs = [self._compress_on_copies(chosen, self._rehearsal_keeps) for _ in range(REHEARSALS)]
-        self.trial.exclude(sum(runs))
-        return min(runs)
+        return self.trial.weigh_rehearsals(lambda: self._compress_on_copies(chosen, self._rehearsal_keeps))
 
     def _agree(self, values: Sequence[float], least: bool = False) -> Sequence[float]:
         """The ranks' average of a few numbers (the trial's figures), or with `least` each one's minimum."""
