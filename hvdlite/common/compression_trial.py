@@ -73,7 +73,7 @@ class CompressionTrial:
         self._plain: List[float] = []
         self._waits: List[float] = []  # of the timed uncompressed steps: seconds spent waiting for the exchange
         self._compressed: List[float] = []
-        self.waited_seconds: Optional[float] = None  # the ranks' average median wait, once the bound was checked
+        self.waited_seconds: Optional[float] = None  # median of each step's least wait over the ranks, once checked
         self.work_seconds: Optional[float] = None  # the ranks' average rehearsal of a compressed exchange
         self.compressed_steps: Optional[int] = None  # how many compressed steps the decision was taken on
 
