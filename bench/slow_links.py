@@ -5,6 +5,7 @@ staleness against synchronous allreduce, on two network-namespace hosts whose li
     python bench/slow_links.py                                  # 2 hosts x 1 rank, 100mbit and 1gbit
     python bench/slow_links.py --per-host 2 --rates 100mbit     # 2 hosts x 2 ranks (adds the two-tier row)
     python bench/slow_links.py --methods sync,powersgd --steps 100 --out-dir /tmp/s   # a quick look
+    python bench/slow_links.py --per-host 2 --methods sync,powersgd-16-trial --seeds 0,1,2,3,4   # five seeds
 
 The task (bench/slow_links_task.py) is a generated CIFAR-like set and a 1.07M-parameter conv net (4.3 MB of
 float32 gradients a step), batch 32 per rank, SGD with momentum and a cosine learning-rate decay to 0 over the run
@@ -31,7 +32,10 @@ directions (its veth counters, launch and set-up included). Methods:
   keras-sync, keras-powersgd-8, keras-powersgd-8-trial
                   the same net in Keras 3 through hvdlite.tensorflow.keras.DistributedOptimizer (a tf.function
                   step), synchronous and with PowerSGD as above
-Writes slow_links.json, slow_links.md and slow_links.png (accuracy against training seconds).
+With --seeds, every method trains once per seed (the weights and the batch order change, the data set does not;
+the order of the methods alternates from seed to seed), and the report adds, per method, its times against the
+same seed's synchronous run and the median over the seeds. Writes slow_links.json, slow_links.md and
+slow_links.png (accuracy against training seconds; with several seeds, the first seed's curves).
 """
 
 import argparse
@@ -98,6 +102,11 @@ def optimizer_settings(method, hvd):
     }[method]
 
 
+def batch_seed(seed, rank):
+    """Each rank's batch order for a run seed (seed 0 keeps the order the figures before seeds were measured with)."""
+    return 1000 * (seed + 1) + rank
+
+
 def _host_interface():
     """This network namespace's link to the others (gloo must be told which interface to use)."""
     names = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
@@ -117,7 +126,7 @@ def keras_worker(args):
     rank, size = hvd.rank(), hvd.size()
     (train_x, train_y), (test_x, test_y) = make_data()
     train_x, test_x = train_x.transpose(0, 2, 3, 1).copy(), test_x.transpose(0, 2, 3, 1).copy()
-    model = make_keras_model()
+    model = make_keras_model(args.seed)
     import keras
 
     base = keras.optimizers.SGD(args.lr, momentum=0.9)
@@ -131,7 +140,7 @@ def keras_worker(args):
             value = loss(y, model(x, training=True))
         optimizer.apply_gradients(zip(tape.gradient(value, model.trainable_variables), model.trainable_variables))
 
-    rng = np.random.default_rng(1000 + rank)
+    rng = np.random.default_rng(batch_seed(args.seed, rank))
     clock, curve, steps = 0.0, [], []
     for step in range(1, args.steps + 1):
         optimizer.learning_rate.assign(args.lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / args.steps)))
@@ -189,7 +198,7 @@ def worker(args):
     (train_x, train_y), (test_x, test_y) = make_data()
     train_x, train_y = torch.from_numpy(train_x), torch.from_numpy(train_y)
     test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
-    model = make_model()
+    model = make_model(args.seed)
     inner = None
     if args.method == "ddp-powersgd":
         import torch.distributed as dist
@@ -215,7 +224,7 @@ def worker(args):
             **optimizer_settings(args.method, hvd),
         )
         inner = model
-    generator = torch.Generator().manual_seed(1000 + rank)
+    generator = torch.Generator().manual_seed(batch_seed(args.seed, rank))
     clock, curve, steps = 0.0, [], []
     for step in range(1, args.steps + 1):
         for group in optimizer.param_groups:
@@ -256,7 +265,7 @@ def link_bytes(cluster):
     return total
 
 
-def run_method(cluster, args, method, out):
+def run_method(cluster, args, method, seed, out):
     a, b = cluster.hosts
     env = dict(
         os.environ,
@@ -289,6 +298,8 @@ def run_method(cluster, args, method, out):
         str(args.lr),
         "--target",
         str(args.target),
+        "--seed",
+        str(seed),
         "--master",
         a.address,
         "--port",
@@ -330,30 +341,74 @@ def report_table(results, args):
         "compared with keras-sync.",
         "",
     ]
-    for rate, rows in results.items():
-        sync = rows.get("sync", {}).get("seconds_to_target")
-        lines += [
-            f"Link {rate}:",
-            "",
-            "| method | seconds to target | vs sync fp32 | final accuracy | median step (ms) | link MB per step |",
-            "|---|---|---|---|---|---|",
-        ]
-        keras_sync = rows.get("keras-sync", {}).get("seconds_to_target")
-        for method, row in rows.items():
-            reached = row["seconds_to_target"]
-            baseline = keras_sync if method.startswith("keras-") else sync  # each framework against its own
-            speedup = f"{baseline / reached:.2f}x" if baseline and reached else "-"
-            lines.append(
-                f"| {method} | {'not reached' if reached is None else f'{reached:.1f}'} | {speedup} | "
-                f"{row['final_accuracy']:.1%} | {row['median_step_s'] * 1e3:.1f} | "
-                f"{row['link_bytes_per_step'] / 1e6:.2f} |"
-            )
-        for method, row in rows.items():
-            trial = row.get("compression_trial")
-            if trial and trial.get("decision") is not None:
-                lines += ["", f"{method}: " + trial_summary(trial)]
-        lines.append("")
+    for rate, by_seed in results.items():
+        for seed, rows in by_seed.items():
+            lines += method_rows(f"Link {rate}:" if len(by_seed) == 1 else f"Link {rate}, seed {seed}:", rows)
+        if len(by_seed) > 1:
+            lines += seed_summary(rate, by_seed)
     return "\n".join(lines)
+
+
+def baseline_of(method, rows):
+    """The synchronous row a method is compared with: each framework against its own."""
+    return rows.get("keras-sync" if method.startswith("keras-") else "sync")
+
+
+def method_rows(title, rows):
+    lines = [
+        title,
+        "",
+        "| method | seconds to target | vs sync fp32 | final accuracy | median step (ms) | link MB per step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, row in rows.items():
+        reached = row["seconds_to_target"]
+        baseline = (baseline_of(method, rows) or {}).get("seconds_to_target")
+        speedup = f"{baseline / reached:.2f}x" if baseline and reached else "-"
+        lines.append(
+            f"| {method} | {'not reached' if reached is None else f'{reached:.1f}'} | {speedup} | "
+            f"{row['final_accuracy']:.1%} | {row['median_step_s'] * 1e3:.1f} | "
+            f"{row['link_bytes_per_step'] / 1e6:.2f} |"
+        )
+    for method, row in rows.items():
+        trial = row.get("compression_trial")
+        if trial and trial.get("decision") is not None:
+            lines += ["", f"{method}: " + trial_summary(trial)]
+    return lines + [""]
+
+
+def seed_summary(rate, by_seed):
+    """Per method, its time to target and final accuracy against synchronous training's, seed by seed."""
+    import numpy as np
+
+    lines = [
+        f"Link {rate}, {len(by_seed)} seeds (seed by seed, then the median; final accuracy in points against the "
+        "synchronous row of the same seed):",
+        "",
+        "| method | vs sync fp32, by seed | median | final accuracy minus sync's, by seed | mean |",
+        "|---|---|---|---|---|",
+    ]
+    methods = next(iter(by_seed.values())).keys()
+    for method in methods:
+        if method in ("sync", "keras-sync"):
+            continue
+        ratios, gaps = [], []
+        for rows in by_seed.values():
+            row, baseline = rows[method], baseline_of(method, rows)
+            if baseline is None:
+                continue
+            reached, base = row["seconds_to_target"], baseline["seconds_to_target"]
+            ratios.append(base / reached if reached and base else None)
+            gaps.append(100 * (row["final_accuracy"] - baseline["final_accuracy"]))
+        if not gaps:
+            continue
+        known = [r for r in ratios if r is not None]
+        lines.append(
+            f"| {method} | {', '.join('-' if r is None else f'{r:.2f}x' for r in ratios)} | "
+            f"{f'{np.median(known):.2f}x' if len(known) == len(ratios) else '-'} | "
+            f"{', '.join(f'{g:+.1f}' for g in gaps)} | {np.mean(gaps):+.2f} |"
+        )
+    return lines + [""]
 
 
 def plot(results, path):
@@ -363,11 +418,12 @@ def plot(results, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
-    for axis, (rate, rows) in zip(axes[0], results.items()):
+    for axis, (rate, by_seed) in zip(axes[0], results.items()):
+        seed, rows = next(iter(by_seed.items()))  # the first seed's curves
         for method, row in rows.items():
             curve = row["curve"]
             axis.plot([c[1] for c in curve], [c[2] for c in curve], label=method, marker=".")
-        axis.set_title(f"link {rate}")
+        axis.set_title(f"link {rate}" if len(by_seed) == 1 else f"link {rate}, seed {seed}")
         axis.set_xlabel("training seconds")
         axis.set_ylabel("test accuracy")
         axis.set_xscale("log")
@@ -387,6 +443,10 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--target", type=float, default=0.90)
+    parser.add_argument(
+        "--seeds", default="0", help="comma-separated run seeds (weights and batch order; the data set stays)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--method")
@@ -408,20 +468,26 @@ def main():
         cluster = start_cluster(workdir, count=2)
     except ClusterUnavailable as exc:
         raise SystemExit(f"bench/slow_links.py: cannot create the test hosts: {exc}")
+    seeds = [int(seed) for seed in args.seeds.split(",")]
     results = {}
     try:
         for rate in args.rates.split(","):
             for index in range(2):
                 cluster.limit_rate(index, rate)
             results[rate] = {}
-            for method in methods:
-                row = run_method(cluster, args, method, os.path.join(workdir, f"{method}.json"))
-                results[rate][method] = row
-                print(
-                    f"{rate} {method}: to target {row['seconds_to_target']} s, final {row['final_accuracy']:.3f}, "
-                    f"step {row['median_step_s'] * 1e3:.1f} ms, {row['link_bytes_per_step'] / 1e6:.2f} MB/step",
-                    flush=True,
-                )
+            for number, seed in enumerate(seeds):
+                results[rate][seed] = {}
+                # So that no method always runs first (or second) in a series, the order alternates from seed to seed.
+                for method in methods if number % 2 == 0 else methods[::-1]:
+                    row = run_method(cluster, args, method, seed, os.path.join(workdir, f"{method}.json"))
+                    results[rate][seed][method] = row
+                    print(
+                        f"{rate} seed {seed} {method}: to target {row['seconds_to_target']} s, "
+                        f"final {row['final_accuracy']:.3f}, step {row['median_step_s'] * 1e3:.1f} ms, "
+                        f"{row['link_bytes_per_step'] / 1e6:.2f} MB/step",
+                        flush=True,
+                    )
+                results[rate][seed] = {method: results[rate][seed][method] for method in methods}
     finally:
         cluster.stop()
     table = report_table(results, args)

@@ -117,7 +117,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
         timeout=180,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["1gbit"]
+    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["1gbit"]["0"]
     assert set(rows) == {"powersgd", "ddp-powersgd", "keras-powersgd-8-trial"}
     for row in rows.values():
         assert [point[0] for point in row["curve"]] == [4, 8, 12]
@@ -226,6 +226,55 @@ def test_slow_links_report_says_what_each_trial_decided_on():
         "2.0 ms of it waiting for the exchange (each step's least wait over the ranks); not compressing, decided "
         "before any compressed step."
     )
+
+
+def test_slow_links_report_sums_up_seeds_against_the_same_seeds_sync_run():
+    """With several seeds, each method's time to target and final accuracy are set against the synchronous run of
+    the same seed, each framework against its own, and a method that missed the target in one seed has no
+    median."""
+    slow_links = _bench_module("slow_links")
+
+    def row(seconds, accuracy):
+        return {
+            "seconds_to_target": seconds,
+            "final_accuracy": accuracy,
+            "median_step_s": 0.1,
+            "link_bytes_per_step": 1e6,
+            "curve": [],
+        }
+
+    by_seed = {
+        0: {
+            "sync": row(30.0, 0.94),
+            "powersgd": row(10.0, 0.935),
+            "topk": row(20.0, 0.90),
+            "keras-sync": row(60.0, 0.92),
+            "keras-powersgd-8": row(12.0, 0.93),
+        },
+        1: {
+            "sync": row(24.0, 0.93),
+            "powersgd": row(12.0, 0.932),
+            "topk": row(None, 0.80),
+            "keras-sync": row(50.0, 0.91),
+            "keras-powersgd-8": row(25.0, 0.90),
+        },
+        2: {
+            "sync": row(27.0, 0.95),
+            "powersgd": row(9.0, 0.94),
+            "topk": row(13.5, 0.93),
+            "keras-sync": row(40.0, 0.90),
+            "keras-powersgd-8": row(10.0, 0.90),
+        },
+    }
+    args = type("Args", (), {"per_host": 2, "steps": 320, "batch": 32, "target": 0.85})()
+    report = slow_links.report_table({"100mbit": by_seed}, args)
+    assert "Link 100mbit, seed 1:" in report
+    assert "| powersgd | 3.00x, 2.00x, 3.00x | 3.00x | -0.5, +0.2, -1.0 | -0.43 |" in report
+    assert "| topk | 1.50x, -, 2.00x | - | -4.0, -13.0, -2.0 | -6.33 |" in report
+    assert "| keras-powersgd-8 | 5.00x, 2.00x, 4.00x | 4.00x | +1.0, -1.0, +0.0 | +0.00 |" in report
+    assert "| sync |" not in report.split("3 seeds")[1]
+    single = slow_links.report_table({"100mbit": {0: by_seed[0]}}, args)
+    assert "Link 100mbit:" in single and "seeds" not in single
 
 
 @pytest.mark.timeout(200)
