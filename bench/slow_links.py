@@ -23,6 +23,8 @@ directions (its veth counters, launch and set-up included). Methods:
   powersgd-8-trial  rank 8 with min_step_speedup=1.25: compressing only if the last 8 uncompressed steps and the
                   first 8 compressed ones show compressed steps 1.25x shorter
   powersgd-16-trial  the same at rank 16
+  powersgd-16-trial-rate-4  the same, compressing only matrices that rank 16 shrinks at least 4x
+                  (min_compression_rate=4; the default 2 also compresses the 64 x 288 conv gradient)
   topk            Compression.topk(ratio=0.01, start_iter=10)
   topk-5          Compression.topk(ratio=0.05, start_iter=10)
   local-sgd       sync_every=8 after 16 synchronous steps, outer Nesterov step (outer_lr 0.7, momentum 0.5)
@@ -61,6 +63,7 @@ METHODS = (
     "powersgd-16",
     "powersgd-8-trial",
     "powersgd-16-trial",
+    "powersgd-16-trial-rate-4",
     "topk",
     "topk-5",
     "local-sgd",
@@ -92,6 +95,15 @@ def optimizer_settings(method, hvd):
         "powersgd-16-trial": {
             "compression": hvd.Compression.powersgd(
                 rank=4 * POWERSGD_RANK, start_iter=START_ITER, min_step_speedup=1.25, trial_steps=8
+            )
+        },
+        "powersgd-16-trial-rate-4": {
+            "compression": hvd.Compression.powersgd(
+                rank=4 * POWERSGD_RANK,
+                start_iter=START_ITER,
+                min_compression_rate=4,
+                min_step_speedup=1.25,
+                trial_steps=8,
             )
         },
         "topk": {"compression": hvd.Compression.topk(ratio=0.01, start_iter=START_ITER)},
