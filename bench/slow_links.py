@@ -31,6 +31,7 @@ directions (its veth counters, launch and set-up included). Methods:
   stale-1         staleness=1: each step's allreduce runs during the next step (fp32, applied one step late)
   stale-2         staleness=2
   ddp-powersgd    torch DDP (gloo) with its PowerSGD communication hook at the same rank and start
+  ddp-powersgd-16 the same at rank 16
   keras-sync, keras-powersgd-8, keras-powersgd-8-trial
                   the same net in Keras 3 through hvdlite.tensorflow.keras.DistributedOptimizer (a tf.function
                   step), synchronous and with PowerSGD as above
@@ -70,12 +71,14 @@ METHODS = (
     "stale-1",
     "stale-2",
     "ddp-powersgd",
+    "ddp-powersgd-16",
     "keras-sync",
     "keras-powersgd-8",
     "keras-powersgd-8-trial",
 )
 POWERSGD_RANK = 4
 START_ITER = 10
+DDP_POWERSGD_RANKS = {"ddp-powersgd": POWERSGD_RANK, "ddp-powersgd-16": 4 * POWERSGD_RANK}
 
 
 def optimizer_settings(method, hvd):
@@ -212,7 +215,7 @@ def worker(args):
     test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
     model = make_model(args.seed)
     inner = None
-    if args.method == "ddp-powersgd":
+    if args.method.startswith("ddp-powersgd"):
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
@@ -223,7 +226,9 @@ def worker(args):
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024)
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=POWERSGD_RANK, start_powerSGD_iter=START_ITER
+            process_group=None,
+            matrix_approximation_rank=DDP_POWERSGD_RANKS[args.method],
+            start_powerSGD_iter=START_ITER,
         )
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
