@@ -191,7 +191,9 @@ std::string Chooser::describe() const {
     text += ";allreduce_algorithms=" + table.serialize() + ";allreduce_table_file=" + derived_.table_path +
             ";allreduce_table_measurements=" + std::to_string(derived_.table_measurements);
   }
-  text += ";streaming_store_bytes_from=" + derived_.streaming_origin;
+  // The threshold in effect: the knob's value as read is in Config's part, and a measurement may have moved it.
+  text += ";streaming_store_bytes=" + std::to_string(derived_.streaming_store_bytes) +
+          ";streaming_store_bytes_from=" + derived_.streaming_origin;
   // Where the world's allreduces run recursive halving, when the size rules decide for it.
   if (world_ && world_->size() > 1 && config_.cpu_operations == 0 && !measured_for(*world_) &&
       config_.allreduce_algorithms == 0 && !config_.single_copy_allreduce) {

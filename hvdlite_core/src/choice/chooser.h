@@ -80,7 +80,8 @@ class Chooser {
   AdaptiveAllreduce* adaptive() { return adaptive_.get(); }
   const Derived& derived() const { return derived_; }
   const Config& config() const { return config_; }
-  // "allreduce_table=...;streaming_store_bytes_from=...;allreduce_halving_bytes=...;adaptive_..." for build_info.
+  // "allreduce_table=...;streaming_store_bytes=...;streaming_store_bytes_from=...;allreduce_halving_bytes=...;adaptive_..."
+  // for build_info.
   std::string describe() const;
 
  private:
