@@ -90,7 +90,7 @@ def request(
 # step pays for). Values: (struct, the buffers it points into). Unnamed requests and those with splits change from
 # call to call and are built each time instead.
 _prepared: Dict[tuple, tuple] = {}
-_PREPARED_LIMIT = 4096
+_PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
 _local = threading.local()
 cached = _prepared.get  # (struct, buffers) under a key, or None
 
@@ -144,6 +144,7 @@ def _handle_out():
 
 _enqueue = lib.hvdlite_enqueue  # bound once: a cffi attribute lookup costs 0.1 us a call
 _enqueue_and_wait = lib.hvdlite_enqueue_and_wait
+_wait_release = lib.hvdlite_wait_release
 
 
 def submit(key: tuple) -> int:
@@ -198,6 +199,79 @@ def run_prepared(entry: tuple, keep_alive) -> None:
             abandon([handle[0]], keep_alive)
         raise
     wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
+
+
+class PreparedBatch:
+    """A fixed list of named operations submitted again and again, each on the same buffers or on others of the
+    same size (a DistributedOptimizer's gradients, step after step). The C requests are built once, as one
+    array in which only the buffer addresses change; a step queues any subset of them, together or one at a time,
+    and waits for all of them in one call. Nothing per operation is built, hashed or handed to the garbage
+    collector while it is in flight.
+
+    requests: request()'s tuples, named, without splits, in place (input = output)."""
+
+    def __init__(self, requests: Sequence[tuple]):
+        self.count = len(requests)
+        self._structs = ffi.new("hvdlite_request[]", max(1, self.count))
+        self._buffers = [_fill(self._structs[i], r) for i, r in enumerate(requests)]
+        self._pointers = [r[4] for r in requests]
+        self._handles = ffi.new("int64_t[]", max(1, self.count))
+        self._order = ffi.new("hvdlite_request[]", max(1, self.count))  # a subset, in the order it is queued
+        self._queued: List[int] = []  # core handles of this step, in the order queued
+
+    def _point(self, index: int, pointer: int) -> None:
+        if pointer != self._pointers[index]:
+            self._pointers[index] = pointer
+            address = ffi.cast("void*", pointer)
+            self._structs[index].input = address
+            self._structs[index].output = address
+
+    def submit_one(self, index: int, pointer: int) -> None:
+        """Queues operation index on the buffer at pointer (as soon as it is ready, e.g. during backward)."""
+        self._point(index, pointer)
+        handle = _handle_out()
+        check(_enqueue(self._structs + index, handle))
+        self._queued.append(handle[0])
+
+    def submit_many(self, indices: Sequence[int], pointers: Sequence[int]) -> None:
+        """Queues the operations at indices on those buffers, in that order, atomically (all or none)."""
+        count = len(indices)
+        if count == 0:
+            return
+        for slot, (index, pointer) in enumerate(zip(indices, pointers)):
+            self._point(index, pointer)
+            self._order[slot] = self._structs[index]
+        check(lib.hvdlite_enqueue_many(self._order, count, self._handles))
+        self._queued.extend(self._handles[0:count])
+
+    def wait_all(self) -> None:
+        """Waits for every operation queued since the last wait_all; raises the first error after all finished.
+        Interrupted (Ctrl-C), they stay queued: the next wait_all waits for them again."""
+        queued = self._queued
+        if not queued:
+            return
+        handles = ffi.new("int64_t[]", queued)
+        while True:
+            status = lib.hvdlite_wait_many(handles, len(queued), WAIT_SLICE_SECONDS)
+            if status == 0:
+                self._queued = []
+                return
+            if status != _TIMEOUT_STATUS:
+                break
+            if not all(lib.hvdlite_poll(h) != 0 for h in queued):
+                continue  # the slice ran out; signal handlers have run
+            break  # finished, one of them by timing out: read each below
+        self._queued = []
+        error = None
+        for h in queued:
+            try:
+                wait(h)
+            except HvdliteError as e:
+                error = error or e
+            finally:
+                release(h)
+        if error is not None:
+            raise error
 
 
 # A blocking wait returns to Python this often, so that signal handlers run while ranks wait on each other:
@@ -299,13 +373,22 @@ def release(handle: int) -> None:
 
 
 class HandleTable:
-    """Python-level handles: each maps to the core handles it waits for and a function building the result.
-    Keeps the framework tensors alive until the operation completes (the core never owns them)."""
+    """Python-level handles: each maps to the core handles it waits for and what synchronize() returns. Keeps the
+    framework tensors alive until the operation completes (the core never owns them).
+
+    Two kinds of entry. add_result(): one core handle and a result already at hand (an allreduce into a tensor
+    the caller has), kept in two flat dicts, so that an operation in flight adds no object for the garbage
+    collector to trace: a step with thousands of tensors in flight otherwise filled the old generations with
+    short-lived bookkeeping and paid full collections of the whole heap for it. add(): several core handles or a
+    result built at the end (a function), for everything else."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._pending: Dict[int, tuple] = {}
+        self._core: Dict[int, int] = {}  # add_result(): handle -> its one core handle
+        self._results: Dict[int, object] = {}  # add_result(): handle -> what synchronize() returns
+        self._inputs: Dict[int, object] = {}  # add_result(): handle -> an input buffer to keep alive besides
 
     def add(self, core_handles: List[int], finish: Callable[[], object], keep_alive=None) -> int:
         handle = next(self._ids)
@@ -313,12 +396,29 @@ class HandleTable:
             self._pending[handle] = (core_handles, finish, keep_alive)
         return handle
 
+    def add_result(self, core_handle: int, result, keep_alive=None) -> int:
+        """A handle whose synchronize() returns result once core_handle has finished; result and keep_alive keep
+        the operation's buffers alive. (Each dict store is atomic; the handle is unknown to others until
+        returned.)"""
+        handle = next(self._ids)
+        if keep_alive is not None:
+            self._inputs[handle] = keep_alive
+        self._results[handle] = result
+        self._core[handle] = core_handle
+        return handle
+
     def poll(self, handle: int) -> bool:
+        core = self._core.get(handle)
+        if core is not None:
+            return lib.hvdlite_poll(core) != 0
         with self._lock:
             core_handles = self._pending[handle][0]
         return all(lib.hvdlite_poll(h) != 0 for h in core_handles)
 
     def synchronize(self, handle: int):
+        core = self._core.pop(handle, None)
+        if core is not None:
+            return self._synchronize_result(handle, core)
         with self._lock:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
@@ -344,3 +444,23 @@ class HandleTable:
         finally:
             for h in core_handles:
                 release(h)
+
+    def _synchronize_result(self, handle: int, core: int):
+        try:
+            status = _wait_release(core, WAIT_SLICE_SECONDS)  # finished well within the slice: one call, released
+            if status == 0:
+                self._inputs.pop(handle, None)
+                return self._results.pop(handle)
+            if status == _TIMEOUT_STATUS:
+                status = wait_status(core)
+        except BaseException:
+            self._core[handle] = core  # interrupted: pending under the same handle, as for add()'s entries
+            raise
+        result = self._results.pop(handle)
+        self._inputs.pop(handle, None)
+        try:
+            if status != 0:
+                _raise_for(core, status)
+            return result
+        finally:
+            release(core)

@@ -177,7 +177,7 @@ def allreduce_async(
     source = _contiguous(tensor)
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     h = ops.submit(_allreduce_request(source, output, name, op, prescale_factor, postscale_factor, process_set))
-    return _handles.add([h], lambda: output, keep_alive=source)
+    return _handles.add_result(h, output, keep_alive=source)
 
 
 def allreduce_async_(
@@ -193,7 +193,7 @@ def allreduce_async_(
     work = _contiguous(tensor)
     h = ops.submit(_allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set))
     if work is tensor:
-        return _handles.add([h], lambda: tensor, keep_alive=tensor)
+        return _handles.add_result(h, tensor)
     return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work)
 
 
@@ -526,12 +526,14 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     source = _contiguous(tensor)
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     h = ops.submit(_broadcast_request(source, output, root_rank, name, process_set))
-    return _handles.add([h], lambda: output, keep_alive=source)
+    return _handles.add_result(h, output, keep_alive=source)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     h = ops.submit(_broadcast_request(work, work, root_rank, name, process_set))
+    if work is tensor:
+        return _handles.add_result(h, tensor)
 
     def finish():
         if work is not tensor:

@@ -122,6 +122,13 @@ int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t
 int hvdlite_poll(int64_t handle);
 /* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */
 int hvdlite_wait(int64_t handle, double timeout_seconds);
+/* hvdlite_wait, and when the operation finished successfully the handle is released too (one call instead of
+ * two for an asynchronous operation's usual end). Otherwise the handle stays, as after hvdlite_wait. */
+int hvdlite_wait_release(int64_t handle, double timeout_seconds);
+/* Waits for count operations (a batch from hvdlite_enqueue_many) up to timeout_seconds in all. Every one
+ * finished successfully: returns 0 with all the handles released. Otherwise releases none and returns
+ * HVDLITE_TIMEOUT when time ran out first, else the status of the first failed one in the array. */
+int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seconds);
 /* hvdlite_enqueue, then hvdlite_wait up to timeout_seconds, in one call: a synchronous collective's path.
  * Finished successfully: returns 0 with the handle already released (*handle_out = 0). Otherwise returns the
  * status and *handle_out is the live handle to wait on (still running: HVDLITE_TIMEOUT) or to read the

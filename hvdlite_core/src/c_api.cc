@@ -183,7 +183,8 @@ HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {
   return state->finished() ? 1 : 0;
 }
 
-HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
+namespace {
+int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
   return guarded([&] {
     auto state = g_handles.get(handle);
     if (!state) return unknown_handle(handle);
@@ -199,7 +200,46 @@ HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
       }
     }
     if (!finished) return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
+    if (release_on_success && state->status.ok()) {
+      g_handles.release(handle);
+      return static_cast<int>(HVDLITE_OK);
+    }
     return report(state->status);
+  });
+}
+}  // namespace
+
+HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
+  return wait_for(handle, timeout_seconds, false);
+}
+
+HVDLITE_EXPORT int hvdlite_wait_release(int64_t handle, double timeout_seconds) {
+  return wait_for(handle, timeout_seconds, true);
+}
+
+HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seconds) {
+  return guarded([&] {
+    if (count < 0 || (count > 0 && !handles)) return fail(StatusCode::kInvalidArgument, "invalid handle array");
+    std::vector<std::shared_ptr<HandleState>> states(static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) {
+      states[i] = g_handles.get(handles[i]);
+      if (!states[i]) return unknown_handle(handles[i]);
+    }
+    const int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
+    const auto start = Clock::now();
+    auto rt = runtime_or_null();
+    // Waiting on each in turn drives the cycles that finish the rest too; the later ones are mostly done.
+    for (const auto& state : states) {
+      if (state->finished()) continue;
+      int64_t left = timeout_us < 0 ? -1 : std::max<int64_t>(0, timeout_us - micros_since(start));
+      bool finished = rt ? rt->wait(*state, left) : state->finished();
+      if (!finished) return fail(StatusCode::kTimeout, "timed out waiting for " + std::to_string(count) + " handles");
+    }
+    for (int32_t i = 0; i < count; ++i) {
+      if (!states[i]->status.ok()) return report(states[i]->status);
+    }
+    g_handles.release_many(handles, count);
+    return static_cast<int>(HVDLITE_OK);
   });
 }
 

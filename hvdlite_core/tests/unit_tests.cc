@@ -109,6 +109,12 @@ static void test_validation() {
   d.reduce_op = ReduceOp::kSum;
   d.prescale = 0.5;
   CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "prescale"));
+  // Factors are compared as the message prints them (six significant digits): closer ones agree.
+  d.prescale = 1.0 + 1e-9;
+  CHECK(!build_response({c, d}, {}, {0, 1}).is_error);
+  d.prescale = 1.0;
+  d.postscale = 0.25;
+  CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "postscale factors"));
 
   // Allgather: first dimensions may differ, the rest may not; first_dims in member order.
   Response gather = build_response(
@@ -179,6 +185,18 @@ static void test_cache() {
   wide.erase(1);
   wide.erase(2);
   CHECK(wide.occupied_end() == 0);
+
+  // A large capacity is only a bound: positions are handed out lowest first as the cache fills, holes first.
+  ResponseCache large(1 << 20);
+  CHECK(large.capacity() == (1u << 20) && !large.occupied(5) && !large.occupied(1 << 19));
+  for (int i = 0; i < 3000; ++i) CHECK(large.put(resp("g" + std::to_string(i), 4), &displaced) == i);
+  large.erase(2999);
+  large.erase(17);
+  large.erase(1234);
+  CHECK(large.put(resp("h0", 4), &displaced) == 17 && displaced == -1);
+  CHECK(large.put(resp("h1", 4), &displaced) == 1234);
+  CHECK(large.put(resp("h2", 4), &displaced) == 2999 && large.occupied_end() == 3000);
+  CHECK(large.put(resp("h3", 4), &displaced) == 3000 && large.occupied_end() == 3001);
 }
 
 static void test_eager_layout() {

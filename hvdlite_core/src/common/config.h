@@ -12,7 +12,7 @@ struct Config {
   double cycle_time_ms = 1.0;                     // CYCLE_TIME: longest sleep of the background loop between cycles
   double idle_cycle_time_ms = 10.0;               // IDLE_CYCLE_TIME: the same once nothing has happened on any rank
                                                   // for a while (0: never lengthen; runtime/background_loop.cc)
-  int64_t cache_capacity = 1024;                  // CACHE_CAPACITY: response cache entries; 0 disables the cache
+  int64_t cache_capacity = 65536;                 // CACHE_CAPACITY: response cache entries; 0 disables the cache
   int64_t eager_allreduce_bytes = 256;            // EAGER_ALLREDUCE_BYTES: cached allreduces that fit ride on the
                                                   // negotiation exchange (runtime/eager.h); 0: off
   double stall_warning_seconds = 60.0;            // STALL_CHECK_TIME_SECONDS: report tensors some ranks lack

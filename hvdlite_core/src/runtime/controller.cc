@@ -10,6 +10,22 @@
 
 namespace hvdlite {
 namespace {
+// Calls visit(p) for every set bit p < limit of the words, in increasing order.
+template <typename Visit>
+void for_each_bit(const uint64_t* words, size_t limit, Visit visit) {
+  for (size_t w = 0; w * 64 < limit; ++w) {
+    uint64_t word = words[w];
+    if (limit - w * 64 < 64) word &= (1ull << (limit - w * 64)) - 1;
+    while (word) {
+      visit(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+      word &= word - 1;
+    }
+  }
+}
+template <typename Visit>
+void for_each_bit(const std::vector<uint64_t>& words, size_t limit, Visit visit) {
+  for_each_bit(words.data(), std::min(limit, words.size() * 64), visit);
+}
 constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
 constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0 (the other half: see negotiate)
 }  // namespace
@@ -57,28 +73,31 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   }
   std::vector<int> conflicts;
   for (TensorEntry& entry : fresh) {
-    Request& q = entry.request;
-    std::string key = entry_key(q.process_set, q.name);
+    const Request& q = entry.request;
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
     ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
     if (cache_enabled_ && q.cacheable) found = cache_.lookup(q, member_index(q.process_set), &position);
-    if (found == ResponseCache::Lookup::kHit) {
-      hits_[position] = key;
-    } else {
+    if (found != ResponseCache::Lookup::kHit) {
       if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
       requests.push_back(q);
     }
-    pending_.emplace(key, std::move(entry));
+    std::string key = entry_key(q.process_set, q.name);
+    TensorEntry* placed = &pending_.emplace(std::move(key), std::move(entry)).first->second;
+    if (found == ResponseCache::Lookup::kHit) add_hit(position, placed);
   }
   fresh.clear();
 
   // A cached tensor that some member never submits would wait on its hit bit forever, out of the coordinator's
   // sight: past the stall time it is invalidated (a conflict: erased everywhere, its hits resent as requests),
-  // so that the coordinator reports it and fails it like any stalled tensor.
+  // so that the coordinator reports it and fails it like any stalled tensor. The limits are seconds: looking
+  // every 100 ms keeps the scan of every waiting hit out of each cycle.
   const auto now = Clock::now();  // one reading for the cycle's age checks
-  for (const auto& hit : hits_) {
-    if (stalled_hit(pending_.at(hit.second), now)) conflicts.push_back(hit.first);
+  if (hit_count_ > 0 && now - last_hit_stall_check_ >= std::chrono::milliseconds(100)) {
+    last_hit_stall_check_ = now;
+    for_each_bit(hit_words_, hit_words_.size() * 64, [&](size_t p) {
+      if (stalled_hit(*hit_entries_[p], now)) conflicts.push_back(static_cast<int>(p));
+    });
   }
 
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
@@ -86,6 +105,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   const size_t words = (positions + 63) / 64;
   const size_t bit_words = 1 + 2 * words;
   if (cache_enabled_) eager_.update(cache_, config_.eager_allreduce_bytes);
+  update_outsiders(words);
   bits_.assign(bit_words, ~0ull);
   bits_.resize(bit_words + eager_.words(), 0);
   char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
@@ -100,17 +120,16 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   AdaptiveAllreduce* const adaptive = adaptive_;
   bits_[0] |= static_cast<uint64_t>(adaptive && rank_ == 0 ? adaptive->propose() : 0xffffffffu) << 32;
   for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));
-  for (size_t p = 0; p < positions; ++p) {
-    bool vote = false;
-    if (cache_.occupied(static_cast<int>(p))) {
-      vote = hits_.count(static_cast<int>(p)) > 0 || member_index(cache_.at(static_cast<int>(p)).process_set) < 0;
-    }
-    if (!vote) bits_[1 + words + p / 64] &= ~(1ull << (p % 64));
+  // A yes vote: this rank holds a hit there, or is not in the tensor's process set. Hits and outsiders lie only
+  // at occupied positions, so free positions vote no.
+  for (size_t w = 0; w < words; ++w) {
+    const uint64_t hits = w < hit_words_.size() ? hit_words_[w] : 0;
+    bits_[1 + words + w] = hits | outsider_words_[w];
   }
   for (const EagerSegment& segment : eager_.segments()) {  // the others' segments stay zero
-    auto hit = hits_.find(segment.position);
-    if (hit == hits_.end()) continue;
-    copy_scaled(segment.dtype, eager_region + segment.offset, pending_.at(hit->second).input, segment.count,
+    const TensorEntry* hit = hit_at(segment.position);
+    if (!hit) continue;
+    copy_scaled(segment.dtype, eager_region + segment.offset, hit->input, segment.count,
                 cache_.at(segment.position).prescale);
   }
   exchange_bits(bit_words);
@@ -118,15 +137,15 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   const uint64_t any = ~bits_[0] & kFlagWordMask;
   if (adaptive) adaptive->apply(static_cast<uint32_t>(bits_[0] >> 32));
   bool any_conflict = false;
-  for (size_t p = 0; p < positions; ++p) {
-    if (bits_[1 + p / 64] & (1ull << (p % 64))) continue;
-    any_conflict = true;
-    auto hit = hits_.find(static_cast<int>(p));
-    if (hit != hits_.end()) {
-      requests.push_back(pending_.at(hit->second).request);
-      hits_.erase(hit);
-    }
-    cache_.erase(static_cast<int>(p));
+  for (size_t w = 0; w < words; ++w) {
+    const uint64_t conflicted = ~bits_[1 + w];
+    if (conflicted == 0) continue;
+    for_each_bit(&conflicted, std::min<size_t>(64, positions - w * 64), [&](size_t b) {
+      const int p = static_cast<int>(w * 64 + b);
+      any_conflict = true;
+      if (TensorEntry* hit = drop_hit(p)) requests.push_back(hit->request);
+      cache_.erase(p);
+    });
   }
 
   Outcome outcome;
@@ -134,19 +153,20 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   const bool any_joined = (any & kFlagJoined) != 0;
   if (any_joined) {
     // Joined ranks contribute without submitting; only the coordinator can account for them.
-    for (auto& hit : hits_) requests.push_back(pending_.at(hit.second).request);
-    hits_.clear();
+    for_each_bit(hit_words_, hit_words_.size() * 64, [&](size_t p) { requests.push_back(hit_entries_[p]->request); });
+    clear_hits();
   } else {
-    for (size_t p = 0; p < positions; ++p) {
-      if (!(bits_[1 + words + p / 64] & (1ull << (p % 64))) || !cache_.occupied(static_cast<int>(p))) continue;
-      const EagerSegment* eager = eager_.find(static_cast<int>(p));
+    for_each_bit(bits_.data() + 1 + words, positions, [&](size_t position) {
+      const int p = static_cast<int>(position);
+      if (!cache_.occupied(p)) return;
+      const EagerSegment* eager = eager_.find(p);
       if (eager)
-        outcome.eager.push_back({cache_.shared_at(static_cast<int>(p)), eager_region + eager->offset});
+        outcome.eager.push_back({cache_.shared_at(p), eager_region + eager->offset});
       else
-        outcome.responses.push_back(cache_.at(static_cast<int>(p)));
-      cache_.touch(static_cast<int>(p));
-      hits_.erase(static_cast<int>(p));
-    }
+        outcome.responses.push_back(cache_.at(p));
+      cache_.touch(p);
+      drop_hit(p);
+    });
   }
   if ((any & kFlagRequests) || any_conflict || any_joined) {
     for (Request& q : requests) {
@@ -168,6 +188,53 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   return outcome;
 }
 
+void Controller::add_hit(int position, TensorEntry* entry) {
+  const size_t p = static_cast<size_t>(position);
+  if (p >= hit_entries_.size()) {
+    hit_entries_.resize(std::max(p + 1, hit_entries_.size() * 2), nullptr);
+    hit_words_.resize((hit_entries_.size() + 63) / 64, 0);
+  }
+  if (!hit_entries_[p]) ++hit_count_;
+  hit_entries_[p] = entry;
+  hit_words_[p / 64] |= 1ull << (p % 64);
+}
+
+TensorEntry* Controller::hit_at(int position) const {
+  const size_t p = static_cast<size_t>(position);
+  return p < hit_entries_.size() ? hit_entries_[p] : nullptr;
+}
+
+TensorEntry* Controller::drop_hit(int position) {
+  TensorEntry* entry = hit_at(position);
+  if (!entry) return nullptr;
+  const size_t p = static_cast<size_t>(position);
+  hit_entries_[p] = nullptr;
+  hit_words_[p / 64] &= ~(1ull << (p % 64));
+  --hit_count_;
+  return entry;
+}
+
+void Controller::clear_hits() {
+  std::fill(hit_entries_.begin(), hit_entries_.end(), nullptr);
+  std::fill(hit_words_.begin(), hit_words_.end(), 0);
+  hit_count_ = 0;
+}
+
+void Controller::update_outsiders(size_t words) {
+  const uint64_t generation = cache_.generation(), version = sets_.version();
+  if (outsider_words_.size() == words && generation == outsider_generation_ && version == outsider_sets_version_)
+    return;
+  outsider_generation_ = generation;
+  outsider_sets_version_ = version;
+  outsider_words_.assign(words, 0);
+  for (size_t p = 0; p < cache_.occupied_end(); ++p) {
+    const int position = static_cast<int>(p);
+    if (!cache_.occupied(position)) continue;
+    const int32_t set = cache_.at(position).process_set;
+    if (set != 0 && member_index(set) < 0) outsider_words_[p / 64] |= 1ull << (p % 64);
+  }
+}
+
 bool Controller::stalled_hit(const TensorEntry& entry, Clock::time_point now) const {
   double limit = 0;  // the shortest of the limits that are on
   for (double l : {config_.stall_warning_seconds, config_.stall_shutdown_seconds, config_.desync_timeout_seconds}) {
@@ -183,11 +250,7 @@ void Controller::remember(const std::vector<Response>& responses) {
     int displaced = -1;
     cache_.put(r, &displaced);
     if (displaced < 0) continue;
-    auto hit = hits_.find(displaced);
-    if (hit != hits_.end()) {
-      resend_.push_back(pending_.at(hit->second).request);
-      hits_.erase(hit);
-    }
+    if (TensorEntry* hit = drop_hit(displaced)) resend_.push_back(hit->request);
   }
 }
 
@@ -444,8 +507,8 @@ void Controller::return_pending(TensorEntry&& entry) {
 std::vector<TensorEntry> Controller::take_all_pending() {
   std::vector<TensorEntry> out;
   for (auto& kv : pending_) out.push_back(std::move(kv.second));
+  clear_hits();
   pending_.clear();
-  hits_.clear();
   return out;
 }
 

@@ -87,9 +87,25 @@ class Controller {
   EagerLayout eager_;
   std::vector<uint64_t> bits_;  // the exchanged words: flags, conflict bits, ready bits, eager region
 
-  std::unordered_map<std::string, TensorEntry> pending_;  // by entry_key
-  std::map<int, std::string> hits_;                       // cache position -> pending key, awaiting readiness
-  std::vector<Request> resend_;                           // hits whose cache entry was displaced
+  // Hits are kept by cache position as bit words, so that a cycle's votes are built and read a word (64
+  // positions) at a time, whatever the number of tensors in flight.
+  void add_hit(int position, TensorEntry* entry);
+  TensorEntry* hit_at(int position) const;  // this rank's entry awaiting at position, or nullptr
+  TensorEntry* drop_hit(int position);      // the same, no longer awaiting
+  void clear_hits();
+  // Positions this rank votes yes for without submitting: cached tensors of process sets it is not in. Recomputed
+  // only when the cache's contents or the process sets change.
+  void update_outsiders(size_t words);
+
+  std::unordered_map<std::string, TensorEntry> pending_;  // by entry_key; node-based: entries never move
+  std::vector<uint64_t> hit_words_;                       // bit p: this rank's hit at cache position p awaits
+  std::vector<TensorEntry*> hit_entries_;                 // by position: that hit's entry in pending_
+  size_t hit_count_ = 0;
+  std::vector<uint64_t> outsider_words_;
+  uint64_t outsider_generation_ = ~0ull;
+  uint64_t outsider_sets_version_ = ~0ull;
+  Clock::time_point last_hit_stall_check_;
+  std::vector<Request> resend_;  // hits whose cache entry was displaced
   bool joined_ = false;
 
   // Coordinator state (rank 0 only).

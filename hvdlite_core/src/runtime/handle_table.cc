@@ -20,4 +20,9 @@ void HandleTable::release(int64_t id) {
   states_.erase(id);
 }
 
+void HandleTable::release_many(const int64_t* ids, int32_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int32_t i = 0; i < count; ++i) states_.erase(ids[i]);
+}
+
 }  // namespace hvdlite

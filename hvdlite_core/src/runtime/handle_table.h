@@ -15,6 +15,7 @@ class HandleTable {
   int64_t add(std::shared_ptr<HandleState> state);
   std::shared_ptr<HandleState> get(int64_t id);
   void release(int64_t id);
+  void release_many(const int64_t* ids, int32_t count);  // under one lock
 
  private:
   std::mutex mutex_;

@@ -34,12 +34,15 @@ int ProcessSetRegistry::add(const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> lock(mutex_);
   int id = next_id_++;
   sets_[id].reset(new Communicator(mesh_, config_, ranks));
+  version_.fetch_add(1, std::memory_order_release);
   return id;
 }
 
 bool ProcessSetRegistry::remove(int id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return id != 0 && sets_.erase(id) > 0;
+  bool removed = id != 0 && sets_.erase(id) > 0;
+  if (removed) version_.fetch_add(1, std::memory_order_release);
+  return removed;
 }
 
 std::vector<int> ProcessSetRegistry::ids() {

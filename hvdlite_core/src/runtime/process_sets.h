@@ -2,6 +2,8 @@
 // only on the background thread, in negotiated order, so ids agree on every rank; readers on other threads
 // (rank lists for the Python side) take the lock.
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +23,8 @@ class ProcessSetRegistry {
   int add(const std::vector<int>& ranks);
   bool remove(int id);
   std::vector<int> ids();
+  // Changes whenever a set is added or removed: what is derived from membership is recomputed only then.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
   Mesh* mesh_;
@@ -28,6 +32,7 @@ class ProcessSetRegistry {
   std::mutex mutex_;
   std::map<int, std::unique_ptr<Communicator>> sets_;
   int next_id_ = 1;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace hvdlite

@@ -2,15 +2,22 @@
 
 #include <algorithm>
 
+#include "runtime/entry.h"
+
 namespace hvdlite {
 
-ResponseCache::ResponseCache(size_t capacity) : slots_(capacity), recency_pos_(capacity) {}
+ResponseCache::ResponseCache(size_t capacity) : capacity_(capacity) {}
 
-std::string ResponseCache::key(int32_t process_set, const std::string& name) {
-  return std::to_string(process_set) + "/" + name;
+int ResponseCache::lowest_free() const {
+  if (!free_.empty()) return *free_.begin();
+  if (slots_.size() < capacity_) return static_cast<int>(slots_.size());
+  return -1;
 }
 
+std::string ResponseCache::key(int32_t process_set, const std::string& name) { return entry_key(process_set, name); }
+
 ResponseCache::Lookup ResponseCache::lookup(const Request& request, int member_index, int* position) const {
+  if (by_key_.empty()) return Lookup::kMiss;
   auto it = by_key_.find(key(request.process_set, request.name));
   if (it == by_key_.end()) return Lookup::kMiss;
   *position = it->second;
@@ -26,18 +33,17 @@ int ResponseCache::put(const Response& response, int* displaced) {
     position = it->second;
     *displaced = position;
   } else {
-    position = -1;
-    for (size_t i = 0; i < slots_.size(); ++i) {  // lowest free position: deterministic on every rank
-      if (!slots_[i]) {
-        position = static_cast<int>(i);
-        break;
-      }
-    }
+    position = lowest_free();  // deterministic on every rank
     if (position < 0) {
       position = recency_.back();
       *displaced = position;
       erase(position);
     }
+    if (static_cast<size_t>(position) == slots_.size()) {
+      slots_.emplace_back();
+      recency_pos_.emplace_back();
+    }
+    free_.erase(position);
     by_key_[k] = position;
     recency_.push_front(position);
     recency_pos_[position] = recency_.begin();
@@ -50,16 +56,17 @@ int ResponseCache::put(const Response& response, int* displaced) {
 }
 
 void ResponseCache::erase(int position) {
-  if (!slots_[position]) return;
+  if (!occupied(position)) return;
   by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
   recency_.erase(recency_pos_[position]);
   slots_[position].reset();
+  free_.insert(position);
   ++generation_;
   while (occupied_end_ > 0 && !slots_[occupied_end_ - 1]) --occupied_end_;
 }
 
 void ResponseCache::touch(int position) {
-  if (!slots_[position]) return;
+  if (!occupied(position)) return;
   recency_.splice(recency_.begin(), recency_, recency_pos_[position]);
 }
 

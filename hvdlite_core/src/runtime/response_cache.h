@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,7 +21,7 @@ namespace hvdlite {
 class ResponseCache {
  public:
   explicit ResponseCache(size_t capacity);
-  size_t capacity() const { return slots_.size(); }
+  size_t capacity() const { return capacity_; }
   // One past the highest occupied position (0 when empty): negotiation exchanges bits only up to it, and
   // scanning a 1024-slot cache for it on every cycle cost a microsecond of an 8-byte allreduce.
   size_t occupied_end() const { return occupied_end_; }
@@ -32,7 +33,9 @@ class ResponseCache {
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
   // parameters (the entry must be invalidated everywhere). member_index: the submitter's index in the set.
   Lookup lookup(const Request& request, int member_index, int* position) const;
-  bool occupied(int position) const { return slots_[position] != nullptr; }
+  bool occupied(int position) const {
+    return static_cast<size_t>(position) < slots_.size() && slots_[position] != nullptr;
+  }
   const Response& at(int position) const { return *slots_[position]; }
   const std::shared_ptr<const Response>& shared_at(int position) const { return slots_[position]; }
   // Inserts (or replaces the entry of the same name); returns the position. *displaced is the position whose
@@ -43,9 +46,13 @@ class ResponseCache {
 
  private:
   static std::string key(int32_t process_set, const std::string& name);
+  // The lowest free position: below the high-water mark from free_, else the next never-used one, else -1.
+  int lowest_free() const;
+  size_t capacity_;
   // Shared: an eager result holds its response through the rest of the cycle, after the cycle's puts may have
-  // replaced the slot.
+  // replaced the slot. Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
   std::vector<std::shared_ptr<const Response>> slots_;
+  std::set<int> free_;  // empty positions below slots_.size()
   std::unordered_map<std::string, int> by_key_;
   std::list<int> recency_;  // front: most recently used
   std::vector<std::list<int>::iterator> recency_pos_;

@@ -34,9 +34,12 @@ std::string describe_groups(const std::vector<Request>& requests,
   return out.str();
 }
 
-bool all_equal(const std::vector<Request>& requests, const std::function<std::string(const Request&)>& show) {
-  std::string first = show(requests.front());
-  return std::all_of(requests.begin(), requests.end(), [&](const Request& q) { return show(q) == first; });
+using Show = std::function<std::string(const Request&)>;
+using Same = std::function<bool(const Request&, const Request&)>;
+
+bool all_equal(const std::vector<Request>& requests, const Same& same) {
+  const Request& first = requests.front();
+  return std::all_of(requests.begin(), requests.end(), [&](const Request& q) { return same(first, q); });
 }
 
 Response error_response(const Request& first, StatusCode code, const std::string& message) {
@@ -47,6 +50,16 @@ std::string number(double v) {
   std::ostringstream s;
   s << v;
   return s.str();
+}
+
+bool same_shape(const Request& a, const Request& b) { return a.shape == b.shape; }
+
+// Factors agree as the error message would print them (six significant digits), as they always have.
+bool same_factor(double a, double b) { return a == b || number(a) == number(b); }
+
+bool same_trailing_shape(const Request& a, const Request& b) {
+  if (a.shape.size() != b.shape.size()) return false;
+  return a.shape.empty() || std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
 }
 
 std::string trailing_shape(const Request& q) {
@@ -62,39 +75,53 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   std::string subject = "tensor '" + first.name + "'" +
                         (first.process_set != 0 ? " (process set " + std::to_string(first.process_set) + ")" : "");
 
+  // Each field is compared as it is; it is put into words only when it differs (formatting every field of every
+  // request cost more than the rest of negotiating a tensor).
   struct Check {
     const char* what;
-    std::function<std::string(const Request&)> show;
+    Same same;
+    Show show;
   };
-  std::vector<Check> checks = {
-      {"collective operations", [](const Request& q) { return std::string(op_name(q.op)); }}};
-  bool ops_agree = all_equal(requests, checks[0].show);
+  std::vector<Check> checks = {{"collective operations",
+                                [](const Request& a, const Request& b) { return a.op == b.op; },
+                                [](const Request& q) { return std::string(op_name(q.op)); }}};
+  bool ops_agree = all_equal(requests, checks[0].same);
   if (ops_agree) {
-    checks.push_back({"data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); }});
+    checks.push_back({"data types", [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
+                      [](const Request& q) { return std::string(dtype_name(q.dtype)); }});
     if (first.op != OpType::kBarrier && first.op != OpType::kJoin && first.op != OpType::kAddProcessSet &&
         first.op != OpType::kRemoveProcessSet) {
       checks.push_back({"tensor locations",
+                        [](const Request& a, const Request& b) { return a.on_device == b.on_device; },
                         [](const Request& q) { return std::string(q.on_device ? "CUDA memory" : "host memory"); }});
     }
     switch (first.op) {
       case OpType::kAllreduce:
       case OpType::kReducescatter:
-        checks.push_back({"shapes", [](const Request& q) { return shape_string(q.shape); }});
-        checks.push_back({"reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }});
-        checks.push_back({"prescale factors", [](const Request& q) { return number(q.prescale); }});
-        checks.push_back({"postscale factors", [](const Request& q) { return number(q.postscale); }});
+        checks.push_back({"shapes", same_shape, [](const Request& q) { return shape_string(q.shape); }});
+        checks.push_back({"reduce ops", [](const Request& a, const Request& b) { return a.reduce_op == b.reduce_op; },
+                          [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); }});
+        checks.push_back({"prescale factors",
+                          [](const Request& a, const Request& b) { return same_factor(a.prescale, b.prescale); },
+                          [](const Request& q) { return number(q.prescale); }});
+        checks.push_back({"postscale factors",
+                          [](const Request& a, const Request& b) { return same_factor(a.postscale, b.postscale); },
+                          [](const Request& q) { return number(q.postscale); }});
         break;
       case OpType::kBroadcast:
-        checks.push_back({"shapes", [](const Request& q) { return shape_string(q.shape); }});
-        checks.push_back({"root ranks", [](const Request& q) { return std::to_string(q.root_rank); }});
+        checks.push_back({"shapes", same_shape, [](const Request& q) { return shape_string(q.shape); }});
+        checks.push_back({"root ranks", [](const Request& a, const Request& b) { return a.root_rank == b.root_rank; },
+                          [](const Request& q) { return std::to_string(q.root_rank); }});
         break;
       case OpType::kAllgather:
       case OpType::kAlltoall:
-        checks.push_back({"shapes beyond the first dimension", trailing_shape});
+        checks.push_back({"shapes beyond the first dimension", same_trailing_shape, trailing_shape});
         break;
       case OpType::kAddProcessSet:
       case OpType::kRemoveProcessSet:
-        checks.push_back({"process set arguments", [](const Request& q) {
+        checks.push_back({"process set arguments",
+                          [](const Request& a, const Request& b) { return a.ranks == b.ranks; },
+                          [](const Request& q) {
                             std::ostringstream s;
                             for (int32_t r : q.ranks) s << r << " ";
                             return s.str();
@@ -105,7 +132,7 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
     }
   }
   for (const Check& check : checks) {
-    if (!all_equal(requests, check.show)) {
+    if (!all_equal(requests, check.same)) {
       return error_response(first, StatusCode::kMismatch,
                             std::string("Mismatched ") + check.what + " for " + subject + ": " +
                                 describe_groups(requests, check.show) + ".");
