@@ -145,6 +145,7 @@ def _handle_out():
 _enqueue = lib.hvdlite_enqueue  # bound once: a cffi attribute lookup costs 0.1 us a call
 _enqueue_and_wait = lib.hvdlite_enqueue_and_wait
 _wait_release = lib.hvdlite_wait_release
+_enqueue_batch = lib.hvdlite_enqueue_batch
 
 
 def submit(key: tuple) -> int:
@@ -201,48 +202,44 @@ def run_prepared(entry: tuple, keep_alive) -> None:
     wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
 
 
-class PreparedBatch:
-    """A fixed list of named operations submitted again and again, each on the same buffers or on others of the
-    same size (a DistributedOptimizer's gradients, step after step). The C requests are built once, as one
-    array in which only the buffer addresses change; a step queues any subset of them, together or one at a time,
-    and waits for all of them in one call. Nothing per operation is built, hashed or handed to the garbage
-    collector while it is in flight.
+def gather_bytes(destination: int, sources: Sequence[int], nbytes) -> None:
+    """Packs len(sources) buffers, nbytes[i] bytes each (a list or a cffi int64_t array), one after another at the
+    address destination: many small tensors into one flat buffer at memcpy speed."""
+    check(lib.hvdlite_gather_bytes(ffi.cast("void*", destination), sources, nbytes, len(sources)))
 
-    requests: request()'s tuples, named, without splits, in place (input = output)."""
+
+def scatter_bytes(source: int, destinations: Sequence[int], nbytes) -> None:
+    """The reverse of gather_bytes: unpacks the flat buffer at source into the buffers at destinations."""
+    check(lib.hvdlite_scatter_bytes(ffi.cast("void*", source), destinations, nbytes, len(destinations)))
+
+
+class PreparedBatch:
+    """A fixed list of named in-place operations submitted again and again, each on the same buffers or on others
+    of the same size (a DistributedOptimizer's gradients, step after step). The C requests are built once; a step
+    queues any subset of them, together or one at a time, passing only their indices and buffer addresses
+    (hvdlite_enqueue_batch), and waits for all of them in one call. Nothing per operation is built, hashed or
+    handed to the garbage collector while it is in flight.
+
+    requests: request()'s tuples, named, without splits; their buffer addresses are only placeholders."""
 
     def __init__(self, requests: Sequence[tuple]):
         self.count = len(requests)
         self._structs = ffi.new("hvdlite_request[]", max(1, self.count))
         self._buffers = [_fill(self._structs[i], r) for i, r in enumerate(requests)]
-        self._pointers = [r[4] for r in requests]
         self._handles = ffi.new("int64_t[]", max(1, self.count))
-        self._order = ffi.new("hvdlite_request[]", max(1, self.count))  # a subset, in the order it is queued
         self._queued: List[int] = []  # core handles of this step, in the order queued
-
-    def _point(self, index: int, pointer: int) -> None:
-        if pointer != self._pointers[index]:
-            self._pointers[index] = pointer
-            address = ffi.cast("void*", pointer)
-            self._structs[index].input = address
-            self._structs[index].output = address
 
     def submit_one(self, index: int, pointer: int) -> None:
         """Queues operation index on the buffer at pointer (as soon as it is ready, e.g. during backward)."""
-        self._point(index, pointer)
-        handle = _handle_out()
-        check(_enqueue(self._structs + index, handle))
-        self._queued.append(handle[0])
+        check(_enqueue_batch(self._structs, [index], [pointer], 1, self._handles))
+        self._queued.append(self._handles[0])
 
     def submit_many(self, indices: Sequence[int], pointers: Sequence[int]) -> None:
         """Queues the operations at indices on those buffers, in that order, atomically (all or none)."""
         count = len(indices)
-        if count == 0:
-            return
-        for slot, (index, pointer) in enumerate(zip(indices, pointers)):
-            self._point(index, pointer)
-            self._order[slot] = self._structs[index]
-        check(lib.hvdlite_enqueue_many(self._order, count, self._handles))
-        self._queued.extend(self._handles[0:count])
+        if count:
+            check(_enqueue_batch(self._structs, indices, pointers, count, self._handles))
+            self._queued += ffi.unpack(self._handles, count)
 
     def wait_all(self) -> None:
         """Waits for every operation queued since the last wait_all; raises the first error after all finished.

@@ -35,12 +35,13 @@ import torch
 from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
-from hvdlite.torch import gradient_reducers, mpi_ops
+from hvdlite.torch import core_ops, gradient_buckets, gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
 from hvdlite.torch.staleness import BoundedStaleness
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
+_BATCHED = ("batched",)  # a gradient in the gradient buckets (_hvd_buckets), finished in place by their wait()
 
 
 def cores_saturated_by_compute(local_size: int, torch_threads: int) -> bool:
@@ -160,6 +161,9 @@ class _DistributedOptimizer:
         self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
+        self._hvd_buckets = None  # gradient_buckets.GradientBuckets, built at the first step that can use them
+        self._hvd_buckets_set = None  # the process set id they were built for
+        self._hvd_sparse_ids = set()  # parameters whose gradients came sparse: reduced on their own
         self._hvd_synchronized = False
         self._hvd_should_synchronize = True
         self._hvd_group_of: Dict[int, int] = {}
@@ -205,20 +209,27 @@ class _DistributedOptimizer:
         return self.local_sgd is not None and not self.local_sgd.synchronous_now()
 
     def _hvd_on_grad(self, p: torch.Tensor) -> None:
-        if self._hvd_stepping_locally():
+        # Runs once per parameter per backward pass: the common case takes a few dictionary operations.
+        if self.local_sgd is not None and self._hvd_stepping_locally():
             return
         key = id(p)
-        if key in self._hvd_handles:
+        handles = self._hvd_handles
+        if key in handles:
             raise AssertionError(
                 "Gradients were computed more than backward_passes_per_step times before call to "
                 "step(). Increase backward_passes_per_step to accumulate gradients locally."
             )
-        self._hvd_passes_left[key] -= 1
-        if self._hvd_passes_left[key] > 0:
+        passes_left = self._hvd_passes_left
+        left = passes_left[key] - 1
+        passes_left[key] = left
+        if left > 0:
             return
-        group = self._hvd_group_of.get(key)
+        group = self._hvd_group_of.get(key) if self._hvd_group_of else None
         if group is None:
-            self._hvd_submit(p)
+            if self._hvd_overlap or self.gradient_reducer is not None:
+                self._hvd_submit(p)
+            else:
+                handles[key] = _DEFERRED  # submitted by synchronize(), in this order
             return
         ready = self._hvd_group_ready[group]
         ready.append(p)
@@ -242,9 +253,43 @@ class _DistributedOptimizer:
             self._hvd_handles[id(p)] = _DEFERRED
             return
         try:
-            self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
+            buckets = self._hvd_bucketed()
+            if buckets is not None and buckets.covers(p) and buckets.ready(p):
+                self._hvd_handles[id(p)] = _BATCHED
+            else:
+                self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
         except Exception as e:  # noqa: BLE001 - hvdlite stopped (a peer failed): synchronize() raises it, so
             self._hvd_handles[id(p)] = ("failed", e)  # backward completes and the step ends cleanly
+
+    # The plain case (host gradients reduced as they are, no compression or reducer) goes through gradient buckets
+    # (gradient_buckets.py): a step is a few prepared operations, queued and waited for in one call each. Anything
+    # else, and any gradient that does not fit the buckets' layout, takes _hvd_reduce_async, one at a time.
+
+    def _hvd_bucketed(self):
+        """The gradient buckets, built at the first step that can use them; None where the plain case does not
+        hold."""
+        buckets = self._hvd_buckets
+        # Built between steps only: once a step has queued through them, they serve it to its end (a stale
+        # layout hands what does not fit back to be reduced alone, and _hvd_end_step drops it).
+        if buckets is None or (
+            self._hvd_buckets_set != self._hvd_process_set.process_set_id
+            and not any(pending is _BATCHED for pending in self._hvd_handles.values())
+        ):
+            if self.gradient_reducer is not None or self._hvd_compression is not Compression.none:
+                return None
+            if not all(p.is_cpu for p in self._hvd_params):
+                return None
+            prescale, postscale = self._hvd_scale_factors(self._hvd_op, self._hvd_predivide)
+            op, process_set = self._hvd_op, self._hvd_process_set
+
+            def request_for(tensor, name):
+                return core_ops._allreduce_request(tensor, tensor, name, op, prescale, postscale, process_set)
+
+            sparse = self._hvd_sparse_ids
+            dense = [p for p in self._hvd_params if id(p) not in sparse and (p.grad is None or not p.grad.is_sparse)]
+            buckets = self._hvd_buckets = gradient_buckets.GradientBuckets(dense, self._hvd_names, request_for)
+            self._hvd_buckets_set = process_set.process_set_id
+        return buckets
 
     def _hvd_reduce_async(self, p: torch.Tensor) -> tuple:
         name = self._hvd_names[id(p)]
@@ -335,18 +380,39 @@ class _DistributedOptimizer:
         errors = []
         began = time.perf_counter()
         try:
-            for key, pending in self._hvd_handles.items():
-                if pending is _DEFERRED:
-                    self._hvd_handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
-            for p in self._hvd_params:
-                if id(p) not in self._hvd_handles:
-                    self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
+            handles = self._hvd_handles
+            for p in self._hvd_params:  # no gradient on this rank this step: contribute zeros so others do not wait
+                if id(p) not in handles:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    handles[id(p)] = _DEFERRED
+            buckets = self._hvd_bucketed()
+            if buckets is not None:
+                # Everything not queued during backward, through the buckets in one call; what does not fit them
+                # one by one. Bucketed gradients are finished in place by buckets.wait().
+                for p in buckets.submit_rest():
+                    handles[id(p)] = self._hvd_reduce_async(p)
+                for key, pending in handles.items():
+                    if pending is _DEFERRED:
+                        p = self._hvd_param_of[key]
+                        handles[key] = _BATCHED if buckets.covers(p) else self._hvd_reduce_async(p)
+            else:  # in the order backward produced them
+                for key, pending in handles.items():
+                    if pending is _DEFERRED:
+                        handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
         except Exception as e:  # noqa: BLE001 - e.g. hvdlite stopped after a peer failed: still end the step
             errors.append(e)
-        for p in self._hvd_params:
+        if self._hvd_buckets is not None:
+            try:
+                self._hvd_buckets.wait()
+            except Exception as e:  # noqa: BLE001 - the first error is raised once every gradient is done
+                errors.append(e)
+        # What did not go through the batch is finished one by one (usually nothing).
+        unbatched = any(pending is not _BATCHED for pending in self._hvd_handles.values())
+        for p in self._hvd_params if unbatched else ():
             pending = self._hvd_handles.get(id(p))
-            if pending is None or pending is _DEFERRED:  # never submitted: the submission error above says why
-                continue
+            if pending is None or pending is _DEFERRED or pending is _BATCHED:  # not submitted (the error above
+                continue  # says why), or finished in place through the batch
             if pending[0] == "failed":
                 errors.append(pending[1])
                 continue
@@ -366,8 +432,11 @@ class _DistributedOptimizer:
         self._hvd_handles.clear()
         for group in self._hvd_group_ready.values():
             group.clear()
-        for p in self._hvd_params:
-            self._hvd_passes_left[id(p)] = self._hvd_passes
+        self._hvd_passes_left = dict.fromkeys(self._hvd_param_of, self._hvd_passes)
+        if self._hvd_buckets is not None and self._hvd_buckets.stale:
+            # A parameter changed its layout or gave a sparse gradient: the next step lays them out anew.
+            self._hvd_sparse_ids |= self._hvd_buckets.sparse
+            self._hvd_buckets = None
         self._hvd_synchronized = True
 
     def _hvd_synchronize_with_reducer(self) -> None:

@@ -118,6 +118,16 @@ int hvdlite_size(void);
 int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out);
 /* Queues count operations atomically: all are validated first and either all are queued or none. */
 int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out);
+/* Queues count in-place operations made from prepared requests, atomically as hvdlite_enqueue_many: operation i is
+ * templates[indices[i]] on the buffer at address buffers[i] (its input and output). A caller that submits the same
+ * tensors step after step (an optimizer's gradients) builds the requests once and passes only where they are. */
+int hvdlite_enqueue_batch(const hvdlite_request* templates, const int32_t* indices, const uintptr_t* buffers,
+                          int32_t count, int64_t* handles_out);
+/* Packs count buffers (sources[i], nbytes[i] bytes each) one after another into destination, or unpacks
+ * source into them: how an adapter lays many small tensors into one flat buffer for a single operation and back,
+ * at memcpy speed. */
+int hvdlite_gather_bytes(void* destination, const uintptr_t* sources, const int64_t* nbytes, int32_t count);
+int hvdlite_scatter_bytes(const void* source, const uintptr_t* destinations, const int64_t* nbytes, int32_t count);
 /* 1 when the operation finished (successfully or not), 0 while pending, negative for an unknown handle. */
 int hvdlite_poll(int64_t handle);
 /* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/mpi_backend.h"
+#include "common/copy_bytes.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "gpu/cuda_api.h"
@@ -175,6 +176,52 @@ HVDLITE_EXPORT int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t
     }
     return report(rt->enqueue(requests, count, handles_out));
   });
+}
+
+HVDLITE_EXPORT int hvdlite_enqueue_batch(const hvdlite_request* templates, const int32_t* indices,
+                                         const uintptr_t* buffers, int32_t count, int64_t* handles_out) {
+  return guarded([&] {
+    auto rt = runtime_or_null();
+    if (!rt) return not_initialized();
+    if (count < 0 || (count > 0 && (!templates || !indices || !buffers || !handles_out))) {
+      return fail(StatusCode::kInvalidArgument, "invalid batch");
+    }
+    std::vector<hvdlite_request> requests;
+    requests.reserve(static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) {
+      hvdlite_request r = templates[indices[i]];
+      r.input = reinterpret_cast<const void*>(buffers[i]);
+      r.output = reinterpret_cast<void*>(buffers[i]);
+      requests.push_back(r);
+    }
+    return report(rt->enqueue(requests.data(), count, handles_out));
+  });
+}
+
+HVDLITE_EXPORT int hvdlite_gather_bytes(void* destination, const uintptr_t* sources, const int64_t* nbytes,
+                                        int32_t count) {
+  if (count < 0 || (count > 0 && (!destination || !sources || !nbytes))) {
+    return fail(StatusCode::kInvalidArgument, "invalid gather");
+  }
+  char* out = static_cast<char*>(destination);
+  for (int32_t i = 0; i < count; ++i) {
+    copy_bytes(out, reinterpret_cast<const void*>(sources[i]), static_cast<size_t>(nbytes[i]));
+    out += nbytes[i];
+  }
+  return HVDLITE_OK;
+}
+
+HVDLITE_EXPORT int hvdlite_scatter_bytes(const void* source, const uintptr_t* destinations, const int64_t* nbytes,
+                                         int32_t count) {
+  if (count < 0 || (count > 0 && (!source || !destinations || !nbytes))) {
+    return fail(StatusCode::kInvalidArgument, "invalid scatter");
+  }
+  const char* in = static_cast<const char*>(source);
+  for (int32_t i = 0; i < count; ++i) {
+    copy_bytes(reinterpret_cast<void*>(destinations[i]), in, static_cast<size_t>(nbytes[i]));
+    in += nbytes[i];
+  }
+  return HVDLITE_OK;
 }
 
 HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {

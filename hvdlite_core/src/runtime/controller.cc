@@ -77,13 +77,12 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
     ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
-    if (cache_enabled_ && q.cacheable) found = cache_.lookup(q, member_index(q.process_set), &position);
+    if (cache_enabled_ && q.cacheable) found = cache_.lookup(entry.key, q, member_index(q.process_set), &position);
     if (found != ResponseCache::Lookup::kHit) {
       if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
       requests.push_back(q);
     }
-    std::string key = entry_key(q.process_set, q.name);
-    TensorEntry* placed = &pending_.emplace(std::move(key), std::move(entry)).first->second;
+    TensorEntry* placed = keep_pending(std::move(entry));
     if (found == ResponseCache::Lookup::kHit) add_hit(position, placed);
   }
   fresh.clear();
@@ -491,22 +490,30 @@ void Controller::report_stalls(std::vector<Response>& out) {
   arrival_order_.swap(keep);
 }
 
+TensorEntry* Controller::keep_pending(TensorEntry&& entry) {
+  // The entry's key moves into the table and back out in take_pending: no copy of it on the way.
+  std::string key = std::move(entry.key);
+  return &pending_.emplace(std::move(key), std::move(entry)).first->second;
+}
+
 bool Controller::take_pending(const Response& response, TensorEntry* out) {
-  auto it = pending_.find(entry_key(response.process_set, response.name));
+  entry_key_into(key_scratch_, response.process_set, response.name);
+  auto it = pending_.find(key_scratch_);
   if (it == pending_.end()) return false;
-  *out = std::move(it->second);
-  pending_.erase(it);
+  auto node = pending_.extract(it);
+  *out = std::move(node.mapped());
+  out->key = std::move(node.key());
   return true;
 }
 
-void Controller::return_pending(TensorEntry&& entry) {
-  std::string key = entry_key(entry.request.process_set, entry.request.name);
-  pending_.emplace(std::move(key), std::move(entry));
-}
+void Controller::return_pending(TensorEntry&& entry) { keep_pending(std::move(entry)); }
 
 std::vector<TensorEntry> Controller::take_all_pending() {
   std::vector<TensorEntry> out;
-  for (auto& kv : pending_) out.push_back(std::move(kv.second));
+  for (auto& kv : pending_) {
+    out.push_back(std::move(kv.second));
+    out.back().key = kv.first;
+  }
   clear_hits();
   pending_.clear();
   return out;

@@ -105,7 +105,9 @@ class Controller {
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
   Clock::time_point last_hit_stall_check_;
-  std::vector<Request> resend_;  // hits whose cache entry was displaced
+  std::vector<Request> resend_;                    // hits whose cache entry was displaced
+  std::string key_scratch_;                        // take_pending's key, reused
+  TensorEntry* keep_pending(TensorEntry&& entry);  // into pending_, under its key; the stored entry
   bool joined_ = false;
 
   // Coordinator state (rank 0 only).

@@ -46,17 +46,23 @@ struct TensorEntry {
                                 // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
   Clock::time_point enqueued;  // set by Runtime::enqueue, for the timeline and the stall checks
+  std::string key;             // entry_key(process set, name), set once when queued (TensorQueue::push)
 };
 
-// The key of an in-flight tensor, built three times per operation: one allocation at most, no formatting
-// machinery (std::to_string and operator+ made a temporary per part; snprintf cost more than all of them).
-inline std::string entry_key(int32_t process_set, const std::string& name) {
+// The key of an in-flight tensor: "<process set>/<name>". Built once when the tensor is queued and carried with
+// it (TensorEntry::key); lookups from a response write it into a reused buffer, so that a cached tensor's steady
+// state allocates no string. No formatting machinery (snprintf cost more than the rest of the bookkeeping).
+inline void entry_key_into(std::string& key, int32_t process_set, const std::string& name) {
   char prefix[16];
   char* end = std::to_chars(prefix, prefix + sizeof prefix - 1, process_set).ptr;
   *end++ = '/';
+  key.assign(prefix, end).append(name);
+}
+
+inline std::string entry_key(int32_t process_set, const std::string& name) {
   std::string key;
-  key.reserve(static_cast<size_t>(end - prefix) + name.size());
-  key.append(prefix, end).append(name);
+  key.reserve(name.size() + 4);
+  entry_key_into(key, process_set, name);
   return key;
 }
 

@@ -264,10 +264,9 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   }
   double post = effective_postscale(head, comm->size());
   for (size_t i = 0; i < group.size(); ++i) {
-    if (!have[i]) continue;
-    copy_scaled(head.dtype, entries[i].output, buffer + offsets[i] * esize, counts[i], post);
-    queue_.finish(entries[i], Status::Ok());
+    if (have[i]) copy_scaled(head.dtype, entries[i].output, buffer + offsets[i] * esize, counts[i], post);
   }
+  queue_.finish_group(entries, have, Status::Ok());
 }
 
 void Executor::run_on_device(const std::vector<const Response*>& group) {

@@ -9,6 +9,14 @@ int64_t HandleTable::add(std::shared_ptr<HandleState> state) {
   return id;
 }
 
+void HandleTable::add_many(const std::vector<std::shared_ptr<HandleState>>& states, int64_t* ids_out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < states.size(); ++i) {
+    ids_out[i] = next_id_++;
+    states_[ids_out[i]] = states[i];
+  }
+}
+
 std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = states_.find(id);

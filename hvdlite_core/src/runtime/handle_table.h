@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/entry.h"
 
@@ -13,6 +14,7 @@ namespace hvdlite {
 class HandleTable {
  public:
   int64_t add(std::shared_ptr<HandleState> state);
+  void add_many(const std::vector<std::shared_ptr<HandleState>>& states, int64_t* ids_out);  // under one lock
   std::shared_ptr<HandleState> get(int64_t id);
   void release(int64_t id);
   void release_many(const int64_t* ids, int32_t count);  // under one lock

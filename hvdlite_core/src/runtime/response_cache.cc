@@ -18,7 +18,13 @@ std::string ResponseCache::key(int32_t process_set, const std::string& name) { r
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& request, int member_index, int* position) const {
   if (by_key_.empty()) return Lookup::kMiss;
-  auto it = by_key_.find(key(request.process_set, request.name));
+  return lookup(key(request.process_set, request.name), request, member_index, position);
+}
+
+ResponseCache::Lookup ResponseCache::lookup(const std::string& key, const Request& request, int member_index,
+                                            int* position) const {
+  if (by_key_.empty()) return Lookup::kMiss;
+  auto it = by_key_.find(key);
   if (it == by_key_.end()) return Lookup::kMiss;
   *position = it->second;
   return slots_[it->second]->matches(request, member_index) ? Lookup::kHit : Lookup::kConflict;

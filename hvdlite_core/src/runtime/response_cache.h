@@ -33,6 +33,8 @@ class ResponseCache {
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
   // parameters (the entry must be invalidated everywhere). member_index: the submitter's index in the set.
   Lookup lookup(const Request& request, int member_index, int* position) const;
+  // The same with the request's key (entry_key) already built.
+  Lookup lookup(const std::string& key, const Request& request, int member_index, int* position) const;
   bool occupied(int position) const {
     return static_cast<size_t>(position) < slots_.size() && slots_[position] != nullptr;
   }

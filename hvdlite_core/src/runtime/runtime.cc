@@ -323,9 +323,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     release_events();
     return status;
   }
-  if (handles_out) {
-    for (int i = 0; i < count; ++i) handles_out[i] = handles_.add(states[i]);
-  }
+  if (handles_out) handles_.add_many(states, handles_out);
   if (states_out) *states_out = std::move(states);
   return Status::Ok();
 }

@@ -4,13 +4,17 @@ namespace hvdlite {
 
 Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed) {
   bool wake = false;
+  for (TensorEntry& entry : entries) {
+    if (!entry.request.name.empty()) entry_key_into(entry.key, entry.request.process_set, entry.request.name);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return closed_status_;
-    std::unordered_set<std::string> batch;  // only a grouped submission can repeat a name within itself
+    std::unordered_set<std::string_view> batch;  // only a grouped submission can repeat a name within itself
+    if (entries.size() > 1) batch.reserve(entries.size());
     for (const TensorEntry& entry : entries) {
       if (entry.request.name.empty()) continue;
-      std::string key = entry_key(entry.request.process_set, entry.request.name);
+      const std::string& key = entry.key;
       if (in_flight_.count(key) || (entries.size() > 1 && !batch.insert(key).second)) {
         return Status(
             StatusCode::kInvalidArgument,
@@ -19,10 +23,16 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
                 "; wait for it (synchronize) before reusing the name, or give the new one another name");
       }
     }
-    for (TensorEntry& entry : entries) {
-      if (entry.request.name.empty()) name_unnamed(entry);
-      in_flight_.insert(entry_key(entry.request.process_set, entry.request.name));
-      recent_.submitted(entry);
+    // Only the last few of a batch can be among the recent operations a report shows.
+    const size_t first_recent = entries.size() > RecentOps::kKept ? entries.size() - RecentOps::kKept : 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      TensorEntry& entry = entries[i];
+      if (entry.request.name.empty()) {
+        name_unnamed(entry);
+        entry_key_into(entry.key, entry.request.process_set, entry.request.name);
+      }
+      in_flight_.insert(entry.key);
+      if (i >= first_recent) recent_.submitted(entry);
       queue_.push_back(std::move(entry));
     }
     wake = wake_on_push_;
@@ -59,10 +69,25 @@ std::vector<TensorEntry> TensorQueue::drain() {
 void TensorQueue::finish(TensorEntry& entry, Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.erase(entry_key(entry.request.process_set, entry.request.name));
+    in_flight_.erase(entry.key);
     recent_.finished(entry, status.ok());
   }
   if (entry.handle) entry.handle->finish(std::move(status));
+}
+
+void TensorQueue::finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have,
+                               const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (!have[i]) continue;
+      in_flight_.erase(entries[i].key);
+      recent_.finished(entries[i], status.ok());
+    }
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (have[i] && entries[i].handle) entries[i].handle->finish(status);
+  }
 }
 
 std::string TensorQueue::recent_report(int rank) {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -30,6 +31,8 @@ class TensorQueue {
   std::vector<TensorEntry> drain();
   // Marks the entry's operation finished: frees its name and wakes its waiters.
   void finish(TensorEntry& entry, Status status);
+  // The same for the entries of a group whose have[i] is set, under one lock.
+  void finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have, const Status& status);
   void wake();
   bool empty();
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.

@@ -1,0 +1,222 @@
+"""Gradient buckets: how a DistributedOptimizer hands a step's gradients to the core in a few operations.
+
+Gradients smaller than the core's FUSION_TENSOR_LIMIT are copied into flat buffers, one dtype each and up to
+FUSION_THRESHOLD bytes, filled in reverse parameter order (the order backward usually produces them), as DDP's
+buckets are; each buffer is one named allreduce. Larger gradients are reduced where they lie, as the core would
+leave them unfused anyway. Every operation is prepared once (ops.PreparedBatch): a step queues them with their
+buffer addresses only and waits for all of them in one call. So a step of thousands of small parameters costs the
+core a handful of operations, and Python a few list operations and two C++ loops of copies per parameter, where
+one collective per parameter cost several microseconds each. The copies into and out of the buckets are the
+core's (hvdlite_gather_bytes and hvdlite_scatter_bytes), since torch's copies of many small CPU tensors pay a
+dispatch each.
+
+A bucket is queued as soon as all its gradients are final (during backward, when the optimizer reduces there) or
+all at once from synchronize(). Results are copied back into the gradients by wait().
+"""
+
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+from hvdlite.common import basics, ops
+
+
+def _core_setting(name: str, default: int) -> int:
+    for item in basics.build_info().split(";"):
+        key, _, value = item.partition("=")
+        if key == name:
+            try:
+                return int(value)
+            except ValueError:
+                break
+    return default
+
+
+class _Bucket:
+    def __init__(self, members: List[torch.Tensor], dtype: torch.dtype):
+        self.members = members  # parameters, in the order their gradients are laid out
+        numels = [p.numel() for p in members]
+        self.flat = torch.empty(sum(numels), dtype=dtype)
+        self.views = [v.view(p.shape) for v, p in zip(self.flat.split(numels), members)]
+        self.shapes = [p.shape for p in members]
+        self.dtypes = [p.dtype for p in members]
+        self.nbytes = ops.ffi.new("int64_t[]", [n * self.flat.element_size() for n in numels])
+        self.reset()
+
+    def reset(self) -> None:
+        self.waiting = len(self.members)  # gradients not yet final this step
+        self.grads = None  # this step's gradients, once copied into the bucket
+        self.refused: List[torch.Tensor] = []  # members that ready() refused: their owner reduces them alone
+
+    @property
+    def queued(self) -> bool:
+        return self.grads is not None
+
+    def fits(self, position: int, grad) -> bool:
+        # A parameter replaced since the layout was made (p.data = ...) or a sparse gradient does not fit.
+        return (
+            grad is not None
+            and not grad.is_sparse
+            and grad.dtype is self.dtypes[position]
+            and grad.shape == self.shapes[position]
+        )
+
+    def gradients(self):
+        """Every member's gradient (zeros where a rank has none this step), or None when one does not fit."""
+        grads = [p.grad for p in self.members]
+        for i, g in enumerate(grads):
+            if g is None:  # no gradient on this rank this step: contribute zeros so others do not wait
+                p = self.members[i]
+                g = grads[i] = p.grad = torch.zeros_like(p)
+        if [g.shape for g in grads] != self.shapes or [g.dtype for g in grads] != self.dtypes:
+            return None
+        if any(g.is_sparse for g in grads):
+            return None
+        return grads
+
+    def pack(self, grads: List[torch.Tensor]) -> None:
+        """Copies this step's gradients into the flat buffer."""
+        self.grads = grads
+        if all(g.is_contiguous() for g in grads):
+            ops.gather_bytes(self.flat.data_ptr(), [g.data_ptr() for g in grads], self.nbytes)
+        else:  # strided gradients (channels_last, say): torch copies them element by element
+            torch._foreach_copy_(self.views, grads)
+
+    def unpack(self) -> None:
+        """Copies the reduced flat buffer back into the gradients it was packed from."""
+        grads = self.grads
+        if all(g.is_contiguous() for g in grads):
+            ops.scatter_bytes(self.flat.data_ptr(), [g.data_ptr() for g in grads], self.nbytes)
+        else:
+            torch._foreach_copy_(grads, self.views)
+
+
+class GradientBuckets:
+    """The layout of every gradient of a list of parameters, and one step's exchange of them.
+
+    request_for(tensor, name) gives ops.request()'s tuple for an in-place allreduce of tensor under name. A
+    gradient that does not fit the layout (its parameter was replaced with another shape or dtype, it became
+    sparse) is handed back to the caller to reduce on its own, and the layout is marked stale for the caller to
+    build anew after the step (leaving out the parameters in .sparse)."""
+
+    def __init__(
+        self, params: Sequence[torch.Tensor], names: Dict[int, str], request_for: Callable[[torch.Tensor, str], tuple]
+    ):
+        limit = _core_setting("FUSION_TENSOR_LIMIT", 256 << 10)
+        capacity = max(limit, _core_setting("FUSION_THRESHOLD", 64 << 20))
+        self.buckets: List[_Bucket] = []
+        self.large: List[torch.Tensor] = []
+        open_members: Dict[torch.dtype, List[torch.Tensor]] = {}
+        open_bytes: Dict[torch.dtype, int] = {}
+        for p in reversed(list(params)):
+            nbytes = p.numel() * p.element_size()
+            if nbytes >= limit:
+                self.large.append(p)
+                continue
+            if open_bytes.get(p.dtype, 0) + nbytes > capacity:
+                self.buckets.append(_Bucket(open_members.pop(p.dtype), p.dtype))
+                open_bytes[p.dtype] = 0
+            open_members.setdefault(p.dtype, []).append(p)
+            open_bytes[p.dtype] = open_bytes.get(p.dtype, 0) + nbytes
+        for dtype, members in open_members.items():
+            self.buckets.append(_Bucket(members, dtype))
+        # id(p) -> (bucket index, position in it) for a small parameter; its batch index for a large one.
+        self._slot: Dict[int, tuple] = {
+            id(p): (i, position) for i, b in enumerate(self.buckets) for position, p in enumerate(b.members)
+        }
+        self._large_index: Dict[int, int] = {id(p): len(self.buckets) + i for i, p in enumerate(self.large)}
+        self._large_layout: Dict[int, tuple] = {id(p): (p.shape, p.dtype) for p in self.large}
+        self._large_param: Dict[int, torch.Tensor] = {id(p): p for p in self.large}
+        requests = [
+            request_for(b.flat, f"{names[id(b.members[0])]}.bucket{i}.{b.flat.dtype}.{len(b.members)}")
+            for i, b in enumerate(self.buckets)
+        ]
+        requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
+        self._batch = ops.PreparedBatch(requests)
+        self._large_queued: Dict[int, bool] = {}
+        self.stale = False
+        self.sparse = set()  # ids of parameters whose gradients came sparse: the next layout leaves them out
+
+    def covers(self, p: torch.Tensor) -> bool:
+        return id(p) in self._slot or id(p) in self._large_index
+
+    def ready(self, p: torch.Tensor) -> bool:
+        """p's gradient is final for this step: queues it (a large one) or its bucket once every member is ready.
+        False when the gradient does not fit: the caller reduces it on its own."""
+        key = id(p)
+        grad = p.grad
+        index = self._large_index.get(key)
+        if index is not None:
+            if not self._fits_large(key, grad):
+                return False
+            self._batch.submit_one(index, grad.data_ptr())
+            self._large_queued[key] = True
+            return True
+        i, position = self._slot[key]
+        bucket = self.buckets[i]
+        if not bucket.fits(position, grad):
+            bucket.refused.append(p)
+            self._note_misfit(p, grad)
+            return False
+        bucket.waiting -= 1
+        if bucket.waiting == 0 and not bucket.refused:
+            bucket.pack([m.grad for m in bucket.members])
+            self._batch.submit_one(i, bucket.flat.data_ptr())
+        return True
+
+    def _note_misfit(self, p: torch.Tensor, grad) -> None:
+        self.stale = True
+        if grad is not None and grad.is_sparse:
+            self.sparse.add(id(p))
+
+    def _fits_large(self, key: int, grad) -> bool:
+        shape, dtype = self._large_layout[key]
+        if grad is None or grad.is_sparse or grad.shape != shape or grad.dtype is not dtype:
+            self._note_misfit(self._large_param[key], grad)
+            return False
+        return grad.is_contiguous()  # a strided gradient goes on its own, as a contiguous copy
+
+    def submit_rest(self) -> List[torch.Tensor]:
+        """Queues every bucket and large gradient not queued yet this step, in one call (zeros for a parameter
+        without a gradient). Returns the parameters whose gradients the caller must reduce on its own."""
+        indices, pointers, alone = [], [], []
+        for i, bucket in enumerate(self.buckets):
+            if bucket.queued:
+                continue
+            grads = None if bucket.refused else bucket.gradients()
+            if grads is None:
+                self.stale = True
+                for p in bucket.members:
+                    if p.grad is not None and p.grad.is_sparse:
+                        self.sparse.add(id(p))
+                alone += [p for p in bucket.members if all(p is not r for r in bucket.refused)]
+                continue
+            bucket.pack(grads)
+            indices.append(i)
+            pointers.append(bucket.flat.data_ptr())
+        for p in self.large:
+            if id(p) in self._large_queued:
+                continue
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grad = p.grad
+            if not self._fits_large(id(p), grad):
+                alone.append(p)
+                continue
+            indices.append(self._large_index[id(p)])
+            pointers.append(grad.data_ptr())
+        self._batch.submit_many(indices, pointers)
+        return alone
+
+    def wait(self) -> None:
+        """Waits for everything queued this step, copies the buckets' results into the gradients and gets ready for
+        the next step; raises the first error once all have finished."""
+        try:
+            self._batch.wait_all()
+            for bucket in self.buckets:
+                if bucket.queued:
+                    bucket.unpack()
+        finally:
+            for bucket in self.buckets:
+                bucket.reset()
+            self._large_queued.clear()

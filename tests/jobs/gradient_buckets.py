@@ -1,0 +1,82 @@
+"""DistributedOptimizer's gradient buckets against a one-process reference, on a model that gives them every kind
+of gradient: small float32 and float64 ones (two buckets), a large one (reduced where it lies), a sparse one
+(reduced on its own), a strided one (channels_last), and one that only rank 0 uses (zeros elsewhere). Midway a
+parameter changes its shape in place on every rank, which the buckets' layout must notice. argv[1]: 1 to reduce
+during backward, 0 to reduce everything in step()."""
+
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hvdlite.torch as hvd
+
+hvd.init()
+torch.set_num_threads(1)
+rank, size = hvd.rank(), hvd.size()
+during_backward = sys.argv[1] == "1"
+assert size > 1
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.small = nn.Linear(6, 16)
+        self.float64 = nn.Parameter(torch.randn(16, dtype=torch.float64))
+        self.large = nn.Parameter(torch.randn(300, 300) * 0.05)  # 360 KB: over FUSION_TENSOR_LIMIT
+        self.embedding = nn.Embedding(10, 4, sparse=True)
+        self.conv = nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+        self.rank0_only = nn.Parameter(torch.randn(5))
+
+    def loss(self, step, r):
+        g = torch.Generator().manual_seed(100 * step + r)
+        x = torch.randn(4, 6, generator=g)
+        h = torch.tanh(self.small(x)).double() @ self.float64
+        h = h.float() + (torch.randn(4, 300, generator=g) @ self.large).mean(1)
+        h = h + self.embedding(torch.randint(0, 10, (4,), generator=g)).sum(1)
+        image = torch.randn(4, 3, 5, 5, generator=g).to(memory_format=torch.channels_last)
+        h = h + self.conv(image).mean((1, 2, 3))
+        loss = F.mse_loss(h, torch.randn(4, generator=g))
+        if r == 0:
+            loss = loss + self.rank0_only.pow(2).sum()
+        return loss
+
+
+model, reference = Model(), Model()
+optimizer = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.05),
+    named_parameters=model.named_parameters(),
+    reduce_during_backward=during_backward,
+)
+reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+
+
+def train(steps, first_step):
+    for step in range(first_step, first_step + steps):
+        optimizer.zero_grad()
+        model.loss(step, rank).backward()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        (sum(reference.loss(step, r) for r in range(size)) / size).backward()  # the average of the ranks' losses
+        reference_optimizer.step()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            # float32 arithmetic feeds every gradient, and the ranks sum in another order than the reference
+            assert torch.allclose(p, q, atol=1e-5, rtol=1e-5), (step, name, (p - q).abs().max().item())
+
+
+train(4, 0)
+buckets = optimizer._hvd_buckets
+assert buckets is not None, "the plain case must go through the buckets"
+assert len(buckets.buckets) == 2 and {b.flat.dtype for b in buckets.buckets} == {torch.float32, torch.float64}
+assert [p.shape for p in buckets.large] == [torch.Size([300, 300])], buckets.large
+assert not buckets.covers(model.embedding.weight)  # sparse: reduced on its own
+
+# A parameter that changes its shape in place: the step that meets it reduces the misfit alone and the next step
+# lays the buckets out anew.
+for m in (model, reference):
+    m.rank0_only.data = torch.arange(7, dtype=torch.float32)
+train(3, 4)
+assert optimizer._hvd_buckets is not buckets and optimizer._hvd_buckets.covers(model.rank0_only)
+print("OK", flush=True)
