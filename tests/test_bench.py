@@ -391,3 +391,83 @@ def test_gpu_collectives_bench_runs_its_cases_and_plots(tmp_path):
             r["hvdlite_us"] > 0 and r["torch_us"] > 0 and r["ratio"] == pytest.approx(r["torch_us"] / r["hvdlite_us"])
         )
     assert (tmp_path / "gpu_collectives.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.bench
+def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
+    """bench/fixed_costs.py for real, every part on small counts, one round."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "fixed_costs.py"),
+            "--rounds",
+            "1",
+            "--ks",
+            "16,128",
+            "--optimizer-ks",
+            "64",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "fixed_costs.json").read_text())["summary"]
+    assert [row["bytes"] for row in summary["latency"]] == [8, 1024]
+    assert all(0 < row[p]["median"] < 1 for row in summary["latency"] for p in ("hvdlite", "mpi"))
+    assert [row["k"] for row in summary["per_tensor"]] == [16, 128]
+    assert all(p in row for row in summary["per_tensor"] for p in ("hvdlite-async", "hvdlite-grouped", "gloo-fused"))
+    assert [row["k"] for row in summary["optimizer"]] == [64] and "ddp_over_hvdlite" in summary["optimizer"][0]
+    table = (tmp_path / "fixed_costs.md").read_text()
+    assert table.startswith("machine: ") and "| 8 B |" in table and "| 128 |" in table and "| 64 |" in table
+    assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fixed_costs_report_pairs_rounds_and_leaves_out_parts_not_run():
+    """Ratios are taken within a round; linearity is each K's cost per tensor over the first K of at least 128's,
+    within a round; a part whose peers did not run has no table."""
+    fixed_costs = _bench_module("fixed_costs")
+    rounds = [
+        {
+            "hvdlite-async": [
+                {"k": 64, "seconds": 64e-6},
+                {"k": 128, "seconds": 256e-6},
+                {"k": 512, "seconds": 1536e-6},
+            ],
+            "gloo-fused": [
+                {"k": 64, "seconds": 128e-6},
+                {"k": 128, "seconds": 128e-6},
+                {"k": 512, "seconds": 512e-6},
+            ],
+            "opt-hvdlite": [{"k": 64, "local": 1.0, "distributed": 2.0}],
+            "opt-ddp": [{"k": 64, "local": 1.0, "distributed": 3.0}],
+        },
+        {
+            "hvdlite-async": [
+                {"k": 64, "seconds": 128e-6},
+                {"k": 128, "seconds": 256e-6},
+                {"k": 512, "seconds": 1024e-6},
+            ],
+            "gloo-fused": [{"k": 64, "seconds": 64e-6}, {"k": 128, "seconds": 512e-6}, {"k": 512, "seconds": 512e-6}],
+            "opt-hvdlite": [{"k": 64, "local": 1.0, "distributed": 4.0}],
+            "opt-ddp": [{"k": 64, "local": 1.0, "distributed": 2.0}],
+        },
+    ]
+    summary = fixed_costs.summarize(rounds, [64, 128, 512])
+    assert summary["latency"] == []
+    row = {r["k"]: r for r in summary["per_tensor"]}
+    assert row[64]["gloo_fused_over_async"]["rounds"] == [2.0, 0.5]
+    assert row[128]["hvdlite-async"]["median"] == 2e-6 and row[128]["hvdlite-async"]["worst"] == 2e-6
+    linear = summary["linearity"]["hvdlite-async"]
+    assert linear["base_k"] == 128 and linear["by_k"]["512"]["rounds"] == [1.5, 1.0]
+    optimizer = summary["optimizer"][0]
+    assert optimizer["ddp_over_hvdlite"]["rounds"] == [1.5, 0.5] and optimizer["ddp_over_hvdlite"]["worst"] == 0.5
+    assert optimizer["opt-hvdlite"]["added_per_parameter"]["rounds"] == [1 / 64, 3 / 64]
+    lines = fixed_costs.report_lines(summary)
+    assert not any(line.startswith("| allreduce |") for line in lines)
+    # K=512: 2.5 us a tensor in the median of 3 and 2, the gloo ratio's median of 1/3 and 1/2, linearity 1.25
+    assert "| 512 | 2.50 (3.00) | - | 1.00 (1.00) | 0.42x (0.33x) | 1.25 (1.50) |" in lines, lines
+    assert any(line.startswith("| 64 | 3000.00 (4000.00) | 2500.00 (3000.00) | 1.00x (0.50x) |") for line in lines)

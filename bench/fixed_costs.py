@@ -1,0 +1,451 @@
+"""Fixed costs: what one small operation and one more tensor cost, against Open MPI and torch.distributed, in one run.
+
+    python bench/fixed_costs.py                      # 2 ranks, 3 interleaved rounds, writes bench/results/
+    python bench/fixed_costs.py --np 4 --rounds 5
+    python bench/fixed_costs.py --ks 16,256,4096 --rounds 1 --out-dir /tmp/quick    # a quick look
+
+Two parts, each a 2-process job per peer; the peers take turns and the whole turn repeats --rounds times, so a slow
+period of the shared machine hits every peer alike. Every figure is the median over iterations within a run; the
+tables give the median and the worst round, and ratios are taken within a round.
+
+- latency: one in-place float32 sum allreduce of 8 B and of 1 KB, repeated. hvdlite through hvdlite.torch's
+  allreduce_ with a named tensor (as a metric averaged every step), Open MPI through mpi4py's Allreduce.
+- per tensor: K named tensors of 1 KB each, averaged as a DistributedOptimizer step averages gradients:
+  allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
+  grouped_allreduce_ (hvdlite-grouped); and
+  the same bytes already fused into one tensor, one torch.distributed gloo allreduce (gloo-fused), the floor a
+  framework that fuses before the call pays. The figure is the step's time divided by K: flat when the cost per
+  tensor does not grow with the number of tensors in flight.
+- optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
+  computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
+  against DistributedDataParallel over gloo (opt-ddp), each also timed without any exchange in the same job (the
+  plain model and optimizer) to give what the exchange adds per parameter.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from allreduce import available, machine_line  # noqa: E402
+
+KS = [16, 64, 256, 1024, 4096, 16384]
+LATENCY_BYTES = [8, 1024]
+TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
+OPTIMIZER_KS = [256, 1024, 4096]
+LATENCY_PEERS = ["hvdlite", "mpi"]
+CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused"]
+OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
+
+
+def steps_for(k):
+    """Steps timed for K tensors (after 3 warm-up steps): about 40,000 tensors in all, at least 5 steps."""
+    return max(5, min(400, 40000 // k))
+
+
+def time_steps(step, barrier, steps):
+    for _ in range(3):
+        step()
+    barrier()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def latency_loop(allreduce, barrier, make, iters=20000):
+    results = []
+    for nbytes in LATENCY_BYTES:
+        tensor = make(max(1, nbytes // 4))
+        for _ in range(2000):
+            allreduce(tensor)
+        barrier()
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            allreduce(tensor)
+            times.append(time.perf_counter() - start)
+        results.append({"bytes": nbytes, "seconds": statistics.median(times)})
+    return results
+
+
+def worker(peer, ks):
+    import torch
+
+    torch.set_num_threads(1)
+    if peer == "mpi":
+        import numpy as np
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        results = latency_loop(
+            lambda a: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM),
+            comm.Barrier,
+            lambda n: np.ones(n, dtype=np.float32),
+        )
+        return comm.Get_rank(), comm.Get_size(), results
+    if peer == "gloo-fused":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        results = []
+        for k in ks:
+            flat = torch.ones(k * TENSOR_FLOATS)
+            seconds = time_steps(lambda: dist.all_reduce(flat), dist.barrier, steps_for(k))
+            results.append({"k": k, "seconds": seconds})
+        rank, size = dist.get_rank(), dist.get_world_size()
+        dist.destroy_process_group()
+        return rank, size, results
+
+    if peer in OPTIMIZER_PEERS:
+        return optimizer_worker(peer)
+
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    if peer == "hvdlite":
+        results = latency_loop(
+            lambda t: hvd.allreduce_(t, name="latency", op=hvd.Sum), hvd.barrier, lambda n: torch.ones(n)
+        )
+        return hvd.rank(), hvd.size(), results
+    results = []
+    for k in ks:
+        tensors = [torch.ones(TENSOR_FLOATS) for _ in range(k)]
+        names = [f"k{k}.grad.{i}" for i in range(k)]
+        if peer == "hvdlite-async":
+
+            def step():
+                handles = [hvd.allreduce_async_(t, name=n) for t, n in zip(tensors, names)]
+                for h in handles:
+                    hvd.synchronize(h)
+
+        else:
+
+            def step():
+                hvd.grouped_allreduce_(tensors, name=f"k{k}.group")
+
+        results.append({"k": k, "seconds": time_steps(step, hvd.barrier, steps_for(k))})
+        if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
+            raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
+    return hvd.rank(), hvd.size(), results
+
+
+class ManyParameters:
+    """A model of k parameters of TENSOR_FLOATS floats whose forward is one product and sum per parameter."""
+
+    @staticmethod
+    def build(k):
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weights = torch.nn.ParameterList(
+                    torch.nn.Parameter(torch.randn(TENSOR_FLOATS)) for _ in range(k)
+                )
+
+            def forward(self, x):
+                return torch.stack([(w * x).sum() for w in self.weights]).sum()
+
+        torch.manual_seed(0)
+        return Model()
+
+
+def optimizer_worker(peer):
+    import torch
+
+    ks = [int(k) for k in os.environ["HVDLITE_BENCH_OPTIMIZER_KS"].split(",")]
+    if peer == "opt-ddp":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+    else:
+        import hvdlite.torch as hvd
+
+        hvd.init()
+        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
+    x = torch.randn(TENSOR_FLOATS)
+    results = []
+    for k in ks:
+        steps = max(5, min(100, 20000 // k))
+        timed = {}
+        for distributed in (False, True):
+            model = ManyParameters.build(k)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+            if distributed and peer == "opt-ddp":
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            elif distributed:
+                optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+            def step():
+                optimizer.zero_grad()
+                model(x).backward()
+                optimizer.step()
+
+            timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
+        results.append({"k": k, **timed})
+    if peer == "opt-ddp":
+        dist.destroy_process_group()
+    return rank, size, results
+
+
+def launch(peer, np_, out_path, ks):
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        HVDLITE_BENCH_KS=",".join(str(k) for k in ks),
+        HVDLITE_BENCH_OPTIMIZER_KS=os.environ.get("HVDLITE_BENCH_OPTIMIZER_KS", ",".join(map(str, OPTIMIZER_KS))),
+    )
+    me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
+    if peer.startswith("hvdlite") or peer == "opt-hvdlite":
+        cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
+        return subprocess.run(cmd, env=env, timeout=1800).returncode
+    if peer == "mpi":
+        extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
+        return subprocess.run(cmd, env=env, timeout=1800).returncode
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE=str(np_))
+    procs = [subprocess.Popen(me, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(np_)]
+    return max(p.wait(timeout=1800) for p in procs)
+
+
+def spread(values):
+    return {"median": statistics.median(values), "worst": max(values), "rounds": list(values)}
+
+
+def ratio_spread(values):
+    """Ratios where higher is better for hvdlite: median and the worst (lowest) round."""
+    return {"median": statistics.median(values), "worst": min(values), "rounds": list(values)}
+
+
+def summarize(rounds, ks):
+    """rounds: [{peer: results}] in round order -> the report's figures (every ratio within its round)."""
+    out = {"latency": [], "per_tensor": [], "linearity": {}, "optimizer": []}
+    ran = {peer for rd in rounds for peer in rd}
+    for nbytes in LATENCY_BYTES if ran & set(LATENCY_PEERS) else ():
+        row = {"bytes": nbytes}
+        for peer in LATENCY_PEERS:
+            values = [next(r["seconds"] for r in rd[peer] if r["bytes"] == nbytes) for rd in rounds if peer in rd]
+            if values:
+                row[peer] = spread(values)
+        paired = [rd for rd in rounds if "hvdlite" in rd and "mpi" in rd]
+        if paired:
+            row["mpi_over_hvdlite"] = ratio_spread(
+                [
+                    next(r["seconds"] for r in rd["mpi"] if r["bytes"] == nbytes)
+                    / next(r["seconds"] for r in rd["hvdlite"] if r["bytes"] == nbytes)
+                    for rd in paired
+                ]
+            )
+        out["latency"].append(row)
+
+    def step_seconds(rd, peer, k):
+        return next(r["seconds"] for r in rd[peer] if r["k"] == k)
+
+    for k in ks if ran & set(CURVE_PEERS) else ():
+        row = {"k": k}
+        for peer in CURVE_PEERS:
+            values = [step_seconds(rd, peer, k) / k for rd in rounds if peer in rd]
+            if values:
+                row[peer] = spread(values)
+        paired = [rd for rd in rounds if "hvdlite-async" in rd and "gloo-fused" in rd]
+        if paired:
+            row["gloo_fused_over_async"] = ratio_spread(
+                [step_seconds(rd, "gloo-fused", k) / step_seconds(rd, "hvdlite-async", k) for rd in paired]
+            )
+        out["per_tensor"].append(row)
+    optimizer_ks = sorted({r["k"] for rd in rounds for peer in OPTIMIZER_PEERS for r in rd.get(peer, [])})
+    for k in optimizer_ks:
+        row = {"k": k}
+        for peer in OPTIMIZER_PEERS:
+            runs = [next(r for r in rd[peer] if r["k"] == k) for rd in rounds if peer in rd]
+            if runs:
+                row[peer] = {
+                    "step": spread([r["distributed"] for r in runs]),
+                    "added_per_parameter": spread([(r["distributed"] - r["local"]) / k for r in runs]),
+                }
+        paired = [rd for rd in rounds if all(peer in rd for peer in OPTIMIZER_PEERS)]
+        if paired:
+            row["ddp_over_hvdlite"] = ratio_spread(
+                [
+                    next(r["distributed"] for r in rd["opt-ddp"] if r["k"] == k)
+                    / next(r["distributed"] for r in rd["opt-hvdlite"] if r["k"] == k)
+                    for rd in paired
+                ]
+            )
+        out["optimizer"].append(row)
+    # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
+    base = next((k for k in ks if k >= 128), ks[0])
+    for peer in ("hvdlite-async", "hvdlite-grouped"):
+        present = [rd for rd in rounds if peer in rd]
+        if not present:
+            continue
+        out["linearity"][peer] = {
+            "base_k": base,
+            "by_k": {
+                str(k): spread(
+                    [step_seconds(rd, peer, k) / k / (step_seconds(rd, peer, base) / base) for rd in present]
+                )
+                for k in ks
+            },
+        }
+    return out
+
+
+def _cell(spread_, scale=1.0, digits=2, suffix=""):
+    if not spread_:
+        return "-"
+    return f"{spread_['median'] * scale:.{digits}f}{suffix} ({spread_['worst'] * scale:.{digits}f}{suffix})"
+
+
+def report_lines(summary):
+    """The report's tables, one per part that ran."""
+    lines = []
+    if summary["latency"]:
+        lines += [
+            "",
+            "| allreduce | hvdlite (us) | Open MPI (us) | MPI time / hvdlite time |",
+            "|---|---|---|---|",
+        ]
+        for row in summary["latency"]:
+            cells = [f"{row['bytes']} B"] + [_cell(row.get(peer), 1e6) for peer in LATENCY_PEERS]
+            lines.append("| " + " | ".join(cells + [_cell(row.get("mpi_over_hvdlite"), suffix="x")]) + " |")
+    if summary["per_tensor"]:
+        linearity = summary["linearity"].get("hvdlite-async", {})
+        lines += [
+            "",
+            "| K tensors of 1 KB | hvdlite async + synchronize, us a tensor | hvdlite grouped, us a tensor | "
+            "gloo, one fused allreduce, us a tensor | gloo time / hvdlite async time | async per tensor / at "
+            f"K={linearity.get('base_k', '-')} |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in summary["per_tensor"]:
+            cells = [str(row["k"])] + [_cell(row.get(peer), 1e6) for peer in CURVE_PEERS]
+            cells.append(_cell(row.get("gloo_fused_over_async"), suffix="x"))
+            cells.append(_cell(linearity.get("by_k", {}).get(str(row["k"]))))
+            lines.append("| " + " | ".join(cells) + " |")
+    if summary["optimizer"]:
+        lines += [
+            "",
+            "| parameters of 1 KB | DistributedOptimizer step (ms) | DDP (gloo) step (ms) | "
+            "DDP time / hvdlite time | added per parameter, hvdlite (us) | added per parameter, DDP (us) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in summary["optimizer"]:
+            cells = [str(row["k"])]
+            cells += [_cell(row.get(peer, {}).get("step"), 1e3) for peer in OPTIMIZER_PEERS]
+            cells.append(_cell(row.get("ddp_over_hvdlite"), suffix="x"))
+            cells += [_cell(row.get(peer, {}).get("added_per_parameter"), 1e6, 1) for peer in OPTIMIZER_PEERS]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(summary, rounds_n, np_, ks, out_dir):
+    lines = [f"{machine_line()}, {np_} ranks, {rounds_n} round(s) of every peer, interleaved"]
+    lines += report_lines(summary)
+    lines += ["", "Each cell: median of the rounds (worst round); ratios are taken within a round."]
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out_dir, "fixed_costs.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out_dir, "fixed_costs.json"), "w") as f:
+        json.dump({"np": np_, "rounds": rounds_n, "ks": ks, "summary": summary}, f, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    fig, (curve, against_ddp) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for peer in CURVE_PEERS:
+        rows = [row for row in summary["per_tensor"] if peer in row]
+        if rows:
+            curve.plot([r["k"] for r in rows], [r[peer]["median"] * 1e6 for r in rows], marker="o", label=peer)
+    curve.set_xlabel("tensors of 1 KB in one step (K)")
+    curve.set_ylabel("median time per tensor (us)")
+    curve.set_title("one collective per tensor, and their floor")
+    rows = [row for row in summary["optimizer"] if "ddp_over_hvdlite" in row]
+    if rows:
+        ks_ = [r["k"] for r in rows]
+        against_ddp.plot(ks_, [r["ddp_over_hvdlite"]["median"] for r in rows], marker="o", label="median round")
+        against_ddp.plot(ks_, [r["ddp_over_hvdlite"]["worst"] for r in rows], marker="x", label="worst round")
+        against_ddp.axhline(1.0, color="grey", linewidth=0.8)
+    against_ddp.set_xlabel("parameters of 1 KB (K)")
+    against_ddp.set_ylabel("DDP step time / DistributedOptimizer step time")
+    against_ddp.set_title("training step against DDP (higher: hvdlite faster)")
+    for ax in (curve, against_ddp):
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.suptitle(f"fixed costs, {np_} ranks on one host")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "fixed_costs.png"), dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="turns of every peer, interleaved (default 3)")
+    parser.add_argument("--ks", default=",".join(str(k) for k in KS), help="tensor counts, comma-separated")
+    parser.add_argument(
+        "--peers",
+        default=",".join(LATENCY_PEERS + CURVE_PEERS + OPTIMIZER_PEERS),
+        help="which peers run (default: all available)",
+    )
+    parser.add_argument(
+        "--optimizer-ks", default=",".join(map(str, OPTIMIZER_KS)), help="parameter counts of the optimizer part"
+    )
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        ks = [int(k) for k in os.environ["HVDLITE_BENCH_KS"].split(",")]
+        rank, size, results = worker(args.worker, ks)
+        if rank == 0:
+            with open(args.out, "w") as f:
+                json.dump(results, f)
+        return
+    os.makedirs(args.out_dir, exist_ok=True)
+    os.environ["HVDLITE_BENCH_OPTIMIZER_KS"] = args.optimizer_ks
+    ks = [int(k) for k in args.ks.split(",")]
+    peers = []
+    for peer in args.peers.split(","):
+        if available(peer):
+            peers.append(peer)
+        else:
+            print(f"skipping {peer}: not installed")
+    rounds = []
+    for turn in range(args.rounds):
+        this_round = {}
+        for peer in peers:
+            out_path = os.path.join(args.out_dir, f".raw-fixed-{peer}.json")
+            print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
+            rc = launch(peer, args.np, out_path, ks)
+            if rc != 0:
+                raise SystemExit(f"{peer} run failed with exit code {rc}")
+            with open(out_path) as f:
+                this_round[peer] = json.load(f)
+            os.remove(out_path)
+        rounds.append(this_round)
+    report(summarize(rounds, ks), args.rounds, args.np, ks, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()
