@@ -315,13 +315,8 @@ def report(runs, out_dir, np_, sizes, rounds=1):
         f.write(table + "\n")
     with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
         json.dump(runs, f, indent=1)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (ax_bw, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.5))
     for peer, run in runs.items():
@@ -338,6 +333,19 @@ def report(runs, out_dir, np_, sizes, rounds=1):
     fig.suptitle(f"allreduce, {np_} ranks on one host (float32, in place)")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "allreduce.png"), dpi=110)
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files, or None (and a line saying so) where matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return None
+    return plt
 
 
 def machine_line():

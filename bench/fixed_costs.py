@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from allreduce import available, machine_line  # noqa: E402
+from allreduce import available, machine_line, pyplot  # noqa: E402
 
 KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
@@ -230,6 +230,12 @@ def ratio_spread(values):
     return {"median": statistics.median(values), "worst": min(values), "rounds": list(values)}
 
 
+def paired_ratio(rounds, over, under, seconds):
+    """ratio_spread of seconds(round[over]) / seconds(round[under]) over the rounds that ran both (None if none)."""
+    paired = [rd for rd in rounds if over in rd and under in rd]
+    return ratio_spread([seconds(rd[over]) / seconds(rd[under]) for rd in paired]) if paired else None
+
+
 def summarize(rounds, ks):
     """rounds: [{peer: results}] in round order -> the report's figures (every ratio within its round)."""
     out = {"latency": [], "per_tensor": [], "linearity": {}, "optimizer": []}
@@ -240,15 +246,11 @@ def summarize(rounds, ks):
             values = [next(r["seconds"] for r in rd[peer] if r["bytes"] == nbytes) for rd in rounds if peer in rd]
             if values:
                 row[peer] = spread(values)
-        paired = [rd for rd in rounds if "hvdlite" in rd and "mpi" in rd]
-        if paired:
-            row["mpi_over_hvdlite"] = ratio_spread(
-                [
-                    next(r["seconds"] for r in rd["mpi"] if r["bytes"] == nbytes)
-                    / next(r["seconds"] for r in rd["hvdlite"] if r["bytes"] == nbytes)
-                    for rd in paired
-                ]
-            )
+        ratio = paired_ratio(
+            rounds, "mpi", "hvdlite", lambda rs: next(r["seconds"] for r in rs if r["bytes"] == nbytes)
+        )
+        if ratio:
+            row["mpi_over_hvdlite"] = ratio
         out["latency"].append(row)
 
     def step_seconds(rd, peer, k):
@@ -260,11 +262,11 @@ def summarize(rounds, ks):
             values = [step_seconds(rd, peer, k) / k for rd in rounds if peer in rd]
             if values:
                 row[peer] = spread(values)
-        paired = [rd for rd in rounds if "hvdlite-async" in rd and "gloo-fused" in rd]
-        if paired:
-            row["gloo_fused_over_async"] = ratio_spread(
-                [step_seconds(rd, "gloo-fused", k) / step_seconds(rd, "hvdlite-async", k) for rd in paired]
-            )
+        ratio = paired_ratio(
+            rounds, "gloo-fused", "hvdlite-async", lambda rs: next(r["seconds"] for r in rs if r["k"] == k)
+        )
+        if ratio:
+            row["gloo_fused_over_async"] = ratio
         out["per_tensor"].append(row)
     optimizer_ks = sorted({r["k"] for rd in rounds for peer in OPTIMIZER_PEERS for r in rd.get(peer, [])})
     for k in optimizer_ks:
@@ -276,15 +278,11 @@ def summarize(rounds, ks):
                     "step": spread([r["distributed"] for r in runs]),
                     "added_per_parameter": spread([(r["distributed"] - r["local"]) / k for r in runs]),
                 }
-        paired = [rd for rd in rounds if all(peer in rd for peer in OPTIMIZER_PEERS)]
-        if paired:
-            row["ddp_over_hvdlite"] = ratio_spread(
-                [
-                    next(r["distributed"] for r in rd["opt-ddp"] if r["k"] == k)
-                    / next(r["distributed"] for r in rd["opt-hvdlite"] if r["k"] == k)
-                    for rd in paired
-                ]
-            )
+        ratio = paired_ratio(
+            rounds, "opt-ddp", "opt-hvdlite", lambda rs: next(r["distributed"] for r in rs if r["k"] == k)
+        )
+        if ratio:
+            row["ddp_over_hvdlite"] = ratio
         out["optimizer"].append(row)
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
@@ -362,13 +360,8 @@ def report(summary, rounds_n, np_, ks, out_dir):
         f.write(text + "\n")
     with open(os.path.join(out_dir, "fixed_costs.json"), "w") as f:
         json.dump({"np": np_, "rounds": rounds_n, "ks": ks, "summary": summary}, f, indent=1)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (curve, against_ddp) = plt.subplots(1, 2, figsize=(12, 4.5))
     for peer in CURVE_PEERS:

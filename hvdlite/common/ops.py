@@ -213,6 +213,13 @@ def scatter_bytes(source: int, destinations: Sequence[int], nbytes) -> None:
     check(lib.hvdlite_scatter_bytes(ffi.cast("void*", source), destinations, nbytes, len(destinations)))
 
 
+def describe_members(name: str, members: Sequence[str]) -> None:
+    """Tells the timeline that the collective `name` carries the tensors `members` packed together: its spans are
+    drawn on each member's row."""
+    keep = [ffi.new("char[]", m.encode()) for m in members]
+    check(lib.hvdlite_timeline_members(name.encode(), ffi.new("char*[]", keep) if keep else ffi.NULL, len(keep)))
+
+
 class PreparedBatch:
     """A fixed list of named in-place operations submitted again and again, each on the same buffers or on others
     of the same size (a DistributedOptimizer's gradients, step after step). The C requests are built once; a step

@@ -127,10 +127,12 @@ class GradientBuckets:
         self._large_index: Dict[int, int] = {id(p): len(self.buckets) + i for i, p in enumerate(self.large)}
         self._large_layout: Dict[int, tuple] = {id(p): (p.shape, p.dtype) for p in self.large}
         self._large_param: Dict[int, torch.Tensor] = {id(p): p for p in self.large}
-        requests = [
-            request_for(b.flat, f"{names[id(b.members[0])]}.bucket{i}.{b.flat.dtype}.{len(b.members)}")
-            for i, b in enumerate(self.buckets)
+        bucket_names = [
+            f"{names[id(b.members[0])]}.bucket{i}.{b.flat.dtype}.{len(b.members)}" for i, b in enumerate(self.buckets)
         ]
+        for name, bucket in zip(bucket_names, self.buckets):  # the timeline shows each gradient on its own row
+            ops.describe_members(name, [names[id(p)] for p in bucket.members])
+        requests = [request_for(b.flat, name) for name, b in zip(bucket_names, self.buckets)]
         requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
         self._batch = ops.PreparedBatch(requests)
         self._large_queued: Dict[int, bool] = {}

@@ -161,6 +161,9 @@ int hvdlite_process_set_ids(int32_t* ids_out, int32_t capacity, int32_t* count_o
  * adds an instant event at each cycle that ran collectives. stop closes the file (nothing running: no-op). */
 int hvdlite_start_timeline(const char* file_path, int32_t mark_cycles);
 int hvdlite_stop_timeline(void);
+/* Names the tensors that the collective named tensor carries packed together, so that the timeline draws its spans
+ * on each member's row (count 0 forgets the name). Kept for the process; callable before init. */
+int hvdlite_timeline_members(const char* tensor, const char** members, int32_t count);
 /* Adds a counter event (named figures, e.g. the bytes a gradient compressor sent this step) to this rank's
  * timeline, if it writes one; otherwise records nothing. */
 int hvdlite_timeline_counter(const char* name, const char** keys, const double* values, int32_t count);

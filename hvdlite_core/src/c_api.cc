@@ -409,6 +409,18 @@ HVDLITE_EXPORT int hvdlite_stop_timeline(void) {
   });
 }
 
+HVDLITE_EXPORT int hvdlite_timeline_members(const char* tensor, const char** members, int32_t count) {
+  return guarded([&] {
+    if (!tensor || count < 0 || (count > 0 && !members)) {
+      return fail(StatusCode::kInvalidArgument, "timeline_members needs a tensor name and count member names");
+    }
+    std::vector<std::string> names;
+    for (int32_t i = 0; i < count; ++i) names.emplace_back(members[i] ? members[i] : "");
+    Timeline::describe_members(tensor, std::move(names));
+    return static_cast<int>(HVDLITE_OK);
+  });
+}
+
 HVDLITE_EXPORT int hvdlite_timeline_counter(const char* name, const char** keys, const double* values,
                                             int32_t count) {
   return guarded([&] {

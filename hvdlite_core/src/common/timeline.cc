@@ -19,7 +19,24 @@ std::string escape(const std::string& text) {
   return out;
 }
 
+std::mutex g_members_mutex;
+std::unordered_map<std::string, std::vector<std::string>> g_members;
+
 }  // namespace
+
+void Timeline::describe_members(const std::string& tensor, std::vector<std::string> members) {
+  std::lock_guard<std::mutex> lock(g_members_mutex);
+  if (members.empty())
+    g_members.erase(tensor);
+  else
+    g_members[tensor] = std::move(members);
+}
+
+std::vector<std::string> Timeline::rows_of(const std::string& tensor) const {
+  std::lock_guard<std::mutex> lock(g_members_mutex);
+  auto it = g_members.find(tensor);
+  return it == g_members.end() ? std::vector<std::string>{tensor} : it->second;
+}
 
 Timeline::~Timeline() { close(); }
 
@@ -54,22 +71,28 @@ Timeline::Row& Timeline::row(const std::string& tensor) {
 
 void Timeline::begin(const std::string& tensor, const std::string& activity,
                      std::chrono::steady_clock::time_point start) {
+  const std::vector<std::string> rows = rows_of(tensor);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!file_) return;
-  Row& r = row(tensor);
-  ++r.open_spans;
-  write("{\"name\": \"" + escape(activity) + "\", \"ph\": \"B\", \"ts\": " + std::to_string(micros(start)) +
-        ", \"pid\": " + std::to_string(r.id) + ", \"tid\": 1}");
+  for (const std::string& name : rows) {
+    Row& r = row(name);
+    ++r.open_spans;
+    write("{\"name\": \"" + escape(activity) + "\", \"ph\": \"B\", \"ts\": " + std::to_string(micros(start)) +
+          ", \"pid\": " + std::to_string(r.id) + ", \"tid\": 1}");
+  }
 }
 
 void Timeline::end(const std::string& tensor) {
+  const std::vector<std::string> rows = rows_of(tensor);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!file_) return;
-  auto it = rows_.find(tensor);
-  if (it == rows_.end() || it->second.open_spans == 0) return;  // began before this file was opened
-  --it->second.open_spans;
-  write("{\"ph\": \"E\", \"ts\": " + std::to_string(micros(std::chrono::steady_clock::now())) +
-        ", \"pid\": " + std::to_string(it->second.id) + ", \"tid\": 1}");
+  const std::string now = std::to_string(micros(std::chrono::steady_clock::now()));
+  for (const std::string& name : rows) {
+    auto it = rows_.find(name);
+    if (it == rows_.end() || it->second.open_spans == 0) continue;  // began before this file was opened
+    --it->second.open_spans;
+    write("{\"ph\": \"E\", \"ts\": " + now + ", \"pid\": " + std::to_string(it->second.id) + ", \"tid\": 1}");
+  }
 }
 
 void Timeline::mark_cycle() {

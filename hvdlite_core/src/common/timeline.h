@@ -33,6 +33,10 @@ class Timeline {
   // drawn as a graph on a row of its own.
   void counter(const std::string& name, const std::vector<std::pair<std::string, double>>& values);
   void close();
+  // Names the tensors that one collective carries packed together (an optimizer's gradient bucket): its spans are
+  // then drawn on each member's row, so a trace shows every gradient as when each was a collective of its own.
+  // Kept for the process, across timelines and re-initialisations; an empty list forgets the name.
+  static void describe_members(const std::string& tensor, std::vector<std::string> members);
 
  private:
   struct Row {
@@ -40,6 +44,8 @@ class Timeline {
     int open_spans;
   };
   Row& row(const std::string& tensor);
+  // The rows a tensor's spans go to: its members' where it has some, else its own.
+  std::vector<std::string> rows_of(const std::string& tensor) const;
   long long micros(std::chrono::steady_clock::time_point t) const;
   void write(const std::string& event);
   void close_locked();
