@@ -19,10 +19,15 @@ tables give the median and the worst round, and ratios are taken within a round.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
   against DistributedDataParallel over gloo (opt-ddp), each also timed without any exchange in the same job (the
-  plain model and optimizer) to give what the exchange adds per parameter.
+  plain model and optimizer) to give what the exchange adds per parameter. Then the same on a small GPT-style
+  transformer (--gpt-layers blocks, 16 parameter tensors each, 0 to leave it out).
+- keras: Keras 3 model.fit on a stack of Dense(16) layers with V variables (--keras-variables), one TensorFlow
+  thread per process: the step with hvdlite.tensorflow.keras.DistributedOptimizer minus the same step with the
+  plain optimizer, in the same job (keras-hvdlite).
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -43,6 +48,9 @@ OPTIMIZER_KS = [256, 1024, 4096]
 LATENCY_PEERS = ["hvdlite", "mpi"]
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused"]
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
+KERAS_PEERS = ["keras-hvdlite"]
+KERAS_VARIABLES = [10, 100, 400]
+GPT_LAYERS = 16  # 16 parameter tensors a block: 261 tensors in all
 
 
 def steps_for(k):
@@ -79,6 +87,8 @@ def latency_loop(allreduce, barrier, make, iters=20000):
 
 
 def worker(peer, ks):
+    if peer in KERAS_PEERS:
+        return keras_worker()
     import torch
 
     torch.set_num_threads(1)
@@ -160,6 +170,95 @@ class ManyParameters:
         return Model()
 
 
+class GPT:
+    """A small GPT-style decoder (token and position embeddings, pre-norm blocks of causal self-attention with
+    separate q, k, v and output projections and a 4x MLP, final norm, untied head): many parameter tensors of
+    the shapes a transformer has, at a size two CPU ranks train in milliseconds."""
+
+    VOCAB, CONTEXT, WIDTH, HEADS, BATCH = 256, 32, 64, 4, 8
+
+    @staticmethod
+    def build(layers):
+        import torch
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, width, heads):
+                super().__init__()
+                self.heads = heads
+                self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+                self.q, self.k, self.v, self.out = (nn.Linear(width, width) for _ in range(4))
+                self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+            def forward(self, x):
+                b, t, c = x.shape
+                h = self.norm1(x)
+                q, k, v = (
+                    p(h).view(b, t, self.heads, c // self.heads).transpose(1, 2) for p in (self.q, self.k, self.v)
+                )
+                attended = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + self.out(attended.transpose(1, 2).reshape(b, t, c))
+                return x + self.down(nn.functional.gelu(self.up(self.norm2(x))))
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tokens = nn.Embedding(GPT.VOCAB, GPT.WIDTH)
+                self.positions = nn.Embedding(GPT.CONTEXT, GPT.WIDTH)
+                self.blocks = nn.Sequential(*(Block(GPT.WIDTH, GPT.HEADS) for _ in range(layers)))
+                self.norm = nn.LayerNorm(GPT.WIDTH)
+                self.head = nn.Linear(GPT.WIDTH, GPT.VOCAB, bias=False)
+
+            def forward(self, idx):
+                x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1]))
+                return self.head(self.norm(self.blocks(x)))
+
+        torch.manual_seed(0)
+        return Model()
+
+
+def keras_worker():
+    """Per-step time of Keras model.fit with and without hvdlite's DistributedOptimizer, by variable count."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import hvdlite.tensorflow.keras as hvd
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    hvd.init()
+    warmup, steps, batch = 20, 200, 8
+
+    class StepClock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch_index, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch_index, logs=None):
+            if batch_index >= warmup:
+                self.times.append(time.perf_counter() - self.started)
+
+    rng = np.random.default_rng(hvd.rank())
+    x = rng.random((steps + warmup) * batch * 16, dtype=np.float32).reshape(-1, 16)
+    y = rng.random(x.shape, dtype=np.float32)
+    results = []
+    for variables in (int(v) for v in os.environ["HVDLITE_BENCH_KERAS_VARIABLES"].split(",")):
+        timed = {}
+        for distributed in (False, True):
+            keras.utils.set_random_seed(0)
+            model = keras.Sequential([keras.Input((16,))] + [keras.layers.Dense(16) for _ in range(variables // 2)])
+            optimizer = keras.optimizers.SGD(0.001)
+            model.compile(hvd.DistributedOptimizer(optimizer) if distributed else optimizer, "mse")
+            clock = StepClock()
+            clock.times = []
+            hvd.barrier()
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
+            timed["distributed" if distributed else "local"] = statistics.median(clock.times)
+        results.append({"variables": len(model.trainable_variables), **timed})
+    return hvd.rank(), hvd.size(), results
+
+
 def optimizer_worker(peer):
     import torch
 
@@ -194,6 +293,29 @@ def optimizer_worker(peer):
 
             timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
         results.append({"k": k, **timed})
+    layers = int(os.environ.get("HVDLITE_BENCH_GPT_LAYERS", GPT_LAYERS))
+    if layers:
+        tokens = torch.randint(
+            0, GPT.VOCAB, (GPT.BATCH, GPT.CONTEXT + 1), generator=torch.Generator().manual_seed(rank)
+        )
+        timed = {}
+        for distributed in (False, True):
+            model = GPT.build(layers)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+            if distributed and peer == "opt-ddp":
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            elif distributed:
+                optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+            def step():
+                optimizer.zero_grad()
+                logits = model(tokens[:, :-1])
+                torch.nn.functional.cross_entropy(logits.reshape(-1, GPT.VOCAB), tokens[:, 1:].reshape(-1)).backward()
+                optimizer.step()
+
+            timed["distributed" if distributed else "local"] = time_steps(step, barrier, 20)
+        tensors = sum(1 for _ in GPT.build(layers).parameters())
+        results.append({"model": "gpt", "layers": layers, "tensors": tensors, **timed})
     if peer == "opt-ddp":
         dist.destroy_process_group()
     return rank, size, results
@@ -206,9 +328,12 @@ def launch(peer, np_, out_path, ks):
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
         HVDLITE_BENCH_KS=",".join(str(k) for k in ks),
         HVDLITE_BENCH_OPTIMIZER_KS=os.environ.get("HVDLITE_BENCH_OPTIMIZER_KS", ",".join(map(str, OPTIMIZER_KS))),
+        HVDLITE_BENCH_KERAS_VARIABLES=os.environ.get(
+            "HVDLITE_BENCH_KERAS_VARIABLES", ",".join(map(str, KERAS_VARIABLES))
+        ),
     )
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer.startswith("hvdlite") or peer == "opt-hvdlite":
+    if "hvdlite" in peer:
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=1800).returncode
     if peer == "mpi":
@@ -238,7 +363,7 @@ def paired_ratio(rounds, over, under, seconds):
 
 def summarize(rounds, ks):
     """rounds: [{peer: results}] in round order -> the report's figures (every ratio within its round)."""
-    out = {"latency": [], "per_tensor": [], "linearity": {}, "optimizer": []}
+    out = {"latency": [], "per_tensor": [], "linearity": {}, "optimizer": [], "transformer": None, "keras": []}
     ran = {peer for rd in rounds for peer in rd}
     for nbytes in LATENCY_BYTES if ran & set(LATENCY_PEERS) else ():
         row = {"bytes": nbytes}
@@ -268,22 +393,49 @@ def summarize(rounds, ks):
         if ratio:
             row["gloo_fused_over_async"] = ratio
         out["per_tensor"].append(row)
-    optimizer_ks = sorted({r["k"] for rd in rounds for peer in OPTIMIZER_PEERS for r in rd.get(peer, [])})
+    optimizer_ks = sorted({r["k"] for rd in rounds for peer in OPTIMIZER_PEERS for r in rd.get(peer, []) if "k" in r})
     for k in optimizer_ks:
         row = {"k": k}
         for peer in OPTIMIZER_PEERS:
-            runs = [next(r for r in rd[peer] if r["k"] == k) for rd in rounds if peer in rd]
+            runs = [next(r for r in rd[peer] if r.get("k") == k) for rd in rounds if peer in rd]
             if runs:
                 row[peer] = {
                     "step": spread([r["distributed"] for r in runs]),
                     "added_per_parameter": spread([(r["distributed"] - r["local"]) / k for r in runs]),
                 }
         ratio = paired_ratio(
-            rounds, "opt-ddp", "opt-hvdlite", lambda rs: next(r["distributed"] for r in rs if r["k"] == k)
+            rounds, "opt-ddp", "opt-hvdlite", lambda rs: next(r["distributed"] for r in rs if r.get("k") == k)
         )
         if ratio:
             row["ddp_over_hvdlite"] = ratio
         out["optimizer"].append(row)
+    gpt = {}
+    for peer in OPTIMIZER_PEERS:
+        runs = [r for rd in rounds for r in rd.get(peer, []) if r.get("model") == "gpt"]
+        if runs:
+            gpt.update(layers=runs[0]["layers"], tensors=runs[0]["tensors"])
+            gpt[peer] = {
+                "step": spread([r["distributed"] for r in runs]),
+                "added": spread([r["distributed"] - r["local"] for r in runs]),
+            }
+    if gpt:
+        ratio = paired_ratio(
+            rounds, "opt-ddp", "opt-hvdlite", lambda rs: next(r["distributed"] for r in rs if r.get("model") == "gpt")
+        )
+        if ratio:
+            gpt["ddp_over_hvdlite"] = ratio
+        out["transformer"] = gpt
+    keras_runs = [rd["keras-hvdlite"] for rd in rounds if "keras-hvdlite" in rd]
+    for variables in sorted({r["variables"] for runs in keras_runs for r in runs}):
+        runs = [next(r for r in rs if r["variables"] == variables) for rs in keras_runs]
+        out["keras"].append(
+            {
+                "variables": variables,
+                "local": spread([r["local"] for r in runs]),
+                "distributed": spread([r["distributed"] for r in runs]),
+                "added": spread([r["distributed"] - r["local"] for r in runs]),
+            }
+        )
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
     for peer in ("hvdlite-async", "hvdlite-grouped"):
@@ -347,6 +499,29 @@ def report_lines(summary):
             cells.append(_cell(row.get("ddp_over_hvdlite"), suffix="x"))
             cells += [_cell(row.get(peer, {}).get("added_per_parameter"), 1e6, 1) for peer in OPTIMIZER_PEERS]
             lines.append("| " + " | ".join(cells) + " |")
+    gpt = summary.get("transformer")
+    if gpt:
+        lines += [
+            "",
+            f"| GPT-style transformer, {gpt['layers']} blocks, {gpt['tensors']} parameter tensors | "
+            "DistributedOptimizer step (ms) | DDP (gloo) step (ms) | DDP time / hvdlite time | "
+            "added by the exchange, hvdlite (ms) | added, DDP (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        cells = ["training step"] + [_cell(gpt.get(peer, {}).get("step"), 1e3) for peer in OPTIMIZER_PEERS]
+        cells.append(_cell(gpt.get("ddp_over_hvdlite"), suffix="x"))
+        cells += [_cell(gpt.get(peer, {}).get("added"), 1e3) for peer in OPTIMIZER_PEERS]
+        lines.append("| " + " | ".join(cells) + " |")
+    if summary.get("keras"):
+        lines += [
+            "",
+            "| Keras fit, variables | plain optimizer step (ms) | DistributedOptimizer step (ms) | "
+            "added by DistributedOptimizer (ms) |",
+            "|---|---|---|---|",
+        ]
+        for row in summary["keras"]:
+            cells = [str(row["variables"])] + [_cell(row[key], 1e3, 3) for key in ("local", "distributed", "added")]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -398,11 +573,19 @@ def main():
     parser.add_argument("--ks", default=",".join(str(k) for k in KS), help="tensor counts, comma-separated")
     parser.add_argument(
         "--peers",
-        default=",".join(LATENCY_PEERS + CURVE_PEERS + OPTIMIZER_PEERS),
+        default=",".join(LATENCY_PEERS + CURVE_PEERS + OPTIMIZER_PEERS + KERAS_PEERS),
         help="which peers run (default: all available)",
     )
     parser.add_argument(
         "--optimizer-ks", default=",".join(map(str, OPTIMIZER_KS)), help="parameter counts of the optimizer part"
+    )
+    parser.add_argument(
+        "--gpt-layers", type=int, default=GPT_LAYERS, help="blocks of the optimizer part's transformer (0: none)"
+    )
+    parser.add_argument(
+        "--keras-variables",
+        default=",".join(map(str, KERAS_VARIABLES)),
+        help="variable counts of the Keras part's models",
     )
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -417,10 +600,12 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     os.environ["HVDLITE_BENCH_OPTIMIZER_KS"] = args.optimizer_ks
+    os.environ["HVDLITE_BENCH_GPT_LAYERS"] = str(args.gpt_layers)
+    os.environ["HVDLITE_BENCH_KERAS_VARIABLES"] = args.keras_variables
     ks = [int(k) for k in args.ks.split(",")]
     peers = []
     for peer in args.peers.split(","):
-        if available(peer):
+        if available(peer) and (peer not in KERAS_PEERS or importlib.util.find_spec("keras")):
             peers.append(peer)
         else:
             print(f"skipping {peer}: not installed")

@@ -407,6 +407,10 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
             "16,128",
             "--optimizer-ks",
             "64",
+            "--gpt-layers",
+            "2",
+            "--keras-variables",
+            "4",
             "--out-dir",
             str(tmp_path),
         ],
@@ -421,8 +425,14 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert [row["k"] for row in summary["per_tensor"]] == [16, 128]
     assert all(p in row for row in summary["per_tensor"] for p in ("hvdlite-async", "hvdlite-grouped", "gloo-fused"))
     assert [row["k"] for row in summary["optimizer"]] == [64] and "ddp_over_hvdlite" in summary["optimizer"][0]
+    gpt = summary["transformer"]
+    assert gpt["tensors"] == 2 * 16 + 5 and "ddp_over_hvdlite" in gpt
+    assert all(0 < gpt[p]["step"]["median"] < 10 for p in ("opt-hvdlite", "opt-ddp"))
+    assert [row["variables"] for row in summary["keras"]] == [4]
+    assert 0 < summary["keras"][0]["local"]["median"] < summary["keras"][0]["distributed"]["median"] < 1
     table = (tmp_path / "fixed_costs.md").read_text()
     assert table.startswith("machine: ") and "| 8 B |" in table and "| 128 |" in table and "| 64 |" in table
+    assert "37 parameter tensors" in table and "| Keras fit, variables |" in table and "| 4 |" in table
     assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
