@@ -170,7 +170,7 @@ def submit_many(keys: Sequence[tuple]) -> List[int]:
         keep_alive.append(entry)
     handles = ffi.new("int64_t[]", count)
     check(lib.hvdlite_enqueue_many(structs, count, handles))
-    return [handles[i] for i in range(count)]
+    return ffi.unpack(handles, count)
 
 
 def run(request: tuple, keep_alive) -> None:
@@ -306,6 +306,13 @@ def wait(handle: int) -> None:
         _raise_for(handle, status)
 
 
+def wait_release_all(handles: Sequence[int]) -> bool:
+    """One call into the core for a group of operations: True when all of them finished within a wait slice and
+    succeeded, and the core released them; False otherwise, with none released (wait on each for its error)."""
+    count = len(handles)
+    return count == 0 or lib.hvdlite_wait_many(ffi.new("int64_t[]", handles), count, WAIT_SLICE_SECONDS) == 0
+
+
 def _raise_for(handle: int, status: int) -> None:
     buf = ffi.new("char[]", 8192)
     n = lib.hvdlite_handle_error(handle, buf, 8192)
@@ -394,10 +401,15 @@ class HandleTable:
         self._results: Dict[int, object] = {}  # add_result(): handle -> what synchronize() returns
         self._inputs: Dict[int, object] = {}  # add_result(): handle -> an input buffer to keep alive besides
 
-    def add(self, core_handles: List[int], finish: Callable[[], object], keep_alive=None) -> int:
+    def add(
+        self, core_handles: List[int], finish: Callable[[], object], keep_alive=None, reads_handles: bool = True
+    ) -> int:
+        """A handle whose synchronize() waits for core_handles and returns finish(). reads_handles=False: finish
+        does not read the core handles (the results are in the caller's buffers), so one call into the core can
+        wait for all of them and release them."""
         handle = next(self._ids)
         with self._lock:
-            self._pending[handle] = (core_handles, finish, keep_alive)
+            self._pending[handle] = (core_handles, finish, keep_alive, reads_handles)
         return handle
 
     def add_result(self, core_handle: int, result, keep_alive=None) -> int:
@@ -427,10 +439,12 @@ class HandleTable:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
             entry = self._pending.pop(handle)
-        core_handles, finish, _ = entry
+        core_handles, finish, _, reads_handles = entry
         error = None
+        released = False
         try:
-            for h in core_handles:  # wait for all, even after a failure, so no buffer is left in use
+            released = not reads_handles and wait_release_all(core_handles)
+            for h in () if released else core_handles:  # wait for all, even after a failure: no buffer left in use
                 try:
                     wait(h)
                 except HvdliteError as e:  # re-raised below
@@ -446,7 +460,7 @@ class HandleTable:
                 raise error
             return finish()
         finally:
-            for h in core_handles:
+            for h in () if released else core_handles:
                 release(h)
 
     def _synchronize_result(self, handle: int, core: int):

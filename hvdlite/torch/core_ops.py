@@ -194,7 +194,7 @@ def allreduce_async_(
     h = ops.submit(_allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set))
     if work is tensor:
         return _handles.add_result(h, tensor)
-    return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work)
+    return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work, reads_handles=False)
 
 
 def allreduce_(
@@ -271,7 +271,7 @@ def grouped_allreduce_async(
             for s, o, n in zip(sources, outputs, _group_names(name, len(sources)))
         ]
     )
-    return _handles.add(handles, lambda: outputs, keep_alive=sources)
+    return _handles.add(handles, lambda: outputs, keep_alive=sources, reads_handles=False)
 
 
 def grouped_allreduce_async_(
@@ -284,6 +284,7 @@ def grouped_allreduce_async_(
     process_set=global_process_set,
 ) -> int:
     op = _resolve_op(op, average)
+    tensors = list(tensors)
     works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     handles = ops.submit_many(
         [
@@ -291,14 +292,14 @@ def grouped_allreduce_async_(
             for w, n in zip(works, _group_names(name, len(works)))
         ]
     )
+    copies = [(t, w) for t, w in zip(tensors, works) if w is not t]
 
     def finish():
-        for t, w in zip(tensors, works):
-            if w is not t:
-                t.copy_(w)
-        return list(tensors)
+        for t, w in copies:
+            t.copy_(w)
+        return tensors
 
-    return _handles.add(handles, finish, keep_alive=works)
+    return _handles.add(handles, finish, keep_alive=works, reads_handles=False)
 
 
 def grouped_allreduce_(
