@@ -531,9 +531,10 @@ def report(summary, rounds_n, np_, ks, out_dir):
     lines += ["", "Each cell: median of the rounds (worst round); ratios are taken within a round."]
     text = "\n".join(lines)
     print(text)
-    with open(os.path.join(out_dir, "fixed_costs.md"), "w") as f:
+    stem = os.path.join(out_dir, "fixed_costs" if np_ == 2 else f"fixed_costs_np{np_}")  # each job size its own
+    with open(stem + ".md", "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(out_dir, "fixed_costs.json"), "w") as f:
+    with open(stem + ".json", "w") as f:
         json.dump({"np": np_, "rounds": rounds_n, "ks": ks, "summary": summary}, f, indent=1)
     plt = pyplot()
     if plt is None:
@@ -563,7 +564,7 @@ def report(summary, rounds_n, np_, ks, out_dir):
             ax.legend()
     fig.suptitle(f"fixed costs, {np_} ranks on one host")
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "fixed_costs.png"), dpi=110)
+    fig.savefig(stem + ".png", dpi=110)
 
 
 def main():
