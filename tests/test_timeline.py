@@ -47,6 +47,44 @@ hvd.shutdown()
     assert all(e["ts"] >= 0 for e in spans)
 
 
+LIVE_TIMELINE = """
+import os, signal, sys, time
+import torch, hvdlite.torch as hvd
+path = sys.argv[1]
+hvd.init()
+hvd.allreduce(torch.tensor([1.0, 2.0, 3.0]), name="test_allreduce")
+time.sleep(0.1)  # as soon as Horovod's own timeline test reads the file
+if hvd.rank() == 0:
+    text = open(path).read()
+    assert "test_allreduce" in text and "NEGOTIATE_allreduce" in text and "ALLREDUCE" in text, text
+for i in range(5):
+    hvd.allreduce(torch.ones(4), name=f"before_kill.{i}")
+time.sleep(0.1)
+hvd.barrier()
+print("LIVE OK", flush=True)
+if hvd.rank() == 0:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_timeline_is_readable_while_the_job_runs_and_after_a_kill(tmp_path):
+    """The file holds a collective's events within 0.1 s of its end, while the job runs; a job killed with SIGKILL
+    leaves a file cut between two whole events, a trace once the optional closing bracket is supplied (as the
+    Trace Event Format allows and trace viewers do)."""
+    path = tmp_path / "live.json"
+    result = run_job(LIVE_TIMELINE, np=2, args=[str(path)], env={"HVDLITE_TIMELINE": str(path)}, timeout=60)
+    assert result.stdout.count("LIVE OK") == 2, result.stdout + result.stderr
+    assert result.returncode != 0  # rank 0 killed itself
+    text = path.read_text()
+    assert text.startswith("[\n") and text.endswith("}"), text[-200:]
+    events = json.loads(text + "\n]")
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    ran = {rows[e["pid"]] for e in events if e["ph"] == "B" and e["name"].startswith("ALLREDUCE")}
+    assert {"test_allreduce", "before_kill.0", "before_kill.4"} <= ran, ran
+
+
 RUNTIME_TIMELINE = """
 import os, sys, time
 import torch

@@ -1,8 +1,13 @@
 #include "common/timeline.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "common/status.h"
 
@@ -43,13 +48,16 @@ Timeline::~Timeline() { close(); }
 void Timeline::open(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> lock(mutex_);
   close_locked();
-  file_ = std::fopen(path.c_str(), "w");
-  if (!file_) throw Error(StatusCode::kInvalidArgument, "cannot write the timeline file " + path);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw Error(StatusCode::kInvalidArgument, "cannot write the timeline file " + path + ": " + std::strerror(errno));
+  }
   mark_cycles_ = mark_cycles;
   origin_ = std::chrono::steady_clock::now();
   rows_.clear();
   first_ = true;
-  std::fputs("[\n", file_);
+  held_ = "[\n";
+  flush_locked();
   enabled_ = true;
 }
 
@@ -73,7 +81,7 @@ void Timeline::begin(const std::string& tensor, const std::string& activity,
                      std::chrono::steady_clock::time_point start) {
   const std::vector<std::string> rows = rows_of(tensor);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!file_) return;
+  if (fd_ < 0) return;
   for (const std::string& name : rows) {
     Row& r = row(name);
     ++r.open_spans;
@@ -85,7 +93,7 @@ void Timeline::begin(const std::string& tensor, const std::string& activity,
 void Timeline::end(const std::string& tensor) {
   const std::vector<std::string> rows = rows_of(tensor);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!file_) return;
+  if (fd_ < 0) return;
   const std::string now = std::to_string(micros(std::chrono::steady_clock::now()));
   for (const std::string& name : rows) {
     auto it = rows_.find(name);
@@ -97,14 +105,14 @@ void Timeline::end(const std::string& tensor) {
 
 void Timeline::mark_cycle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!file_ || !mark_cycles_) return;
+  if (fd_ < 0 || !mark_cycles_) return;
   write("{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"ts\": " +
         std::to_string(micros(std::chrono::steady_clock::now())) + ", \"pid\": 0, \"tid\": 0}");
 }
 
 void Timeline::counter(const std::string& name, const std::vector<std::pair<std::string, double>>& values) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!file_) return;
+  if (fd_ < 0) return;
   Row& r = row(name);
   std::string args;
   for (const auto& kv : values) {
@@ -119,9 +127,29 @@ void Timeline::counter(const std::string& name, const std::vector<std::pair<std:
 }
 
 void Timeline::write(const std::string& event) {
-  if (!first_) std::fputs(",\n", file_);
+  if (!first_) held_ += ",\n";
   first_ = false;
-  std::fputs(event.c_str(), file_);
+  held_ += event;
+  if (held_.size() >= (1u << 20)) flush_locked();  // a busy cycle: bound what a kill can lose
+}
+
+void Timeline::flush_if_due(bool quiet) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0 || held_.empty()) return;
+  if (quiet || std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval) flush_locked();
+}
+
+void Timeline::flush_locked() {
+  // One write of whole events: a kill leaves the file cut between two of them.
+  size_t done = 0;
+  while (done < held_.size()) {
+    ssize_t n = ::write(fd_, held_.data() + done, held_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // a full disk: the trace ends early rather than the job
+    done += static_cast<size_t>(n);
+  }
+  held_.clear();
+  last_flush_ = std::chrono::steady_clock::now();
 }
 
 void Timeline::close() {
@@ -130,7 +158,7 @@ void Timeline::close() {
 }
 
 void Timeline::close_locked() {
-  if (!file_) return;
+  if (fd_ < 0) return;
   enabled_ = false;
   const std::string now = std::to_string(micros(std::chrono::steady_clock::now()));
   for (auto& kv : rows_) {
@@ -138,9 +166,10 @@ void Timeline::close_locked() {
       write("{\"ph\": \"E\", \"ts\": " + now + ", \"pid\": " + std::to_string(kv.second.id) + ", \"tid\": 1}");
     }
   }
-  std::fputs("\n]\n", file_);
-  std::fclose(file_);
-  file_ = nullptr;
+  held_ += "\n]\n";
+  flush_locked();
+  ::close(fd_);
+  fd_ = -1;
 }
 
 }  // namespace hvdlite

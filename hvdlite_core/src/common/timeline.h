@@ -3,10 +3,12 @@
 // HOROVOD_TIMELINE), or at run time by hvdlite_start_timeline / hvdlite_stop_timeline. Events come from the cycle's
 // thread, start/stop from any thread: a mutex orders them. Each file is well formed on its own: a span begun before
 // the file was opened writes no end into it, and spans still open at close are ended there.
+// Events are written whole and soon: the cycle hands them to the file at least every FLUSH_INTERVAL (and on
+// any idle cycle), so a reader sees a collective within milliseconds of its end, and a killed job leaves a
+// file cut between two events, which trace viewers open (the closing bracket of the JSON array is optional).
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -29,6 +31,9 @@ class Timeline {
   }
   void end(const std::string& tensor);
   void mark_cycle();
+  // Writes the events held back, if the last write is FLUSH_INTERVAL old or `now` is a quiet moment (called once
+  // a cycle, from the cycle's thread).
+  void flush_if_due(bool quiet);
   // A counter event ("ph": "C"): named figures the caller measured (bytes a compressor sent this step, ...),
   // drawn as a graph on a row of its own.
   void counter(const std::string& name, const std::vector<std::pair<std::string, double>>& values);
@@ -48,11 +53,15 @@ class Timeline {
   std::vector<std::string> rows_of(const std::string& tensor) const;
   long long micros(std::chrono::steady_clock::time_point t) const;
   void write(const std::string& event);
+  void flush_locked();
   void close_locked();
 
+  static constexpr std::chrono::milliseconds kFlushInterval{20};
   std::mutex mutex_;
   std::atomic<bool> enabled_{false};
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  std::string held_;  // whole events not yet written to fd_
+  std::chrono::steady_clock::time_point last_flush_;
   bool mark_cycles_ = false;
   std::chrono::steady_clock::time_point origin_;
   std::unordered_map<std::string, Row> rows_;

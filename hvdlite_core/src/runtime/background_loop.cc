@@ -74,6 +74,7 @@ bool Runtime::run_cycle() {
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
     // 4-6. Fuse, run on the backend and complete the handles (executor.h).
     executor_->execute(outcome.responses, outcome.eager);
+    if (timeline_.enabled()) timeline_.flush_if_due(outcome.idle);
     if (outcome.shutdown) {
       std::string why = "another rank shut hvdlite down before this operation completed";
       if (shutdown_requested_)
