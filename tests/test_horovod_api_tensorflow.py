@@ -56,6 +56,7 @@ HOROVOD = {
         "ccl_built()",
         "cuda_built()",
         "rocm_built()",
+        "gpu_available(ext_base_name, verbose=False)",
         "class ProcessSet(ranks_or_comm)",
         "ProcessSet.size()",
         "ProcessSet.rank()",
@@ -399,6 +400,7 @@ import hvdlite.tensorflow as hvd
 from hvdlite.tensorflow import bridge as bridge_module
 hvd.init()
 R, N = hvd.rank(), hvd.size()
+assert hvd.gpu_available("tensorflow") is False  # its GPU tensors pass through host memory
 
 def close(what, got, expected, atol=1e-6):
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
@@ -509,6 +511,14 @@ values = hvd.broadcast_(vs, root_rank=N - 1)
 close("broadcast_ values", values[0], [N - 1.0] * 2)
 close("broadcast_ int", values[1], N - 1)
 close("broadcast_ assigned", vs[0], [N - 1.0] * 2)
+# ... also of TF1 reference variables in a graph run by a Session (their dtypes are bool_ref, int8_ref, ...)
+with tf.Graph().as_default():
+    refs = [tf.compat.v1.Variable(tf.cast(tf.fill([3], R % 2), dt), use_resource=False) for dt in (tf.bool, tf.int8, tf.float16)]
+    new_values = hvd.broadcast_(refs, root_rank=1)
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for value in session.run(new_values):
+            close("broadcast_ of reference variables", value.astype(np.float64), [1.0] * 3)
 
 # DistributedGradientTape: op, gradient_predivide_factor, groups, use_generic_names, unconnected_gradients
 a, b, c = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 1.0, 1.0]), tf.Variable([3.0])

@@ -130,7 +130,7 @@ import hvdlite.torch as hvd
 from hvdlite.torch import core_ops
 from hvdjob import expect_raises
 hvd.init()
-assert not hvd.nccl_built()
+assert not hvd.nccl_built() and not hvd.gpu_available("torch")
 core_ops.cpu_placement = (0, 0)
 expect_raises("CUDA tensor without NCCL", hvd.InvalidArgumentError, hvd.allreduce, torch.ones(2), name="x",
               match=["tensor 'x' is in CUDA memory", "no NCCL library could be loaded", "HVDLITE_NCCL_LIBRARY"])

@@ -273,6 +273,8 @@ for kind, make in makers.items():
     opt = hvd.DistributedOptimizer(make(model.parameters(), 0.05), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
+    # as after Horovod's call (its dummy step), every parameter has a gradient, zero
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters()), kind
     ref_opt = make(ref.parameters(), 0.05)
     for step in range(3):
         x = batch(step)

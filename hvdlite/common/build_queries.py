@@ -72,6 +72,21 @@ def cuda_built() -> bool:
     return nccl_built()
 
 
+def gpu_available(ext_base_name: str, verbose: bool = False) -> bool:
+    """Horovod's query (horovod.common.util.gpu_available): whether collectives on framework ext_base_name's
+    GPU tensors run on the device. 'torch': CUDA tensors use the NCCL data plane where nccl_built().
+    'tensorflow' (and any other framework): False, as TensorFlow's GPU tensors reach the core through host memory
+    like all of its tensors. verbose prints why not."""
+    framework = ext_base_name.rsplit(".", 1)[-1]
+    if framework == "torch":
+        available, why_not = nccl_built(), "no CUDA runtime, NCCL or visible device (hvdlite-run --check-build)"
+    else:
+        available, why_not = False, f"hvdlite passes {framework}'s tensors through host memory"
+    if verbose and not available:
+        print(f"hvdlite: collectives on {framework} GPU tensors do not run on the device: {why_not}")
+    return available
+
+
 def rocm_built() -> bool:
     return False
 

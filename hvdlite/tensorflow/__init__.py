@@ -32,6 +32,7 @@ from hvdlite.common.build_queries import (
     ddl_built,
     gloo_built,
     gloo_enabled,  # noqa: F401
+    gpu_available,  # noqa: F401
     mpi_built,
     mpi_enabled,
     mpi_threads_supported,

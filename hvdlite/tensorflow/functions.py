@@ -33,7 +33,7 @@ def broadcast_variables(
     prefix = name or "broadcast_variables"
     buckets = {}  # carrier dtype -> [(variable, value)]
     for v in variables:
-        dtype = tf.as_dtype(v.dtype)
+        dtype = tf.as_dtype(v.dtype).base_dtype  # a TF1 reference variable's dtype is e.g. bool_ref
         value = tf.convert_to_tensor(v)
         carrier = _carrier(dtype)
         if carrier != dtype:
@@ -69,7 +69,7 @@ def broadcast_variables(
         pieces = tf.split(received, sizes) if len(members) > 1 else [received]
         for (v, value), piece in zip(members, pieces):
             piece = tf.reshape(piece, tf.shape(value))
-            dtype = tf.as_dtype(v.dtype)
+            dtype = tf.as_dtype(v.dtype).base_dtype
             if piece.dtype != dtype:
                 piece = tf.bitcast(piece, dtype)
             assigns.append(v.assign(piece))

@@ -46,9 +46,16 @@ def broadcast_optimizer_state(
     gradient, or a fresh optimizer) simply have none on every rank afterwards. Horovod instead broadcasts
     tensor by tensor and, to that end, gives an optimizer without any state one step() on zero gradients;
     hvdlite needs no such step, so training continues exactly as a single process's would (Adam's step count
-    is not advanced, weight decay is not applied an extra time)."""
+    is not advanced, weight decay is not applied an extra time). What that step leaves visible is kept: with a
+    fresh optimizer, each trainable parameter without a gradient gets a zero one, as after Horovod's call."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    zero = torch.zeros_like(p)
+                    p.grad = zero.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else zero
     state = optimizer.state_dict() if rank() == root_rank else None
     state = broadcast_object(state, root_rank, name="broadcast.optimizer_state", process_set=process_set)
     if rank() != root_rank:

@@ -29,7 +29,7 @@ from hvdlite.torch import core_ops
 hvd.init()
 n, me = hvd.size(), hvd.rank()
 info = parse_build_info(hvd.build_info())
-if not hvd.nccl_built() or not hvd.cuda_built() or info.get("nccl_version") != "21805":
+if not (hvd.nccl_built() and hvd.cuda_built() and hvd.gpu_available("torch")) or info.get("nccl_version") != "21805":
     raise CheckFailure(f"the fake NCCL should be usable: nccl_built={hvd.nccl_built()} {info}")
 
 cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])
