@@ -513,7 +513,8 @@ close("broadcast_ int", values[1], N - 1)
 close("broadcast_ assigned", vs[0], [N - 1.0] * 2)
 # ... also of TF1 reference variables in a graph run by a Session (their dtypes are bool_ref, int8_ref, ...)
 with tf.Graph().as_default():
-    refs = [tf.compat.v1.Variable(tf.cast(tf.fill([3], R % 2), dt), use_resource=False) for dt in (tf.bool, tf.int8, tf.float16)]
+    refs = [tf.compat.v1.Variable(tf.cast(tf.fill([3], R % 2), dt), use_resource=False)
+            for dt in (tf.bool, tf.int8, tf.float16)]
     new_values = hvd.broadcast_(refs, root_rank=1)
     with tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())

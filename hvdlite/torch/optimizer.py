@@ -35,7 +35,7 @@ import torch
 from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
-from hvdlite.torch import core_ops, gradient_buckets, gradient_reducers, mpi_ops
+from hvdlite.torch import core_ops, grad_scaler, gradient_buckets, gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
 from hvdlite.torch.staleness import BoundedStaleness
@@ -165,6 +165,7 @@ class _DistributedOptimizer:
         self._hvd_buckets_set = None  # the process set id they were built for
         self._hvd_sparse_ids = set()  # parameters whose gradients came sparse: reduced on their own
         self._hvd_synchronized = False
+        self._hvd_reduced_for_scaler = False  # a GradScaler's unscale_ waited for this step's reductions
         self._hvd_should_synchronize = True
         self._hvd_group_of: Dict[int, int] = {}
         self._hvd_group_ready: Dict[int, List[torch.Tensor]] = {}
@@ -212,6 +213,8 @@ class _DistributedOptimizer:
         # Runs once per parameter per backward pass: the common case takes a few dictionary operations.
         if self.local_sgd is not None and self._hvd_stepping_locally():
             return
+        if self._hvd_reduced_for_scaler:  # a new pass after a step the scaler skipped
+            self._hvd_reduced_for_scaler = False
         key = id(p)
         handles = self._hvd_handles
         if key in handles:
@@ -455,6 +458,17 @@ class _DistributedOptimizer:
         finally:
             self._hvd_end_step()
 
+    def _hvd_reduce_before_unscale(self) -> None:
+        """Called by GradScaler.unscale_ (grad_scaler.py): the step's gradients are averaged before the scaler
+        reads them, so every rank finds the same infs and skips or steps with the others."""
+        if self._hvd_synchronized or self._hvd_reduced_for_scaler or not self._hvd_member:
+            return  # synchronized by the caller (Horovod's pattern), or already for this scaler
+        if self._hvd_stepping_locally() or self.bounded_staleness is not None:
+            return  # no average to wait for before this step
+        self.synchronize()
+        self._hvd_synchronized = False  # not the caller's synchronize(): step() neither warns nor reduces again
+        self._hvd_reduced_for_scaler = True
+
     @contextlib.contextmanager
     def skip_synchronize(self):
         """Use after an explicit synchronize() (e.g. to clip gradients) so that step() does not reduce again."""
@@ -470,7 +484,7 @@ class _DistributedOptimizer:
             if self._hvd_member:
                 self.local_sgd.after_step()
             return result
-        if self._hvd_should_synchronize:
+        if self._hvd_should_synchronize and not self._hvd_reduced_for_scaler:
             if self._hvd_synchronized:
                 warnings.warn(
                     "optimizer.step() called without optimizer.skip_synchronize() context after "
@@ -481,6 +495,7 @@ class _DistributedOptimizer:
                 )
             self.synchronize()
         self._hvd_synchronized = False
+        self._hvd_reduced_for_scaler = False
         if not self._hvd_stale_apply:  # bounded staleness, first steps: no average has arrived yet
             self._hvd_stale_apply = True
             return None
@@ -512,6 +527,7 @@ class _DistributedOptimizer:
                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
                 "a race condition."
             )
+        self._hvd_reduced_for_scaler = False
         return super().zero_grad(set_to_none=set_to_none)
 
 
@@ -565,6 +581,7 @@ def DistributedOptimizer(
         )
         if groups is None:
             groups = num_groups
+    grad_scaler.install()
     base = optimizer.__class__
     optimizer.__class__ = type(base.__name__, (_DistributedOptimizer, base), {})
     optimizer._hvd_setup(
