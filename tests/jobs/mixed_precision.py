@@ -16,8 +16,8 @@ torch.set_num_threads(1)
 rank, size = hvd.rank(), hvd.size()
 during_backward = sys.argv[1] == "1"
 OVERFLOW_STEP, STEPS, CLIP = 2, 5, 0.2
-# Within float tolerance of the one process: about 1% of a step's change (which is 0.02 here), the autocast dtype's
-# rounding of activations amplifying the different order of the ranks' sums (at 2 ranks the weights come out equal).
+# Within float tolerance of the one process, far below a step's change: the autocast dtype's rounding of activations
+# amplifies the different order of the ranks' sums (at 2 ranks the weights come out equal).
 TOLERANCE = {torch.bfloat16: 5e-4, torch.float16: 1e-4}
 
 
