@@ -44,6 +44,7 @@ if hasattr(torch, "uint16"):  # torch >= 2.3
     _DTYPES[torch.uint16] = 9
 
 _handles = ops.HandleTable()
+_is_compiling = torch.compiler.is_dynamo_compiling  # torch.compile tracing this call (a constant to eager code)
 _cached, _run_prepared = ops.cached, ops.run_prepared  # bound once: the synchronous allreduce's hot path
 
 
@@ -206,6 +207,11 @@ def allreduce_(
     postscale_factor=1.0,
     process_set=global_process_set,
 ):
+    if _is_compiling():  # traced by torch.compile: one graph node (compiled_ops.py)
+        from hvdlite.torch import compiled_ops
+
+        op = _resolve_op(op, average)
+        return compiled_ops.allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     if op is None or average is not None:
         op = _resolve_op(op, average)
@@ -545,6 +551,10 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    if _is_compiling():  # traced by torch.compile: one graph node (compiled_ops.py)
+        from hvdlite.torch import compiled_ops
+
+        return compiled_ops.broadcast_(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 

@@ -13,6 +13,7 @@ import torch
 
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
+from hvdlite.torch import compiled_ops
 from hvdlite.torch.autograd import (
     AllgatherFunction,
     AllreduceFunction,
@@ -29,6 +30,7 @@ from hvdlite.torch.core_ops import (
     _allreduce_sync,
     _compressor,
     _differentiable,
+    _is_compiling,
     _resolve_op,
     allgather_async,
     allreduce_,
@@ -67,7 +69,9 @@ def allreduce(
     op = _resolve_op(op, average)
     compression = _compressor(compression)
     wire, ctx = compression.compress(tensor)
-    if _differentiable(wire):
+    if _is_compiling():  # traced by torch.compile: one graph node (compiled_ops.py), differentiable
+        reduced = compiled_ops.allreduce(wire, name, op, prescale_factor, postscale_factor, process_set)
+    elif _differentiable(wire):
         reduced = AllreduceFunction.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
     else:
         reduced = _allreduce_sync(wire, name, op, prescale_factor, postscale_factor, process_set)
@@ -89,7 +93,9 @@ def grouped_allreduce(
     op = _resolve_op(op, average)
     compression = _compressor(compression)
     wires, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    if _differentiable(*wires):
+    if _is_compiling() and wires and not _differentiable(*wires):
+        reduced = compiled_ops.grouped_allreduce(wires, name, op, prescale_factor, postscale_factor, process_set)
+    elif _differentiable(*wires):
         reduced = GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set, *wires)
     else:
         reduced = synchronize(
@@ -101,6 +107,8 @@ def grouped_allreduce(
 def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
     """Concatenates every rank's tensor along dimension 0 (first dimensions may differ). Differentiable: the
     gradient is averaged over the set, then this rank's rows are taken (Horovod's rule)."""
+    if _is_compiling() and not _differentiable(tensor):
+        return compiled_ops.allgather(tensor, name, process_set)
     if _differentiable(tensor):
         return AllgatherFunction.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
@@ -169,6 +177,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every rank of the set (root_rank is a global rank). Differentiable: the
     gradient is averaged over the set on the root and zero elsewhere (Horovod's rule)."""
+    if _is_compiling():
+        return compiled_ops.broadcast(tensor, root_rank, name, process_set)
     if _differentiable(tensor):
         return BroadcastFunction.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))

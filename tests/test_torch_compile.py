@@ -1,0 +1,18 @@
+"""hvdlite under torch.compile across real processes (tests/jobs/compiled.py): collectives inside compiled
+functions are single graph nodes with eager mode's results and gradients, and a compiled model (aot_eager,
+inductor) trains through DistributedOptimizer to one eager process's weights on the global batch."""
+
+import os
+
+import pytest
+from multiproc import run_job
+
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "compiled.py")
+
+
+@pytest.mark.timeout(400)
+def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains():
+    with open(JOB, encoding="utf-8") as f:
+        result = run_job(f.read(), np=2, timeout=360)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and out.count("OK") == 2, out
