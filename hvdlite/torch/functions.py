@@ -56,6 +56,8 @@ def broadcast_optimizer_state(
                 if p.requires_grad and p.grad is None:
                     zero = torch.zeros_like(p)
                     p.grad = zero.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else zero
+    if getattr(optimizer, "_hvd_sharded", None) is not None:  # shard_optimizer_state=True: whole on the root
+        optimizer.consolidate_state_dict(to=root_rank)
     state = optimizer.state_dict() if rank() == root_rank else None
     state = broadcast_object(state, root_rank, name="broadcast.optimizer_state", process_set=process_set)
     if rank() != root_rank:

@@ -38,6 +38,7 @@ from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import core_ops, grad_scaler, gradient_buckets, gradient_reducers, mpi_ops
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
+from hvdlite.torch.sharded_state import ShardedState
 from hvdlite.torch.staleness import BoundedStaleness
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
@@ -79,6 +80,7 @@ class _DistributedOptimizer:
         reduce_during_backward=None,
         local_sgd=None,
         staleness=None,
+        shard_optimizer_state=False,
     ):
         if op == Adasum:
             raise NotImplementedError(
@@ -185,6 +187,16 @@ class _DistributedOptimizer:
             if self._hvd_member
             else []
         )
+        self._hvd_sharded = None
+        if shard_optimizer_state:
+            for other, given in (
+                ("sync_every (local SGD)", local_sgd is not None),
+                ("staleness", staleness is not None),
+            ):
+                if given:
+                    raise ValueError(f"shard_optimizer_state and {other} cannot be combined")
+            if self._hvd_member:  # a rank outside the set steps every parameter itself, as without sharding
+                self._hvd_sharded = ShardedState(self, self._hvd_params, process_set, "sharded_optimizer")
 
     def _hvd_assign_groups(self, groups):
         if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
@@ -499,10 +511,41 @@ class _DistributedOptimizer:
         if not self._hvd_stale_apply:  # bounded staleness, first steps: no average has arrived yet
             self._hvd_stale_apply = True
             return None
+        if self._hvd_sharded is not None:
+            return self._hvd_sharded.step(super().step, closure)
         result = super().step(closure)
         if self.local_sgd is not None and self._hvd_member:
             self.local_sgd.after_step()
         return result
+
+    # ------------------------------------------------------------------ sharded optimizer state
+
+    def consolidate_state_dict(self, to: Optional[int] = 0) -> None:
+        """With shard_optimizer_state=True: gathers the whole optimizer state on global rank `to` (collective over
+        the process set), whose state_dict() then returns it (torch's ZeroRedundancyOptimizer's method); to=None
+        gathers it on every rank. Without sharding every rank already has the whole state: nothing to do."""
+        if self._hvd_sharded is not None:
+            self._hvd_sharded.consolidate(super().state_dict, to)
+
+    def state_dict(self):
+        if self._hvd_sharded is not None:
+            return self._hvd_sharded.state_dict()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict) -> None:
+        """Loads a whole (unsharded) state dict; with shard_optimizer_state=True this rank keeps its part."""
+        super().load_state_dict(state_dict)
+        if self._hvd_sharded is not None:
+            self._hvd_sharded.keep_own_state()
+
+    def optimizer_state_bytes(self) -> int:
+        """Bytes of the tensors in this rank's optimizer state (with shard_optimizer_state=True, its share)."""
+        return sum(
+            v.numel() * v.element_size()
+            for state in self.state.values()
+            for v in state.values()
+            if torch.is_tensor(v)
+        )
 
     def drain(self) -> int:
         """With staleness=s: waits for the averages still in flight (the last s steps') and applies each with an
@@ -549,6 +592,7 @@ def DistributedOptimizer(
     outer_momentum: float = 0.0,
     average_optimizer_state: bool = False,
     staleness: Optional[int] = None,
+    shard_optimizer_state: bool = False,
 ):
     """Returns optimizer, now averaging gradients over the ranks of process_set (Horovod's signature).
 
@@ -568,6 +612,10 @@ def DistributedOptimizer(
     staleness=s (hvdlite's own, s >= 1; hvdlite.torch.staleness) starts each step's gradient allreduce without
     waiting and applies it s steps later, so communication overlaps the next s steps' compute; no rank gets more
     than s steps ahead of the slowest. The first s steps apply nothing; drain() applies the last s.
+
+    shard_optimizer_state=True (hvdlite's own; ZeRO stage 1, hvdlite.torch.sharded_state) keeps on each rank the
+    optimizer state of about 1/N of the parameters: a rank steps the parameters it owns and the updated parameters
+    are allgathered. state_dict() needs consolidate_state_dict(to=rank) first and is then the unsharded one.
     """
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
@@ -604,5 +652,6 @@ def DistributedOptimizer(
             average_optimizer_state=average_optimizer_state,
         ),
         staleness,
+        shard_optimizer_state,
     )
     return optimizer

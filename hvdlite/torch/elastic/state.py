@@ -108,6 +108,9 @@ class TorchState(State):
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
+            if getattr(self.optimizer, "_hvd_sharded", None) is not None:
+                # Sharded state: every rank keeps the whole of it, so that any survivor can restore any part.
+                self.optimizer.consolidate_state_dict(to=None)
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}
         self._saved_extensions = {key: extension.state_dict() for key, extension in self._extensions().items()}
