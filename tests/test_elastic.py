@@ -43,7 +43,7 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4"):
+def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4", job_args=()):
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\n{discover_body}\n")
     discover.chmod(0o755)
@@ -62,6 +62,7 @@ def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="ech
         JOB,
         str(tmp_path),
         str(epochs),
+        *job_args,
     ]
     return subprocess.Popen(
         cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -116,8 +117,19 @@ def check_epochs_cover_every_sample(logs, epochs):
 
 
 @pytest.mark.timeout(240)
-def test_worker_lost_mid_epoch_then_added_back(tmp_path):
-    proc = start_job(tmp_path, np=4, min_np=3, max_np=4, epochs=8, extra=["--blacklist-cooldown-range", "2", "3"])
+@pytest.mark.parametrize("optimizer", ["sgd", "sharded-momentum"])
+def test_worker_lost_mid_epoch_then_added_back(tmp_path, optimizer):
+    """sharded-momentum: the optimizer state is sharded over the ranks (shard_optimizer_state=True); every
+    re-formed job partitions it anew from the committed state."""
+    proc = start_job(
+        tmp_path,
+        np=4,
+        min_np=3,
+        max_np=4,
+        epochs=8,
+        extra=["--blacklist-cooldown-range", "2", "3"],
+        job_args=[optimizer],
+    )
     kill_worker_after(tmp_path, "w2", batches=10)
     out = finish(proc)
     assert proc.returncode == 0, out[-5000:]
@@ -140,7 +152,11 @@ def test_worker_lost_mid_epoch_then_added_back(tmp_path):
     check_epochs_cover_every_sample(logs, epochs=8)
     # The reference: one process replays the logged schedule (same samples per step, same commits).
     replayed = subprocess.run(
-        [sys.executable, JOB, "--replay", str(tmp_path)], env=job_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, JOB, "--replay", str(tmp_path), optimizer],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     reference = json.loads(replayed.stdout.strip().splitlines()[-1])

@@ -1,13 +1,14 @@
 """A worker of an elastic job (tests/test_elastic.py): a small model trained with hvd.elastic.
 
-argv: OUT_DIR EPOCHS. Every worker appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after
-each (re)initialisation with its rank and size, "batch" as each step starts (the step's number, the elastic
-round, the epoch and the sample indices this rank trains on), and "done" with the final weights and the sizes it
-trained at.
+argv: OUT_DIR EPOCHS [OPTIMIZER]. OPTIMIZER: sgd (the default), or sharded-momentum (SGD with momentum whose
+state DistributedOptimizer shards over the ranks, which every re-formed job must partition anew). Every worker
+appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after each (re)initialisation with its rank
+and size, "batch" as each step starts (the step's number, the elastic round, the epoch and the sample indices
+this rank trains on), and "done" with the final weights and the sizes it trained at.
 
-argv: --replay OUT_DIR. The reference: one process replays the schedule the workers logged (for each step, the
-batches every rank of the round that last ran it trained on) on the same model and data, averaging the ranks'
-gradients as the allreduce does, and prints the final weights as JSON."""
+argv: --replay OUT_DIR [OPTIMIZER]. The reference: one process replays the schedule the workers logged (for each
+step, the batches every rank of the round that last ran it trained on) on the same model and data, averaging the
+ranks' gradients as the allreduce does, and prints the final weights as JSON."""
 
 import json
 import os
@@ -29,11 +30,15 @@ def make_data_and_model():
     return features, targets, torch.nn.Linear(8, 1)
 
 
+def make_optimizer(params, kind):
+    return torch.optim.SGD(params, lr=LR, momentum=0.9 if kind == "sharded-momentum" else 0.0)
+
+
 def flat_weights(model):
     return torch.cat([model.weight.detach().flatten(), model.bias.detach()]).tolist()
 
 
-def replay(out_dir):
+def replay(out_dir, kind):
     """The reference run (see the module docstring): steps in order, each from the latest round that ran it (a
     round that failed after committing a step hands it to the next round, which goes on from that commit)."""
     steps = {}  # step -> (round, {rank: indices}, size)
@@ -53,7 +58,7 @@ def replay(out_dir):
                 steps[e["batches"]] = (round_, ranks, size)
     assert sorted(steps) == list(range(1, len(steps) + 1)), "steps missing from the logs"
     features, targets, model = make_data_and_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = make_optimizer(model.parameters(), kind)
     for step in sorted(steps):
         round_, ranks, size = steps[step]
         assert sorted(ranks) == list(range(size)), f"step {step} (round {round_}): logged by ranks {sorted(ranks)}"
@@ -71,10 +76,11 @@ def replay(out_dir):
 
 
 if sys.argv[1] == "--replay":
-    replay(sys.argv[2])
+    replay(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "sgd")
     sys.exit(0)
 
 out_dir, epochs = sys.argv[1], int(sys.argv[2])
+kind = sys.argv[3] if len(sys.argv) > 3 else "sgd"
 worker = os.environ.get("HVDLITE_WORKER_ID", "plain")
 log_path = os.path.join(out_dir, f"{worker}.log")
 
@@ -91,7 +97,9 @@ dataset = torch.utils.data.TensorDataset(features, targets, torch.arange(len(fea
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
 loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler)
 optimizer = hvd.DistributedOptimizer(
-    torch.optim.SGD(model.parameters(), lr=LR), named_parameters=model.named_parameters()
+    make_optimizer(model.parameters(), kind),
+    named_parameters=model.named_parameters(),
+    shard_optimizer_state=kind == "sharded-momentum",
 )
 sizes = []
 

@@ -46,7 +46,7 @@ class TorchState(State):
         self._saved_samplers: Dict[str, dict] = {}
         self._saved_extensions: Dict[str, dict] = {}
         super().__init__(broadcast_object, rank, **plain)
-        self._save_objects()
+        self._save_objects(collective=False)
 
     def save(self) -> None:
         super().save()
@@ -104,14 +104,17 @@ class TorchState(State):
         saved = payload.get("extensions", {})
         self._saved_extensions = {key: {"shared": saved[key]} for key in self._extensions() if key in saved}
 
-    def _save_objects(self) -> None:
+    def _save_objects(self, collective: bool = True) -> None:
+        """collective: every rank saves at this point (commit, sync), as a sharded optimizer's state needs."""
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
-            if getattr(self.optimizer, "_hvd_sharded", None) is not None:
+            if getattr(self.optimizer, "_hvd_sharded", None) is None:
+                self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+            elif collective:
                 # Sharded state: every rank keeps the whole of it, so that any survivor can restore any part.
                 self.optimizer.consolidate_state_dict(to=None)
-            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+                self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}
         self._saved_extensions = {key: extension.state_dict() for key, extension in self._extensions().items()}
 
