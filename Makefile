@@ -63,6 +63,7 @@ bench:
 	$(PY) -m pytest -q -m bench tests/test_bench.py
 	$(PY) bench/allreduce.py --rounds 5
 	$(PY) bench/fixed_costs.py --rounds 5
+	$(PY) bench/torch_features.py --rounds 5
 	$(PY) bench/hierarchical.py
 	$(PY) bench/hierarchical.py --collective allgather
 	$(PY) bench/train.py --autotune

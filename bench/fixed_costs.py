@@ -321,7 +321,9 @@ def optimizer_worker(peer):
     return rank, size, results
 
 
-def launch(peer, np_, out_path, ks):
+def launch(peer, np_, out_path, ks, script=None):
+    """Runs peer's worker (this file's, or script's) as an np_-process job: hvdlite's launcher, mpirun, or
+    torch.distributed's environment variables."""
     env = dict(
         os.environ,
         OMP_NUM_THREADS="1",
@@ -332,7 +334,7 @@ def launch(peer, np_, out_path, ks):
             "HVDLITE_BENCH_KERAS_VARIABLES", ",".join(map(str, KERAS_VARIABLES))
         ),
     )
-    me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
+    me = [sys.executable, script or os.path.abspath(__file__), "--worker", peer, "--out", out_path]
     if "hvdlite" in peer:
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=1800).returncode

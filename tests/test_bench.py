@@ -481,3 +481,31 @@ def test_fixed_costs_report_pairs_rounds_and_leaves_out_parts_not_run():
     # K=512: 2.5 us a tensor in the median of 3 and 2, the gloo ratio's median of 1/3 and 1/2, linearity 1.25
     assert "| 512 | 2.50 (3.00) | - | 1.00 (1.00) | 0.42x (0.33x) | 1.25 (1.50) |" in lines, lines
     assert any(line.startswith("| 64 | 3000.00 (4000.00) | 2500.00 (3000.00) | 1.00x (0.50x) |") for line in lines)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.bench
+def test_torch_features_bench_writes_table_and_json(tmp_path):
+    """bench/torch_features.py for real on a one-block transformer, one round: compiled against eager, and the
+    optimizer state sharded against unsharded, for hvdlite and DDP."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "torch_features.py"), "--rounds", "1", "--layers", "1"]
+        + ["--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "torch_features.json").read_text())["summary"]
+    assert set(summary["compile-hvdlite"]) == {"eager", "compiled"}
+    for peer in ("zero-hvdlite", "zero-ddp"):
+        whole, share = summary[peer]["unsharded"]["state_bytes"], summary[peer]["sharded"]["state_bytes"]
+        assert 0 < share < whole, (peer, share, whole)
+    assert set(summary["ratios"]) == {
+        "eager_over_compiled",
+        "unsharded_over_sharded",
+        "ddp_zero_over_sharded",
+        "ddp_over_unsharded",
+    }
+    table = (tmp_path / "torch_features.md").read_text()
+    assert "torch.compile (inductor)" in table and "ZeroRedundancyOptimizer" in table

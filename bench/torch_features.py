@@ -1,0 +1,226 @@
+"""Today's PyTorch with hvdlite, against its own eager and unsharded steps and against DDP, in one run.
+
+    python bench/torch_features.py                    # 2 ranks, 3 interleaved rounds, writes bench/results/
+    python bench/torch_features.py --rounds 1 --layers 2 --out-dir /tmp/quick
+
+The model is bench/fixed_costs.py's GPT-style transformer (--layers blocks), AdamW, one torch thread per rank.
+
+- compile: a training step through hvd.DistributedOptimizer with the model eager and torch.compile'd (inductor),
+  in the same job (compile-hvdlite); compilation happens in the warm-up steps, which are not timed.
+- zero: the step and each rank's optimizer-state bytes with DistributedOptimizer unsharded and with
+  shard_optimizer_state=True (zero-hvdlite), and DistributedDataParallel with AdamW unsharded and with torch's
+  ZeroRedundancyOptimizer (zero-ddp, gloo).
+
+Peers take turns and the whole turn repeats --rounds times; each figure is the median step within a run, the
+table gives the median and the worst round, and ratios are taken within a round.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from allreduce import machine_line  # noqa: E402
+from fixed_costs import GPT, launch, ratio_spread, spread, time_steps  # noqa: E402
+
+PEERS = ["compile-hvdlite", "zero-hvdlite", "zero-ddp"]
+LAYERS = 8
+STEPS = 20
+
+
+def _batch(torch, rank):
+    tokens = torch.randint(0, GPT.VOCAB, (GPT.BATCH, GPT.CONTEXT + 1), generator=torch.Generator().manual_seed(rank))
+    return tokens[:, :-1], tokens[:, 1:].reshape(-1)
+
+
+def _state_bytes(optimizer) -> int:
+    import torch
+
+    return sum(
+        v.numel() * v.element_size()
+        for state in optimizer.state.values()
+        for v in state.values()
+        if torch.is_tensor(v)
+    )
+
+
+def worker(peer):
+    import torch
+
+    torch.set_num_threads(1)
+    layers = int(os.environ["HVDLITE_BENCH_LAYERS"])
+    if peer == "zero-ddp":
+        import torch.distributed as dist
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        dist.init_process_group("gloo")
+        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+    else:
+        import hvdlite.torch as hvd
+
+        hvd.init()
+        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
+    inputs, targets = _batch(torch, rank)
+    results = {}
+    variants = {
+        "compile-hvdlite": ("eager", "compiled"),
+        "zero-hvdlite": ("unsharded", "sharded"),
+        "zero-ddp": ("unsharded", "sharded"),
+    }[peer]
+    for variant in variants:
+        model = GPT.build(layers)
+        if peer == "zero-ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            if variant == "sharded":
+                optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
+            else:
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        else:
+            optimizer = hvd.DistributedOptimizer(
+                torch.optim.AdamW(model.parameters(), lr=1e-3),
+                named_parameters=model.named_parameters(),
+                shard_optimizer_state=variant == "sharded",
+            )
+        forward = torch.compile(model) if variant == "compiled" else model
+
+        def step():
+            optimizer.zero_grad()
+            logits = forward(inputs)
+            torch.nn.functional.cross_entropy(logits.reshape(-1, GPT.VOCAB), targets).backward()
+            optimizer.step()
+
+        seconds = time_steps(step, barrier, STEPS)
+        local = optimizer.optim if peer == "zero-ddp" and variant == "sharded" else optimizer
+        results[variant] = {"seconds": seconds, "state_bytes": _state_bytes(local)}
+    if peer == "zero-ddp":
+        dist.destroy_process_group()
+    return rank, size, {"layers": layers, "variants": results}
+
+
+def summarize(rounds):
+    out = {}
+    for peer in PEERS:
+        runs = [rd[peer]["variants"] for rd in rounds if peer in rd]
+        if not runs:
+            continue
+        out[peer] = {
+            variant: {
+                "step": spread([r[variant]["seconds"] for r in runs]),
+                "state_bytes": runs[0][variant]["state_bytes"],
+            }
+            for variant in runs[0]
+        }
+
+    def seconds(peer, variant):
+        return lambda results: results["variants"][variant]["seconds"]
+
+    ratios = {}
+    for name, (over, under) in {
+        "eager_over_compiled": (("compile-hvdlite", "eager"), ("compile-hvdlite", "compiled")),
+        "unsharded_over_sharded": (("zero-hvdlite", "unsharded"), ("zero-hvdlite", "sharded")),
+        "ddp_zero_over_sharded": (("zero-ddp", "sharded"), ("zero-hvdlite", "sharded")),
+        "ddp_over_unsharded": (("zero-ddp", "unsharded"), ("zero-hvdlite", "unsharded")),
+    }.items():
+        paired = [rd for rd in rounds if over[0] in rd and under[0] in rd]
+        if paired:
+            ratios[name] = ratio_spread(
+                [seconds(*over)(rd[over[0]]) / seconds(*under)(rd[under[0]]) for rd in paired]
+            )
+    out["ratios"] = ratios
+    return out
+
+
+def _cell(s, scale=1e3, digits=1):
+    return f"{s['median'] * scale:.{digits}f} ({s['worst'] * scale:.{digits}f})" if s else "-"
+
+
+def report_lines(summary, layers, size):
+    lines = []
+    ratios = summary.get("ratios", {})
+    tensors = sum(1 for _ in GPT.build(layers).parameters()) if layers else 0
+    if "compile-hvdlite" in summary:
+        c = summary["compile-hvdlite"]
+        lines += [
+            "",
+            f"| GPT-style, {layers} blocks, {tensors} tensors, AdamW, {size} ranks | step (ms) "
+            "| eager time / compiled time |",
+            "|---|---|---|",
+            f"| DistributedOptimizer, eager model | {_cell(c['eager']['step'])} | |",
+            f"| DistributedOptimizer, torch.compile (inductor) | {_cell(c['compiled']['step'])} | "
+            f"{_cell(ratios.get('eager_over_compiled'), 1, 2)}x |",
+        ]
+    if "zero-hvdlite" in summary or "zero-ddp" in summary:
+        lines += [
+            "",
+            "| optimizer state | step (ms) | state per rank (MB) |",
+            "|---|---|---|",
+        ]
+        for peer, label in (("zero-hvdlite", "DistributedOptimizer"), ("zero-ddp", "DDP (gloo)")):
+            for variant, what in (("unsharded", "AdamW"), ("sharded", "sharded")):
+                row = summary.get(peer, {}).get(variant)
+                if row:
+                    name = (
+                        f"{label}, {what}"
+                        if peer == "zero-hvdlite" or variant == "unsharded"
+                        else (f"{label}, ZeroRedundancyOptimizer")
+                    )
+                    lines.append(f"| {name} | {_cell(row['step'])} | {row['state_bytes'] / 1e6:.2f} |")
+        lines.append("")
+        for key, text in (
+            ("unsharded_over_sharded", "hvdlite unsharded time / sharded time"),
+            ("ddp_zero_over_sharded", "DDP + ZeroRedundancyOptimizer time / hvdlite sharded time"),
+            ("ddp_over_unsharded", "DDP + AdamW time / hvdlite unsharded time"),
+        ):
+            if key in ratios:
+                lines.append(f"- {text}: {_cell(ratios[key], 1, 2)}x")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=LAYERS, help="transformer blocks")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        rank, _, results = worker(args.worker)
+        if rank == 0:
+            with open(args.out, "w") as f:
+                json.dump(results, f)
+        return
+    os.makedirs(args.out_dir, exist_ok=True)
+    os.environ["HVDLITE_BENCH_LAYERS"] = str(args.layers)
+    rounds = []
+    for turn in range(args.rounds):
+        this_round = {}
+        for peer in args.peers.split(","):
+            out_path = os.path.join(args.out_dir, f".raw-torch-{peer}.json")
+            print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
+            rc = launch(peer, args.np, out_path, [], script=os.path.abspath(__file__))
+            if rc != 0:
+                raise SystemExit(f"{peer} run failed with exit code {rc}")
+            with open(out_path) as f:
+                this_round[peer] = json.load(f)
+            os.remove(out_path)
+        rounds.append(this_round)
+    summary = summarize(rounds)
+    lines = [f"{machine_line()}, {args.np} ranks, {args.rounds} round(s) of every peer, interleaved"]
+    lines += report_lines(summary, args.layers, args.np)
+    lines += ["", "Each cell: median of the rounds (worst round); ratios are taken within a round."]
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(args.out_dir, "torch_features.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out_dir, "torch_features.json"), "w") as f:
+        json.dump({"np": args.np, "rounds": args.rounds, "layers": args.layers, "summary": summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
