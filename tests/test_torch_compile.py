@@ -11,8 +11,9 @@ JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "compiled
 
 
 @pytest.mark.timeout(400)
-def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains():
+@pytest.mark.parametrize("np", [2, 3])
+def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains(np):
     with open(JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=2, timeout=360)
+        result = run_job(f.read(), np=np, timeout=360)
     out = result.stdout + result.stderr
-    assert result.returncode == 0 and out.count("OK") == 2, out
+    assert result.returncode == 0 and out.count("OK") == np, out
