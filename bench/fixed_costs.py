@@ -178,6 +178,16 @@ class GPT:
     VOCAB, CONTEXT, WIDTH, HEADS, BATCH = 256, 32, 64, 4, 8
 
     @staticmethod
+    def batch(rank):
+        """(input tokens, next-token targets flattened): this rank's batch for next-token prediction."""
+        import torch
+
+        tokens = torch.randint(
+            0, GPT.VOCAB, (GPT.BATCH, GPT.CONTEXT + 1), generator=torch.Generator().manual_seed(rank)
+        )
+        return tokens[:, :-1], tokens[:, 1:].reshape(-1)
+
+    @staticmethod
     def build(layers):
         import torch
         from torch import nn
@@ -259,65 +269,66 @@ def keras_worker():
     return hvd.rank(), hvd.size(), results
 
 
+def init_peer(ddp: bool):
+    """(rank, size, barrier, hvdlite.torch or None) for a worker of torch.distributed over gloo or of hvdlite."""
+    if ddp:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        return dist.get_rank(), dist.get_world_size(), dist.barrier, None
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    return hvd.rank(), hvd.size(), hvd.barrier, hvd
+
+
+def exchange_step_times(build, loss, hvd, barrier, steps):
+    """Median seconds of an SGD step of build()'s model on loss(model), without any exchange ("local") and with
+    DistributedOptimizer, or DDP where hvd is None ("distributed")."""
+    import torch
+
+    timed = {}
+    for distributed in (False, True):
+        model = build()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+        if distributed and hvd is None:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        elif distributed:
+            optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+        def step():
+            optimizer.zero_grad()
+            loss(model).backward()
+            optimizer.step()
+
+        timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
+    return timed
+
+
 def optimizer_worker(peer):
     import torch
 
     ks = [int(k) for k in os.environ["HVDLITE_BENCH_OPTIMIZER_KS"].split(",")]
-    if peer == "opt-ddp":
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
-    else:
-        import hvdlite.torch as hvd
-
-        hvd.init()
-        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
+    rank, size, barrier, hvd = init_peer(peer == "opt-ddp")
     x = torch.randn(TENSOR_FLOATS)
     results = []
     for k in ks:
-        steps = max(5, min(100, 20000 // k))
-        timed = {}
-        for distributed in (False, True):
-            model = ManyParameters.build(k)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-            if distributed and peer == "opt-ddp":
-                model = torch.nn.parallel.DistributedDataParallel(model)
-            elif distributed:
-                optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-
-            def step():
-                optimizer.zero_grad()
-                model(x).backward()
-                optimizer.step()
-
-            timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
+        timed = exchange_step_times(
+            lambda: ManyParameters.build(k), lambda model: model(x), hvd, barrier, max(5, min(100, 20000 // k))
+        )
         results.append({"k": k, **timed})
     layers = int(os.environ.get("HVDLITE_BENCH_GPT_LAYERS", GPT_LAYERS))
     if layers:
-        tokens = torch.randint(
-            0, GPT.VOCAB, (GPT.BATCH, GPT.CONTEXT + 1), generator=torch.Generator().manual_seed(rank)
-        )
-        timed = {}
-        for distributed in (False, True):
-            model = GPT.build(layers)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-            if distributed and peer == "opt-ddp":
-                model = torch.nn.parallel.DistributedDataParallel(model)
-            elif distributed:
-                optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        inputs, targets = GPT.batch(rank)
 
-            def step():
-                optimizer.zero_grad()
-                logits = model(tokens[:, :-1])
-                torch.nn.functional.cross_entropy(logits.reshape(-1, GPT.VOCAB), tokens[:, 1:].reshape(-1)).backward()
-                optimizer.step()
+        def loss(model):
+            return torch.nn.functional.cross_entropy(model(inputs).reshape(-1, GPT.VOCAB), targets)
 
-            timed["distributed" if distributed else "local"] = time_steps(step, barrier, 20)
+        timed = exchange_step_times(lambda: GPT.build(layers), loss, hvd, barrier, 20)
         tensors = sum(1 for _ in GPT.build(layers).parameters())
         results.append({"model": "gpt", "layers": layers, "tensors": tensors, **timed})
-    if peer == "opt-ddp":
-        dist.destroy_process_group()
+    if hvd is None:
+        torch.distributed.destroy_process_group()
     return rank, size, results
 
 
@@ -346,6 +357,24 @@ def launch(peer, np_, out_path, ks, script=None):
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE=str(np_))
     procs = [subprocess.Popen(me, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(np_)]
     return max(p.wait(timeout=1800) for p in procs)
+
+
+def run_rounds(peers, rounds_n, np_, out_dir, ks, script=None):
+    """[{peer: rank 0's results}] for each round, the peers taking turns within it."""
+    rounds = []
+    for turn in range(rounds_n):
+        this_round = {}
+        for peer in peers:
+            out_path = os.path.join(out_dir, f".raw-{os.path.basename(script or __file__)}-{peer}.json")
+            print(f"round {turn + 1}/{rounds_n}: running {peer} ...", flush=True)
+            rc = launch(peer, np_, out_path, ks, script=script)
+            if rc != 0:
+                raise SystemExit(f"{peer} run failed with exit code {rc}")
+            with open(out_path) as f:
+                this_round[peer] = json.load(f)
+            os.remove(out_path)
+        rounds.append(this_round)
+    return rounds
 
 
 def spread(values):
@@ -612,19 +641,7 @@ def main():
             peers.append(peer)
         else:
             print(f"skipping {peer}: not installed")
-    rounds = []
-    for turn in range(args.rounds):
-        this_round = {}
-        for peer in peers:
-            out_path = os.path.join(args.out_dir, f".raw-fixed-{peer}.json")
-            print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
-            rc = launch(peer, args.np, out_path, ks)
-            if rc != 0:
-                raise SystemExit(f"{peer} run failed with exit code {rc}")
-            with open(out_path) as f:
-                this_round[peer] = json.load(f)
-            os.remove(out_path)
-        rounds.append(this_round)
+    rounds = run_rounds(peers, args.rounds, args.np, args.out_dir, ks)
     report(summarize(rounds, ks), args.rounds, args.np, ks, args.out_dir)
 
 

@@ -24,46 +24,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from allreduce import machine_line  # noqa: E402
-from fixed_costs import GPT, launch, ratio_spread, spread, time_steps  # noqa: E402
+from fixed_costs import GPT, init_peer, ratio_spread, run_rounds, spread, time_steps  # noqa: E402
 
 PEERS = ["compile-hvdlite", "zero-hvdlite", "zero-ddp"]
 LAYERS = 8
 STEPS = 20
 
 
-def _batch(torch, rank):
-    tokens = torch.randint(0, GPT.VOCAB, (GPT.BATCH, GPT.CONTEXT + 1), generator=torch.Generator().manual_seed(rank))
-    return tokens[:, :-1], tokens[:, 1:].reshape(-1)
-
-
-def _state_bytes(optimizer) -> int:
-    import torch
-
-    return sum(
-        v.numel() * v.element_size()
-        for state in optimizer.state.values()
-        for v in state.values()
-        if torch.is_tensor(v)
-    )
-
-
 def worker(peer):
     import torch
 
+    from hvdlite.torch.sharded_state import state_bytes
+
     torch.set_num_threads(1)
     layers = int(os.environ["HVDLITE_BENCH_LAYERS"])
-    if peer == "zero-ddp":
-        import torch.distributed as dist
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        dist.init_process_group("gloo")
-        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
-    else:
-        import hvdlite.torch as hvd
-
-        hvd.init()
-        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
-    inputs, targets = _batch(torch, rank)
+    rank, size, barrier, hvd = init_peer(peer == "zero-ddp")
+    inputs, targets = GPT.batch(rank)
     results = {}
     variants = {
         "compile-hvdlite": ("eager", "compiled"),
@@ -75,6 +51,8 @@ def worker(peer):
         if peer == "zero-ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
             if variant == "sharded":
+                from torch.distributed.optim import ZeroRedundancyOptimizer
+
                 optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
             else:
                 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -94,9 +72,9 @@ def worker(peer):
 
         seconds = time_steps(step, barrier, STEPS)
         local = optimizer.optim if peer == "zero-ddp" and variant == "sharded" else optimizer
-        results[variant] = {"seconds": seconds, "state_bytes": _state_bytes(local)}
-    if peer == "zero-ddp":
-        dist.destroy_process_group()
+        results[variant] = {"seconds": seconds, "state_bytes": state_bytes(local)}
+    if hvd is None:
+        torch.distributed.destroy_process_group()
     return rank, size, {"layers": layers, "variants": results}
 
 
@@ -197,19 +175,9 @@ def main():
         return
     os.makedirs(args.out_dir, exist_ok=True)
     os.environ["HVDLITE_BENCH_LAYERS"] = str(args.layers)
-    rounds = []
-    for turn in range(args.rounds):
-        this_round = {}
-        for peer in args.peers.split(","):
-            out_path = os.path.join(args.out_dir, f".raw-torch-{peer}.json")
-            print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
-            rc = launch(peer, args.np, out_path, [], script=os.path.abspath(__file__))
-            if rc != 0:
-                raise SystemExit(f"{peer} run failed with exit code {rc}")
-            with open(out_path) as f:
-                this_round[peer] = json.load(f)
-            os.remove(out_path)
-        rounds.append(this_round)
+    rounds = run_rounds(
+        args.peers.split(","), args.rounds, args.np, args.out_dir, [], script=os.path.abspath(__file__)
+    )
     summary = summarize(rounds)
     lines = [f"{machine_line()}, {args.np} ranks, {args.rounds} round(s) of every peer, interleaved"]
     lines += report_lines(summary, args.layers, args.np)

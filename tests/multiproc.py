@@ -171,3 +171,16 @@ def run_checked(
     assert result.returncode == 0, out
     assert out.count(marker) == np, out
     return out
+
+
+JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+
+
+def run_job_module(name: str, np: int, args: Sequence[str] = (), timeout: float = 150, marker: str = "OK") -> str:
+    """Runs tests/jobs/<name> on np ranks; asserts exit code 0 and that every rank printed marker (a job module
+    fails with its own assertion's traceback, which the assertion message then holds). Returns the output."""
+    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
+        result = run_job(f.read(), np=np, args=args, timeout=timeout)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and out.count(marker) == np, out
+    return out

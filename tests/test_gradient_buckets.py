@@ -2,19 +2,12 @@
 gradient they meet ends as a one-process reference on the global batch would have it (tests/jobs/gradient_buckets.py),
 reducing during backward and all at once in step()."""
 
-import os
-
 import pytest
-from multiproc import run_job
-
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "gradient_buckets.py")
+from multiproc import run_job_module
 
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("during_backward", ["1", "0"], ids=["during-backward", "in-step"])
 @pytest.mark.parametrize("np", [2, 3])
 def test_buckets_match_one_process_on_every_kind_of_gradient(np, during_backward):
-    with open(JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=np, args=[during_backward], timeout=150)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0 and out.count("OK") == np, out
+    run_job_module("gradient_buckets.py", np=np, args=[during_backward], timeout=150)

@@ -2,18 +2,11 @@
 functions are single graph nodes with eager mode's results and gradients, and a compiled model (aot_eager,
 inductor) trains through DistributedOptimizer to one eager process's weights on the global batch."""
 
-import os
-
 import pytest
-from multiproc import run_job
-
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "compiled.py")
+from multiproc import run_job_module
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("np", [2, 3])
 def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains(np):
-    with open(JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=np, timeout=360)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0 and out.count("OK") == np, out
+    run_job_module("compiled.py", np=np, timeout=360)

@@ -35,10 +35,9 @@ import torch
 from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
-from hvdlite.torch import core_ops, grad_scaler, gradient_buckets, gradient_reducers, mpi_ops
+from hvdlite.torch import core_ops, grad_scaler, gradient_buckets, gradient_reducers, mpi_ops, sharded_state
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
-from hvdlite.torch.sharded_state import ShardedState
 from hvdlite.torch.staleness import BoundedStaleness
 
 _DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
@@ -196,7 +195,9 @@ class _DistributedOptimizer:
                 if given:
                     raise ValueError(f"shard_optimizer_state and {other} cannot be combined")
             if self._hvd_member:  # a rank outside the set steps every parameter itself, as without sharding
-                self._hvd_sharded = ShardedState(self, self._hvd_params, process_set, "sharded_optimizer")
+                self._hvd_sharded = sharded_state.ShardedState(
+                    self, self._hvd_params, process_set, "sharded_optimizer"
+                )
 
     def _hvd_assign_groups(self, groups):
         if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
@@ -540,12 +541,7 @@ class _DistributedOptimizer:
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of the tensors in this rank's optimizer state (with shard_optimizer_state=True, its share)."""
-        return sum(
-            v.numel() * v.element_size()
-            for state in self.state.values()
-            for v in state.values()
-            if torch.is_tensor(v)
-        )
+        return sharded_state.state_bytes(self)
 
     def drain(self) -> int:
         """With staleness=s: waits for the averages still in flight (the last s steps') and applies each with an

@@ -21,6 +21,13 @@ from hvdlite.torch import mpi_ops
 from hvdlite.torch.functions import allgather_object
 
 
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in a torch optimizer's state (this rank's share, where it is sharded)."""
+    return sum(
+        v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+    )
+
+
 def partition(params: List[torch.Tensor], members: int) -> List[int]:
     """The owner (index in the process set) of each parameter: largest first, to the least loaded member (the
     lowest index among equals), so every rank computes the same partition."""
