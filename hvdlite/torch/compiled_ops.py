@@ -12,6 +12,7 @@ tracing; a name of "" means unnamed (the core numbers unnamed collectives in the
 which every rank's compiled graph keeps).
 """
 
+import sys
 from typing import Dict, List
 
 import torch
@@ -156,3 +157,6 @@ def broadcast_(tensor, root_rank, name, process_set):
 
 def allgather(tensor, name, process_set):
     return _allgather(tensor, name or "", _set_id(process_set))
+
+
+core_ops.compiled_ops = sys.modules[__name__]  # for core_ops' in-place collectives, without an import cycle

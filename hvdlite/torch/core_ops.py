@@ -45,6 +45,8 @@ if hasattr(torch, "uint16"):  # torch >= 2.3
 
 _handles = ops.HandleTable()
 _is_compiling = torch.compiler.is_dynamo_compiling  # torch.compile tracing this call (a constant to eager code)
+# hvdlite.torch.compiled_ops, which builds on this module, puts itself here when imported (with hvdlite.torch).
+compiled_ops = None
 _cached, _run_prepared = ops.cached, ops.run_prepared  # bound once: the synchronous allreduce's hot path
 
 
@@ -208,8 +210,6 @@ def allreduce_(
     process_set=global_process_set,
 ):
     if _is_compiling():  # traced by torch.compile: one graph node (compiled_ops.py)
-        from hvdlite.torch import compiled_ops
-
         op = _resolve_op(op, average)
         return compiled_ops.allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
@@ -552,8 +552,6 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
     if _is_compiling():  # traced by torch.compile: one graph node (compiled_ops.py)
-        from hvdlite.torch import compiled_ops
-
         return compiled_ops.broadcast_(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
