@@ -151,4 +151,26 @@ if size > 2:
         assert sharded.optimizer_state_bytes() == plain.optimizer_state_bytes()  # outside the set: all of it
     hvd.remove_process_set(subset)
 
+# Elastic state: a commit whose consolidation fails (a peer lost mid-commit) leaves the last commit whole.
+a, sharded, _, _ = pair(OPTIMIZERS["sgd-momentum"], tag="elastic")
+state = hvd.elastic.TorchState(a, sharded, batches=0)
+train(a, sharded, 2)
+state.batches = 2
+state.commit()
+committed = [p.detach().clone() for p in a.parameters()]
+train(a, sharded, 1)
+state.batches = 3
+consolidate = sharded.consolidate_state_dict
+sharded.consolidate_state_dict = lambda to=0: (_ for _ in ()).throw(hvd.HorovodInternalError("a peer was lost"))
+try:
+    state.commit()
+except hvd.HorovodInternalError:
+    pass
+else:
+    raise AssertionError("the commit did not fail")
+sharded.consolidate_state_dict = consolidate
+state.restore()
+assert state.batches == 2, state.batches
+assert all(torch.equal(p, q) for p, q in zip(a.parameters(), committed)), "the model is not the committed one"
+
 print("OK", flush=True)

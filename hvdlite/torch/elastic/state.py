@@ -46,11 +46,14 @@ class TorchState(State):
         self._saved_samplers: Dict[str, dict] = {}
         self._saved_extensions: Dict[str, dict] = {}
         super().__init__(broadcast_object, rank, **plain)
-        self._save_objects(collective=False)
+        self._save_objects(self._optimizer_snapshot(collective=False))
 
     def save(self) -> None:
+        # The snapshot may be collective (sharded optimizer state): taken first, so that one failing with a lost
+        # peer leaves the last commit whole instead of half overwritten.
+        optimizer_state = self._optimizer_snapshot()
         super().save()
-        self._save_objects()
+        self._save_objects(optimizer_state)
 
     def restore(self) -> None:
         super().restore()
@@ -82,7 +85,7 @@ class TorchState(State):
             shared = broadcast_object(extension.shared_state(), 0, name=f"elastic.{key}")
             extension.load_state_dict({"shared": shared})
         super().sync()
-        self._save_objects()
+        self._save_objects(self._optimizer_snapshot())
 
     def _checkpoint_payload(self) -> Dict[str, Any]:
         payload = super()._checkpoint_payload()
@@ -104,17 +107,23 @@ class TorchState(State):
         saved = payload.get("extensions", {})
         self._saved_extensions = {key: {"shared": saved[key]} for key in self._extensions() if key in saved}
 
-    def _save_objects(self, collective: bool = True) -> None:
-        """collective: every rank saves at this point (commit, sync), as a sharded optimizer's state needs."""
+    def _optimizer_snapshot(self, collective: bool = True) -> Optional[dict]:
+        """A copy of the optimizer's state dict (None without an optimizer). Sharded state: every rank keeps the
+        whole of it, so that any survivor can restore any part, which takes a collective (every rank saves at
+        this point: commit, sync); None where the ranks do not (a state being made)."""
+        if self.optimizer is None:
+            return None
+        if getattr(self.optimizer, "_hvd_sharded", None) is not None:
+            if not collective:
+                return None
+            self.optimizer.consolidate_state_dict(to=None)
+        return copy.deepcopy(self.optimizer.state_dict())
+
+    def _save_objects(self, optimizer_state: Optional[dict]) -> None:
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
-        if self.optimizer is not None:
-            if getattr(self.optimizer, "_hvd_sharded", None) is None:
-                self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
-            elif collective:
-                # Sharded state: every rank keeps the whole of it, so that any survivor can restore any part.
-                self.optimizer.consolidate_state_dict(to=None)
-                self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        if optimizer_state is not None:
+            self._saved_optimizer = optimizer_state
         self._saved_samplers = {key: sampler.state_dict() for key, sampler in self._samplers.items()}
         self._saved_extensions = {key: extension.state_dict() for key, extension in self._extensions().items()}
 
