@@ -195,8 +195,10 @@ class _DistributedOptimizer:
                 if given:
                     raise ValueError(f"shard_optimizer_state and {other} cannot be combined")
             if self._hvd_member:  # a rank outside the set steps every parameter itself, as without sharding
+                # Named after its first parameter: two sharded optimizers (a GAN's) keep apart in the core's cache.
+                first = self._hvd_names[id(self._hvd_params[0])] if self._hvd_params else "none"
                 self._hvd_sharded = sharded_state.ShardedState(
-                    self, self._hvd_params, process_set, "sharded_optimizer"
+                    self, self._hvd_params, process_set, f"sharded.{first}"
                 )
 
     def _hvd_assign_groups(self, groups):

@@ -12,7 +12,7 @@ every rank's part on rank r (as ZeroRedundancyOptimizer's), and it loads into an
 same parameters; load_state_dict() takes a whole state dict and keeps this rank's part.
 """
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -48,6 +48,8 @@ class ShardedState:
         self.params = params
         self.members = self.me = None
         self.owner: Dict[int, int] = {}
+        # dtype -> (its parameters, this rank's among them, where each parameter starts in the gathered buffer)
+        self.layout: Dict[torch.dtype, Tuple[List[torch.Tensor], List[torch.Tensor], List[int]]] = {}
         self.consolidated = None  # the whole state dict, on the rank it was consolidated to
         self.refresh()
 
@@ -55,9 +57,24 @@ class ShardedState:
         """The partition for the set as it is now: elastic training re-forms the job with other ranks."""
         ranks = self.process_set.ranks if self.process_set.process_set_id != 0 else list(range(size()))
         members, me = len(ranks), ranks.index(rank())
-        if (members, me) != (self.members, self.me):
-            self.members, self.me = members, me
-            self.owner = dict(zip((id(p) for p in self.params), partition(self.params, members)))
+        if (members, me) == (self.members, self.me):
+            return
+        self.members, self.me = members, me
+        self.owner = dict(zip((id(p) for p in self.params), partition(self.params, members)))
+        by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
+        for p in self.params:
+            by_dtype.setdefault(p.dtype, []).append(p)
+        self.layout = {}
+        for dtype, params in by_dtype.items():
+            # The gathered buffer holds member 0's parameters, then member 1's, ..., each in parameter order.
+            starts, offset = {}, 0
+            for member in range(members):
+                for p in params:
+                    if self.owner[id(p)] == member:
+                        starts[id(p)] = offset
+                        offset += p.numel()
+            mine = [p for p in params if self.owner[id(p)] == me]
+            self.layout[dtype] = (params, mine, [starts[id(p)] for p in params])
 
     def owns(self, p: torch.Tensor) -> bool:
         return self.owner.get(id(p), self.me) == self.me  # a parameter that is not trained: every rank's own
@@ -81,23 +98,13 @@ class ShardedState:
         return result
 
     def share_parameters(self) -> None:
-        by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
-        for p in self.params:
-            by_dtype.setdefault(p.dtype, []).append(p)
-        for dtype, params in by_dtype.items():
-            mine = [p for p in params if self.owns(p)]
+        for dtype, (params, mine, starts) in self.layout.items():
             flat = torch.cat([p.detach().reshape(-1) for p in mine]) if mine else params[0].new_empty(0)
             gathered = mpi_ops.allgather(flat, name=f"{self.name}.parameters.{dtype}", process_set=self.process_set)
-            offsets, start = [0] * self.members, 0
-            for member in range(self.members):
-                offsets[member] = start
-                start += sum(p.numel() for p in params if self.owner[id(p)] == member)
             with torch.no_grad():
-                for p in params:
-                    member = self.owner[id(p)]
-                    if member != self.me:
-                        p.copy_(gathered[offsets[member] : offsets[member] + p.numel()].view_as(p))
-                    offsets[member] += p.numel()
+                for p, start in zip(params, starts):
+                    if self.owner[id(p)] != self.me:
+                        p.copy_(gathered[start : start + p.numel()].view_as(p))
 
     def consolidate(self, parent_state_dict, to) -> None:
         """Gathers every rank's part of the state on global rank `to`, or on every rank with to=None."""

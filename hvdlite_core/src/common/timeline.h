@@ -3,7 +3,7 @@
 // HOROVOD_TIMELINE), or at run time by hvdlite_start_timeline / hvdlite_stop_timeline. Events come from the cycle's
 // thread, start/stop from any thread: a mutex orders them. Each file is well formed on its own: a span begun before
 // the file was opened writes no end into it, and spans still open at close are ended there.
-// Events are written whole and soon: the cycle hands them to the file at least every FLUSH_INTERVAL (and on
+// Events are written whole and soon: the cycle hands them to the file at least every kFlushInterval (and on
 // any idle cycle), so a reader sees a collective within milliseconds of its end, and a killed job leaves a
 // file cut between two events, which trace viewers open (the closing bracket of the JSON array is optional).
 #pragma once
@@ -31,8 +31,8 @@ class Timeline {
   }
   void end(const std::string& tensor);
   void mark_cycle();
-  // Writes the events held back, if the last write is FLUSH_INTERVAL old or `now` is a quiet moment (called once
-  // a cycle, from the cycle's thread).
+  // Writes the events held back, if the last write is kFlushInterval old or `quiet` (the cycle did nothing);
+  // called once a cycle, from the cycle's thread.
   void flush_if_due(bool quiet);
   // A counter event ("ph": "C"): named figures the caller measured (bytes a compressor sent this step, ...),
   // drawn as a graph on a row of its own.
