@@ -174,13 +174,44 @@ def run_checked(
 
 
 JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+RANK_LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>: ?(.*)$")
 
 
-def run_job_module(name: str, np: int, args: Sequence[str] = (), timeout: float = 150, marker: str = "OK") -> str:
-    """Runs tests/jobs/<name> on np ranks; asserts exit code 0 and that every rank printed marker (a job module
-    fails with its own assertion's traceback, which the assertion message then holds). Returns the output."""
-    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
-        result = run_job(f.read(), np=np, args=args, timeout=timeout)
+def run_job_function(
+    target: str,
+    np: int,
+    args: Sequence[str] = (),
+    timeout: float = 150,
+    env: Optional[Mapping[str, str]] = None,
+    host_ids: Optional[Sequence[Union[int, str]]] = None,
+) -> str:
+    """Runs ``MODULE:FUNCTION`` of tests/jobs/ (or a whole ``MODULE``) on np ranks through tests/jobs/run.py, which
+    rewrites the job's assertions as pytest does. Returns the output when every rank passed; otherwise raises an
+    AssertionError that gives each failed rank's traceback (with pytest's explanation of the failed assertion)
+    before the job's whole output."""
+    with open(os.path.join(JOBS_DIR, "run.py"), encoding="utf-8") as f:
+        runner = f.read()
+    env = dict(env or {}, HVDLITE_TEST_JOBS_DIR=JOBS_DIR)
+    result = run_job(runner, np=np, args=[target, *args], timeout=timeout, env=env, host_ids=host_ids)
     out = result.stdout + result.stderr
-    assert result.returncode == 0 and out.count(marker) == np, out
-    return out
+    passed = {int(m.group(1)) for m in map(RANK_LINE.match, out.splitlines()) if m and m.group(3) == "OK " + target}
+    if result.returncode == 0 and len(passed) == np:
+        return out
+    reports = {}
+    for line in out.splitlines():
+        match = RANK_LINE.match(line)
+        if match and match.group(2) == "stderr":
+            reports.setdefault(int(match.group(1)), []).append(match.group(3))
+    failed = sorted(r for r in range(np) if r not in passed)
+    summary = "%s: ranks %s of %d failed (exit code %d)" % (target, failed, np, result.returncode)
+    details = [
+        "--- rank %d ---\n%s" % (r, "\n".join(reports[r][-60:]))
+        for r in failed
+        if "Traceback" in "".join(reports.get(r, []))
+    ]
+    raise AssertionError("\n".join([summary] + details + ["--- whole output ---", out[-6000:]]))
+
+
+def run_job_module(name: str, np: int, args: Sequence[str] = (), timeout: float = 150) -> str:
+    """Runs the script tests/jobs/<name> on np ranks (run_job_function on the whole module). Returns the output."""
+    return run_job_function(name[:-3] if name.endswith(".py") else name, np, args=args, timeout=timeout)
