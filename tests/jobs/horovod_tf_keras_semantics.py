@@ -4,7 +4,9 @@ import os
 import sys
 
 import keras
-from horovod_tf_common import N, R, Recorder, close, hvd, np, raises, tf, warns
+import numpy as np
+import tensorflow as tf
+from horovod_tf_common import N, R, Recorder, close, hvd, raises, warns
 
 import hvdlite.tensorflow.keras as hvd_keras
 

@@ -2,7 +2,9 @@
 arguments, gradient grouping and the errors and warnings Horovod raises."""
 
 import keras
-from horovod_tf_common import N, R, Recorder, close, hvd, np, raises, tf, warns
+import numpy as np
+import tensorflow as tf
+from horovod_tf_common import N, R, Recorder, close, hvd, raises, warns
 
 mean_r1 = np.mean([r + 1.0 for r in range(N)])
 x = tf.constant([1.0, 2.0]) * (R + 1)

@@ -6,7 +6,10 @@ local layers, and SyncBatchNormalization."""
 import time
 import zlib
 
-from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, keras, mlp, np, shard, tf
+import keras
+import numpy as np
+import tensorflow as tf
+from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, mlp, shard
 
 import hvdlite.tensorflow as hvd_tf
 import hvdlite.tensorflow.keras.elastic as hvd_elastic

@@ -1,7 +1,9 @@
 """model.fit with DistributedOptimizer against one process on the global batch, with Horovod's callbacks, for
 several steps_per_execution and eagerly; sparse Embedding gradients inside fit."""
 
-from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, keras, mlp, np, shard
+import keras
+import numpy as np
+from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, mlp, shard
 
 STEPS, EPOCHS = 6, 2
 x, y = data(STEPS)

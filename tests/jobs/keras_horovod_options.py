@@ -2,7 +2,10 @@
 SyncBatchNormalization's fused, PartialDistributedGradientTape on Keras layers (eagerly and in a
 tf.function), and horovod.tensorflow's _executing_eagerly."""
 
-from keras_common import LOSS, B, N, R, data, hvd, keras, np, shard, tf
+import keras
+import numpy as np
+import tensorflow as tf
+from keras_common import LOSS, B, N, R, data, hvd, shard
 
 import hvdlite.tensorflow as hvd_tf
 

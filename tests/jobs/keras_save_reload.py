@@ -6,7 +6,10 @@ import subprocess
 import sys
 import zipfile
 
-from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, keras, mlp, np, shard, tf
+import keras
+import numpy as np
+import tensorflow as tf
+from keras_common import LOSS, B, N, R, assert_same_everywhere, data, flat, hvd, mlp, shard
 
 PATH = sys.argv[1]
 STEPS = 4

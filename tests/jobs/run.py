@@ -47,11 +47,16 @@ class RewritingLoader(importlib.abc.SourceLoader):
 
 
 class JobsFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of tests/jobs/ and the tests' shared helpers (tests/hvdjob.py), rewriting both."""
+
     def find_spec(self, fullname, path=None, target=None):
-        candidate = os.path.join(JOBS_DIR, fullname + ".py")
-        if "." in fullname or not os.path.isfile(candidate):
+        if "." in fullname:
             return None
-        return importlib.util.spec_from_file_location(fullname, candidate, loader=RewritingLoader(candidate))
+        for folder in (JOBS_DIR, os.path.dirname(JOBS_DIR)):
+            candidate = os.path.join(folder, fullname + ".py")
+            if os.path.isfile(candidate):
+                return importlib.util.spec_from_file_location(fullname, candidate, loader=RewritingLoader(candidate))
+        return None
 
 
 def main(argv):

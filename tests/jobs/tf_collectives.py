@@ -1,6 +1,9 @@
-"""Collectives eager and in tf function."""
+"""Every collective of hvdlite.tensorflow eagerly and inside a tf.function: every dtype, ops and scaling,
+compression, grouped forms, IndexedSlices, ragged allgather, broadcast, alltoall, reducescatter, join."""
 
-from tf_common import MODES, N, R, hvd, np, run, same, tf
+import numpy as np
+import tensorflow as tf
+from tf_common import MODES, N, R, hvd, run, same
 
 
 def data(r, dtype, n=5):

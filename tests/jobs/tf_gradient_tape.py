@@ -1,6 +1,9 @@
-"""Distributed gradient tape matches single process."""
+"""DistributedGradientTape trains as one process on the global batch does, eagerly and in a tf.function, with
+sparse gradients too."""
 
-from tf_common import N, R, hvd, np, same, tf
+import numpy as np
+import tensorflow as tf
+from tf_common import N, R, hvd, same
 
 B, STEPS, LR, MOMENTUM = 4, 5, 0.1, 0.9
 rng = np.random.default_rng(0)

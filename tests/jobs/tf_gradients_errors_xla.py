@@ -1,6 +1,8 @@
-"""Collective gradients errors and xla."""
+"""The gradients of the collectives, the errors of mismatched inputs on every rank, and XLA's refusal."""
 
-from tf_common import MODES, N, R, hvd, np, run, same, tf
+import numpy as np
+import tensorflow as tf
+from tf_common import MODES, N, R, hvd, run, same
 
 for mode in MODES:
 

@@ -2,7 +2,9 @@
 IndexedSlices reduction (integer Average, grouped with and without dense tensors, no pre/postscale), and the
 gradients of broadcast, grouped allgather and grouped reducescatter (inputs of unknown rank in graphs)."""
 
-from tf_common import N, R, hvd, np, same, tf
+import numpy as np
+import tensorflow as tf
+from tf_common import N, R, hvd, same
 
 
 def three_ways(fn, *args, specs=()):

@@ -2,7 +2,9 @@
 tf.Graph run by a tf.compat.v1.Session with several inter-op threads, where TensorFlow may start them in any
 order on each rank (each waits for its peers while holding a thread)."""
 
-from tf_common import N, R, hvd, np, same, tf
+import numpy as np
+import tensorflow as tf
+from tf_common import N, R, hvd, same
 
 DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
 SHAPES = ((3,), (2, 3), (2, 1, 2))
