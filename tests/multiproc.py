@@ -212,6 +212,12 @@ def run_job_function(
     raise AssertionError("\n".join([summary] + details + ["--- whole output ---", out[-6000:]]))
 
 
+def job_source(name: str) -> str:
+    """The source of tests/jobs/<name>.py, for a job run without the harness (one that fails by design)."""
+    with open(os.path.join(JOBS_DIR, name + ".py"), encoding="utf-8") as f:
+        return f.read()
+
+
 def run_job_module(name: str, np: int, args: Sequence[str] = (), timeout: float = 150) -> str:
     """Runs the script tests/jobs/<name> on np ranks (run_job_function on the whole module). Returns the output."""
     return run_job_function(name[:-3] if name.endswith(".py") else name, np, args=args, timeout=timeout)

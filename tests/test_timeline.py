@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from multiproc import run_job
+from multiproc import job_source, run_job, run_job_function
 
 import hvdlite.timeline
 
@@ -16,21 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.timeout(120)
 def test_timeline_records_negotiation_and_fused_execution(tmp_path):
     path = tmp_path / "timeline.json"
-    result = run_job(
-        """
-import torch, hvdlite.torch as hvd
-hvd.init()
-handles = [hvd.allreduce_async(torch.ones(10) * i, name=f"grad.{i}") for i in range(4)]
-for h in handles:
-    hvd.synchronize(h)
-hvd.allgather(torch.ones(2, 2), name="gathered")
-hvd.shutdown()
-""",
-        np=2,
-        env={"HVDLITE_TIMELINE": str(path)},
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_job_function("timeline_fused", np=2, env={"HVDLITE_TIMELINE": str(path)}, timeout=60)
     events = hvdlite.timeline.load(str(path))
     assert hvdlite.timeline.check(events) == []
     rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
@@ -47,34 +33,16 @@ hvd.shutdown()
     assert all(e["ts"] >= 0 for e in spans)
 
 
-LIVE_TIMELINE = """
-import os, signal, sys, time
-import torch, hvdlite.torch as hvd
-path = sys.argv[1]
-hvd.init()
-hvd.allreduce(torch.tensor([1.0, 2.0, 3.0]), name="test_allreduce")
-time.sleep(0.1)  # as soon as Horovod's own timeline test reads the file
-if hvd.rank() == 0:
-    text = open(path).read()
-    assert "test_allreduce" in text and "NEGOTIATE_allreduce" in text and "ALLREDUCE" in text, text
-for i in range(5):
-    hvd.allreduce(torch.ones(4), name=f"before_kill.{i}")
-time.sleep(0.1)
-hvd.barrier()
-print("LIVE OK", flush=True)
-if hvd.rank() == 0:
-    os.kill(os.getpid(), signal.SIGKILL)
-time.sleep(60)
-"""
-
-
 @pytest.mark.timeout(120)
 def test_timeline_is_readable_while_the_job_runs_and_after_a_kill(tmp_path):
     """The file holds a collective's events within 0.1 s of its end, while the job runs; a job killed with SIGKILL
     leaves a file cut between two whole events, a trace once the optional closing bracket is supplied (as the
     Trace Event Format allows and trace viewers do)."""
     path = tmp_path / "live.json"
-    result = run_job(LIVE_TIMELINE, np=2, args=[str(path)], env={"HVDLITE_TIMELINE": str(path)}, timeout=60)
+    # Not through the harness: rank 0 kills itself, so the job fails by design.
+    result = run_job(
+        job_source("timeline_live"), np=2, args=[str(path)], env={"HVDLITE_TIMELINE": str(path)}, timeout=60
+    )
     assert result.stdout.count("LIVE OK") == 2, result.stdout + result.stderr
     assert result.returncode != 0  # rank 0 killed itself
     text = path.read_text()
@@ -85,131 +53,16 @@ def test_timeline_is_readable_while_the_job_runs_and_after_a_kill(tmp_path):
     assert {"test_allreduce", "before_kill.0", "before_kill.4"} <= ran, ran
 
 
-RUNTIME_TIMELINE = """
-import os, sys, time
-import torch
-import hvdlite.timeline
-import hvdlite.torch as hvd
-
-out_dir = sys.argv[1]
-hvd.init()
-me, n = hvd.rank(), hvd.size()
-
-
-def path(name):
-    return os.path.join(out_dir, f"{name}.rank{me}.json")
-
-
-def load(name):
-    events = hvdlite.timeline.load(path(name))  # a complete JSON array: the file was closed properly
-    problems = hvdlite.timeline.check(events)  # spans nest and end, timestamps valid: Perfetto will load it
-    assert not problems, (name, problems)
-    with open(path(name)) as f:
-        assert f.read().rstrip().endswith("]"), name
-    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
-    spans = {}
-    for e in events:
-        if e["ph"] == "B":
-            spans.setdefault(rows[e["pid"]], []).append(e["name"])
-    return spans, sum(e["ph"] == "i" and e["name"] == "CYCLE_START" for e in events)
-
-
-def ones(name):
-    return hvd.allreduce(torch.ones(3), op=hvd.Sum, name=name)
-
-
-hvd.stop_timeline()  # nothing running: a no-op
-ones("before")
-hvd.start_timeline(path("first"))
-handles = [hvd.allreduce_async(torch.ones(10) * i, name=f"first.{i}") for i in range(4)]
-for h in handles:
-    hvd.synchronize(h)
-hvd.allgather(torch.ones(2, 2), name="first.gathered")
-# a tensor still negotiating when the timeline stops: rank 0 submits it first, the others after the stop
-if me == 0:
-    straddling = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="straddle")
-    time.sleep(0.2)
-hvd.stop_timeline()
-hvd.barrier()
-if me != 0:
-    straddling = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="straddle")
-assert hvd.synchronize(straddling).tolist() == [float(n)] * 3
-ones("between")
-hvd.start_timeline(path("second"), mark_cycles=True)
-ones("second")
-hvd.start_timeline(path("third"))  # replaces the running timeline: "second" is closed
-ones("third")
-hvd.shutdown()  # closes the running timeline
-
-if me == 0:
-    spans, cycles = load("first")
-    assert {"first.0", "first.3", "first.gathered"} <= set(spans), spans
-    assert "before" not in spans and "between" not in spans, spans
-    assert spans["first.1"][0] == "NEGOTIATE_allreduce" and spans["first.1"][1].startswith("ALLREDUCE"), spans
-    assert spans["first.gathered"] == ["NEGOTIATE_allgather", "ALLGATHER"], spans
-    assert spans["straddle"] == ["NEGOTIATE_allreduce"], spans  # ended by the stop, never executed there
-    assert cycles == 0, "mark_cycles was off"
-    spans, cycles = load("second")
-    assert set(spans) == {"second"} and cycles >= 1, (spans, cycles)
-    spans, cycles = load("third")
-    assert set(spans) == {"third"} and cycles == 0, (spans, cycles)
-    try:
-        hvd.init()
-        hvd.start_timeline(os.path.join(out_dir, "missing-dir", "x.json"))
-    except hvd.InvalidArgumentError as e:
-        assert "missing-dir" in str(e), e
-    else:
-        raise AssertionError("an unwritable timeline path was accepted")
-else:
-    hvd.init()
-    for name in ("first", "second", "third"):
-        assert not os.path.exists(path(name)), "only rank 0 writes the timeline"
-hvd.barrier()
-hvd.shutdown()
-try:
-    hvd.start_timeline(path("late"))
-except ValueError as e:  # Horovod raises ValueError when not initialised; NotInitializedError is one
-    assert isinstance(e, hvd.NotInitializedError), e
-else:
-    raise AssertionError("start_timeline before init was accepted")
-print("TIMELINE OK", flush=True)
-"""
-
-
 @pytest.mark.timeout(120)
 def test_timeline_started_and_stopped_at_run_time(tmp_path):
     """hvd.start_timeline / hvd.stop_timeline (Horovod's API): each file is a complete Chrome trace holding
     exactly what ran while it was open; start replaces a running one; shutdown closes it; only rank 0 writes."""
-    result = run_job(RUNTIME_TIMELINE, np=2, args=[str(tmp_path)], timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("TIMELINE OK") == 2, result.stdout + result.stderr
-
-
-PER_RANK_TIMELINE = """
-import os, sys
-import torch
-import hvdlite.torch as hvd
-from hvdlite.timeline import activities, check, load
-hvd.init()
-out = sys.argv[1]
-hvd.start_timeline(os.path.join(out, "tl.{rank}.json"))
-hvd.allreduce(torch.ones(8), name="grad.w", op=hvd.Sum)
-hvd.stop_timeline()
-hvd.barrier()
-for rank in range(hvd.size()):
-    events = load(os.path.join(out, f"tl.{rank}.json"))
-    assert not check(events), check(events)
-    assert "grad.w" in activities(events, "ALLREDUCE"), activities(events, "ALLREDUCE")
-assert not os.path.exists(os.path.join(out, "tl.{rank}.json"))
-print("TIMELINE OK", flush=True)
-"""
+    run_job_function("timeline_runtime", np=2, args=[str(tmp_path)], timeout=60)
 
 
 def test_timeline_with_rank_in_the_path_is_written_by_every_rank(tmp_path):
     """A path with {rank} gives every rank its own timeline (to see both sides of a step)."""
-    result = run_job(PER_RANK_TIMELINE, np=2, args=[str(tmp_path)], timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("TIMELINE OK") == 2, result.stdout + result.stderr
+    run_job_function("timeline_per_rank", np=2, args=[str(tmp_path)], timeout=60)
 
 
 def span(phase, ts, pid=1, name="ALLREDUCE"):
