@@ -1,0 +1,37 @@
+"""Rank 1 exits with code 7 in the middle of collectives; each survivor prints the error it got and how long it
+took (PEERERR), what a collective after that raises (AFTER), and that shutdown() returns (SHUTDOWN)."""
+
+import os
+import signal
+import time
+
+import torch
+
+import hvdlite.torch as hvd
+
+hvd.init()
+me = hvd.rank()
+hvd.allreduce(torch.ones(4), name="warmup")
+if me == 1:
+    time.sleep(1.0)  # let the others block in the allreduce below
+    os._exit(7)
+# The starter SIGTERMs the other ranks as soon as rank 1 fails (and SIGKILLs them 5 s later): ignore SIGTERM so
+# that this rank can show what hvdlite reports.
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+start = time.monotonic()
+try:
+    hvd.allreduce(torch.ones(1000), name="blocked")
+    print("NOERROR", flush=True)
+except hvd.HvdliteError as e:
+    elapsed = time.monotonic() - start
+    print(f"PEERERR {type(e).__name__} {elapsed:.2f} {str(e)!r}", flush=True)
+    # after the failure the library must not hang: later calls fail fast, shutdown returns
+    t = time.monotonic()
+    try:
+        hvd.allreduce(torch.ones(2), name="after")
+        print("AFTER no error", flush=True)
+    except hvd.HvdliteError as e2:
+        print(f"AFTER {type(e2).__name__} {time.monotonic() - t:.2f}", flush=True)
+    t = time.monotonic()
+    hvd.shutdown()
+    print(f"SHUTDOWN {time.monotonic() - t:.2f}", flush=True)
