@@ -3,14 +3,14 @@ rank, naming each knob, its values and the ranks that hold them."""
 
 import os
 
+from hvdlite.common import basics
+from hvdlite.common.errors import InvalidArgumentError
+
 rank = int(os.environ["HVDLITE_RANK"])
 if rank == 2:
     os.environ["HVDLITE_FUSION_THRESHOLD"] = "1024"  # this rank would fuse differently from the others
 if rank == 1:
     os.environ["HOROVOD_SMALL_MESSAGE_BYTES"] = "1"  # and this one would pick other algorithms
-# hvdlite reads its knobs when imported: the variables are set first.
-from hvdlite.common import basics  # noqa: E402
-from hvdlite.common.errors import InvalidArgumentError  # noqa: E402
 
 try:
     basics.init()
