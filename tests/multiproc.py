@@ -213,9 +213,12 @@ def run_job_function(
 
 
 def job_source(name: str) -> str:
-    """The source of tests/jobs/<name>.py, for a job run without the harness (one that fails by design)."""
+    """The source of tests/jobs/<name>.py, for a job run without the harness (one that fails by design, or whose
+    ranks print what the test then judges), with tests/ and tests/jobs/ on its path, as the harness gives a job."""
     with open(os.path.join(JOBS_DIR, name + ".py"), encoding="utf-8") as f:
-        return f.read()
+        source = f.read()
+    folders = [os.path.dirname(JOBS_DIR), JOBS_DIR]
+    return "import sys\nsys.path[:0] = %r\n%s" % (folders, source)
 
 
 def run_job_module(name: str, np: int, args: Sequence[str] = (), timeout: float = 150) -> str:

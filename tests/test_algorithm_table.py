@@ -9,45 +9,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from hvdjob import assert_job_ok, prelude
-from multiproc import run_job
-
-JOB = (
-    prelude()
-    + """
-import json, os, sys
-import numpy as np
-sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
-from hvdlite.common import basics, ops
-from numpy_collectives import allreduce
-basics.init()
-n, me = basics.size(), basics.rank()
-checked = 0
-# Sizes around the probe sizes (4 KB ... 16 MB) and odd counts, every reduce op the kernels offer, two dtypes.
-counts = (1, 3, 1000, 3001, 9000, 70001, 300000, 1 << 20, (4 << 20) + 5)
-for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else counts:
-    for dtype in (np.float32, np.int32):
-        for op, reference in ((ops.Sum, lambda xs: sum(xs)), (ops.Max, lambda xs: np.maximum.reduce(xs)),
-                              (ops.Min, lambda xs: np.minimum.reduce(xs)), (ops.Average, lambda xs: sum(xs) / n)):
-            if op == ops.Average and dtype != np.float32:
-                continue
-            inputs = [((np.arange(count) * (r + 3)) % 1009 - 500 + r).astype(dtype) for r in range(n)]
-            out = allreduce(inputs[me].copy(), "t.%d.%s.%s" % (count, np.dtype(dtype).name, op), op=op)
-            expected = reference(inputs).astype(dtype)
-            if op == ops.Average:  # the sum is exact; dividing by n rounds once, at most
-                assert np.allclose(out, expected, rtol=1e-6, atol=0), (count, dtype, op)
-            else:
-                assert np.array_equal(out, expected), (count, dtype, op)
-            checked += 1
-info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
-streaming = ("streaming_store_bytes", "streaming_store_bytes_from", "STREAMING_STORE_BYTES")
-shown = {k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming or k == "adaptive_allreduce"}
-shown["ALLREDUCE_ALGORITHMS"] = info["ALLREDUCE_ALGORITHMS"]
-print("INFO %d %s" % (me, json.dumps(shown)), flush=True)
-print("OK %d" % checked, flush=True)
-basics.shutdown()
-"""
-)
+from hvdjob import assert_job_ok
+from multiproc import job_source, run_job
 
 
 def infos(result) -> dict:
@@ -63,7 +26,7 @@ def infos(result) -> dict:
 
 def run(np_, cache_dir, host_ids=None, **env):
     env = {"HVDLITE_ALGORITHM_CACHE_DIR": str(cache_dir), **env}
-    result = run_job(JOB, np_, host_ids=host_ids, env=env, timeout=120)
+    result = run_job(job_source("algorithm_table"), np_, host_ids=host_ids, env=env, timeout=120)
     assert_job_ok(result, np_)
     found = infos(result)
     assert sorted(found) == list(range(np_)), result.stdout
@@ -188,34 +151,6 @@ def test_damaged_cache_is_measured_again_and_knobs_override(tmp_path, monkeypatc
     assert run(2, blocked / "sub")["allreduce_table"] == "measured"
 
 
-ADAPTIVE_JOB = (
-    prelude()
-    + """
-import json, os, sys
-import numpy as np
-sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
-from hvdlite.common import basics
-from numpy_collectives import allreduce
-basics.init()
-n, me = basics.size(), basics.rank()
-# Integer values in float32: exact in any order of summation, so ring and single copy give the same bits.
-checked = 0
-for step in range(int(os.environ["STEPS"])):
-    for count in (70000, 300001, 1 << 20):  # 280 KB, 1.2 MB, 4 MB: three bands
-        inputs = [((np.arange(count) * (r + 3) + step) % 1009 - 500).astype(np.float32) for r in range(n)]
-        out = allreduce(inputs[me].copy(), "a.%d" % count)
-        assert np.array_equal(out, sum(inputs)), (step, count)
-        checked += 1
-small = allreduce(np.arange(1000, dtype=np.float32), "small")  # below the adaptive sizes
-assert np.array_equal(small, n * np.arange(1000, dtype=np.float32))
-info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
-print("INFO %d %s" % (me, json.dumps({k: v for k, v in info.items() if k.startswith("adaptive_")})), flush=True)
-print("OK %d" % checked, flush=True)
-basics.shutdown()
-"""
-)
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("np_", [2, 3])
 def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, np_):
@@ -224,7 +159,7 @@ def test_large_allreduces_are_chosen_online_by_rank_0_for_every_rank(tmp_path, n
     steps = 30
     timeline = tmp_path / "timeline-{rank}.json"
     result = run_job(
-        ADAPTIVE_JOB,
+        job_source("algorithm_online_choice"),
         np_,
         timeout=200,
         env={
@@ -328,21 +263,13 @@ def test_recursive_halving_where_the_model_prices_it_lowest(tmp_path):
     ],
 )
 def test_ranks_must_agree_on_the_choice(tmp_path, knob, value, differs):
-    script = (
-        prelude()
-        + f"""
-import os
-from hvdlite.common import basics
-from hvdlite.common.errors import InvalidArgumentError
-if int(os.environ["HOROVOD_RANK"]):
-    os.environ["HVDLITE_{knob}"] = "{value}"
-try:
-    basics.init()
-except InvalidArgumentError as error:
-    print("REFUSED %s" % str(error).replace(chr(10), " "), flush=True)
-"""
+    result = run_job(
+        job_source("algorithm_setting_refused"),
+        2,
+        args=[knob, value],
+        env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path)},
+        timeout=60,
     )
-    result = run_job(script, 2, env={"HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path)}, timeout=60)
     refused = [line for line in result.stdout.splitlines() if "REFUSED" in line]
     assert len(refused) == 2, result.stdout + result.stderr
     for line in refused:
@@ -351,18 +278,7 @@ except InvalidArgumentError as error:
 
 def test_an_unknown_setting_is_refused_by_name(tmp_path):
     result = run_job(
-        prelude()
-        + """
-from hvdlite.common import basics
-from hvdlite.common.errors import InvalidArgumentError
-try:
-    basics.init()
-except InvalidArgumentError as error:
-    print("REFUSED %s" % error, flush=True)
-""",
-        1,
-        env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"},
-        timeout=60,
+        job_source("algorithm_setting_refused"), 1, env={"HVDLITE_ALLREDUCE_ALGORITHMS": "sometimes"}, timeout=60
     )
     assert (
         "REFUSED HVDLITE_ALLREDUCE_ALGORITHMS (or HOROVOD_ALLREDUCE_ALGORITHMS) is 'sometimes'; it takes measured"
@@ -377,7 +293,9 @@ def test_the_suite_measures_into_its_own_directory_not_the_users_cache():
     assert os.path.basename(suite_cache).startswith("hvdlite-suite-algorithms-") and os.path.isdir(suite_cache)
     home_cache = os.path.join(os.path.expanduser("~"), ".cache", "hvdlite")
     assert not os.path.realpath(suite_cache).startswith(os.path.realpath(home_cache))
-    result = run_job(JOB, 2, env={"QUICK_CHECK": "1"}, timeout=120)  # the suite's environment, nothing added
+    result = run_job(
+        job_source("algorithm_table"), 2, env={"QUICK_CHECK": "1"}, timeout=120
+    )  # the suite's environment, nothing added
     assert_job_ok(result, 2)
     path = infos(result)[0]["allreduce_table_file"]
     assert os.path.dirname(path) == suite_cache and os.path.exists(path), path
