@@ -11,31 +11,7 @@ import time
 
 import pytest
 from launcher_helpers import run_launcher
-from multiproc import run_job
-
-INIT = """
-import os, sys
-from hvdlite.common import basics
-from hvdlite.common.build_queries import mpi_built, mpi_enabled
-from hvdlite.common.errors import InvalidArgumentError
-rank = int(os.environ["HVDLITE_RANK"])
-if os.environ.get("RANK1_CPU_OPERATIONS") and rank == 1:
-    os.environ["HVDLITE_CPU_OPERATIONS"] = os.environ["RANK1_CPU_OPERATIONS"]
-print("BUILT %d %s" % (rank, mpi_built()), flush=True)
-try:
-    basics.init()
-except InvalidArgumentError as error:
-    print("REFUSED %d %s" % (rank, str(error).replace(chr(10), " ")), flush=True)
-    if os.environ.get("RETRY_WITH_BUILTIN"):  # the process stays usable: init again on the built-in backend
-        os.environ["HVDLITE_CPU_OPERATIONS"] = "builtin"
-        basics.init()
-        import numpy as np
-        sys.path.insert(0, os.path.join(os.getcwd(), "tests", "jobs"))
-        from numpy_collectives import allreduce
-        print("RETRIED %d %s" % (rank, allreduce(np.ones(3, dtype=np.float32), "after").tolist()), flush=True)
-else:
-    print("INITIALIZED %d enabled=%s" % (rank, mpi_enabled()), flush=True)
-"""
+from multiproc import job_source, run_job
 
 
 def outcomes(result, tag):
@@ -50,7 +26,7 @@ def outcomes(result, tag):
 @pytest.mark.timeout(60)
 def test_a_missing_mpi_library_is_named_on_every_rank():
     result = run_job(
-        INIT,
+        job_source("mpi_backend_init"),
         np=2,
         timeout=40,
         env={
@@ -84,7 +60,7 @@ def test_without_mpi_compiler_wrappers_init_fails_at_once_naming_the_fix(tmp_pat
     contacts a peer, with the command that fixes it, and stays usable."""
     started = time.monotonic()
     result = run_job(
-        INIT,
+        job_source("mpi_backend_init"),
         np=2,
         timeout=40,
         env={
@@ -128,7 +104,7 @@ def test_hvdlite_run_mpi_without_mpi_compiler_wrappers_fails_before_starting_ran
 @pytest.mark.timeout(60)
 def test_mpi_without_an_mpi_launcher_is_a_clear_error():
     """hvdlite-run's own ranks have no MPI runtime to connect them."""
-    result = run_job(INIT, np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
+    result = run_job(job_source("mpi_backend_init"), np=2, timeout=40, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
     refused = outcomes(result, "REFUSED")
     assert sorted(refused) == [0, 1], result.stdout + result.stderr
     for message in refused.values():
@@ -138,7 +114,7 @@ def test_mpi_without_an_mpi_launcher_is_a_clear_error():
 
 @pytest.mark.timeout(60)
 def test_ranks_that_disagree_about_the_backend_are_refused():
-    result = run_job(INIT, np=3, timeout=40, env={"RANK1_CPU_OPERATIONS": "mpi"})
+    result = run_job(job_source("mpi_backend_init"), np=3, timeout=40, env={"RANK1_CPU_OPERATIONS": "mpi"})
     refused = outcomes(result, "REFUSED")
     assert sorted(refused) == [0, 1, 2], result.stdout + result.stderr
     assert len(set(refused.values())) == 1, refused
@@ -147,12 +123,12 @@ def test_ranks_that_disagree_about_the_backend_are_refused():
 
 @pytest.mark.timeout(60)
 def test_unknown_backend_names_the_choices():
-    result = run_job(INIT, np=1, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "ccl"})
+    result = run_job(job_source("mpi_backend_init"), np=1, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "ccl"})
     message = outcomes(result, "REFUSED")[0]
     assert "HVDLITE_CPU_OPERATIONS (or HOROVOD_CPU_OPERATIONS) is 'ccl'" in message
     assert "builtin (alias gloo) and mpi" in message
     # Horovod's name for the built-in kind of backend is accepted
-    gloo = run_job(INIT, np=2, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
+    gloo = run_job(job_source("mpi_backend_init"), np=2, timeout=40, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
     assert outcomes(gloo, "INITIALIZED") == {0: "enabled=False", 1: "enabled=False"}, gloo.stdout + gloo.stderr
 
 
