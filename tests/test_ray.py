@@ -14,6 +14,7 @@ import pytest
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 HEAD, NODE = "127.0.0.3", "127.0.0.2"
 ENV = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
 
 
 def _free_port(host):
@@ -56,119 +57,27 @@ def ray_cluster():
         subprocess.run([RAY, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
 
 
-def _run_driver(address, body, timeout=240):
-    script = f"""
-import os, time
-import ray
-ray.init(address={address!r}, _node_ip_address={HEAD!r}, log_to_driver=False)
-from hvdlite.ray import RayExecutor, WorkerError
-SETTINGS = RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=20)
-{body}
-print("DONE")
-"""
-    result = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0 and "DONE" in result.stdout, result.stdout + result.stderr
+def _run_driver(address, job, timeout=240):
+    """Runs tests/jobs/<job>.py as a Ray driver of the test's cluster, through the job harness (tests/jobs/run.py),
+    which explains a failed assertion as pytest does."""
+    env = dict(ENV, HVDLITE_TEST_JOBS_DIR=JOBS_DIR)
+    result = subprocess.run(
+        [sys.executable, os.path.join(JOBS_DIR, "run.py"), job, address, HEAD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0 and "OK " + job in result.stdout, result.stdout + result.stderr
     return result.stdout
 
 
 def test_executor_runs_one_job_across_two_ray_nodes(ray_cluster):
-    _run_driver(
-        ray_cluster,
-        """
-def train(scale):
-    import torch
-    import hvdlite.torch as hvd
-    hvd.init()
-    total = hvd.allreduce(torch.full((3,), float(hvd.rank() + 1)) * scale, op=hvd.Sum, name="total")
-    gathered = hvd.allgather(torch.tensor([[hvd.rank()]]), name="ranks")
-    return dict(rank=hvd.rank(), size=hvd.size(), local=(hvd.local_rank(), hvd.local_size()),
-                cross=(hvd.cross_rank(), hvd.cross_size()), total=total.tolist(),
-                gathered=gathered.flatten().tolist(), host=os.environ["HVDLITE_HOSTNAME"])
-
-executor = RayExecutor(SETTINGS, num_workers=4, cpus_per_worker=1)
-executor.start()
-results = executor.run(train, args=[2.0])
-assert [r["rank"] for r in results] == [0, 1, 2, 3], results   # rank order
-assert all(r["size"] == 4 and r["total"] == [20.0] * 3 and r["gathered"] == [0, 1, 2, 3] for r in results)
-hosts = [r["host"] for r in results]
-assert sorted(set(hosts)) == ["127.0.0.2", "127.0.0.3"], hosts
-assert hosts[0] == hosts[1] and hosts[2] == hosts[3], f"co-located workers must get consecutive ranks: {hosts}"
-assert [r["local"] for r in results] == [(0, 2), (1, 2), (0, 2), (1, 2)], results
-assert [r["cross"] for r in results] == [(0, 2), (0, 2), (1, 2), (1, 2)], results
-assert [n["ip"] for n in executor.nodes] == hosts
-
-# A second function on the same job: hvd.init() again is a no-op, the runtime is still there.
-assert executor.run(train, kwargs={"scale": 1.0})[3]["total"] == [10.0] * 3
-
-# execute(): fn(executable) on the object every worker built in start()
-executor.shutdown()
-class Counter:
-    def __init__(self, start):
-        self.value = start
-    def bump(self):
-        self.value += 1
-        return self.value
-executor.start(executable_cls=Counter, executable_args=[10])
-assert executor.execute(lambda c: c.bump()) == [11] * 4
-assert executor.execute(lambda c: c.bump()) == [12] * 4
-assert executor.execute_single(lambda c: c.value) == 12
-executor.shutdown()
-
-# Exactly two workers on each of two hosts
-executor = RayExecutor(SETTINGS, num_hosts=2, num_workers_per_host=2, cpus_per_worker=1)
-executor.start()
-placed = executor.run(lambda: os.environ["HVDLITE_HOSTNAME"])
-assert placed[0] == placed[1] != placed[2] == placed[3], placed
-executor.shutdown()
-""",
-    )
+    _run_driver(ray_cluster, "ray_one_job_across_nodes")
 
 
 def test_worker_failure_stops_the_job_and_names_the_rank(ray_cluster):
-    _run_driver(
-        ray_cluster,
-        """
-def unhappy_rank_two():
-    import torch
-    import hvdlite.torch as hvd
-    hvd.init()
-    if hvd.rank() == 2:
-        raise ValueError("rank two is unhappy")
-    hvd.allreduce(torch.ones(1), name="never_completes")  # the others wait here for rank 2
-
-executor = RayExecutor(SETTINGS, num_workers=4)
-executor.start()
-started = time.monotonic()
-try:
-    executor.run(unhappy_rank_two)
-except WorkerError as e:
-    assert e.rank == 2, e
-    assert "ValueError: rank two is unhappy" in str(e) and "unhappy_rank_two" in e.remote_traceback, str(e)
-    assert isinstance(e.__cause__, ray.exceptions.RayTaskError)
-else:
-    raise SystemExit("the failure was not reported")
-assert time.monotonic() - started < 30, "the blocked workers must be stopped, not waited for"
-try:
-    executor.run(lambda: 1)
-except RuntimeError as e:
-    assert "not started" in str(e)
-else:
-    raise SystemExit("a stopped executor ran a function")
-executor.start()  # a new job on fresh workers
-assert executor.run(lambda: __import__("hvdlite.torch").torch.init() or 7) == [7] * 4
-executor.shutdown()
-
-# More workers than the cluster has CPUs: a clear error, not a hang
-executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=3), num_workers=5)
-try:
-    executor.start()
-except TimeoutError as e:
-    assert "did not grant 5 workers" in str(e), str(e)
-else:
-    raise SystemExit("5 workers started on 4 CPUs")
-assert executor.workers == []
-""",
-    )
+    _run_driver(ray_cluster, "ray_worker_failure")
 
 
 def test_argument_errors_need_no_cluster():
@@ -201,21 +110,11 @@ def test_a_killed_driver_takes_its_workers_with_it(ray_cluster, tmp_path):
     import signal
     import time
 
-    jobs_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
-    script = f"""
-import sys
-sys.path.insert(0, {jobs_dir!r})
-import ray
-ray.init(address={ray_cluster!r}, _node_ip_address={HEAD!r}, log_to_driver=False,
-         runtime_env={{"env_vars": {{"PYTHONPATH": {jobs_dir!r}}}}})
-from hvdlite.ray import RayExecutor
-import lifeline_job
-executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=20), num_workers=2)
-executor.start()
-executor.run(lifeline_job.run_forever, args=[{str(tmp_path)!r}])
-"""
     driver = subprocess.Popen(
-        [sys.executable, "-c", script], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, os.path.join(JOBS_DIR, "ray_lifeline_driver.py"), ray_cluster, HEAD, str(tmp_path)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     paths = [os.path.join(tmp_path, f"rank{r}") for r in range(2)]
     deadline = time.monotonic() + 120
