@@ -5,60 +5,19 @@ These tests fail, not skip, without mpirun or mpi4py (.ci/run installs Open MPI,
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 
 import pytest
-from launcher_helpers import run_launcher, write_script
+from launcher_helpers import run_launcher
 from multiproc import REPO_ROOT, job_env
 
 PY = sys.executable
-
-SCRIPT = """
-import os, sys
-import torch
-from mpi4py import MPI
-import hvdlite.torch as hvd
-from hvdlite.common import bootstrap
-
-world = MPI.COMM_WORLD.Get_rank()
-assert world == int(os.environ["OMPI_COMM_WORLD_RANK"]) and "HVDLITE_RANK" not in os.environ
-assert bootstrap.detect_method(os.environ) == "mpi"
-
-
-def check(expected_rank, label):
-    r, n = hvd.rank(), hvd.size()
-    assert (r, n) == (expected_rank, 2), (r, n)
-    total = hvd.allreduce(torch.tensor([float(r + 1), 10.0 * r]), op=hvd.Sum)
-    assert total.tolist() == [3.0, 10.0], total
-    gathered = hvd.allgather(torch.tensor([[world, r]]))  # rows in hvdlite rank order
-    assert gathered[:, 1].tolist() == [0, 1] and sorted(gathered[:, 0].tolist()) == [0, 1], gathered
-    assert (hvd.local_rank(), hvd.local_size(), hvd.cross_size()) == (r, 2, 1)
-    info = dict(i.split("=", 1) for i in hvd.build_info().split(";") if "=" in i)
-    assert info["cpu_operations"] == os.environ["EXPECT_BACKEND"], info  # the data plane the test asked for
-    assert hvd.mpi_enabled() == (info["cpu_operations"] == "mpi") and hvd.mpi_built()
-    assert hvd.mpi_threads_supported()  # mpi4py asks MPI_THREAD_MULTIPLE, which Open MPI provides
-    # One write per line: with PYTHONUNBUFFERED print() writes the newline separately, and Open MPI's
-    # output forwarding can then put another rank's text in between.
-    sys.stdout.write("%s world=%d rank=%d gathered=%s cycle=%s\\n" % (label, world, r, gathered[:, 0].tolist(),
-                                                                    info["CYCLE_TIME"]))
-    sys.stdout.flush()
-
-
-hvd.init()                                  # from the environment: OMPI_COMM_WORLD_*
-check(world, "ENV")
-# Under PYTHONUNBUFFERED=1 each of these is written in four pieces: only hvdlite-run --mpi keeps such lines whole,
-# so only its test asks for them (under plain mpirun they would cut the other rank's lines).
-for i in range(20 if os.environ.get("PRINT_PIECES") else 0):
-    print("PIECES", world, i)
-hvd.shutdown()
-reversed_comm = MPI.COMM_WORLD.Split(0, key=-world)
-hvd.init(comm=reversed_comm)                # that communicator's ranks: world rank 1 is hvdlite rank 0
-check(1 - world, "COMM")
-hvd.shutdown()
-"""
+# Run by mpirun and hvdlite-run --mpi directly: rank 0 of mpirun is not a job the harness starts.
+MPI_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "mpi_bootstrap_check.py")
 
 
 def _require_mpi():
@@ -103,7 +62,7 @@ def test_init_under_mpirun_and_with_a_communicator(tmp_path, backend):
     """Plain mpirun: the placement comes from MPI; the tensors move through the built-in backend unless
     HVDLITE_CPU_OPERATIONS=mpi, which then uses the communicator init() was given (rank order included)."""
     _require_mpi()
-    script = write_script(tmp_path, SCRIPT)
+    script = MPI_JOB
     env = job_env(
         {
             "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -130,7 +89,7 @@ def test_the_mpi_plugin_is_compiled_once_on_first_use(tmp_path):
     """Ranks that start together against an empty plugin cache: one compiles the plugin for this machine's MPI,
     the other waits for it, and a later job loads it without compiling."""
     _require_mpi()
-    script = write_script(tmp_path, SCRIPT)
+    script = MPI_JOB
     cache = tmp_path / "cache"
     env = job_env(
         {
@@ -165,7 +124,7 @@ def test_the_mpi_plugin_is_compiled_once_on_first_use(tmp_path):
 @pytest.mark.timeout(120)
 def test_hvdlite_run_mpi_hands_the_job_to_mpirun(tmp_path):
     _require_mpi()
-    script = write_script(tmp_path, SCRIPT)
+    script = MPI_JOB
     # Launcher variables in hvdlite-run's own environment must not reach the MPI ranks.
     # --mpi also moves the tensors through MPI.
     # PYTHONUNBUFFERED=1 (common in containers) has print() write its pieces separately: lines stay whole.
