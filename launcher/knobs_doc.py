@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 
 from hvdlite.common import basics, checkpoint
 from hvdlite.runner import knob_flags
-from hvdlite.runner.launch import build_parser
+from hvdlite.runner.arguments import build_parser
 
 #: Variables the Python package reads (name without prefix, default, meaning). HOROVOD_<NAME> works too where
 #: the "Horovod" column says so.

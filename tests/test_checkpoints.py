@@ -212,7 +212,7 @@ def test_only_rank_0_reads_and_writes_checkpoints(tmp_path):
 
 
 def _parse(*flags):
-    from hvdlite.runner.launch import build_parser, settings_from_args
+    from hvdlite.runner.arguments import build_parser, settings_from_args
 
     return settings_from_args(build_parser().parse_args(["-np", "2", *flags, "python", "t.py"]))
 

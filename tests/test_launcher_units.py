@@ -62,7 +62,7 @@ def test_assign_ranks_fills_hosts_in_order():
 
 
 def _settings(*flags):
-    from hvdlite.runner.launch import build_parser, settings_from_args
+    from hvdlite.runner.arguments import build_parser, settings_from_args
 
     return settings_from_args(build_parser().parse_args(["-np", "2", *flags, "python", "t.py"]))
 
@@ -406,9 +406,9 @@ def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
     """python -m hvdlite.runner.local translates its flags into hvdlite-run's, which has --host-ids hidden from
     --help; the emulated hosts give the same places as before."""
     from hvdlite.runner import local
+    from hvdlite.runner.arguments import build_parser, command_of, settings_from_args
     from hvdlite.runner.hosts import compute_topology, emulated_hosts
     from hvdlite.runner.job import BuiltinJob
-    from hvdlite.runner.launch import _command, build_parser, settings_from_args
 
     args = local._build_parser().parse_args(
         ["-np", "3", "--host-ids", "0,1,0", "--timeout", "7.5", "--output-filename=-out"]
@@ -428,7 +428,7 @@ def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
         "-np",
     ]
     parsed = build_parser().parse_args(argv)
-    assert _command(parsed) == ["python", "-m", "x", "--", "-np"]
+    assert command_of(parsed) == ["python", "-m", "x", "--", "-np"]
     settings = settings_from_args(parsed)
     assert (settings.np, settings.host_ids, settings.timeout, settings.output_filename) == (
         3,
@@ -450,7 +450,7 @@ def test_runner_local_is_hvdlite_run_with_the_same_flags(capsys):
 
 
 def test_horovodrun_elastic_flag_names_are_accepted():
-    from hvdlite.runner.launch import build_parser
+    from hvdlite.runner.arguments import build_parser
 
     args = build_parser().parse_args(
         [
@@ -508,7 +508,7 @@ def test_config_file_errors_name_the_entry(tmp_path):
 
 
 def test_horovodrun_short_spellings():
-    from hvdlite.runner.launch import build_parser
+    from hvdlite.runner.arguments import build_parser
 
     args = build_parser().parse_args(["-prefix-timestamp", "-np", "1", "python", "t.py"])
     assert args.prefix_output_with_timestamp and args.np == 1
