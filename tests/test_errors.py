@@ -117,7 +117,7 @@ def test_silent_peer_times_out_after_peer_timeout():
 def test_stalled_tensor_times_out_with_the_missing_ranks():
     """HVDLITE_STALL_SHUTDOWN_TIME_SECONDS fails a tensor some ranks never submit, naming the missing ranks.
 
-    Bug: the stall check (Controller::report_stalls, called from decide() inside coordinate()) only runs in a
+    Bug: the stall check (Coordinator::report_stalls, called from decide() inside coordinate()) only runs in a
     cycle where some rank has new requests (Controller::negotiate, hvdlite_core/src/runtime/controller.cc:
     ``if ((any & kFlagRequests) || any_conflict || any_joined)``). In the usual hang -- every rank blocked,
     nobody submitting anything new -- neither the stall warning nor the stall shutdown ever fires, so the job

@@ -17,14 +17,13 @@
 // The responses are: ready cached ones in position order, then the coordinator's, identical on every rank.
 #pragma once
 #include <chrono>
-#include <map>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "choice/allreduce_adaptive.h"
 #include "common/config.h"
+#include "runtime/coordinator.h"
 #include "runtime/eager.h"
 #include "runtime/entry.h"
 #include "runtime/process_sets.h"
@@ -63,16 +62,8 @@ class Controller {
   int member_index(int process_set) const;
   // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced.
   void exchange_bits(size_t bit_words);
+  // Step 3: this rank's requests to the coordinator and its ordered responses back (rank 0 runs coordinator_).
   std::vector<Response> coordinate(const std::vector<Request>& mine);
-  void ingest(const Request& request);
-  std::vector<Response> decide();
-  void report_stalls(std::vector<Response>& out);
-  // Coordinator: fails the collectives that ranks wait on crosswise (runtime/desync.h), one message for all.
-  void report_out_of_step(std::vector<Response>& out);
-  // Keys of those collectives (and, when message is given, their description); empty when none.
-  std::vector<std::string> out_of_step(std::string* message);
-  // Coordinator, every cycle: logs stall warnings; true when some tensor is due to fail as stalled or out of step.
-  bool stall_deadline_passed(Clock::time_point now);
   void remember(const std::vector<Response>& responses);
   // A cache hit waiting longer than the shortest of STALL_CHECK, STALL_SHUTDOWN and DESYNC_TIMEOUT.
   bool stalled_hit(const TensorEntry& entry, Clock::time_point now) const;
@@ -110,20 +101,7 @@ class Controller {
   TensorEntry* keep_pending(TensorEntry&& entry);  // into pending_, under its key; the stored entry
   bool joined_ = false;
 
-  // Coordinator state (rank 0 only).
-  struct Submissions {
-    std::vector<Request> requests;
-    std::chrono::steady_clock::time_point first_seen;
-    bool warned = false;
-  };
-  std::map<std::string, Submissions> table_;
-  std::vector<std::string> arrival_order_;
-  std::set<int> joined_ranks_;
-  std::vector<Request> aborts_;  // kAbort requests of this round, in rank order
-  int last_joined_ = -1;
-  std::chrono::steady_clock::time_point last_stall_check_;
-  std::vector<int> missing_ranks(const Submissions& s);
-  std::string missing_ranks_text(const Submissions& s);
+  Coordinator coordinator_;  // used on global rank 0 only
 };
 
 }  // namespace hvdlite
