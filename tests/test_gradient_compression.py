@@ -13,38 +13,21 @@ def run(job, np=2, args=(), timeout=120):
 
 @pytest.mark.timeout(150)
 def test_powersgd_recovers_a_low_rank_average_exactly_in_one_step():
-    """M_i = u v_i^T on each rank: the average is rank 1, so one power iteration of rank 1 reproduces it, leaves
-    no residual over the ranks, and sends (n + m) numbers per matrix instead of n m. A vector and a matrix too
-    small to gain go uncompressed and arrive exactly."""
     run("compression_powersgd_low_rank")
 
 
 @pytest.mark.timeout(150)
 def test_error_feedback_keeps_the_sum_of_applied_updates_equal_to_the_sum_of_true_gradients():
-    """Over many steps of random full-rank gradients, what the ranks applied plus their mean residual is the sum of
-    the true averaged gradients, for PowerSGD and top-k: compression delays what it drops, it loses nothing. The
-    applied updates are the same on every rank."""
     run("compression_error_feedback")
 
 
 @pytest.mark.timeout(150)
 def test_a_failed_compressed_exchange_leaves_gradient_and_residual_as_they_were():
-    """PowerSGD builds gradient + residual in the residual's memory: when an exchange fails (here Q's, whose size
-    differs between the ranks), the error reaches every rank, the residual and the gradient are as before the step,
-    and the job goes on."""
     run("compression_failed_exchange")
 
 
 @pytest.mark.timeout(150)
 def test_a_trial_keeps_compression_only_where_it_shortens_the_step():
-    """With min_step_speedup, a reducer times its last trial_steps uncompressed warm-up steps and the first
-    trial_steps compressed ones, and every rank takes the same decision from the ranks' average medians. The
-    trial's compressed steps time the compressed exchange but apply the exact average. Where the uncompressed
-    steps are slow (a sleep stands in for a slow link) it keeps compressing; where compressed steps are not that
-    much shorter it stops, and every gradient applied, in the trial too, is the true average. Where compressed steps
-    are far shorter, it decides for compression after two of them. Through
-    DistributedOptimizer, the steps a reducer does not compress are reduced the usual way (during backward where
-    the optimizer does that) and still counted, timed and recorded."""
     run("compression_trial")
 
 
@@ -141,9 +124,6 @@ def test_a_trial_ends_at_once_where_compressed_steps_are_not_shorter_or_far_shor
 
 @pytest.mark.timeout(200)
 def test_training_converges_with_compression():
-    """A 2-rank MLP learns a teacher's labels through each compressor (and with gradient accumulation) to within
-    5 points of the same training uncompressed, the weights stay identical on every rank, and compression sends
-    at most half of the gradients' numbers."""
     out = run(
         "compression_training_converges",
         timeout=180,
@@ -153,8 +133,6 @@ def test_training_converges_with_compression():
 
 @pytest.mark.timeout(150)
 def test_compression_errors_and_process_sets():
-    """Usage errors name what is wrong; a process set of two out of three ranks compresses among itself while the
-    third trains alone."""
     run(
         "compression_errors_and_process_sets",
         np=3,
@@ -163,17 +141,11 @@ def test_compression_errors_and_process_sets():
 
 @pytest.mark.timeout(150)
 def test_elastic_state_commits_and_restores_residuals_and_warm_start():
-    """TorchState.commit() keeps each rank's residuals and the shared warm-start matrices; restore() brings them
-    back after steps that failed to commit; sync() gives every rank rank 0's warm start and keeps its own
-    residuals."""
     run("compression_elastic_state")
 
 
 @pytest.mark.timeout(150)
 def test_timeline_records_what_compression_local_sgd_and_staleness_did(tmp_path):
-    """With a timeline, every step of a compressing optimizer adds a counter event of the bytes sent against the
-    uncompressed and their ratio, local SGD one of the bytes averaged, and bounded staleness one of the exchanges
-    in flight and the bytes applied; the trace stays well formed."""
     path = tmp_path / "timeline.json"
     run("compression_timeline_counters", args=[str(path)])
     from hvdlite.timeline import check, load

@@ -406,8 +406,6 @@ def test_tensorflow_semantics_as_horovod():
 
 @pytest.mark.timeout(240)
 def test_tf1_graph_mode_backward_passes_per_step():
-    """Horovod's own case for backward_passes_per_step with tf.compat.v1 optimizers: a TF1 graph in a session.
-    The accumulators are local variables, initialised by MonitoredTrainingSession."""
     _run_tf("horovod_tf_v1_passes", 2, timeout=150)
 
 

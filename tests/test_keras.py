@@ -33,9 +33,6 @@ def test_custom_loops_accumulation_slow_link_methods_loss_scaling_and_sync_batch
 
 @pytest.mark.timeout(240)
 def test_horovod_options_on_keras3_variables():
-    """Horovod options that meet Keras 3: BroadcastGlobalVariablesCallback's local_variables,
-    SyncBatchNormalization's fused, PartialDistributedGradientTape on Keras layers (eagerly and in a
-    tf.function), and horovod.tensorflow's _executing_eagerly."""
     run("keras_horovod_options", np=2)
 
 

@@ -13,14 +13,9 @@ def run(job, np=2, args=(), timeout=150):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("outer", ["plain", "nesterov"])
 def test_local_sgd_matches_a_written_out_reference(outer):
-    """Warm-up steps average gradients (weights equal on every rank after each); then each rank steps alone, the
-    weights differ between averages and are equal right after each k-th step. The weights and momentum follow a
-    reference that does the same with a plain optimizer, explicit allreduces and the outer Nesterov formula."""
     run("local_sgd_matches_reference", args=[outer])
 
 
 @pytest.mark.timeout(200)
 def test_local_sgd_trains_and_checks_its_arguments():
-    """Averaging every 4 steps learns a small task to within 5 points of synchronous training on the same batches;
-    bad settings are refused with the argument named, and elastic state commits and restores the anchor."""
     run("local_sgd_trains")

@@ -15,10 +15,6 @@ def run(job, np=2, args=(), timeout=150):
 
 @pytest.mark.timeout(240)
 def test_staleness_applies_each_average_s_steps_late_like_a_reference():
-    """Step t applies the average of step t - s: the weights follow a reference that computes every rank's
-    gradients itself and applies their mean s steps late (op Average and Sum, s = 1 and 3), stay equal on every
-    rank, and drain() applies the last s. Also: training converges, a commit keeps the averages in flight (after a
-    restore the same steps give the same weights), and combinations that make no sense are refused."""
     run(
         "staleness_applies_each_average",
         timeout=220,
@@ -27,12 +23,6 @@ def test_staleness_applies_each_average_s_steps_late_like_a_reference():
 
 @pytest.mark.timeout(200)
 def test_a_stopped_rank_is_never_more_than_s_steps_behind(tmp_path):
-    """Rank 1 stops itself with SIGSTOP at the start of step 8 and rank 0 lets it go on 2 s later (staleness 2).
-    Rank 0 never starts step k before rank 1 has finished computing step k - 1 - s (whose average rank 0 waited for
-    at the end of step k - 1), and it did start some step k before rank 1 finished computing step k - s: it ran s
-    steps ahead, the bound is reached and not just respected by a synchronous run. The stop comes at a known point,
-    after step 7's gradients went out and before step 8's are computed: stopped between computing a step and
-    submitting it, rank 1 would hold rank 0 one step short of the bound."""
     s = 2
     log = tmp_path / "steps.{rank}.jsonl"
     run(

@@ -35,9 +35,6 @@ def test_distributed_gradient_tape_matches_single_process():
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("np", [2, 3])
 def test_independent_collectives_in_one_graph_run(np):
-    """Collectives with no data dependency between them, evaluated together: eagerly, in a tf.function, and in a
-    tf.Graph run by a tf.compat.v1.Session with several inter-op threads, where TensorFlow may start them in any
-    order on each rank (each waits for its peers while holding a thread)."""
     run(
         "tf_independent_collectives",
         np=np,
@@ -46,9 +43,6 @@ def test_independent_collectives_in_one_graph_run(np):
 
 @pytest.mark.timeout(240)
 def test_graph_error_classes_indexed_slices_and_graph_gradients():
-    """Eagerly, in a tf.function and in a tf.Graph run by a tf.compat.v1.Session: Horovod's error classes, its
-    IndexedSlices reduction (integer Average, grouped with and without dense tensors, no pre/postscale), and the
-    gradients of broadcast, grouped allgather and grouped reducescatter (inputs of unknown rank in graphs)."""
     run("tf_graph_errors_and_gradients")
 
 
@@ -58,5 +52,4 @@ def test_tf1_graph_mode_session_hook_and_v1_optimizer():
 
 
 def test_tf_function_error_classes_single_process():
-    """The status hook maps only our own failures: a user's exception in a numpy_function stays UnknownError."""
     run("tf_error_classes", np=1, timeout=120)

@@ -21,8 +21,6 @@ def run(job, np=2, env=None, timeout=120):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("np,during_backward", [(2, "1"), (2, "0"), (3, "auto")])
 def test_matches_single_process_on_global_batch(np, during_backward):
-    """Both ways of scheduling the reduction (as backward produces each gradient, or all in step()) give the
-    single-process result; auto on CI's 2 cores with one torch thread per rank defers."""
     run(
         "training_global_batch",
         np=np,
@@ -42,10 +40,6 @@ def test_gradient_accumulation_backward_passes_per_step(during_backward):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("during_backward", ["1", "0"])
 def test_a_failed_step_leaves_the_optimizer_usable(during_backward):
-    """A step whose reductions fail (here: hvdlite shut down between backward and step; in elastic training, a
-    lost peer) raises, and ends the step: after init() again, zero_grad(), backward() and step() work and give the
-    averaged result. Reducing after backward submits in step(), so a submission that fails must not leave the
-    optimizer believing gradients are still in flight."""
     run(
         "training_failed_step",
         env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward},
