@@ -176,6 +176,18 @@ def given(rank, step, i, shape):
     return np.random.default_rng(zlib.crc32(f"{rank}.{step}.{i}".encode())).standard_normal(shape).astype("float32")
 
 
+def apply_given(opt, model, first, last):
+    """Applies this rank's given gradients of steps first to last - 1 through opt; the weights after each."""
+    variables = model.trainable_variables
+    seen = []
+    for step in range(first, last):
+        opt.apply_gradients(
+            zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)], variables)
+        )
+        seen.append(flat(model))
+    return seen
+
+
 def powersgd_reference(shapes, r=2):
     residuals, qs, out = {}, {}, []
     for step in range(1, UPDATES + 1):
@@ -248,17 +260,10 @@ for kind, make, reference_of in METHODS:
     # Elastic: a commit holds the residuals, step count and warm starts; after a restore the same updates give
     # the same weights.
     model = mlp(0)
-    variables = model.trainable_variables
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), compression=make())
 
     def updates(first, last):
-        seen = []
-        for step in range(first, last):
-            opt.apply_gradients(
-                zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)], variables)
-            )
-            seen.append(flat(model))
-        return seen
+        return apply_given(opt, model, first, last)
 
     updates(1, 5)
     state = hvd_elastic.KerasState(model, opt)
@@ -417,13 +422,7 @@ opt = hvd.DistributedOptimizer(sgd(), sync_every=3, average_optimizer_state=True
 
 
 def local_updates(first, last):
-    seen = []
-    for step in range(first, last):
-        opt.apply_gradients(
-            zip([tf.constant(given(R, step, i, tuple(v.shape))) for i, v in enumerate(variables)], variables)
-        )
-        seen.append(flat(model))
-    return seen
+    return apply_given(opt, model, first, last)
 
 
 local_updates(1, 4)
