@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -47,14 +48,20 @@ class RewritingLoader(importlib.abc.SourceLoader):
 
 
 class JobsFinder(importlib.abc.MetaPathFinder):
-    """Finds the modules of tests/jobs/ and the tests' shared helpers (tests/hvdjob.py), rewriting both."""
+    """Finds the modules of tests/jobs/ and the tests' shared helpers (tests/hvdjob.py), rewriting both. A name
+    that an installed or standard module also has stays that module's."""
+
+    folders = (JOBS_DIR, os.path.dirname(JOBS_DIR))
 
     def find_spec(self, fullname, path=None, target=None):
         if "." in fullname:
             return None
-        for folder in (JOBS_DIR, os.path.dirname(JOBS_DIR)):
+        for folder in self.folders:
             candidate = os.path.join(folder, fullname + ".py")
             if os.path.isfile(candidate):
+                elsewhere = [p for p in sys.path if os.path.abspath(p or ".") not in self.folders]
+                if importlib.machinery.PathFinder.find_spec(fullname, elsewhere) is not None:
+                    return None
                 return importlib.util.spec_from_file_location(fullname, candidate, loader=RewritingLoader(candidate))
         return None
 
