@@ -7,11 +7,8 @@ step() (or synchronize()) waits for all of them. Every rank submits the same nam
 that received no gradient on some rank is reduced with zeros there, so no rank waits for a tensor another rank
 will never send.
 
-Reducing during backward pays only where a core is free to do it. When the ranks' compute threads already fill
-the host's cores (CPU training with local_size x torch threads >= cores), the reduction can only steal time from
-backward, and interleaving the two costs more than running them in turn. There the hooks only note the gradient's
-readiness, and synchronize() submits every noted gradient, in the order backward produced them, at once.
-HVDLITE_REDUCE_DURING_BACKWARD=1/0 (or reduce_during_backward=True/False) overrides the automatic choice.
+Where reducing during backward pays, and where the hooks only note a gradient's readiness for synchronize() to
+submit, is backward_policy.py's choice.
 
 Sparse gradients (nn.Embedding(sparse=True)) stay sparse: their indices and values are allgathered
 (sparse_allreduce_async), or with sparse_as_dense=True allreduced as a dense tensor and made sparse again, so
@@ -25,42 +22,27 @@ staleness=s lets each step's allreduce run during the next s steps and applies i
 """
 
 import contextlib
-import os
 import time
 import warnings
 from typing import Dict, List, Optional
 
 import torch
 
-from hvdlite.common import basics
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
-from hvdlite.torch import core_ops, grad_scaler, gradient_buckets, gradient_reducers, mpi_ops, sharded_state
+from hvdlite.torch import (
+    backward_policy,
+    core_ops,
+    grad_scaler,
+    gradient_buckets,
+    gradient_reducers,
+    mpi_ops,
+    sharded_state,
+)
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
+from hvdlite.torch.pending_gradients import BATCHED, DEFERRED, DenseReduction, FailedSubmission, SparseReduction
 from hvdlite.torch.staleness import BoundedStaleness
-
-_DEFERRED = ("deferred",)  # a gradient ready for reduction, to be submitted by synchronize()
-_BATCHED = ("batched",)  # a gradient in the gradient buckets (_hvd_buckets), finished in place by their wait()
-
-
-def cores_saturated_by_compute(local_size: int, torch_threads: int) -> bool:
-    """Whether this host's ranks' compute threads already occupy every core this process may use."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return torch_threads >= cores or local_size * torch_threads >= (os.cpu_count() or 1)
-
-
-def _reduce_during_backward(requested: Optional[bool]) -> bool:
-    if requested is not None:
-        return bool(requested)
-    value = os.environ.get("HVDLITE_REDUCE_DURING_BACKWARD", "auto").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value != "auto":
-        raise ValueError(f"HVDLITE_REDUCE_DURING_BACKWARD={value!r}: expected auto, 1 or 0")
-    return not cores_saturated_by_compute(basics.local_size(), torch.get_num_threads())
 
 
 class _DistributedOptimizer:
@@ -179,7 +161,7 @@ class _DistributedOptimizer:
         self._hvd_member = bool(process_set.included())
         # CUDA gradients are reduced by the device while the host runs backward: always worth overlapping.
         self._hvd_overlap = self.bounded_staleness is None and (
-            _reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
+            backward_policy.reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_hooks = (
             [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
@@ -247,7 +229,7 @@ class _DistributedOptimizer:
             if self._hvd_overlap or self.gradient_reducer is not None:
                 self._hvd_submit(p)
             else:
-                handles[key] = _DEFERRED  # submitted by synchronize(), in this order
+                handles[key] = DEFERRED  # submitted by synchronize(), in this order
             return
         ready = self._hvd_group_ready[group]
         ready.append(p)
@@ -268,16 +250,16 @@ class _DistributedOptimizer:
     def _hvd_submit(self, p: torch.Tensor) -> None:
         # Deferred entries keep the order backward produced them in (dicts keep insertion order).
         if not self.reduces_during_backward:
-            self._hvd_handles[id(p)] = _DEFERRED
+            self._hvd_handles[id(p)] = DEFERRED
             return
         try:
             buckets = self._hvd_bucketed()
             if buckets is not None and buckets.covers(p) and buckets.ready(p):
-                self._hvd_handles[id(p)] = _BATCHED
+                self._hvd_handles[id(p)] = BATCHED
             else:
                 self._hvd_handles[id(p)] = self._hvd_reduce_async(p)
         except Exception as e:  # noqa: BLE001 - hvdlite stopped (a peer failed): synchronize() raises it, so
-            self._hvd_handles[id(p)] = ("failed", e)  # backward completes and the step ends cleanly
+            self._hvd_handles[id(p)] = FailedSubmission(e)  # backward completes and the step ends cleanly
 
     # The plain case (host gradients reduced as they are, no compression or reducer) goes through gradient buckets
     # (gradient_buckets.py): a step is a few prepared operations, queued and waited for in one call each. Anything
@@ -291,7 +273,7 @@ class _DistributedOptimizer:
         # layout hands what does not fit back to be reduced alone, and _hvd_end_step drops it).
         if buckets is None or (
             self._hvd_buckets_set != self._hvd_process_set.process_set_id
-            and not any(pending is _BATCHED for pending in self._hvd_handles.values())
+            and not any(pending is BATCHED for pending in self._hvd_handles.values())
         ):
             if self.gradient_reducer is not None or self._hvd_compression is not Compression.none:
                 return None
@@ -309,7 +291,7 @@ class _DistributedOptimizer:
             self._hvd_buckets_set = process_set.process_set_id
         return buckets
 
-    def _hvd_reduce_async(self, p: torch.Tensor) -> tuple:
+    def _hvd_reduce_async(self, p: torch.Tensor):
         name = self._hvd_names[id(p)]
         if p.grad is None:  # no gradient on this rank this step: contribute zeros so others do not wait
             p.grad = torch.zeros_like(p)
@@ -318,11 +300,10 @@ class _DistributedOptimizer:
         grad = p.grad
         if grad.is_sparse:
             if not self._hvd_sparse_as_dense:
-                return (
-                    "sparse",
+                return SparseReduction(
                     mpi_ops.sparse_allreduce_async(
                         grad, name=name, op=self._hvd_op, process_set=self._hvd_process_set
-                    ),
+                    )
                 )
             grad = grad.to_dense()  # reduced dense; _hvd_finish makes p.grad sparse again
         if self.gradient_reducer is not None:
@@ -339,7 +320,7 @@ class _DistributedOptimizer:
             postscale_factor=postscale,
             process_set=self._hvd_process_set,
         )
-        return ("dense", handle, wire, ctx)
+        return DenseReduction(handle, wire, ctx)
 
     @staticmethod
     def _hvd_scale_factors(op, predivide: float) -> tuple:
@@ -347,19 +328,9 @@ class _DistributedOptimizer:
             return 1.0 / predivide, predivide
         return 1.0, 1.0
 
-    def _hvd_finish(self, p: torch.Tensor, pending: tuple) -> None:
-        if pending[0] == "sparse":
-            p.grad = mpi_ops.synchronize(pending[1]).coalesce()
-            return
-        _, handle, wire, ctx = pending
-        result = mpi_ops.synchronize(handle)
-        if result is p.grad:
-            return
-        reduced = self._hvd_compression.decompress(result, ctx)
-        if p.grad.is_sparse:  # sparse_as_dense: the optimizer still gets a sparse gradient, as in Horovod
-            p.grad = reduced.to_sparse(p.grad.sparse_dim())
-        else:
-            p.grad.copy_(reduced)
+    def _hvd_finish(self, p: torch.Tensor, pending) -> None:
+        # One place where a gradient's exchange ends (a test slows it down here to stand in for a slow link).
+        pending.finish(p, self._hvd_compression)
 
     # ------------------------------------------------------------------ public API
 
@@ -403,7 +374,7 @@ class _DistributedOptimizer:
                 if id(p) not in handles:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
-                    handles[id(p)] = _DEFERRED
+                    handles[id(p)] = DEFERRED
             buckets = self._hvd_bucketed()
             if buckets is not None:
                 # Everything not queued during backward, through the buckets in one call; what does not fit them
@@ -411,12 +382,12 @@ class _DistributedOptimizer:
                 for p in buckets.submit_rest():
                     handles[id(p)] = self._hvd_reduce_async(p)
                 for key, pending in handles.items():
-                    if pending is _DEFERRED:
+                    if pending is DEFERRED:
                         p = self._hvd_param_of[key]
-                        handles[key] = _BATCHED if buckets.covers(p) else self._hvd_reduce_async(p)
+                        handles[key] = BATCHED if buckets.covers(p) else self._hvd_reduce_async(p)
             else:  # in the order backward produced them
                 for key, pending in handles.items():
-                    if pending is _DEFERRED:
+                    if pending is DEFERRED:
                         handles[key] = self._hvd_reduce_async(self._hvd_param_of[key])
         except Exception as e:  # noqa: BLE001 - e.g. hvdlite stopped after a peer failed: still end the step
             errors.append(e)
@@ -426,14 +397,11 @@ class _DistributedOptimizer:
             except Exception as e:  # noqa: BLE001 - the first error is raised once every gradient is done
                 errors.append(e)
         # What did not go through the batch is finished one by one (usually nothing).
-        unbatched = any(pending is not _BATCHED for pending in self._hvd_handles.values())
+        unbatched = any(pending is not BATCHED for pending in self._hvd_handles.values())
         for p in self._hvd_params if unbatched else ():
             pending = self._hvd_handles.get(id(p))
-            if pending is None or pending is _DEFERRED or pending is _BATCHED:  # not submitted (the error above
+            if pending is None or pending is DEFERRED or pending is BATCHED:  # not submitted (the error above
                 continue  # says why), or finished in place through the batch
-            if pending[0] == "failed":
-                errors.append(pending[1])
-                continue
             try:
                 self._hvd_finish(p, pending)
             except Exception as e:  # noqa: BLE001 - wait for the rest, then re-raise the first

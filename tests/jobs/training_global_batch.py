@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from training_common import N, R, assert_same_everywhere, data, flat, hvd, make_model, shard
 
+from hvdlite.torch.pending_gradients import DEFERRED
+
 model, ref = make_model(), make_model()
 torch.manual_seed(100 + R)  # different starting points: broadcast_parameters must fix them
 with torch.no_grad():
@@ -26,7 +28,7 @@ for step in range(6):
     x, y = data(step)
     opt.zero_grad()
     F.cross_entropy(model(shard(x)), shard(y)).backward()
-    submitted = [h[0] != "deferred" for h in opt._hvd_handles.values()]
+    submitted = [h is not DEFERRED for h in opt._hvd_handles.values()]
     assert len(submitted) == len(list(model.parameters()))
     assert all(submitted) == expected and any(submitted) == expected
     opt.step()
