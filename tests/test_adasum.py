@@ -4,13 +4,9 @@ are in tests/jobs/errors.py."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hvdjob import assert_job_ok, prelude
-from multiproc import run_job
-
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "adasum.py")
+from hvdjob import assert_job_ok
+from multiproc import job_source, run_job
 
 # (id, np, host_ids, launcher, env); 2 ranks run on MPI only (the algorithm is the same code over either backend's
 # point-to-point calls), to keep CI under 20 minutes
@@ -26,7 +22,6 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_adasum_matches_reference(case):
     _, np, host_ids, launcher, env = case
-    with open(JOB, encoding="utf-8") as f:
-        script = prelude() + f.read()
+    script = job_source("adasum")
     result = run_job(script, np=np, host_ids=host_ids, env=env, timeout=120, launcher=launcher)
     assert_job_ok(result, np, min_count=60)

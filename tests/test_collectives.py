@@ -7,19 +7,9 @@ input. See tests/jobs/*.py for the cases.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hvdjob import assert_job_ok, prelude
-from multiproc import run_job
-
-JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
-
-
-def job_source(name: str) -> str:
-    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
-        return prelude() + f.read()
-
+from hvdjob import assert_job_ok
+from multiproc import job_source, run_job
 
 # (id, np, host_ids, env, level). "full": every op x dtype x size; "small": a reduced sweep.
 SWEEPS = [
@@ -89,7 +79,7 @@ SWEEPS = [
 @pytest.mark.parametrize("case", SWEEPS, ids=[s[0] for s in SWEEPS])
 def test_collective_sweep(case):
     _, np, host_ids, env, level = case
-    result = run_job(job_source("collectives.py"), np=np, host_ids=host_ids, env=env, args=[level], timeout=170)
+    result = run_job(job_source("collectives"), np=np, host_ids=host_ids, env=env, args=[level], timeout=170)
     assert_job_ok(result, np, min_count=250)
 
 
@@ -103,7 +93,7 @@ MPI_SWEEPS = [("mpi-np2", 2, "full"), ("mpi-np3", 3, "small"), ("mpi-np4", 4, "s
 def test_collective_sweep_on_mpi(case):
     _, np, level = case
     result = run_job(
-        job_source("collectives.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, args=[level], timeout=170, launcher="mpi"
+        job_source("collectives"), np=np, env={"EXPECT_BACKEND": "mpi"}, args=[level], timeout=170, launcher="mpi"
     )
     assert_job_ok(result, np, min_count=250)
 
@@ -124,7 +114,7 @@ FUSION_CACHE = [
 @pytest.mark.parametrize("case", FUSION_CACHE, ids=[c[0] for c in FUSION_CACHE])
 def test_many_in_flight_fusion_and_cache(case):
     _, np, host_ids, env = case
-    result = run_job(job_source("fusion_cache.py"), np=np, host_ids=host_ids, env=env, args=["6"], timeout=100)
+    result = run_job(job_source("fusion_cache"), np=np, host_ids=host_ids, env=env, args=["6"], timeout=100)
     assert_job_ok(result, np, min_count=6 * 60)
 
 
@@ -144,16 +134,14 @@ EAGER = [
 def test_eager_small_allreduces(case, tmp_path):
     _, np, host_ids, env, expect, budget = case
     env = dict(env, HVDLITE_TIMELINE=str(tmp_path / "timeline.json"))
-    result = run_job(
-        job_source("eager.py"), np=np, host_ids=host_ids, env=env, args=[expect, str(budget)], timeout=100
-    )
+    result = run_job(job_source("eager"), np=np, host_ids=host_ids, env=env, args=[expect, str(budget)], timeout=100)
     assert_job_ok(result, np, min_count=300 + 6 * 50)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("np", [2, 3])
 def test_repeated_inplace_allreduce_takes_no_stale_request(np):
-    result = run_job(job_source("inplace_repeat.py"), np=np, timeout=100)
+    result = run_job(job_source("inplace_repeat"), np=np, timeout=100)
     assert_job_ok(result, np, min_count=50 + 6 + 4 + 12 + 5 + 3 + 3 + 1 + 1)
 
 
@@ -171,7 +159,7 @@ RING_STREAMS = [
 def test_ring_reduces_shifted_streams(case):
     _, np, env = case
     env = dict(env, HVDLITE_SMALL_MESSAGE_BYTES="1024", HVDLITE_ALLREDUCE_ALGORITHMS="fixed")
-    result = run_job(job_source("ring_streams.py"), np=np, env=env, timeout=120)
+    result = run_job(job_source("ring_streams"), np=np, env=env, timeout=120)
     assert_job_ok(result, np, min_count=96)
 
 
@@ -179,7 +167,7 @@ def test_ring_reduces_shifted_streams(case):
 @pytest.mark.parametrize("np", [2, 3])
 def test_scaling_matches_horovods_rule(np):
     """prescale/postscale and integer Average, for every dtype, against a torch model of Horovod's rule."""
-    result = run_job(job_source("scaling.py"), np=np, timeout=120)
+    result = run_job(job_source("scaling"), np=np, timeout=120)
     assert_job_ok(result, np, min_count=280)
 
 
@@ -187,5 +175,5 @@ def test_scaling_matches_horovods_rule(np):
 @pytest.mark.parametrize("np", [2, 3])
 def test_horovod_semantics(np):
     """join with cached names and after a failed step, alltoall's splits dtype, _parameter_names, None inputs."""
-    result = run_job(job_source("horovod_semantics.py"), np=np, timeout=120)
+    result = run_job(job_source("horovod_semantics"), np=np, timeout=120)
     assert_job_ok(result, np, min_count=12 * np + 6)

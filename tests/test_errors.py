@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from hvdjob import assert_job_ok, ok_ranks, prelude
-from multiproc import run_job
-
-JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
-
-
-def job_source(name: str) -> str:
-    """tests/jobs/<name> with hvdjob importable. These jobs print what each rank saw for the test to judge: most
-    of them end with a rank killed or stopped on purpose, which the harness would count as a failure."""
-    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
-        return prelude() + f.read()
+from hvdjob import assert_job_ok, ok_ranks
+from multiproc import job_source, run_job
 
 
 def detail(result) -> str:
@@ -40,7 +30,7 @@ def test_mismatch_and_argument_errors(case):
     """MismatchError on every rank (dtype, shape, op, reduce op, root, pre/postscale, ...), with and without the
     name in the response cache; duplicate in-flight names; bad roots/splits/dtypes/devices; before init."""
     _, np, host_ids, env = case
-    result = run_job(job_source("errors.py"), np=np, host_ids=host_ids, env=env, timeout=70)
+    result = run_job(job_source("errors"), np=np, host_ids=host_ids, env=env, timeout=70)
     assert_job_ok(result, np, min_count=25)
 
 
@@ -48,7 +38,7 @@ def test_mismatch_and_argument_errors(case):
 @pytest.mark.parametrize("np", [2, 3])
 def test_mismatch_and_argument_errors_on_mpi(np):
     """The same cases with the MPI backend moving the data (negotiation, which finds the mismatches, is the same)."""
-    result = run_job(job_source("errors.py"), np=np, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
+    result = run_job(job_source("errors"), np=np, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
     assert_job_ok(result, np, min_count=25)
 
 
@@ -68,7 +58,7 @@ PEER_CASES = [
 def test_peer_death_is_reported_quickly(case):
     _, np, host_ids = case
     result = run_job(
-        job_source("errors_peer_death.py"),
+        job_source("errors_peer_death"),
         np=np,
         host_ids=host_ids,
         env={"HVDLITE_PEER_TIMEOUT_SECONDS": "10"},
@@ -100,7 +90,7 @@ def test_peer_death_is_reported_quickly(case):
 def test_silent_peer_times_out_after_peer_timeout():
     """A peer that stops responding (SIGSTOP: connections stay open) fails the others' operations with
     HvdliteTimeoutError after HVDLITE_PEER_TIMEOUT_SECONDS, naming the silent rank."""
-    result = run_job(job_source("errors_silent_peer.py"), np=2, env={"HVDLITE_PEER_TIMEOUT_SECONDS": "2"}, timeout=40)
+    result = run_job(job_source("errors_silent_peer"), np=2, env={"HVDLITE_PEER_TIMEOUT_SECONDS": "2"}, timeout=40)
     info = detail(result)
     found = ok_ranks(result.stdout, "SILENT")
     assert 0 in found, info
@@ -123,9 +113,7 @@ def test_stalled_tensor_times_out_with_the_missing_ranks():
     nobody submitting anything new -- neither the stall warning nor the stall shutdown ever fires, so the job
     hangs silently. (It fires as documented when other ranks keep submitting.)
     """
-    result = run_job(
-        job_source("errors_stall.py"), np=3, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=30
-    )
+    result = run_job(job_source("errors_stall"), np=3, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=30)
     assert_job_ok(result, 3)
     stall = ok_ranks(result.stdout, "STALL")
     assert 2.5 < float(stall[0]) < 10, detail(result)
@@ -136,7 +124,7 @@ def test_stalled_tensor_times_out_with_the_missing_ranks():
 
 @pytest.mark.timeout(60)
 def test_shutdown_then_calls_fail_and_init_again_works():
-    result = run_job(job_source("errors_shutdown_reinit.py"), np=2, timeout=40)
+    result = run_job(job_source("errors_shutdown_reinit"), np=2, timeout=40)
     assert_job_ok(result, 2, min_count=3)
 
 
@@ -149,7 +137,7 @@ def test_operation_pending_at_shutdown_fails_with_aborted_error():
     (runtime_or_null() is null -> unknown_handle, status 2) and hvdlite_handle_error() returns no message, so
     synchronize() raises InvalidArgumentError('operation failed with status 2') instead of AbortedError.
     """
-    result = run_job(job_source("errors_pending_at_shutdown.py"), np=2, timeout=40)
+    result = run_job(job_source("errors_pending_at_shutdown"), np=2, timeout=40)
     assert_job_ok(result, 2)
 
 
@@ -165,7 +153,7 @@ def test_rejected_unnamed_request_does_not_desynchronise_later_unnamed_collectiv
     rank's later unnamed collectives get different names from the other ranks' and never match: a silent hang
     (the job below reports it after 8 s).
     """
-    result = run_job(job_source("errors_rejected_unnamed.py"), np=2, timeout=30)
+    result = run_job(job_source("errors_rejected_unnamed"), np=2, timeout=30)
     assert_job_ok(result, 2)
 
 
@@ -179,7 +167,7 @@ def test_grouped_call_with_an_invalid_member_leaves_nothing_in_flight():
     tensors nobody keeps alive (use-after-free once they run; with every rank doing it this corrupted memory and
     crashed a rank with SIGSEGV), and their names stay taken.
     """
-    result = run_job(job_source("errors_grouped_partial.py"), np=2, timeout=30)
+    result = run_job(job_source("errors_grouped_partial"), np=2, timeout=30)
     assert_job_ok(result, 2)
 
 
@@ -189,7 +177,7 @@ def test_reinit_after_failures_in_a_loop(np):
     """shutdown() + init() in one process, 5 cycles, each after another kind of failure (mismatch, stall on
     every rank, stall of cached tensors on every rank, one rank shutting down under the others): every new
     runtime works, process sets included. A failure must not poison the later cycles."""
-    result = run_job(job_source("reinit.py"), np=np, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=120)
+    result = run_job(job_source("reinit"), np=np, env={"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}, timeout=120)
     assert_job_ok(result, np, min_count=5)
 
 
@@ -200,7 +188,7 @@ def test_reinit_after_failures_in_a_loop(np):
 def test_knobs_that_must_agree_are_compared_at_init_on_every_rank():
     """Fusion thresholds, cache capacity and algorithm thresholds set differently on some ranks would make ranks run
     different collectives; init refuses on every rank, naming each knob, its values and who has them."""
-    result = run_job(job_source("errors_disagreeing_knobs.py"), np=3, timeout=40)
+    result = run_job(job_source("errors_disagreeing_knobs"), np=3, timeout=40)
     refused = {}
     for line in result.stdout.splitlines():
         if "REFUSED" in line:

@@ -5,23 +5,19 @@ host memory (NCCL refuses them), or fail on every rank where NCCL was forced."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hvdjob import assert_job_ok, prelude
 from launcher_helpers import run_launcher
-from multiproc import run_job
+from multiproc import job_source, run_job
 
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "gpu_collectives.py")
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = pytest.mark.skipif(GPUS == 0, reason="no CUDA device visible to torch")
 ONE_GPU = {"CUDA_VISIBLE_DEVICES": "0"}  # every rank sees the same one
 
 
 def run_gpu_job(np, plane, env):
-    with open(JOB, encoding="utf-8") as f:
-        script = prelude() + f.read()
+    script = job_source("gpu_collectives")
     result = run_job(script, np=np, env={**env, "EXPECT_PLANE": plane}, timeout=400)
     print(result.stdout[-3000:])  # the figures, for tools/gpu_check.sh's log
     assert_job_ok(result, np, min_count=140)

@@ -13,10 +13,9 @@ import subprocess
 import pytest
 from hvdjob import assert_job_ok, prelude
 from launcher_helpers import run_launcher
-from multiproc import run_job
+from multiproc import job_source, run_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-JOB = os.path.join(HERE, "jobs", "nccl_fake.py")
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +69,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_nccl_data_plane_on_fake_cuda(fake_cuda, case):
     _, np, host_ids, env, plane, warning = case
-    with open(JOB, encoding="utf-8") as f:
-        script = prelude() + f.read()
+    script = job_source("nccl_fake")
     env = {**fake_cuda, **env, "EXPECT_PLANE": plane}
     result = run_job(script, np=np, host_ids=host_ids, env=env, timeout=200)
     assert_job_ok(result, np, min_count=400)

@@ -3,19 +3,9 @@ and the error cases (non-member, root outside the set, removed set, duplicate or
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hvdjob import assert_job_ok, prelude
-from multiproc import run_job
-
-JOBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
-
-
-def job_source(name: str) -> str:
-    with open(os.path.join(JOBS_DIR, name), encoding="utf-8") as f:
-        return prelude() + f.read()
-
+from multiproc import job_source, run_job
 
 CASES = [
     ("np3", 3, None, {}),
@@ -30,14 +20,14 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_process_sets(case):
     _, np, host_ids, env = case
-    result = run_job(job_source("process_sets.py"), np=np, host_ids=host_ids, env=env, timeout=70)
+    result = run_job(job_source("process_sets"), np=np, host_ids=host_ids, env=env, timeout=70)
     assert_job_ok(result, np, min_count=14)
 
 
 @pytest.mark.timeout(90)
 def test_process_sets_on_mpi():
     """Each process set is an MPI sub-communicator (MPI_Comm_split when it is added, freed when it is removed)."""
-    result = run_job(job_source("process_sets.py"), np=4, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
+    result = run_job(job_source("process_sets"), np=4, env={"EXPECT_BACKEND": "mpi"}, timeout=70, launcher="mpi")
     assert_job_ok(result, 4, min_count=14)
 
 
