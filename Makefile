@@ -79,6 +79,7 @@ bench:
 	$(PY) bench/train.py --autotune
 	$(PY) bench/step_timeline.py
 	$(PY) bench/keras_train.py
+	$(PY) bench/page.py
 
 # The core's suites on AddressSanitizer+UBSan and ThreadSanitizer builds (not in CI: about 12 min each on 2 cores;
 # docs/faults.md).

@@ -31,7 +31,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+
+import results_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -121,23 +124,32 @@ def worker_mpi():
     return comm.Get_rank(), comm.Get_size(), result
 
 
+# hvdlite started by its own launcher with these settings: the same library with a mechanism turned off.
+VARIANTS = {
+    "hvdlite": {},
+    "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
+    "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
+}
+
+
+def parse_variant(text):
+    """'NAME:VAR=VALUE,VAR=VALUE' -> (NAME, {VAR: VALUE}); a value {fresh_dir} becomes a new empty folder per run."""
+    name, _, settings = text.partition(":")
+    env = dict(item.split("=", 1) for item in settings.split(",") if item)
+    if not name or not env or not all(var.startswith(("HVDLITE_", "HOROVOD_")) for var in env):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:HVDLITE_VAR=VALUE[,HVDLITE_VAR=VALUE]")
+    return name, env
+
+
 def run_worker(name, out_path):
-    workers = {
-        "hvdlite": worker_hvdlite,
-        "hvdlite-fixed": worker_hvdlite,
-        "hvdlite-static": worker_hvdlite,
-        "hvdlite-mpi": worker_hvdlite,
-        "hvdlite-baseline": worker_hvdlite,
-        "torch-gloo": worker_torch,
-        "mpi": worker_mpi,
-    }
-    rank, size, result = workers[name]()
+    workers = {"hvdlite-mpi": worker_hvdlite, "torch-gloo": worker_torch, "mpi": worker_mpi}
+    rank, size, result = workers.get(name, worker_hvdlite)()
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"peer": name, "ranks": size, "results": result}, f)
 
 
-def launch(peer, np_, out_path, sizes, baseline_core=None):
+def launch(peer, np_, out_path, sizes, variants):
     env = dict(
         os.environ,
         OMP_NUM_THREADS="1",
@@ -145,15 +157,11 @@ def launch(peer, np_, out_path, sizes, baseline_core=None):
         HVDLITE_BENCH_SIZES=",".join(str(n) for n in sizes),
     )
     me = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer in ("hvdlite", "hvdlite-fixed", "hvdlite-static", "hvdlite-baseline"):
-        if peer == "hvdlite-baseline":
-            env["HVDLITE_CORE_LIBRARY"] = baseline_core
-        if peer == "hvdlite-fixed":
-            env["HVDLITE_ALLREDUCE_ALGORITHMS"] = "fixed"
-        if peer == "hvdlite-static":
-            env["HVDLITE_ADAPTIVE_ALLREDUCE_BYTES"] = "0"
-        cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
-        return subprocess.run(cmd, env=env, timeout=900).returncode
+    if peer in variants:
+        with tempfile.TemporaryDirectory(prefix="hvdlite-bench-") as fresh_dir:
+            env.update({var: value.replace("{fresh_dir}", fresh_dir) for var, value in variants[peer].items()})
+            cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
+            return subprocess.run(cmd, env=env, timeout=900).returncode
     if peer in ("mpi", "hvdlite-mpi"):
         extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
         cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
@@ -261,12 +269,16 @@ def combine_rounds(rounds):
     }
 
 
-def report(runs, out_dir, np_, sizes, rounds=1):
+def render(data):
+    """The table of a run (bench/results_file.py): every peer against hvdlite, and the machine's state."""
+    runs, np_, sizes = data["runs"], data["np"], data["sizes"]
     base = {r["bytes"]: r for r in runs["hvdlite"]["results"]}
     lines = [
+        f"{np_} ranks, {data['rounds']} round(s) of every peer, interleaved",
+        "",
         "| size | hvdlite time (us), median (worst) | hvdlite busbw (GB/s) | "
-        + " | ".join(f"{p} busbw (GB/s) | hvdlite / {p}, median (worst)" for p in runs if p != "hvdlite")
-        + " |"
+        + " | ".join(f"{p} busbw (GB/s) | {p} time / hvdlite time, median (worst)" for p in runs if p != "hvdlite")
+        + " |",
     ]
     lines.append("|" + "---|" * (3 + 2 * (len(runs) - 1)))
     factor = 2 * (np_ - 1) / np_
@@ -279,12 +291,7 @@ def report(runs, out_dir, np_, sizes, rounds=1):
                 continue
             p = {r["bytes"]: r for r in run["results"]}[nbytes]
             p_bw = nbytes / p["median_s"] * factor / 1e9
-            # ratios of the same turn: a slow period hits both peers of a pair alike
-            ratios = [pt / ht for pt, ht in zip(p["rounds_s"], h["rounds_s"])]
-            row += [
-                f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)",
-                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x)",
-            ]
+            row += [f"{p_bw:.3f} ({p['median_s'] * 1e6:.1f} us)", results_file.times(paired(p, h))]
         lines.append("| " + " | ".join(row) + " |")
     probes = "; ".join(
         f"{peer} " + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in run["pingpong_us"]) for peer, run in runs.items()
@@ -309,12 +316,37 @@ def report(runs, out_dir, np_, sizes, rounds=1):
         f"run, ns, by round (about 48: one physical core; about 105: two cores; about 480: farther apart): "
         f"{placements}.",
     ]
-    table = f"{machine_line()}, {np_} ranks, {rounds} round(s) of every peer, interleaved\n\n" + "\n".join(lines)
-    print(table)
-    with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
-        json.dump(runs, f, indent=1)
+    return "\n".join(lines)
+
+
+def paired(peer, hvdlite):
+    """The peer's time over hvdlite's, round by round: a slow period hits both runs of a turn alike."""
+    ratios = [pt / ht for pt, ht in zip(peer["rounds_s"], hvdlite["rounds_s"])]
+    return {"median": statistics.median(ratios), "worst": min(ratios), "rounds": ratios}
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: the smallest size's latency and Open MPI's time over
+    hvdlite's from 32 KB."""
+    runs = data["runs"]
+    hvdlite = runs["hvdlite"]["results"]
+    text = f"{human(hvdlite[0]['bytes'])} in {hvdlite[0]['median_s'] * 1e6:.1f} us"
+    if "mpi" in runs:
+        mpi = runs["mpi"]["results"]
+        text += f" (Open MPI {mpi[0]['median_s'] * 1e6:.1f} us)"
+        large = [paired(p, h) for p, h in zip(mpi, hvdlite) if h["bytes"] >= 32 << 10]
+        if large:
+            text += (
+                f"; from {human(32 << 10)} to {human(hvdlite[-1]['bytes'])}, "
+                f"{min(r['median'] for r in large):.2f}-{max(r['median'] for r in large):.2f}x Open MPI's speed "
+                f"({min(r['worst'] for r in large):.2f}-{max(r['worst'] for r in large):.2f}x in the worst round)"
+            )
+    return text
+
+
+def report(runs, out_dir, np_, sizes, rounds=1):
+    results_file.save(out_dir, "allreduce", {"np": np_, "rounds": rounds, "sizes": sizes, "runs": runs}, render)
+    factor = 2 * (np_ - 1) / np_
     plt = pyplot()
     if plt is None:
         return
@@ -348,18 +380,6 @@ def pyplot():
     return plt
 
 
-def machine_line():
-    """The processor, which decides much of the result (the same code ranks differently against Open MPI on a
-    Xeon and on an EPYC): 'model name' from /proc/cpuinfo and the core count."""
-    model = "unknown processor"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"machine: {model}, {os.cpu_count()} cores"
-
-
 def human(n):
     for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= div:
@@ -386,6 +406,15 @@ def main():
         help="also run peer hvdlite-baseline: hvdlite with this core library (HVDLITE_CORE_LIBRARY), "
         "e.g. the build of the commit before a change, for an A/B in the same run",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=parse_variant,
+        default=[],
+        metavar="NAME:VAR=VALUE[,...]",
+        help="also run peer NAME: hvdlite with these settings, e.g. no-huge-pages:HVDLITE_HUGE_PAGE_BYTES=0, for "
+        "an A/B of one mechanism in the same run (repeatable; a value {fresh_dir} is a new empty folder per run)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -396,9 +425,13 @@ def main():
     sizes = [int(n) for n in args.sizes.split(",")]
     peers = []
     requested = args.peers.split(",")
+    variants = dict(VARIANTS)
     if args.baseline_core:
-        args.baseline_core = os.path.abspath(args.baseline_core)
+        variants["hvdlite-baseline"] = {"HVDLITE_CORE_LIBRARY": os.path.abspath(args.baseline_core)}
         requested.insert(requested.index("hvdlite") + 1 if "hvdlite" in requested else 0, "hvdlite-baseline")
+    for name, env in args.variant:
+        variants[name] = env
+        requested.append(name)
     for peer in requested:
         if available(peer):
             peers.append(peer)
@@ -410,7 +443,7 @@ def main():
             out_path = os.path.join(args.out_dir, f".raw-{peer}.json")
             print(f"round {turn + 1}/{args.rounds}: running {peer} ...", flush=True)
             before, placed_before = machine_probe(), placement_probe()
-            rc = launch(peer, args.np, out_path, sizes, args.baseline_core)
+            rc = launch(peer, args.np, out_path, sizes, variants)
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:

@@ -39,7 +39,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from allreduce import available, machine_line, pyplot  # noqa: E402
+import results_file  # noqa: E402
+from allreduce import available, pyplot  # noqa: E402
 
 KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
@@ -556,17 +557,50 @@ def report_lines(summary):
     return lines
 
 
-def report(summary, rounds_n, np_, ks, out_dir):
-    lines = [f"{machine_line()}, {np_} ranks, {rounds_n} round(s) of every peer, interleaved"]
-    lines += report_lines(summary)
+def render(data):
+    """The tables of a run (bench/results_file.py)."""
+    lines = [f"{data['np']} ranks, {data['rounds']} round(s) of every peer, interleaved"]
+    lines += report_lines(data["summary"])
     lines += ["", "Each cell: median of the rounds (worst round); ratios are taken within a round."]
-    text = "\n".join(lines)
-    print(text)
-    stem = os.path.join(out_dir, "fixed_costs" if np_ == 2 else f"fixed_costs_np{np_}")  # each job size its own
-    with open(stem + ".md", "w") as f:
-        f.write(text + "\n")
-    with open(stem + ".json", "w") as f:
-        json.dump({"np": np_, "rounds": rounds_n, "ks": ks, "summary": summary}, f, indent=1)
+    return "\n".join(lines)
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: the median round, the worst in brackets."""
+    summary, parts = data["summary"], []
+    optimizer = [row for row in summary["optimizer"] if "ddp_over_hvdlite" in row]
+    if optimizer:
+        parts.append(
+            "`DistributedOptimizer` at "
+            + ", ".join(f"{row['k']:,}" for row in optimizer)
+            + " parameters of 1 KB: "
+            + ", ".join(results_file.times(row["ddp_over_hvdlite"]) for row in optimizer)
+            + " DDP's speed"
+        )
+    gpt = summary.get("transformer")
+    if gpt and "ddp_over_hvdlite" in gpt:
+        parts.append(
+            f"a GPT-style transformer of {gpt['tensors']} tensors {results_file.times(gpt['ddp_over_hvdlite'])}"
+        )
+    keras = {row["variables"]: row for row in summary.get("keras") or []}
+    if 100 in keras:
+        parts.append(f"Keras adds {keras[100]['added']['median'] * 1e3:.2f} ms a step at 100 variables")
+    linearity = summary["linearity"].get("hvdlite-async", {})
+    if "4096" in linearity.get("by_k", {}):
+        parts.append(
+            f"a collective per tensor costs {linearity['by_k']['4096']['median']:.2f}x as much at 4,096 tensors in "
+            f"flight as at {linearity['base_k']:,}"
+        )
+    small = next((row for row in summary["latency"] if "mpi_over_hvdlite" in row), None)
+    if small:
+        parts.append(f"{small['bytes']} B allreduce {results_file.times(small['mpi_over_hvdlite'])} Open MPI's speed")
+    return f"{data['np']} ranks: " + "; ".join(parts)
+
+
+def report(summary, rounds_n, np_, ks, out_dir):
+    name = "fixed_costs" if np_ == 2 else f"fixed_costs_np{np_}"  # each job size its own
+    stem = os.path.join(out_dir, name)
+    results_file.save(out_dir, name, {"np": np_, "rounds": rounds_n, "ks": ks, "summary": summary}, render)
     plt = pyplot()
     if plt is None:
         return

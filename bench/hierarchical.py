@@ -33,7 +33,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
-from allreduce import human, machine_line  # noqa: E402
+import results_file  # noqa: E402
+from allreduce import human  # noqa: E402
 from netns_cluster import ClusterUnavailable, start_cluster  # noqa: E402
 
 JOB = os.path.join(ROOT, "tests", "jobs", "allreduce_timing.py")
@@ -220,7 +221,6 @@ def main():
             row[f"{mode}_worst_s"] = max(times[mode][size])
         rows.append(row)
     report = {
-        "machine": machine_line(),
         "collective": args.collective,
         "rate": args.rate,
         "layout": f"2 hosts x {args.per_host}",
@@ -230,17 +230,33 @@ def main():
         "rows": rows,
         "extrapolated": extrapolated,
     }
-    with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
-        json.dump(report, f, indent=1)
+    results_file.save(args.out_dir, name, report, render)
+    plot(report, args.out_dir, name, prefix)
+
+
+def headline(report):
+    """One line for the summary of docs/benchmarks.md: the largest size's medians."""
+    row = report["rows"][-1]
+    flat = "flat_median_s" if "flat_median_s" in row else "ring_median_s"
+    return (
+        f"{report['layout']} ranks, links at {report['rate']}: two-tier {report['collective']} "
+        f"{row[flat] / row['two_tier_median_s']:.2f}x the flat ring at {human(row['bytes'])}; the automatic choice "
+        f"ran {row['chosen']}"
+    )
+
+
+def render(report):
+    """The tables of a run (bench/results_file.py)."""
+    prefix = "" if report["collective"] == "allreduce" else "allgather_"
+    rows = report["rows"]
+    flat_modes = [mode for mode in ("flat", "ring", "rhd") if f"{mode}_median_s" in rows[0]]
     flat_names = {"flat": "flat ring", "ring": "flat ring", "rhd": "flat rhd"}
     lines = [
-        f"# Flat vs two-tier {args.collective} across hosts ({report['layout']}, links at {args.rate})",
-        "",
-        machine_line()
-        + f"; {args.rounds} interleaved rounds x {args.repeats} timed {args.collective}s per size"
-        + (" (size: the output, an equal share from every rank)." if args.collective == "allgather" else "."),
-        "Link figures measured at init by the automatic run: "
-        + ", ".join(f"{k} {v:g}" for k, v in figures.items())
+        f"Flat against two-tier {report['collective']} across hosts ({report['layout']}, links at {report['rate']}); "
+        f"{report['rounds']} interleaved rounds x {report['repeats']} timed {report['collective']}s per size"
+        + (" (size: the output, an equal share from every rank)." if prefix else ".")
+        + " Link figures measured at init by the automatic run: "
+        + ", ".join(f"{k} {v:g}" for k, v in report["link_figures"].items())
         + ".",
         "",
         "| size | "
@@ -269,7 +285,7 @@ def main():
         + (" two-tier, tiers overlapped (ms) | pipelined tree (ms) |" if not prefix else ""),
         "|---|---|---|---|" + ("---|---|---|" if not prefix else ""),
     ]
-    for p in extrapolated:
+    for p in report["extrapolated"]:
         ring = p["allgather_flat"] if prefix else p["ring"]
         lines.append(
             f"| {p['hosts']} x {p['per_host']} | {human(p['bytes'])} | {ring * 1e3:.2f} |"
@@ -277,10 +293,7 @@ def main():
             + f" {p[prefix + 'hierarchical'] * 1e3:.2f} |"
             + (f" {p['pipelined'] * 1e3:.2f} | {p['tree'] * 1e3:.2f} |" if not prefix else "")
         )
-    with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    plot(report, args.out_dir, name, prefix)
+    return "\n".join(lines)
 
 
 def plot(report, out_dir, name="hierarchical", prefix=""):
@@ -348,7 +361,7 @@ def plot(report, out_dir, name="hierarchical", prefix=""):
         title="model, same link figures, extrapolated",
     )
     right.legend(fontsize=8)
-    fig.suptitle(report["machine"])
+    fig.suptitle(results_file.machine_line())
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
 

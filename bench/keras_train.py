@@ -35,6 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lockstep  # noqa: E402
+import results_file  # noqa: E402
 from rounds import ratio_by_round, summarize  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -325,12 +326,31 @@ def launch(kind, args, out):
     return max(p.wait(timeout=1800) for p in procs)
 
 
-def report(rounds, overhead, args):
-    """(the markdown report, the summary by configuration, hvdlite / MWMS and hvdlite / lockstep by round) of a
-    run."""
-    summary = summarize(rounds, KINDS, ceiling="pair")
-    versus_mwms = ratio_by_round(rounds, "hvdlite", "mwms")
-    versus_lockstep = ratio_by_round(rounds, "hvdlite", "lockstep")
+def figures(rounds, overhead, args):
+    """What a run keeps (bench/results_file.py): every round, and the figures taken from them."""
+    return {
+        "rounds": rounds,
+        "summary": summarize(rounds, KINDS, ceiling="pair"),
+        "hvdlite_over_mwms": ratio_by_round(rounds, "hvdlite", "mwms"),
+        "hvdlite_over_lockstep": ratio_by_round(rounds, "hvdlite", "lockstep"),
+        "overhead": overhead,
+        "args": {k: v for k, v in vars(args).items() if k in ("steps", "warmup", "rounds", "batch")},
+    }
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: the median round, the worst in brackets."""
+    hvdlite = data["summary"]["hvdlite"]
+    return (
+        f"{hvdlite['efficiency']['median']:.1%} scaling ({hvdlite['efficiency']['worst']:.1%}), "
+        f"{results_file.times(data['hvdlite_over_mwms'])} MultiWorkerMirroredStrategy"
+    )
+
+
+def render(data):
+    """The table of a run (bench/results_file.py)."""
+    rounds, overhead, args = data["rounds"], data["overhead"], argparse.Namespace(**data["args"])
+    summary, versus_mwms, versus_lockstep = data["summary"], data["hvdlite_over_mwms"], data["hvdlite_over_lockstep"]
     labels = {
         "single": "single process",
         "pair": "2 independent single processes at once (no communication: this machine's ceiling)",
@@ -388,7 +408,7 @@ def report(rounds, overhead, args):
         f"DistributedOptimizer {overhead['hvdlite_us_per_step']:.0f} us/step, difference "
         f"{overhead['overhead_us_per_step']:.0f} us/step.",
     ]
-    return "\n".join(lines), summary, versus_mwms, versus_lockstep
+    return "\n".join(lines)
 
 
 def main():
@@ -426,23 +446,7 @@ def main():
         overhead = json.load(f)
     os.remove(path)
 
-    table, summary, versus_mwms, versus_lockstep = report(rounds, overhead, args)
-    print(table)
-    with open(os.path.join(args.out_dir, "keras_train.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out_dir, "keras_train.json"), "w") as f:
-        json.dump(
-            {
-                "rounds": rounds,
-                "summary": summary,
-                "hvdlite_over_mwms": versus_mwms,
-                "hvdlite_over_lockstep": versus_lockstep,
-                "overhead": overhead,
-                "args": {k: v for k, v in vars(args).items() if k in ("steps", "warmup", "rounds", "batch")},
-            },
-            f,
-            indent=1,
-        )
+    results_file.save(args.out_dir, "keras_train", figures(rounds, overhead, args), render)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
+import results_file  # noqa: E402
 
 METHODS = (
     "sync",
@@ -351,6 +352,33 @@ def trial_summary(trial):
     return text + ("compressing." if trial["decision"] else "not compressing.")
 
 
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: each method's time to target against synchronous training,
+    the median over seeds and the range."""
+    import numpy as np
+
+    parts = []
+    for rate, by_seed in data["results"].items():
+        methods = next(iter(by_seed.values())).keys()
+        for method in methods:
+            if method in ("sync", "keras-sync"):
+                continue
+            ratios = []
+            for rows in by_seed.values():
+                base, reached = baseline_of(method, rows)["seconds_to_target"], rows[method]["seconds_to_target"]
+                ratios.append(base / reached if base and reached else 0.0)
+            parts.append(
+                f"{method} at {rate} {np.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x over "
+                f"{len(ratios)} seed{'s' if len(ratios) > 1 else ''})"
+            )
+    return "time to target against synchronous fp32: " + ", ".join(parts)
+
+
+def render(data):
+    """The tables of a run (bench/results_file.py)."""
+    return report_table(data["results"], argparse.Namespace(**data["args"]))
+
+
 def report_table(results, args):
     lines = [
         f"2 hosts x {args.per_host} rank(s), {args.steps} steps of batch {args.batch} per rank, target "
@@ -507,14 +535,8 @@ def main():
                 results[rate][seed] = {method: results[rate][seed][method] for method in methods}
     finally:
         cluster.stop()
-    table = report_table(results, args)
-    print(table)
-    with open(os.path.join(args.out_dir, "slow_links.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out_dir, "slow_links.json"), "w") as f:
-        json.dump(
-            {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "out")}, "results": results}, f
-        )
+    data = {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "out")}, "results": results}
+    results_file.save(args.out_dir, "slow_links", data, render)
     plot(results, os.path.join(args.out_dir, "slow_links.png"))
 
 

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from allreduce import machine_line  # noqa: E402
+import results_file  # noqa: E402
 from train import build  # noqa: E402  (puts examples/ on sys.path too)
 
 
@@ -128,14 +128,7 @@ def main():
             info = json.load(f)
         ranks[rank] = {"origin": info["origin"], "marks": info["marks"], "spans": spans(info["timeline"])}
     base = min(r["origin"] for r in ranks.values())
-    summary = {"machine": machine_line(), "model": args.model, "image_size": args.image_size, "steps": []}
-    lines = [
-        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size}, batch 8 per rank, 2 ranks",
-        "",
-        "| step | rank | forward ms | backward ms | optimizer step ms | allreduce executing ms | negotiating "
-        "(any gradient) ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    data = {"model": args.model, "image_size": args.image_size, "steps": []}
     for i in range(args.steps):
         for rank, r in ranks.items():
             m = r["marks"][i]
@@ -143,29 +136,48 @@ def main():
             clipped = [(n, max(a, begin), min(b, end)) for _, n, a, b in r["spans"] if b > begin and a < end]
             executing = union_length([(a, b) for n, a, b in clipped if not n.startswith("NEGOTIATE")])
             negotiating = union_length([(a, b) for n, a, b in clipped if n.startswith("NEGOTIATE")])
-            row = {
-                "step": i,
-                "rank": rank,
-                **{k: 1000 * (v[1] - v[0]) for k, v in m.items()},
-                "allreduce_executing_ms": 1000 * executing,
-                "negotiating_ms": 1000 * negotiating,
-            }
-            summary["steps"].append(row)
-            lines.append(
-                f"| {i} | {rank} | {row['forward']:.1f} | {row['backward']:.1f} | "
-                f"{row['optimizer step']:.1f} | {row['allreduce_executing_ms']:.1f} | "
-                f"{row['negotiating_ms']:.1f} |"
+            data["steps"].append(
+                {
+                    "step": i,
+                    "rank": rank,
+                    **{k: 1000 * (v[1] - v[0]) for k, v in m.items()},
+                    "allreduce_executing_ms": 1000 * executing,
+                    "negotiating_ms": 1000 * negotiating,
+                }
             )
-    table = "\n".join(lines)
-    print(table)
-    with open(os.path.join(args.out_dir, "step_timeline.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out_dir, "step_timeline.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    results_file.save(args.out_dir, "step_timeline", data, render)
     plot(ranks, base, args)
     for rank in (0, 1):
         os.remove(os.path.join(args.out_dir, f".marks.{rank}.json"))
         os.remove(os.path.join(args.out_dir, f".timeline.{rank}.json"))
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md."""
+    steps = data["steps"][1:] if len(data["steps"]) > 2 else data["steps"]  # the first step warms up
+    total = [row["forward"] + row["backward"] + row["optimizer step"] for row in steps]
+    executing = [row["allreduce_executing_ms"] for row in steps]
+    return (
+        f"{data['model']}: gradients reduce in {min(executing):.0f}-{max(executing):.0f} ms of a "
+        f"{min(total):.0f}-{max(total):.0f} ms step"
+    )
+
+
+def render(data):
+    """The table of a run (bench/results_file.py)."""
+    lines = [
+        f"{data['model']}, {data['image_size']}x{data['image_size']}, batch 8 per rank, 2 ranks",
+        "",
+        "| step | rank | forward ms | backward ms | optimizer step ms | allreduce executing ms | negotiating "
+        "(any gradient) ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in data["steps"]:
+        lines.append(
+            f"| {row['step']} | {row['rank']} | {row['forward']:.1f} | {row['backward']:.1f} | "
+            f"{row['optimizer step']:.1f} | {row['allreduce_executing_ms']:.1f} | {row['negotiating_ms']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def plot(ranks, base, args):
@@ -198,7 +210,7 @@ def plot(ranks, base, args):
         y += 1
     ax.set_yticks([i + 0.4 for i in range(y)], labels)
     ax.set_xlabel("seconds")
-    ax.set_title(f"{args.model}, {args.steps} steps on 2 hvdlite ranks; {machine_line()}", fontsize=9)
+    ax.set_title(f"{args.model}, {args.steps} steps on 2 hvdlite ranks; {results_file.machine_line()}", fontsize=9)
     ax.legend(fontsize=7, loc="upper right", ncol=5)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out_dir, "step_timeline.png"), dpi=110)

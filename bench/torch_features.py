@@ -23,7 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from allreduce import machine_line  # noqa: E402
+import results_file  # noqa: E402
 from fixed_costs import GPT, init_peer, ratio_spread, run_rounds, spread, time_steps  # noqa: E402
 
 PEERS = ["compile-hvdlite", "zero-hvdlite", "zero-ddp"]
@@ -178,16 +178,26 @@ def main():
     rounds = run_rounds(
         args.peers.split(","), args.rounds, args.np, args.out_dir, [], script=os.path.abspath(__file__)
     )
-    summary = summarize(rounds)
-    lines = [f"{machine_line()}, {args.np} ranks, {args.rounds} round(s) of every peer, interleaved"]
-    lines += report_lines(summary, args.layers, args.np)
+    data = {"np": args.np, "rounds": args.rounds, "layers": args.layers, "summary": summarize(rounds)}
+    results_file.save(args.out_dir, "torch_features", data, render)
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: the median round, the worst in brackets."""
+    ratios = data["summary"]["ratios"]
+    return (
+        f"a `torch.compile`'d transformer trains {results_file.times(ratios['eager_over_compiled'])} as fast as the "
+        f"eager one; `shard_optimizer_state=True` at {results_file.times(ratios['unsharded_over_sharded'])} the "
+        f"unsharded speed, {results_file.times(ratios['ddp_zero_over_sharded'])} DDP with `ZeroRedundancyOptimizer`"
+    )
+
+
+def render(data):
+    """The tables of a run (bench/results_file.py)."""
+    lines = [f"{data['np']} ranks, {data['rounds']} round(s) of every peer, interleaved"]
+    lines += report_lines(data["summary"], data["layers"], data["np"])
     lines += ["", "Each cell: median of the rounds (worst round); ratios are taken within a round."]
-    text = "\n".join(lines)
-    print(text)
-    with open(os.path.join(args.out_dir, "torch_features.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out_dir, "torch_features.json"), "w") as f:
-        json.dump({"np": args.np, "rounds": args.rounds, "layers": args.layers, "summary": summary}, f, indent=1)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

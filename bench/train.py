@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
 import lockstep  # noqa: E402
-from allreduce import machine_line  # noqa: E402
+import results_file  # noqa: E402
 from rounds import ratio_by_round, summarize  # noqa: E402
 
 
@@ -299,20 +299,49 @@ def main():
             for t in tuned
         )
         labels["hvdlite-autotune"] += f" (chose per round: {chosen})"
+    data = {
+        "model": args.model,
+        "image_size": args.image_size,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "kinds": list(kinds),
+        "labels": labels,
+        "rounds": rounds,
+        "summary": summary,
+        "hvdlite_over_ddp_by_round": ratio_by_round(rounds, "hvdlite", "ddp"),
+        "hvdlite_over_lockstep_by_round": ratio_by_round(rounds, "hvdlite", "lockstep"),
+    }
+    results_file.save(args.out_dir, "train", data, render)
+    plot(rounds, summary, args.out_dir)
+
+
+def headline(data):
+    """One line for the summary of docs/benchmarks.md: the median round, the worst in brackets."""
+    hvdlite = data["summary"]["hvdlite"]
+    return (
+        f"{data['model']}: {hvdlite['efficiency']['median']:.1%} scaling ({hvdlite['efficiency']['worst']:.1%}), "
+        f"{results_file.times(data['hvdlite_over_ddp_by_round'])} DDP, {results_file.times(hvdlite['of_ceiling'])} "
+        "the ceiling of two independent processes"
+    )
+
+
+def render(data):
+    """The table of a run (bench/results_file.py)."""
+    summary, rounds_n = data["summary"], max(x["round"] for x in data["rounds"])
     lines = [
-        f"{machine_line()}; {args.model}, {args.image_size}x{args.image_size} images, batch 8 per rank, "
-        f"{args.steps} timed steps after {args.warmup}, {args.rounds} interleaved round(s). Each figure is taken "
-        "within a round (a configuration against the single process and the ceiling of the same round), then the "
-        "median and the worst round are given.",
+        f"{data['model']}, {data['image_size']}x{data['image_size']} images, batch 8 per rank, {data['steps']} timed "
+        f"steps after {data['warmup']}, {rounds_n} interleaved round(s). Each figure is taken within a round (a "
+        "configuration against the single process and the ceiling of the same round), then the median and the "
+        "worst round are given.",
         "",
         "| configuration | img/s, median (worst - best) | scaling efficiency, median (worst) | "
         "/ the ceiling, median (worst) |",
         "|---|---|---|---|",
     ]
-    for kind in kinds:
+    for kind in data["kinds"]:
         row = summary[kind]
         lines.append(
-            f"| {labels[kind]} | {row['img_per_s']['median']:.2f} ({row['img_per_s']['worst']:.2f} - "
+            f"| {data['labels'][kind]} | {row['img_per_s']['median']:.2f} ({row['img_per_s']['worst']:.2f} - "
             f"{row['img_per_s']['best']:.2f}) | "
             + ("-" if kind == "single" else f"{row['efficiency']['median']:.1%} ({row['efficiency']['worst']:.1%})")
             + " | "
@@ -323,41 +352,20 @@ def main():
             )
             + " |"
         )
-    versus_ddp = ratio_by_round(rounds, "hvdlite", "ddp")
-    versus_lockstep = ratio_by_round(rounds, "hvdlite", "lockstep")
-    of_ceiling = summary["hvdlite"]["of_ceiling"]["rounds"]
+    versus_ddp, versus_lockstep = data["hvdlite_over_ddp_by_round"], data["hvdlite_over_lockstep_by_round"]
     lines += [
         "",
         "hvdlite / DDP img/s by round: "
         + ", ".join(f"{v:.2f}x" for v in versus_ddp["rounds"])
         + f" (median {versus_ddp['median']:.2f}x, worst {versus_ddp['worst']:.2f}x); hvdlite / ceiling by round: "
-        + ", ".join(f"{v:.2f}x" for v in of_ceiling)
+        + ", ".join(f"{v:.2f}x" for v in summary["hvdlite"]["of_ceiling"]["rounds"])
         + "; hvdlite / lockstep by round: "
         + ", ".join(f"{v:.2f}x" for v in versus_lockstep["rounds"]),
         "",
         "All rounds (img/s, load average at the start): "
-        + ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in rounds),
+        + ", ".join(f"{x['kind']} {x['img_per_s']:.2f} ({x['load_average']:.1f})" for x in data["rounds"]),
     ]
-    table = "\n".join(lines)
-    print(table)
-    with open(os.path.join(args.out_dir, "train.md"), "w") as f:
-        f.write(table + "\n")
-    with open(os.path.join(args.out_dir, "train.json"), "w") as f:
-        json.dump(
-            {
-                "machine": machine_line(),
-                "model": args.model,
-                "image_size": args.image_size,
-                "steps": args.steps,
-                "rounds": rounds,
-                "summary": summary,
-                "hvdlite_over_ddp_by_round": versus_ddp,
-                "hvdlite_over_lockstep_by_round": versus_lockstep,
-            },
-            f,
-            indent=1,
-        )
-    plot(rounds, summary, args.out_dir)
+    return "\n".join(lines)
 
 
 def label(kind, short=False):
@@ -406,7 +414,7 @@ def plot(rounds, summary, out_dir):
     )
     ax.set_xticks(range(len(kinds)), [label(k, short=True) for k in kinds], fontsize=8)
     ax.set_ylabel("images / second (dots: every round)")
-    ax.set_title(machine_line(), fontsize=9)
+    ax.set_title(results_file.machine_line(), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "train.png"), dpi=110)

@@ -3,6 +3,7 @@ JSON and plot. Those runs carry the ``bench`` mark: `make bench` runs them befor
 CI runs leaves them out (about two minutes on 2 cores that test the measuring, not the product). The checks of the
 scripts' own logic below run everywhere."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -35,7 +36,10 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
         timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    runs = json.loads((tmp_path / "allreduce.json").read_text())
+    record = json.loads((tmp_path / "allreduce.json").read_text())
+    assert record["benchmark"] == "allreduce" and record["command"].startswith("python bench/allreduce.py --peers")
+    assert record["machine"] and len(record["date"]) == 10
+    runs = record["data"]["runs"]
     assert set(runs) == {"hvdlite", "hvdlite-mpi", "mpi"}
     for run in runs.values():
         assert [r["bytes"] for r in run["results"]] == sizes and run["ranks"] == 2
@@ -44,8 +48,8 @@ def test_allreduce_bench_writes_table_json_and_plot(tmp_path):
         # a C compiler is part of the set-up contract, so the placement probe always runs here
         assert len(run["cacheline_ns"]) == 2 and all(0 < ns < 1e5 for pair in run["cacheline_ns"] for ns in pair)
     table = (tmp_path / "allreduce.md").read_text()
-    assert table.startswith("machine: ") and "2 round(s)" in table
-    assert "hvdlite / mpi, median (worst)" in table and "hvdlite / hvdlite-mpi" in table
+    assert table.startswith("`python bench/allreduce.py") and "2 round(s)" in table
+    assert "mpi time / hvdlite time, median (worst)" in table and "hvdlite-mpi time / hvdlite time" in table
     assert "| 8 B |" in table and "| 64 KB |" in table
     assert "Machine state: a 2 MB ping-pong" in table and "Where the host ran the two vCPUs" in table
     import matplotlib.image
@@ -78,7 +82,7 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
         timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads((tmp_path / "hierarchical.json").read_text())
+    report = json.loads((tmp_path / "hierarchical.json").read_text())["data"]
     (row,) = report["rows"]
     assert row["bytes"] == 1048576 and row["chosen"] in ("rd", "rhd", "ring", "two_tier"), row
     for mode in ("ring", "rhd", "two_tier"):  # the flat ring, flat recursive halving, two tiers: measured and priced
@@ -117,7 +121,7 @@ def test_slow_links_bench_writes_table_json_and_plot(tmp_path):
         timeout=180,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rows = json.loads((tmp_path / "slow_links.json").read_text())["results"]["1gbit"]["0"]
+    rows = json.loads((tmp_path / "slow_links.json").read_text())["data"]["results"]["1gbit"]["0"]
     assert set(rows) == {"powersgd", "ddp-powersgd", "keras-powersgd-8-trial"}
     for row in rows.values():
         assert [point[0] for point in row["curve"]] == [4, 8, 12]
@@ -159,7 +163,8 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
         timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads((tmp_path / "train.json").read_text())
+    record = json.loads((tmp_path / "train.json").read_text())
+    report = record["data"]
     assert {r["kind"] for r in report["rounds"]} == {
         "single",
         "independent",
@@ -178,7 +183,7 @@ def test_train_bench_writes_table_json_and_plot(tmp_path):
     # The autotune row's search finished in its warm-up steps, so its timed steps ran on the chosen settings.
     assert [r["tuned"]["autotune"] for r in report["rounds"] if r["kind"] == "hvdlite-autotune"] == ["done"]
     assert all(r["img_per_s"] > 0 and "load_average" in r for r in report["rounds"])
-    assert report["machine"].startswith("machine: ")
+    assert record["machine"] and record["command"].startswith("python bench/train.py")
     table = (tmp_path / "train.md").read_text()
     assert "| hvdlite, 2 ranks |" in table and "load average" in table and "(the ceiling)" in table
     assert "waiting for each other after every step" in table and "hvdlite / lockstep by round: " in table
@@ -301,7 +306,7 @@ def test_step_timeline_draws_both_ranks(tmp_path):
         timeout=180,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads((tmp_path / "step_timeline.json").read_text())
+    report = json.loads((tmp_path / "step_timeline.json").read_text())["data"]
     assert sorted((s["step"], s["rank"]) for s in report["steps"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     # Every step reduced its gradients, so each rank saw some execution time.
     assert all(s["allreduce_executing_ms"] > 0 and s["backward"] > 0 for s in report["steps"]), report
@@ -347,8 +352,13 @@ def test_training_reports_take_each_figure_within_its_round_and_give_median_and_
     keras_train = _bench_module("keras_train")
     overhead = {"rounds": 3, "steps": 100, "plain_us_per_step": 300.0, "hvdlite_us_per_step": 480.0}
     overhead["overhead_us_per_step"] = 180.0
-    args = type("Args", (), {"steps": 200, "warmup": 10, "rounds": 3, "batch": 32})()
-    table, _, versus_mwms, versus_lockstep = keras_train.report(rounds, overhead, args)
+    args = argparse.Namespace(steps=200, warmup=10, rounds=3, batch=32, out_dir="/tmp")
+    data = keras_train.figures(rounds, overhead, args)
+    table, versus_mwms, versus_lockstep = (
+        keras_train.render(data),
+        data["hvdlite_over_mwms"],
+        data["hvdlite_over_lockstep"],
+    )
     assert versus_mwms["median"] == 1.7 and versus_mwms["worst"] == 1.6
     assert versus_lockstep["rounds"] == [0.85, 0.8, 1.1]
     assert "hvdlite / the lockstep processes img/s: median 0.85x, worst 0.80x" in table
@@ -419,7 +429,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
         timeout=540,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads((tmp_path / "fixed_costs.json").read_text())["summary"]
+    summary = json.loads((tmp_path / "fixed_costs.json").read_text())["data"]["summary"]
     assert [row["bytes"] for row in summary["latency"]] == [8, 1024]
     assert all(0 < row[p]["median"] < 1 for row in summary["latency"] for p in ("hvdlite", "mpi"))
     assert [row["k"] for row in summary["per_tensor"]] == [16, 128]
@@ -431,7 +441,12 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert [row["variables"] for row in summary["keras"]] == [4]
     assert 0 < summary["keras"][0]["local"]["median"] < summary["keras"][0]["distributed"]["median"] < 1
     table = (tmp_path / "fixed_costs.md").read_text()
-    assert table.startswith("machine: ") and "| 8 B |" in table and "| 128 |" in table and "| 64 |" in table
+    assert (
+        table.startswith("`python bench/fixed_costs.py")
+        and "| 8 B |" in table
+        and "| 128 |" in table
+        and "| 64 |" in table
+    )
     assert "37 parameter tensors" in table and "| Keras fit, variables |" in table and "| 4 |" in table
     assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -496,7 +511,7 @@ def test_torch_features_bench_writes_table_and_json(tmp_path):
         timeout=540,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = json.loads((tmp_path / "torch_features.json").read_text())["summary"]
+    summary = json.loads((tmp_path / "torch_features.json").read_text())["data"]["summary"]
     assert set(summary["compile-hvdlite"]) == {"eager", "compiled"}
     for peer in ("zero-hvdlite", "zero-ddp"):
         whole, share = summary[peer]["unsharded"]["state_bytes"], summary[peer]["sharded"]["state_bytes"]
@@ -509,3 +524,16 @@ def test_torch_features_bench_writes_table_and_json(tmp_path):
     }
     table = (tmp_path / "torch_features.md").read_text()
     assert "torch.compile (inductor)" in table and "ZeroRedundancyOptimizer" in table
+
+
+def test_allreduce_bench_variants_name_hvdlite_settings():
+    """--variant NAME:VAR=VALUE adds hvdlite with other settings to the same run; anything else is refused."""
+    allreduce = _bench_module("allreduce")
+    assert allreduce.parse_variant("no-huge-pages:HVDLITE_HUGE_PAGE_BYTES=0") == (
+        "no-huge-pages",
+        {"HVDLITE_HUGE_PAGE_BYTES": "0"},
+    )
+    assert allreduce.parse_variant("x:HVDLITE_A=1,HOROVOD_B=a=b") == ("x", {"HVDLITE_A": "1", "HOROVOD_B": "a=b"})
+    for bad in ("no-settings", ":HVDLITE_A=1", "x:PATH=/tmp", "x:"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            allreduce.parse_variant(bad)
