@@ -5,10 +5,10 @@
     python bench/allreduce.py --sizes 8,1048576 --rounds 1 --out-dir /tmp/quick   # a quick look at two sizes
 
 Peers: hvdlite (built-in backend, started by hvdlite's own launcher; its allreduce algorithms per size come from
-the machine's measured table, cached under ~/.cache/hvdlite), hvdlite-fixed (the same with the fixed rules,
-HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-static (the measured table alone, without the online choice of large
-allreduces: HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0), hvdlite-mpi (hvdlite with the MPI data plane,
-HVDLITE_CPU_OPERATIONS=mpi, started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py).
+the machine's tuned table where python -m hvdlite.tune wrote one, else the fixed rules), hvdlite-fixed (the same
+with the fixed rules, HVDLITE_ALLREDUCE_ALGORITHMS=fixed), hvdlite-mpi (hvdlite with the MPI data plane,
+HVDLITE_CPU_OPERATIONS=mpi, started by mpirun), torch-gloo, and mpi (MPI_Allreduce through mpi4py); --variant adds
+hvdlite with other settings.
 Each peer runs as its own 2-process job with the same sizes and iteration rules; the peers take turns, and the
 whole turn is repeated --rounds times, so a slow period of the shared machine hits every peer alike and a bimodal
 result shows up as a gap between the median and the worst round. Bus bandwidth follows nccl-tests:
@@ -87,11 +87,9 @@ def worker_hvdlite():
     )
     check = hvd.allreduce(torch.ones(3), name="check", op=hvd.Sum)
     assert check.tolist() == [float(hvd.size())] * 3, check
-    if hvd.rank() == 0:  # which algorithms ran: the measured table (cached or not) or the fixed rules, and how
-        # often the online choice ran each one above ADAPTIVE_ALLREDUCE_BYTES
+    if hvd.rank() == 0:  # which algorithms ran: a tuned table or the fixed rules
         print(
-            "hvdlite "
-            + ";".join(f for f in hvd.build_info().split(";") if f.startswith(("allreduce_", "adaptive_"))),
+            "hvdlite " + ";".join(f for f in hvd.build_info().split(";") if f.startswith("allreduce_table")),
             flush=True,
         )
     return hvd.rank(), hvd.size(), result
@@ -128,7 +126,6 @@ def worker_mpi():
 VARIANTS = {
     "hvdlite": {},
     "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
-    "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
 }
 
 

@@ -133,7 +133,6 @@ def worker(kind, warmup, steps, out, model_name, image_size):
 # named ones come from their flags; --env-row adds "hvdlite-env<i>" rows, --fusion-mb "hvdlite-fusion<MB>" rows.
 NAMED_ROWS = {
     "hvdlite-during-backward": {"HVDLITE_REDUCE_DURING_BACKWARD": "1"},
-    "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
     "hvdlite-no-streaming": {"HVDLITE_STREAMING_STORE_BYTES": "0"},
     "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
 }
@@ -230,12 +229,6 @@ def main():
         "(HVDLITE_REDUCE_DURING_BACKWARD=1), whatever the automatic choice is",
     )
     parser.add_argument(
-        "--static-algorithms",
-        action="store_true",
-        help="add a row for hvdlite with the measured algorithm table alone, without the online "
-        "choice of large allreduces (HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0)",
-    )
-    parser.add_argument(
         "--no-streaming",
         action="store_true",
         help="add a row for hvdlite without streaming stores into large results (HVDLITE_STREAMING_STORE_BYTES=0)",
@@ -243,8 +236,7 @@ def main():
     parser.add_argument(
         "--fixed-algorithms",
         action="store_true",
-        help="add a row for hvdlite with the fixed rules instead of the machine's measurements "
-        "(HVDLITE_ALLREDUCE_ALGORITHMS=fixed: the ring, streaming stores from 16 MiB)",
+        help="add a row for hvdlite with the fixed rules instead of a tuned table (ALLREDUCE_ALGORITHMS=fixed)",
     )
     parser.add_argument(
         "--env-row",
@@ -253,7 +245,7 @@ def main():
         type=parse_env_row,
         metavar="VAR=VALUE[,...]",
         help="add a row for hvdlite with these environment settings (repeatable), e.g. "
-        "--env-row HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=2965820",
+        "--env-row HVDLITE_SINGLE_COPY_ALLREDUCE_BYTES=4194304",
     )
     parser.add_argument("--worker")
     parser.add_argument("--out")
@@ -267,7 +259,6 @@ def main():
         ("single", "independent", "lockstep", "ddp", "hvdlite")
         + (("hvdlite-autotune",) if args.autotune else ())
         + (("hvdlite-during-backward",) if args.during_backward else ())
-        + (("hvdlite-static",) if args.static_algorithms else ())
         + (("hvdlite-no-streaming",) if args.no_streaming else ())
         + (("hvdlite-fixed",) if args.fixed_algorithms else ())
         + tuple(f"hvdlite-fusion{int(mb)}" for mb in args.fusion_mb.split(",") if mb)
@@ -385,7 +376,6 @@ def label(kind, short=False):
         "hvdlite": "hvdlite, 2 ranks",
         "hvdlite-autotune": "hvdlite, autotuned",
         "hvdlite-during-backward": "hvdlite, during bwd",
-        "hvdlite-static": "hvdlite, static algorithms",
         "hvdlite-no-streaming": "hvdlite, no streaming stores",
         "hvdlite-fixed": "hvdlite, fixed rules",
     }[kind]

@@ -97,8 +97,8 @@ KNOB_FLAGS: Tuple[KnobFlag, ...] = (
     KnobFlag(
         ("--hierarchical-allreduce",),
         ("HIERARCHICAL_ALLREDUCE",),
-        "always reduce in two tiers (in each "
-        "host, then across hosts) when ranks span hosts (default: a cost model chooses per size)",
+        "reduce in two tiers (in each host, then across hosts) where ranks span hosts with several on each "
+        "(the default)",
     ),
     KnobFlag(
         ("--no-hierarchical-allreduce",), ("HIERARCHICAL_ALLREDUCE",), "always the flat allreduce", constant="0"
@@ -106,7 +106,7 @@ KNOB_FLAGS: Tuple[KnobFlag, ...] = (
     KnobFlag(
         ("--hierarchical-allgather",),
         ("HIERARCHICAL_ALLGATHER",),
-        "always gather in two tiers when ranks span hosts (default: a cost model chooses per size)",
+        "gather in two tiers where ranks span hosts with several on each (the default)",
     ),
     KnobFlag(
         ("--no-hierarchical-allgather",), ("HIERARCHICAL_ALLGATHER",), "always the flat allgather", constant="0"

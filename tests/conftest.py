@@ -19,10 +19,10 @@ for _path in (_REPO_ROOT, _TESTS_DIR):
 
 from multiproc import run_job as _run_job  # noqa: E402
 
-# Jobs measure the machine's allreduce algorithms on their first runs and cache the table (algorithm_cache.h).
-# Measured while the suite loads both cores, such a table would say little about the machine, yet a later training
-# job or benchmark would trust it: the suite keeps its tables in a directory of its own, removed at the end, so
-# every run measures as a fresh machine does (CI included) and the user's ~/.cache/hvdlite is left alone.
+# Jobs read the machine's tuned allreduce table (tuning/table_file.h), which tests write by hand or through the
+# tuner. Written while the suite loads both cores, such a table would say little about the machine, yet a later
+# training job or benchmark would trust it: the suite keeps its tables in a directory of its own, removed at the
+# end, so every run starts as a fresh machine does (CI included) and the user's ~/.cache/hvdlite is left alone.
 SUITE_ALGORITHM_CACHE = tempfile.mkdtemp(prefix="hvdlite-suite-algorithms-")
 os.environ["HVDLITE_ALGORITHM_CACHE_DIR"] = SUITE_ALGORITHM_CACHE
 atexit.register(shutil.rmtree, SUITE_ALGORITHM_CACHE, True)

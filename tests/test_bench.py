@@ -84,11 +84,9 @@ def test_hierarchical_bench_writes_table_json_and_plot(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "hierarchical.json").read_text())["data"]
     (row,) = report["rows"]
-    assert row["bytes"] == 1048576 and row["chosen"] in ("rd", "rhd", "ring", "two_tier"), row
-    for mode in ("ring", "rhd", "two_tier"):  # the flat ring, flat recursive halving, two tiers: measured and priced
-        assert 0 < row[mode + "_median_s"] <= row[mode + "_worst_s"] < 10 and 0 < row[f"predicted_{mode}_s"] < 10, row
-    assert 0 < row["auto_median_s"] < 10, row
-    assert {(p["hosts"], p["per_host"]) for p in report["extrapolated"]} == {(32, 8), (256, 8)}
+    assert row["bytes"] == 1048576, row
+    for mode in ("ring", "rhd", "two_tier"):  # the flat ring, flat recursive halving, two tiers
+        assert 0 < row[mode + "_median_s"] <= row[mode + "_worst_s"] < 10 and len(row[mode + "_rounds_s"]) == 1, row
     assert "| 1 MB |" in (tmp_path / "hierarchical.md").read_text()
     assert (tmp_path / "hierarchical.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -197,7 +195,6 @@ def test_train_bench_named_rows_are_rows_with_settings():
     train = _bench_module("train")
     expected = {
         "hvdlite-during-backward": {"HVDLITE_REDUCE_DURING_BACKWARD": "1"},
-        "hvdlite-static": {"HVDLITE_ADAPTIVE_ALLREDUCE_BYTES": "0"},
         "hvdlite-no-streaming": {"HVDLITE_STREAMING_STORE_BYTES": "0"},
         "hvdlite-fixed": {"HVDLITE_ALLREDUCE_ALGORITHMS": "fixed"},
         "hvdlite-fusion8": {"HVDLITE_FUSION_THRESHOLD": str(8 << 20)},
@@ -205,7 +202,6 @@ def test_train_bench_named_rows_are_rows_with_settings():
     }
     for kind, settings in expected.items():
         assert train.row_settings(kind) == settings, kind
-    assert train.label("hvdlite-static") == "hvdlite, 2 ranks, HVDLITE_ADAPTIVE_ALLREDUCE_BYTES=0"
     assert train.label("hvdlite-no-streaming") == "hvdlite, 2 ranks, HVDLITE_STREAMING_STORE_BYTES=0"
     assert train.label("hvdlite-fixed", short=True) == "hvdlite, fixed rules"
 

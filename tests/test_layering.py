@@ -158,7 +158,15 @@ def test_launcher_sources_install_as_hvdlite_runner():
 
 # The core's folders, lowest first: each may include only the folders before it (gpu sits beside transport and
 # collectives: both need only common).
-CORE_LAYERS = [("common",), ("transport", "gpu"), ("collectives",), ("choice",), ("backends",), ("runtime",)]
+CORE_LAYERS = [
+    ("common",),
+    ("transport", "gpu"),
+    ("collectives",),
+    ("choice",),
+    ("tuning",),
+    ("backends",),
+    ("runtime",),
+]
 
 
 def test_core_folders_include_only_the_folders_below_them():

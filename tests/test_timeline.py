@@ -29,7 +29,7 @@ def test_timeline_records_negotiation_and_fused_execution(tmp_path):
             by_tensor.setdefault(rows[e["pid"]], []).append(e["name"])
     assert by_tensor["grad.1"][0] == "NEGOTIATE_allreduce"
     assert by_tensor["grad.1"][1].startswith("ALLREDUCE")
-    assert by_tensor["gathered"] == ["NEGOTIATE_allgather", "ALLGATHER"]
+    assert by_tensor["gathered"] == ["NEGOTIATE_allgather", "ALLGATHER (ring)"]  # 32 bytes: the ring
     assert all(e["ts"] >= 0 for e in spans)
 
 

@@ -15,10 +15,6 @@
 #include <vector>
 
 #include "check.h"
-#include "choice/allreduce_adaptive.h"
-#include "choice/allreduce_table.h"
-#include "choice/cost_model.h"
-#include "choice/streaming_choice.h"
 #include "collectives/reduce_kernels.h"
 #include "common/copy_bytes.h"
 #include "common/dtype.h"
@@ -43,13 +39,9 @@ int g_failures = 0;
 int g_checks = 0;
 
 // In algorithm_choice_tests.cc.
-void test_cost_model();
-void test_ring_from_scales_with_the_job();
-void test_halving_band();
-void print_ring_from_table();
+void test_select_fixed_rules();
+void test_select_across_hosts();
 void test_allreduce_table();
-void test_streaming_choice();
-void test_adaptive_allreduce();
 
 static bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -748,15 +740,11 @@ int main() {
   test_caller_spin();
   test_out_of_step();
   test_recent_ops();
-  test_cost_model();
-  test_ring_from_scales_with_the_job();
-  test_halving_band();
-  print_ring_from_table();
+  test_select_fixed_rules();
+  test_select_across_hosts();
   test_lost_peers();
   test_ordered_worker();
   test_allreduce_table();
-  test_streaming_choice();
-  test_adaptive_allreduce();
   test_receive_in_place();
   test_copy_bytes();
   test_huge_page_buffer();

@@ -35,7 +35,7 @@ for count in counts[:3] + counts[5:6] if os.environ.get("QUICK_CHECK") else coun
             checked += 1
 info = dict(kv.split("=", 1) for kv in basics.build_info().split(";") if "=" in kv)
 streaming = ("streaming_store_bytes", "streaming_store_bytes_from", "STREAMING_STORE_BYTES")
-shown = {k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming or k == "adaptive_allreduce"}
+shown = {k: v for k, v in info.items() if k.startswith("allreduce_") or k in streaming}
 shown["ALLREDUCE_ALGORITHMS"] = info["ALLREDUCE_ALGORITHMS"]
 print("INFO %d %s" % (me, json.dumps(shown)), flush=True)
 print("OK %d" % checked, flush=True)

@@ -65,7 +65,7 @@ if me == 0:
     assert {"first.0", "first.3", "first.gathered"} <= set(spans), spans
     assert "before" not in spans and "between" not in spans, spans
     assert spans["first.1"][0] == "NEGOTIATE_allreduce" and spans["first.1"][1].startswith("ALLREDUCE"), spans
-    assert spans["first.gathered"] == ["NEGOTIATE_allgather", "ALLGATHER"], spans
+    assert spans["first.gathered"] == ["NEGOTIATE_allgather", "ALLGATHER (ring)"], spans
     assert spans["straddle"] == ["NEGOTIATE_allreduce"], spans  # ended by the stop, never executed there
     assert cycles == 0, "mark_cycles was off"
     spans, cycles = load("second")

@@ -25,33 +25,28 @@ class Backend {
   virtual void set_added(int set, Communicator& comm) {}
   virtual void set_removed(int set) {}
 
-  // output = reduce(input over members) * postscale; input may equal output.
-  virtual void allreduce(int set, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
-                         ReduceKind kind, double postscale) = 0;
+  // output = reduce(input over members) * postscale; input may equal output. Returns the name of what ran, for the
+  // timeline ("" where the backend does not say).
+  virtual const char* allreduce(int set, Communicator& comm, const void* input, void* output, size_t count,
+                                DType dtype, ReduceKind kind, double postscale) = 0;
   // Adasum (collectives/adasum.cc) in place over a fused buffer of tensors with these element counts.
   virtual void adasum(int set, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts,
                       DType dtype) = 0;
-  // output = every member's block in member order; block_bytes[i] is member i's size.
-  virtual void allgather(int set, Communicator& comm, const void* input, void* output,
-                         const std::vector<size_t>& block_bytes) = 0;
+  // output = every member's block in member order; block_bytes[i] is member i's size. Returns what ran.
+  virtual const char* allgather(int set, Communicator& comm, const void* input, void* output,
+                                const std::vector<size_t>& block_bytes) = 0;
   virtual void broadcast(int set, Communicator& comm, void* buffer, size_t bytes, int root_index) = 0;
   virtual void alltoall(int set, Communicator& comm, const void* input, const std::vector<size_t>& send_bytes,
                         void* output, const std::vector<size_t>& recv_bytes) = 0;
   // work: the full input (counts summed), which may be clobbered; mine: receives this member's reduced segment.
   virtual void reduce_scatter(int set, Communicator& comm, void* work, void* mine, const std::vector<size_t>& counts,
                               DType dtype, ReduceKind kind) = 0;
-  // Whether this message goes through the two-tier algorithm (for the timeline's label); allgather: else allreduce.
-  virtual bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const { return false; }
-  // The one-tier allreduce algorithm this message runs, where the backend chooses among several ("": no label).
-  virtual std::string flat_allreduce_algorithm(const Communicator& comm, size_t bytes, size_t count) const {
-    return "";
-  }
   // "key=value;..." for build_info: what this backend runs on.
   virtual std::string describe() const = 0;
 };
 
 // The built-in backend over the mesh, its algorithms chosen by `chooser`.
 class Chooser;
-std::unique_ptr<Backend> make_builtin_backend(Chooser& chooser);
+std::unique_ptr<Backend> make_builtin_backend(const Chooser& chooser);
 
 }  // namespace hvdlite

@@ -12,12 +12,12 @@ namespace {
 
 class BuiltinBackend : public Backend {
  public:
-  explicit BuiltinBackend(Chooser& chooser) : chooser_(chooser) {}
+  explicit BuiltinBackend(const Chooser& chooser) : chooser_(chooser) {}
   const char* name() const override { return "builtin"; }
 
-  void allreduce(int, Communicator& comm, const void* input, void* output, size_t count, DType dtype, ReduceKind kind,
-                 double postscale) override {
-    hvdlite::allreduce(chooser_, comm, input, output, count, dtype, kind, postscale);
+  const char* allreduce(int, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
+                        ReduceKind kind, double postscale) override {
+    return hvdlite::allreduce(chooser_, comm, input, output, count, dtype, kind, postscale);
   }
 
   void adasum(int, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts, DType dtype) override {
@@ -25,9 +25,9 @@ class BuiltinBackend : public Backend {
     allreduce_adasum(pairs, buffer, tensor_counts, dtype, comm.scratch(adasum_scratch_bytes(tensor_counts, dtype)));
   }
 
-  void allgather(int, Communicator& comm, const void* input, void* output,
-                 const std::vector<size_t>& block_bytes) override {
-    hvdlite::allgather(chooser_, comm, input, output, block_bytes);
+  const char* allgather(int, Communicator& comm, const void* input, void* output,
+                        const std::vector<size_t>& block_bytes) override {
+    return hvdlite::allgather(chooser_, comm, input, output, block_bytes);
   }
 
   void broadcast(int, Communicator& comm, void* buffer, size_t bytes, int root_index) override {
@@ -50,20 +50,10 @@ class BuiltinBackend : public Backend {
     }
   }
 
-  bool runs_two_tier(const Communicator& comm, bool allgather, size_t bytes) const override {
-    if (comm.size() < 2) return false;
-    return allgather ? chooser_.allgather(comm, bytes) == AllgatherAlgorithm::kTwoTier
-                     : chooser_.allreduce(comm, bytes, bytes).two_tier;
-  }
-
-  std::string flat_allreduce_algorithm(const Communicator& comm, size_t bytes, size_t count) const override {
-    return comm.size() > 1 && count > 0 ? algorithm_name(chooser_.flat_allreduce(comm, bytes, count)) : "";
-  }
-
   std::string describe() const override { return "cpu_operations=builtin"; }
 
  private:
-  Chooser& chooser_;
+  const Chooser& chooser_;
   // Adasum's exchanges over the mesh's channels.
   class MeshPairs : public PointToPoint {
    public:
@@ -82,7 +72,7 @@ class BuiltinBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_builtin_backend(Chooser& chooser) {
+std::unique_ptr<Backend> make_builtin_backend(const Chooser& chooser) {
   return std::unique_ptr<Backend>(new BuiltinBackend(chooser));
 }
 

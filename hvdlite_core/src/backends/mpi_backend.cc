@@ -82,14 +82,15 @@ class MpiBackend : public Backend {
   }
   void set_removed(int set) override { check(plugin_->remove_set(set)); }
 
-  void allreduce(int set, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
-                 ReduceKind kind, double postscale) override {
+  const char* allreduce(int set, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
+                        ReduceKind kind, double postscale) override {
     if (count > 0 && comm.size() > 1) {
       check(plugin_->allreduce(set, input, output, count, static_cast<int>(dtype), kind_code(kind)));
     } else if (input != output && count > 0) {
       std::memcpy(output, input, count * dtype_size(dtype));
     }
     if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
+    return "";  // MPI chooses its own algorithms
   }
 
   void adasum(int set, Communicator& comm, void* buffer, const std::vector<size_t>& tensor_counts,
@@ -100,9 +101,10 @@ class MpiBackend : public Backend {
     allreduce_adasum(pairs, buffer, tensor_counts, dtype, scratch_.data());
   }
 
-  void allgather(int set, Communicator& comm, const void* input, void* output,
-                 const std::vector<size_t>& block_bytes) override {
+  const char* allgather(int set, Communicator& comm, const void* input, void* output,
+                        const std::vector<size_t>& block_bytes) override {
     check(plugin_->allgatherv(set, input, output, block_bytes.data()));
+    return "";
   }
 
   void broadcast(int set, Communicator& comm, void* buffer, size_t bytes, int root_index) override {

@@ -3,10 +3,18 @@
 
 #include "common/copy_bytes.h"
 #include "common/huge_page_promotion.h"
-#include "common/wait.h"
 
 namespace hvdlite {
 namespace {
+
+// Single copy's peers read the input and write the output: where those are reused, they go onto huge pages first.
+void promote_for_peers(const Communicator& comm, const void* input, void* output, size_t bytes) {
+  const int64_t min_bytes = comm.config().huge_page_bytes;
+  HugePagePromoter* promoter = min_bytes > 0 ? huge_page_promoter() : nullptr;
+  if (!promoter) return;
+  promoter->note_use(input, bytes, static_cast<size_t>(min_bytes));
+  if (output != input) promoter->note_use(output, bytes, static_cast<size_t>(min_bytes));
+}
 
 // In place, including the postscale: all but recursive doubling scale each piece while it is in cache.
 void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output, void* buffer, size_t count,
@@ -20,6 +28,7 @@ void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output
       allreduce_ring(comm, buffer, count, dtype, kind, postscale, cold_output);
       break;
     case AllreduceAlgorithm::kSingleCopy:
+      promote_for_peers(comm, buffer, buffer, count * dtype_size(dtype));
       allreduce_single_copy(comm, buffer, buffer, count, dtype, kind, postscale);
       break;
     case AllreduceAlgorithm::kRecursiveHalving:
@@ -29,25 +38,24 @@ void run_flat(Communicator& comm, AllreduceAlgorithm algorithm, bool cold_output
 }
 
 // The cross-host tier of a two-tier allreduce: each chunk's segment gets its own flat choice on the cross tier.
-void allreduce_across(Chooser& chooser, Communicator& cross, void* buffer, size_t count, DType dtype,
+void allreduce_across(const Chooser& chooser, Communicator& cross, void* buffer, size_t count, DType dtype,
                       ReduceKind kind) {
   if (cross.size() == 1 || count == 0) return;
   const size_t bytes = count * dtype_size(dtype);
-  run_flat(cross, chooser.flat_allreduce(cross, bytes, count, true), chooser.cold(bytes), buffer, count, dtype, kind,
-           1.0);
+  run_flat(cross, chooser.flat_allreduce(cross, bytes, count), chooser.cold(bytes), buffer, count, dtype, kind, 1.0);
 }
 
 }  // namespace
 
-void allreduce(Chooser& chooser, Communicator& comm, const void* input, void* output, size_t count, DType dtype,
-               ReduceKind kind, double postscale) {
+const char* allreduce(const Chooser& chooser, Communicator& comm, const void* input, void* output, size_t count,
+                      DType dtype, ReduceKind kind, double postscale) {
   const size_t bytes = count * dtype_size(dtype);
   if (comm.size() == 1 || count == 0) {
     if (input != output && bytes > 0) copy_bytes(output, input, bytes);
     if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
-    return;
+    return "";
   }
-  const AllreducePlan plan = chooser.allreduce(comm, bytes, count, true);
+  const AllreducePlan plan = chooser.allreduce(comm, bytes, count);
   if (plan.two_tier) {
     if (input != output) copy_bytes(output, input, bytes);
     allreduce_hierarchical(comm, output, count, dtype, kind, plan.chunks,
@@ -55,36 +63,27 @@ void allreduce(Chooser& chooser, Communicator& comm, const void* input, void* ou
                              allreduce_across(chooser, cross, buffer, elements, dtype, kind);
                            });
     if (postscale != 1.0) scale_in_place(dtype, output, count, postscale);
-    return;
-  }
-  const Clock::time_point start = plan.adaptive_band >= 0 ? Clock::now() : Clock::time_point();
-  HugePagePromoter* promoter = plan.adaptive_band >= 0 ? huge_page_promoter() : nullptr;
-  const int64_t collapses_before = promoter ? promoter->attempts() : 0;
-  if (plan.algorithm == AllreduceAlgorithm::kSingleCopy) {
+  } else if (plan.algorithm == AllreduceAlgorithm::kSingleCopy) {
+    promote_for_peers(comm, input, output, bytes);
     allreduce_single_copy(comm, input, output, count, dtype, kind, postscale);  // reads input, scales as it goes
   } else {
     if (input != output) copy_bytes(output, input, bytes);
     run_flat(comm, plan.algorithm, plan.cold_output, output, count, dtype, kind, postscale);
   }
-  // A run that also moved its buffers onto huge pages (common/huge_page_promotion.h) is not a figure of the
-  // algorithm, or single copy would look several times slower than it runs.
-  if (plan.adaptive_band >= 0) {
-    const bool figure = !promoter || promoter->attempts() == collapses_before;
-    chooser.observe(plan, bytes, figure ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0);
-  }
+  return plan.label();
 }
 
-void allgather(Chooser& chooser, Communicator& comm, const void* input, void* output,
-               const std::vector<size_t>& block_bytes) {
+const char* allgather(const Chooser& chooser, Communicator& comm, const void* input, void* output,
+                      const std::vector<size_t>& block_bytes) {
   size_t total = 0;
   for (size_t b : block_bytes) total += b;
   switch (chooser.allgather(comm, total)) {
     case AllgatherAlgorithm::kTwoTier:
       allgather_hierarchical(comm, input, output, block_bytes);
-      return;
+      return "hierarchical";
     case AllgatherAlgorithm::kSingleCopy:
       allgather_single_copy(comm, input, output, block_bytes);
-      return;
+      return "single_copy";
     case AllgatherAlgorithm::kRing:
       break;
   }
@@ -92,9 +91,10 @@ void allgather(Chooser& chooser, Communicator& comm, const void* input, void* ou
   for (int i = 0; i < comm.rank(); ++i) offset += block_bytes[i];
   if (block_bytes[comm.rank()] > 0) copy_bytes(static_cast<char*>(output) + offset, input, block_bytes[comm.rank()]);
   if (comm.size() > 1) allgather_ring(comm, output, block_bytes, chooser.cold(total));
+  return "ring";
 }
 
-void broadcast(Chooser& chooser, Communicator& comm, void* buffer, size_t bytes, int root_index) {
+void broadcast(const Chooser& chooser, Communicator& comm, void* buffer, size_t bytes, int root_index) {
   if (comm.size() == 1 || bytes == 0) return;
   switch (chooser.broadcast(comm, bytes)) {
     case BroadcastAlgorithm::kSingleCopy:

@@ -11,7 +11,7 @@
 //
 // Each host's link carries (H-1)/H of the output in H-1 steps, where the flat ring sends (N-1)/N of it through each
 // host-crossing edge in N-1 steps. The price, local traffic and three copies of the output through memory, is cheap
-// next to a network link; the cost model (cost_model.h) weighs both.
+// next to a network link.
 #include <algorithm>
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // Ring allreduce = ring reduce-scatter (reduce_scatter_ring.cc) + ring allgather of the reduced segments.
 // Each member sends and receives 2(n-1)/n of the buffer: the bandwidth optimum, independent of n. A result larger
 // than the cache is best received with streaming stores (cold_output), which skip reading each destination line
-// only to overwrite it; where that starts is measured per machine (choice/streaming_choice.h).
+// only to overwrite it (from STREAMING_STORE_BYTES, or where a tuned table says: choice/select.h).
 #include "collectives/algorithms.h"
 
 namespace hvdlite {

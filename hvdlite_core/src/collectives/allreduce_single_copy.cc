@@ -14,7 +14,6 @@
 #include "collectives/algorithms.h"
 #include "collectives/single_copy.h"
 #include "common/copy_bytes.h"
-#include "common/huge_page_promotion.h"
 
 namespace hvdlite {
 namespace {
@@ -29,14 +28,6 @@ void allreduce_single_copy(Communicator& comm, const void* input, void* output, 
   std::vector<size_t> segments = even_split(count, n);
   std::vector<size_t> offsets(n, 0);
   for (int i = 1; i < n; ++i) offsets[i] = offsets[i - 1] + segments[i - 1] * esize;
-  // The peers read my input and write my output: where they are reused, put them on huge pages first.
-  if (comm.config().huge_page_bytes > 0) {
-    if (HugePagePromoter* promoter = huge_page_promoter()) {
-      const size_t bytes = count * esize, min_bytes = static_cast<size_t>(comm.config().huge_page_bytes);
-      promoter->note_use(input, bytes, min_bytes);
-      if (output != input) promoter->note_use(output, bytes, min_bytes);
-    }
-  }
   std::vector<PublishedBuffers> peers = exchange_addresses(comm, input, output);
 
   const size_t chunk_elements = std::max<size_t>(1, kChunkBytes / esize);

@@ -23,7 +23,6 @@ class Communicator {
   pid_t pid(int index) const { return mesh_->pid(members_[index]); }
   int host_id(int index) const { return mesh_->host_id(members_[index]); }  // equal ids: the same machine
   Progress& progress() const { return mesh_->progress(); }
-  const LinkCosts& link_costs() const { return mesh_->link_costs(); }
   const Config& config() const { return *config_; }
   // Every member on this host and able to read the others' memory directly (process_vm_readv).
   bool single_copy_local() const { return single_copy_local_; }

@@ -139,46 +139,37 @@ const std::vector<Knob>& knobs() {
                   "where /dev/shm has no room)"),
       number_knob("STREAMING_STORE_BYTES", &Config::streaming_store_bytes,
                   "ring allreduces and allgathers of at least this many bytes write their result with streaming "
-                  "stores (0: never; unset on one host: measured)"),
+                  "stores (0: never; unset on one host: a tuned table's figure, else the default)"),
       number_knob("HUGE_PAGE_BYTES", &Config::huge_page_bytes,
                   "reused buffers of at least this many bytes that peers read by single copy move onto transparent "
                   "huge pages (0: never)"),
       bool_knob("SHM_DISABLE", &Config::shm_disable, "1: TCP even between ranks of one host"),
       bool_knob("CMA_DISABLE", &Config::cma_disable, "1: no single-copy (cross-memory attach) transfers on one host"),
       bool_knob("SINGLE_COPY_ALLREDUCE", &Config::single_copy_allreduce,
-                "1: large allreduces on one host by single copy (implies ALLREDUCE_ALGORITHMS=fixed)"),
+                "1: allreduces on one host by single copy from SMALL_MESSAGE_BYTES (implies "
+                "ALLREDUCE_ALGORITHMS=fixed)"),
+      number_knob("SINGLE_COPY_ALLREDUCE_BYTES", &Config::single_copy_allreduce_bytes,
+                  "allreduces on one host of at least this many bytes run by single copy (0: never; implies "
+                  "ALLREDUCE_ALGORITHMS=fixed)"),
       choice_knob("ALLREDUCE_ALGORITHMS", &Config::allreduce_algorithms,
-                  {{"measured", 0},
-                   {"auto", 0},
-                   {"fixed", 1},
+                  {{"tuned", Config::kTuned},
+                   {"fixed", Config::kFixed},
                    {"rd", Config::kForcedRd},
                    {"rhd", Config::kForcedRhd},
                    {"ring", Config::kForcedRing},
                    {"single_copy", Config::kForcedSingleCopy}},
-                  "it takes measured (choose per size from this machine's figures), fixed, or one algorithm: rd, "
-                  "rhd, ring or single_copy",
-                  "measured: the algorithm per size comes from this machine's figures; fixed: SMALL_MESSAGE_BYTES "
-                  "and SINGLE_COPY_ALLREDUCE decide; rd, rhd, ring or single_copy: that algorithm for every flat "
-                  "allreduce it can run"),
-      number_knob("ADAPTIVE_ALLREDUCE_BYTES", &Config::adaptive_allreduce_bytes,
-                  "allreduces from this size choose between the ring and single copy from the job's own runs (0: "
-                  "off; unset: from where the measured table first runs the ring, at least this)"),
+                  "it takes tuned (this machine's tuned table where python -m hvdlite.tune wrote one, else the fixed "
+                  "rules), fixed, or one algorithm: rd, rhd, ring or single_copy",
+                  "tuned: the algorithm per size from this machine's tuned table (python -m hvdlite.tune), else the "
+                  "fixed rules; fixed: SMALL_MESSAGE_BYTES and SINGLE_COPY_ALLREDUCE[_BYTES] decide; rd, rhd, ring "
+                  "or single_copy: that algorithm for every flat allreduce it can run"),
       text_knob("ALGORITHM_CACHE_DIR", &Config::algorithm_cache_dir,
-                "where measured algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
-      auto_switch_knob(
-          "HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce,
-          "1: two-tier allreduce whenever ranks span hosts; 0: never; auto: a cost model chooses per size"),
+                "where tuned algorithm tables are kept (empty: $XDG_CACHE_HOME/hvdlite or ~/.cache/hvdlite)"),
+      auto_switch_knob("HIERARCHICAL_ALLREDUCE", &Config::hierarchical_allreduce,
+                       "two-tier allreduce where ranks span hosts with several on each: 1 or auto; 0: never"),
       auto_switch_knob("HIERARCHICAL_ALLGATHER", &Config::hierarchical_allgather, "the same for allgather"),
       number_knob("HIERARCHICAL_PIPELINE_BYTES", &Config::hierarchical_pipeline_bytes,
                   "two-tier allreduce overlaps its host and network tiers over chunks of this size (0: no overlap)"),
-      number_knob("LOCAL_LATENCY_US", &Config::local_latency_us,
-                  "the cost model's latency between ranks of one host, in microseconds (0: measured)"),
-      number_knob("LOCAL_GBYTES_PER_S", &Config::local_gbytes_per_s,
-                  "the cost model's bandwidth between ranks of one host (0: measured)"),
-      number_knob("CROSS_LATENCY_US", &Config::cross_latency_us,
-                  "the cost model's latency between hosts, in microseconds (0: measured)"),
-      number_knob("CROSS_GBYTES_PER_S", &Config::cross_gbytes_per_s,
-                  "the cost model's bandwidth of one stream between hosts (0: measured)"),
       choice_knob("CPU_OPERATIONS", &Config::cpu_operations, {{"builtin", 0}, {"gloo", 0}, {"tcp", 0}, {"mpi", 1}},
                   "hvdlite offers builtin (alias gloo) and mpi for host tensors",
                   "data plane for host tensors: builtin (also gloo, tcp) or mpi"),
@@ -222,12 +213,12 @@ Config Config::FromEnvironment() {
   for (const Knob& knob : knobs()) {
     if (const char* text = lookup(knob.name)) knob.apply(config, text);
   }
-  // A user who tuned the fixed rules keeps them: the knobs override the measured choice.
-  if (!lookup("ALLREDUCE_ALGORITHMS") && (lookup("SMALL_MESSAGE_BYTES") || lookup("SINGLE_COPY_ALLREDUCE"))) {
-    config.allreduce_algorithms = 1;
+  // A user who set the fixed rules keeps them: the knobs override a tuned table.
+  if (!lookup("ALLREDUCE_ALGORITHMS") &&
+      (lookup("SMALL_MESSAGE_BYTES") || lookup("SINGLE_COPY_ALLREDUCE") || lookup("SINGLE_COPY_ALLREDUCE_BYTES"))) {
+    config.allreduce_algorithms = Config::kFixed;
   }
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
-  config.adaptive_allreduce_bytes_set = lookup("ADAPTIVE_ALLREDUCE_BYTES") != nullptr;
   config.spin_microseconds_set = lookup("SPIN_MICROSECONDS") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;

@@ -26,9 +26,9 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"EAGER_ALLREDUCE_BYTES", [](const Config& c) { return static_cast<double>(c.eager_allreduce_bytes); }},
       {"SMALL_MESSAGE_BYTES", [](const Config& c) { return static_cast<double>(c.small_message_bytes); }},
       {"SINGLE_COPY_ALLREDUCE", [](const Config& c) { return c.single_copy_allreduce ? 1.0 : 0.0; }},
+      {"SINGLE_COPY_ALLREDUCE_BYTES",
+       [](const Config& c) { return static_cast<double>(c.single_copy_allreduce_bytes); }},
       {"ALLREDUCE_ALGORITHMS", [](const Config& c) { return static_cast<double>(c.allreduce_algorithms); }},
-      // Rank 0 decides the adaptive choice and the others follow: they must all be choosing the same sizes.
-      {"ADAPTIVE_ALLREDUCE_BYTES", [](const Config& c) { return static_cast<double>(c.adaptive_allreduce_bytes); }},
       {"HIERARCHICAL_ALLREDUCE", [](const Config& c) { return static_cast<double>(c.hierarchical_allreduce); }},
       {"HIERARCHICAL_ALLGATHER", [](const Config& c) { return static_cast<double>(c.hierarchical_allgather); }},
       {"HIERARCHICAL_PIPELINE_BYTES",
@@ -40,10 +40,6 @@ const std::vector<SharedKnob>& shared_knobs() {
       {"AUTOTUNE", [](const Config& c) { return c.autotune ? 1.0 : 0.0; }},
       {"AUTOTUNE_WINDOW_BYTES", [](const Config& c) { return static_cast<double>(c.autotune_window_bytes); }},
       {"AUTOTUNE_WARMUP_WINDOWS", [](const Config& c) { return static_cast<double>(c.autotune_warmup_windows); }},
-      {"LOCAL_LATENCY_US", [](const Config& c) { return c.local_latency_us; }},
-      {"LOCAL_GBYTES_PER_S", [](const Config& c) { return c.local_gbytes_per_s; }},
-      {"CROSS_LATENCY_US", [](const Config& c) { return c.cross_latency_us; }},
-      {"CROSS_GBYTES_PER_S", [](const Config& c) { return c.cross_gbytes_per_s; }},
   };
   return knobs;
 }
@@ -54,7 +50,7 @@ std::string show(const char* name, double value) {
   if (std::string(name) == "GPU_OPERATIONS")
     return value == Config::kGpuNccl ? "nccl" : value == Config::kGpuHost ? "host" : "auto";
   if (std::string(name) == "ALLREDUCE_ALGORITHMS") {
-    static const char* const names[] = {"measured", "fixed", "rd", "rhd", "ring", "single_copy"};
+    static const char* const names[] = {"tuned", "fixed", "rd", "rhd", "ring", "single_copy"};
     if (value >= 0 && value < 6) return names[static_cast<int>(value)];
   }
   char text[32];

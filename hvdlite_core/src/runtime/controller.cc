@@ -25,16 +25,14 @@ void for_each_bit(const std::vector<uint64_t>& words, size_t limit, Visit visit)
   for_each_bit(words.data(), std::min(limit, words.size() * 64), visit);
 }
 constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
-constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0 (the other half: see negotiate)
+constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0; the other half is zero
 }  // namespace
 
-Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets,
-                       AdaptiveAllreduce* adaptive)
+Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets)
     : config_(config),
       rank_(rank),
       size_(size),
       sets_(sets),
-      adaptive_(adaptive),
       cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
       cache_enabled_(config.cache_capacity > 0),
       coordinator_(config, size, sets) {}
@@ -113,10 +111,6 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
   bits_[0] = ~flags & kFlagWordMask;
-  // The high half carries rank 0's choice of large-allreduce algorithms for this cycle (allreduce_adaptive.h);
-  // the other ranks' ones leave it as it is through the AND.
-  AdaptiveAllreduce* const adaptive = adaptive_;
-  bits_[0] |= static_cast<uint64_t>(adaptive && rank_ == 0 ? adaptive->propose() : 0xffffffffu) << 32;
   for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));
   // A yes vote: this rank holds a hit there, or is not in the tensor's process set. Hits and outsiders lie only
   // at occupied positions, so free positions vote no.
@@ -133,7 +127,6 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
   exchange_bits(bit_words);
 
   const uint64_t any = ~bits_[0] & kFlagWordMask;
-  if (adaptive) adaptive->apply(static_cast<uint32_t>(bits_[0] >> 32));
   bool any_conflict = false;
   for (size_t w = 0; w < words; ++w) {
     const uint64_t conflicted = ~bits_[1 + w];

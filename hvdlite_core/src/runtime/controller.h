@@ -9,8 +9,7 @@
 //      positions conflict somewhere (erased on every rank); which cached tensors are ready everywhere (AND;
 //      ranks outside a tensor's process set vote yes).
 //      Cached allreduces of a few bytes carry their data in the same exchange and are then already reduced
-//      (runtime/eager.h). The flag word's high half carries rank 0's choice of algorithm for this cycle's large
-//      allreduces (choice/allreduce_adaptive.h).
+//      (runtime/eager.h).
 //   3. Only if some rank has requests (or conflicts, or joins) do the ranks send them to the coordinator,
 //      which matches them by (process set, name), validates complete sets (validation.h) and broadcasts the
 //      ordered response list. Steady-state training never reaches this step.
@@ -21,7 +20,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "choice/allreduce_adaptive.h"
 #include "common/config.h"
 #include "runtime/coordinator.h"
 #include "runtime/eager.h"
@@ -33,8 +31,7 @@ namespace hvdlite {
 
 class Controller {
  public:
-  // adaptive: the online allreduce choice whose decision word rides on the negotiation (null: none).
-  Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets, AdaptiveAllreduce* adaptive);
+  Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets);
 
   struct Outcome {
     std::vector<Response> responses;
@@ -72,7 +69,6 @@ class Controller {
   int rank_;
   int size_;
   ProcessSetRegistry& sets_;
-  AdaptiveAllreduce* adaptive_;
   ResponseCache cache_;
   bool cache_enabled_;
   EagerLayout eager_;

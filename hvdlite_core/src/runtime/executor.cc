@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -24,24 +25,38 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Ends the tensor's negotiation span and covers its execution, for the timeline.
+// Ends the tensor's negotiation span and covers its execution, for the timeline. The span is written when the
+// collective has run, so that its label can say what ran (set_activity): the plan the backend executed, not a
+// second guess at it.
 class TimelineSpan {
  public:
   // tensor must outlive the span; an empty name (a response this rank did not submit) records nothing.
-  TimelineSpan(Timeline& timeline, const std::string& tensor, const std::string& activity) : timeline_(timeline) {
+  TimelineSpan(Timeline& timeline, const std::string& tensor, std::string activity) : timeline_(timeline) {
     if (!timeline_.enabled() || tensor.empty()) return;
     tensor_ = &tensor;
+    activity_ = std::move(activity);
+    start_ = std::chrono::steady_clock::now();
     timeline_.end(tensor);
-    timeline_.begin(tensor, activity);
   }
+  bool recording() const { return tensor_ != nullptr; }
+  void set_activity(std::string activity) { activity_ = std::move(activity); }
   ~TimelineSpan() {
-    if (tensor_ && timeline_.enabled()) timeline_.end(*tensor_);
+    if (!tensor_ || !timeline_.enabled()) return;
+    timeline_.begin(*tensor_, activity_, start_);
+    timeline_.end(*tensor_);
   }
 
  private:
   Timeline& timeline_;
   const std::string* tensor_ = nullptr;
+  std::string activity_;
+  std::chrono::steady_clock::time_point start_;
 };
+
+// "ALLREDUCE (ring)": an activity and what ran, where the backend said.
+std::string with_plan(std::string activity, const char* ran) {
+  return ran && *ran ? activity + " (" + ran + ")" : activity;
+}
 
 bool is_transport_failure(const Error& e) {
   return e.code() == StatusCode::kRemoteError || e.code() == StatusCode::kTimeout ||
@@ -132,24 +147,6 @@ void Executor::run_single(const Response& r) {
   // Described only for the timeline: building the text cost more than a cached 8-byte allreduce's bookkeeping.
   std::string activity;
   if (timeline_.enabled()) activity = upper(op_name(r.op));
-  if ((r.op == OpType::kAllreduce || r.op == OpType::kAllgather) && !r.is_error && timeline_.enabled()) {
-    // the timeline shows which algorithm ran
-    Communicator* comm = sets_.get(r.process_set);
-    if (comm && comm->rank() >= 0) {
-      size_t bytes = static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype);
-      if (r.op == OpType::kAllgather) {
-        int64_t rows = 0;
-        for (int64_t d : r.first_dims) rows += d;
-        bytes = static_cast<size_t>(rows * row_elements(r.shape)) * dtype_size(r.dtype);
-      }
-      if (backend_.runs_two_tier(*comm, r.op == OpType::kAllgather, bytes)) {
-        activity += " (hierarchical)";
-      } else if (r.op == OpType::kAllreduce && r.reduce_op != ReduceOp::kAdasum && !r.on_device) {
-        const std::string algorithm = backend_.flat_allreduce_algorithm(*comm, bytes, bytes / dtype_size(r.dtype));
-        if (!algorithm.empty()) activity += " (" + algorithm + ")";
-      }
-    }
-  }
   static const std::string kNoTensor;
   TimelineSpan span(timeline_, e ? r.name : kNoTensor, activity);
   if (r.is_error) {
@@ -171,11 +168,13 @@ void Executor::run_single(const Response& r) {
       default: {
         Communicator* comm = sets_.get(r.process_set);
         if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
-        if (r.op == OpType::kAllreduce)
-          run_allreduce(*comm, r, e);
-        else if (r.op == OpType::kAllgather)
-          run_allgather(*comm, r, e);
-        else if (r.op == OpType::kBroadcast)
+        if (r.op == OpType::kAllreduce) {
+          const char* ran = run_allreduce(*comm, r, e);
+          if (span.recording()) span.set_activity(with_plan(upper(op_name(r.op)), ran));
+        } else if (r.op == OpType::kAllgather) {
+          const char* ran = run_allgather(*comm, r, e);
+          if (span.recording()) span.set_activity(with_plan(upper(op_name(r.op)), ran));
+        } else if (r.op == OpType::kBroadcast)
           run_broadcast(*comm, r, e);
         else if (r.op == OpType::kAlltoall && e)
           run_alltoall(*comm, r, e);
@@ -194,7 +193,7 @@ void Executor::run_single(const Response& r) {
   if (e) queue_.finish(entry, Status::Ok());
 }
 
-void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
+const char* Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
   const size_t count = static_cast<size_t>(element_count(r.shape));
   const size_t bytes = count * dtype_size(r.dtype);
   const void* input;
@@ -215,10 +214,10 @@ void Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry*
     if (input != output && bytes > 0) copy_bytes(output, input, bytes);
     backend_.adasum(r.process_set, comm, output, {count}, r.dtype);
     if (r.postscale != 1.0) scale_in_place(r.dtype, output, count, r.postscale);
-    return;
+    return "adasum";
   }
-  backend_.allreduce(r.process_set, comm, input, output, count, r.dtype, reduce_kind(r.reduce_op),
-                     effective_postscale(r, comm.size()));
+  return backend_.allreduce(r.process_set, comm, input, output, count, r.dtype, reduce_kind(r.reduce_op),
+                            effective_postscale(r, comm.size()));
 }
 
 void Executor::run_fused(const std::vector<const Response*>& group) {
@@ -233,16 +232,10 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   const std::vector<size_t>& counts = layout.counts;
   const std::vector<size_t>& offsets = layout.offsets;
   const size_t total = layout.total;
-  const bool two_tier = timeline_.enabled() && backend_.runs_two_tier(*comm, false, total * esize);
-  const std::string algorithm =
-      timeline_.enabled() && !two_tier ? backend_.flat_allreduce_algorithm(*comm, total * esize, total) : "";
-  const std::string activity = "ALLREDUCE (fused x" + std::to_string(group.size()) +
-                               (two_tier            ? ", hierarchical)"
-                                : algorithm.empty() ? ")"
-                                                    : ", " + algorithm + ")");
   std::vector<std::unique_ptr<TimelineSpan>> spans;
+  const std::string fused = timeline_.enabled() ? "ALLREDUCE (fused x" + std::to_string(group.size()) : "";
   for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i]) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, activity));
+    if (have[i] && timeline_.enabled()) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, fused + ")"));
   }
   char* buffer = fusion_buffer(total * esize);
   for (size_t i = 0; i < group.size(); ++i) {
@@ -252,11 +245,15 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
       std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
   }
   try {
+    const char* ran = "adasum";
     if (head.reduce_op == ReduceOp::kAdasum)
       backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
     else
-      backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype, reduce_kind(head.reduce_op),
-                         1.0);
+      ran = backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype,
+                               reduce_kind(head.reduce_op), 1.0);
+    if (!spans.empty() && ran && *ran) {
+      for (auto& span : spans) span->set_activity(fused + ", " + ran + ")");
+    }
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
     for (size_t i = 0; i < group.size(); ++i)
       if (have[i]) controller_.return_pending(std::move(entries[i]));
@@ -305,7 +302,7 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
   }
 }
 
-void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry* e) {
+const char* Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry* e) {
   const size_t row_bytes = static_cast<size_t>(row_elements(r.shape)) * dtype_size(r.dtype);
   std::vector<size_t> block_bytes(comm.size());
   int64_t rows = 0;
@@ -323,7 +320,7 @@ void Executor::run_allgather(Communicator& comm, const Response& r, TensorEntry*
   } else {
     output = fusion_buffer(total);
   }
-  backend_.allgather(r.process_set, comm, e ? e->input : nullptr, output, block_bytes);
+  return backend_.allgather(r.process_set, comm, e ? e->input : nullptr, output, block_bytes);
 }
 
 void Executor::run_broadcast(Communicator& comm, const Response& r, TensorEntry* e) {

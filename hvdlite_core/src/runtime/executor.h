@@ -33,8 +33,9 @@ class Executor {
   void finish_eager(const std::vector<EagerResult>& results);
   void run_single(const Response& response);
   void run_fused(const std::vector<const Response*>& group);
-  void run_allreduce(Communicator& comm, const Response& r, TensorEntry* entry);
-  void run_allgather(Communicator& comm, const Response& r, TensorEntry* entry);
+  // Both return what ran, for the timeline ("" where the backend does not say).
+  const char* run_allreduce(Communicator& comm, const Response& r, TensorEntry* entry);
+  const char* run_allgather(Communicator& comm, const Response& r, TensorEntry* entry);
   void run_broadcast(Communicator& comm, const Response& r, TensorEntry* entry);
   void run_alltoall(Communicator& comm, const Response& r, TensorEntry* entry);
   void run_reducescatter(Communicator& comm, const Response& r, TensorEntry* entry);

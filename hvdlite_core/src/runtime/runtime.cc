@@ -8,6 +8,7 @@
 #include "common/huge_page_promotion.h"
 #include "common/log.h"
 #include "runtime/config_agreement.h"
+#include "tuning/table_file.h"
 
 namespace hvdlite {
 
@@ -29,10 +30,12 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   // (config_agreement.h), then the chooser measures or reads what its choices need.
   Communicator* world = sets_->get(0);
   if (size_ > 1) check_config_agreement(*world, config_);
-  chooser_.establish(*world, *mesh_);
+  // A tuned table is per machine: for a world on one host, and not where MPI runs its own algorithms.
+  const bool tunable = size_ > 1 && config_.cpu_operations == 0 && world->host_count() == 1;
+  chooser_.establish(*world, tunable ? read_tuned_table(*world, config_) : TunedTable());
   backend_ =
       config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend(chooser_);
-  controller_.reset(new Controller(config_, rank_, size_, *sets_, chooser_.adaptive()));
+  controller_.reset(new Controller(config_, rank_, size_, *sets_));
   executor_.reset(new Executor(config_, rank_, *sets_, *controller_, queue_, timeline_, *backend_, gpu_context_));
   thread_ = std::thread([this] { background_loop(); });
 }

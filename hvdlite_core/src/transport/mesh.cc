@@ -271,9 +271,8 @@ std::string Mesh::describe() const {
       ++tcp;
   }
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
-  std::string costs = link_costs_.describe();
   return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0") +
-         ";caller_spin_us=" + std::to_string(progress_->spin_microseconds()) + (costs.empty() ? "" : ";" + costs);
+         ";caller_spin_us=" + std::to_string(progress_->spin_microseconds());
 }
 
 std::string Mesh::lost_peers_report() const {

@@ -18,7 +18,6 @@
 #include "common/config.h"
 #include "transport/channel.h"
 #include "transport/handshake.h"
-#include "transport/link_costs.h"
 #include "transport/progress.h"
 #include "transport/shm_segment.h"
 
@@ -43,8 +42,6 @@ class Mesh {
   // Single-copy reads of a co-located peer's memory (process_vm_readv) work in both directions.
   bool cma_usable(int peer) const { return same_host(peer) && cma_ok_[peer]; }
   Progress& progress() { return *progress_; }
-  const LinkCosts& link_costs() const { return link_costs_; }
-  void set_link_costs(const LinkCosts& costs) { link_costs_ = costs; }
   std::string describe() const;  // "shm:N tcp:M cma:yes" for build/debug info
   // After a transport failure: the peers that are gone, so an error names every loss and not only the peer an
   // operation happened to wait on: "; connections closed by now: rank 0 (host); not responding for over 1 s:
@@ -71,7 +68,6 @@ class Mesh {
   std::vector<ShmInbox> peer_inboxes_;  // indexed by global rank; empty for remote peers
   std::vector<bool> cma_ok_;
   std::unique_ptr<Progress> progress_;
-  LinkCosts link_costs_;
 };
 
 }  // namespace hvdlite
