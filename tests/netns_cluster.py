@@ -222,6 +222,19 @@ class Cluster:
                     "100ms",
                 )
 
+    def impair(self, index: int, rate: Optional[str], loss: Optional[str] = None) -> None:
+        """Host ``index``'s link at ``rate`` (tc's units) losing ``loss`` of the packets (e.g. "1%"), in both
+        directions, with netem; ``rate=None`` lifts it."""
+        for prefix, device in (
+            ((), self.outside(index)),
+            (("ip", "netns", "exec", self.hosts[index].namespace), self._veth(index)),
+        ):
+            if rate is None:
+                _run(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
+            else:
+                _run(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "netem", "rate", rate,
+                     *(("loss", loss) if loss else ()))  # fmt: skip
+
     def outside(self, index: int) -> str:
         """Host ``index``'s link as seen from the bridge: what it receives there, the host sent."""
         return "hvo%s%d" % (self.tag, index)

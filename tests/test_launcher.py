@@ -389,13 +389,12 @@ def test_log_lines_carry_time_level_and_rank_and_take_either_case(tmp_path):
     time; HOROVOD_LOG_LEVEL in capitals is obeyed, an unknown level is named."""
     script = write_script(tmp_path, KNOB_JOB % ["LOG_LEVEL"])
     timed = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}: I hvdlite rank (\d)\] ")
-    # A fresh algorithm cache: the core measures the machine and logs its INFO lines.
-    env = {"HOROVOD_LOG_LEVEL": "INFO", "HVDLITE_ALGORITHM_CACHE_DIR": str(tmp_path / "algorithms")}
+    env = {"HOROVOD_LOG_LEVEL": "INFO"}
     result = run_launcher(["-np", "2", PY, script], timeout=90, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line.split(": ", 1)[1] for line in result.stderr.splitlines() if "<stderr>: [" in line]
     bootstrap = [line for line in lines if timed.match(line) and "data-plane listener at" in line]
-    core = [line for line in lines if timed.match(line) and "allreduce algorithms measured" in line]
+    core = [line for line in lines if timed.match(line) and "collective algorithms: allreduce_table=" in line]
     assert {timed.match(line).group(1) for line in bootstrap} == {"0", "1"}, lines
     assert core, lines
     hidden = run_launcher(["-np", "2", "--log-level", "Info", "--log-without-timestamp", PY, script], timeout=60)

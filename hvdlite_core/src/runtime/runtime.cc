@@ -33,6 +33,7 @@ Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int list
   // A tuned table is per machine: for a world on one host, and not where MPI runs its own algorithms.
   const bool tunable = size_ > 1 && config_.cpu_operations == 0 && world->host_count() == 1;
   chooser_.establish(*world, tunable ? read_tuned_table(*world, config_) : TunedTable());
+  HVD_LOG(kInfo, "collective algorithms: " << chooser_.describe());
   backend_ =
       config_.cpu_operations == 1 ? make_mpi_backend(config_, *world, init.mpi_comm) : make_builtin_backend(chooser_);
   controller_.reset(new Controller(config_, rank_, size_, *sets_));
