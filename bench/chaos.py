@@ -12,7 +12,7 @@ and checkpointed to disk, --max-restarts for failures of its own. Until --minute
     kill-worker   SIGKILL of a worker
     stop-worker   SIGSTOP of a worker for 5-20 s, then SIGCONT
     link-down     a host's link down for 2-10 s (no FIN, no RST: packets vanish)
-    slow-link     a host's link at 100 Mbit/s with 1% loss for 5-20 s (tc netem)
+    slow-link     a host's link at 100 Mbit/s losing 1% of the packets for 5-20 s (tc's tbf, iptables)
     slots         a host's slots lowered to 1 in the discovery output for 10-30 s, then raised back
     host-leave    a host gone from the discovery output for 10-30 s, then back
     kill-job      SIGKILL of the launcher and every worker, then the same command again (resuming from the checkpoint)
@@ -25,7 +25,8 @@ epoch, and the invariant is checked:
 - those weights equal a fault-free replay of the committed steps (bench/chaos_task.py --replay; float tolerance:
   the allreduce sums ranks in another order than the replay);
 - no process of the job is left on any host and no shared-memory segment of it in /dev/shm;
-- every fault is logged with the time until training made progress past the step it met.
+- every fault is logged with its time to recover: the longest time without a step starting on any worker from it
+  to the next fault (a step that meets the fault fails; the re-formed job starts the next one).
 
 Exit 0 only when the invariant held. The report (faults by kind, recovered, time to recover, steps run again after
 a rollback) goes to stdout and --out-dir/chaos.json; a failure prints the command that replays its seed.
@@ -73,20 +74,19 @@ def command_line(args):
 
 
 class Progress:
-    """The workers' logs, read as they grow: the last step started and when."""
+    """The workers' logs, read as they grow: when each step started, on any worker."""
 
     def __init__(self, out_dir):
         self.out_dir = out_dir
         self.offsets = {}
-        self.events = []  # (time, step) of the batch events read since the last take_new()
-        self.last = 0
+        self.times = []  # start time of every batch event read so far
+        self.last = 0  # the last step started
 
     def poll(self):
         for name in os.listdir(self.out_dir):
             if not name.endswith(".log"):
                 continue
-            path = os.path.join(self.out_dir, name)
-            with open(path) as f:
+            with open(os.path.join(self.out_dir, name)) as f:
                 f.seek(self.offsets.get(name, 0))
                 chunk = f.read()
             complete = chunk[: chunk.rfind("\n") + 1]
@@ -97,15 +97,18 @@ class Progress:
                 except ValueError:
                     continue
                 if e["event"] == "batch":
-                    self.events.append((e["time"], e["batches"]))
+                    self.times.append(e["time"])
                     self.last = max(self.last, e["batches"])
 
-    def last_step(self):
-        return self.last
-
-    def take_new(self):
-        events, self.events = self.events, []
-        return events
+    def stall(self, since, until):
+        """The longest time without a step starting on any worker, from `since` to the first step after `until`:
+        how long a fault at `since` held the job up, when the next one came at `until` (None: no step since)."""
+        times = sorted(t for t in self.times if since <= t <= until)
+        times += [min((t for t in self.times if t > until), default=None)]
+        times = [t for t in times if t is not None]
+        if not times:
+            return None
+        return max([times[0] - since] + [b - a for a, b in zip(times, times[1:])])
 
 
 class Chaos:
@@ -127,7 +130,7 @@ class Chaos:
         self.attempt = 0
         self.launches = []
         self.job = None
-        self.faults = []  # dicts: kind, target, at, until, step, recovered_at
+        self.faults = []  # dicts: kind, target, at, step, stall_s, lifted_at
         self.away = None  # the host index a host fault has taken away
         self.stopped = set()
         self.progress = Progress(self.out_dir)
@@ -225,7 +228,7 @@ class Chaos:
         elif kind == "link-down":
             self.cluster.set_link(index, False)
         elif kind == "slow-link":
-            self.cluster.impair(index, "100mbit", "1%")
+            self.cluster.impair(index, "100mbit", 0.01)
         elif kind == "slots":
             self.slots[target] = 1
             self.write_hosts()
@@ -236,8 +239,8 @@ class Chaos:
             self.kill_job()
             self.attempt += 1
             self.launch()
-        self.measure_recovery()  # the events so far belong to the faults before this one
-        record = {"kind": kind, "target": target, "at": now, "step": self.progress.last_step(), "recovered_at": None}
+        self.progress.poll()
+        record = {"kind": kind, "target": target, "at": now, "step": self.progress.last, "stall_s": None}
         return record, (now + duration if kind in DURATIONS else None), index
 
     def lift(self, record, index):
@@ -274,11 +277,14 @@ class Chaos:
                 _, _, record, index = heapq.heappop(pending)
                 self.lift(record, index)
             if now >= next_fault:
-                kind = self.next_kind()
-                started = self.inject(kind, now)
-                if started is None:
-                    self.cycle.append(kind)  # its turn comes again at the next draw
-                else:
+                started, deferred = None, []
+                while started is None and len(deferred) < len(KINDS):
+                    kind = self.next_kind()
+                    started = self.inject(kind, now)
+                    if started is None:
+                        deferred.append(kind)  # another fault holds its host: it comes next time instead
+                self.cycle.extend(reversed(deferred))
+                if started is not None:
                     record, until, index = started
                     self.faults.append(record)
                     print(f"{now - self.launches[0]:7.1f} s  {kind:12s} {record['target']}", flush=True)
@@ -289,7 +295,7 @@ class Chaos:
             if self.job.poll() is not None:
                 self.ended_early = self.job.returncode
                 break
-            self.measure_recovery()
+            self.progress.poll()
             time.sleep(0.1)
         for _, _, record, index in sorted(pending):
             self.lift(record, index)
@@ -303,13 +309,11 @@ class Chaos:
         return self.job.returncode
 
     def measure_recovery(self):
-        """A fault is recovered from when a step past the last one started before it starts after it."""
+        """Each fault's time to recover: the longest stall from it to the next fault (the last one: to the end)."""
         self.progress.poll()
-        new = self.progress.take_new()
-        for record in self.faults:
-            if record["recovered_at"] is None:
-                times = [t for t, step in new if step > record["step"] and t >= record["at"]]
-                record["recovered_at"] = min(times) if times else None
+        ends = [record["at"] for record in self.faults[1:]] + [time.time()]
+        for record, until in zip(self.faults, ends):
+            record["stall_s"] = self.progress.stall(record["at"], until)
 
 
 def shm_entries():
@@ -363,8 +367,8 @@ def check(chaos, code, shm_before):
     if left:
         failures.append(f"shared memory left in /dev/shm: {sorted(left)}")
     for record in chaos.faults:
-        if record["recovered_at"] is None and record["at"] < chaos.faults[-1]["at"]:
-            failures.append(f"no progress after {record['kind']} at {record['at'] - chaos.launches[0]:.1f} s")
+        if record["stall_s"] is None:
+            failures.append(f"no step after {record['kind']} at {record['at'] - chaos.launches[0]:.1f} s")
     return failures, reference
 
 
@@ -376,7 +380,7 @@ def report(chaos, failures, reference, args):
     rows = []
     for kind in KINDS:
         records = by_kind.get(kind, [])
-        times = [r["recovered_at"] - r["at"] for r in records if r["recovered_at"] is not None]
+        times = [r["stall_s"] for r in records if r["stall_s"] is not None]
         rows.append(
             {
                 "kind": kind,
@@ -404,11 +408,7 @@ def report(chaos, failures, reference, args):
         "steps_run_again": run - len(steps),
         "by_kind": rows,
         "faults_log": [
-            dict(
-                r,
-                at=round(r["at"] - started, 2),
-                recovered_s=None if r["recovered_at"] is None else round(r["recovered_at"] - r["at"], 2),
-            )
+            dict(r, at=round(r["at"] - started, 2), lifted_at=round(r.get("lifted_at", r["at"]) - started, 2))
             for r in chaos.faults
         ],
         "invariant": "held" if not failures else "failed",
@@ -419,7 +419,7 @@ def report(chaos, failures, reference, args):
         f"{len(chaos.launches)} launch(es), {len(steps)} steps ({summary['steps_run_again']} run again after a "
         "rollback)",
         "",
-        "| fault | injected | recovered | time to recover, median (worst) |",
+        "| fault | injected | recovered | time to recover (the longest stall), median (worst) |",
         "|---|---|---|---|",
     ]
     for row in rows:

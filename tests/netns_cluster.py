@@ -222,18 +222,17 @@ class Cluster:
                     "100ms",
                 )
 
-    def impair(self, index: int, rate: Optional[str], loss: Optional[str] = None) -> None:
-        """Host ``index``'s link at ``rate`` (tc's units) losing ``loss`` of the packets (e.g. "1%"), in both
-        directions, with netem; ``rate=None`` lifts it."""
-        for prefix, device in (
-            ((), self.outside(index)),
-            (("ip", "netns", "exec", self.hosts[index].namespace), self._veth(index)),
-        ):
-            if rate is None:
-                _run(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
-            else:
-                _run(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "netem", "rate", rate,
-                     *(("loss", loss) if loss else ()))  # fmt: skip
+    def impair(self, index: int, rate: Optional[str], loss: Optional[float] = None) -> None:
+        """Host ``index``'s link at ``rate`` (as limit_rate) and, inside the host, every packet in or out dropped
+        with probability ``loss`` (iptables' statistic match: kernels without tc's netem are common on VMs);
+        ``rate=None`` lifts both."""
+        self.limit_rate(index, rate)
+        netns = ("ip", "netns", "exec", self.hosts[index].namespace, "iptables-legacy")
+        if rate is None or not loss:
+            _run(*netns, "-F", check=False)
+            return
+        for chain in ("INPUT", "OUTPUT"):
+            _run(*netns, "-A", chain, "-m", "statistic", "--mode", "random", "--probability", str(loss), "-j", "DROP")
 
     def outside(self, index: int) -> str:
         """Host ``index``'s link as seen from the bridge: what it receives there, the host sent."""

@@ -9,6 +9,8 @@
 #                iproute2    - `ip netns` / veth pairs that make those hosts
 #                tmux        - the terminal the launcher's progress-bar tests read back
 #                Java 17     - the JVMs of the Spark tests (pyspark 4 needs Java 17 or later)
+#                iptables    - the chaos test drops a share of a host's packets (iptables-legacy's statistic match,
+#                              since kernels without tc's netem are common on VMs)
 # And one that only saves time, installed where this script may install and never required:
 #                ccache      - the packaging test builds the wheel from the sdist: the core's objects come from
 #                              the editable install's compile instead of a second one (setup.py uses it if found)
@@ -16,9 +18,9 @@
 # never starts a suite that would end in a pile of errors.
 set -euo pipefail
 
-PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 tmux openjdk-17-jre-headless)
+PACKAGES=(openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 tmux openjdk-17-jre-headless iptables)
 # One program per package: present means installed.
-PROGRAMS=(mpirun mpicc sshd ssh ip tmux java)
+PROGRAMS=(mpirun mpicc sshd ssh ip tmux java iptables-legacy)
 PATH="$PATH:/usr/sbin:/sbin"  # sshd and ip live there; a non-root PATH often lacks them
 
 if [ "${1:-}" = "--list" ]; then
@@ -58,7 +60,8 @@ fi
     echo "    sudo sh -c '$install'"
   else
     echo "This system has no apt-get: install the equivalents of those Debian packages (Open MPI with its"
-    echo "headers, an OpenSSH server and client, iproute2, tmux, a Java 17 runtime), then run make test again."
+    echo "headers, an OpenSSH server and client, iproute2, tmux, a Java 17 runtime, iptables), then run make test"
+    echo "again."
   fi
 } >&2
 exit 1
