@@ -37,6 +37,7 @@ import heapq
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -74,12 +75,12 @@ def command_line(args):
 
 
 class Progress:
-    """The workers' logs, read as they grow: when each step started, on any worker."""
+    """The workers' logs, read as they grow: when each step started, or the job ended, on any worker."""
 
     def __init__(self, out_dir):
         self.out_dir = out_dir
         self.offsets = {}
-        self.times = []  # start time of every batch event read so far
+        self.times = []  # when every step started and every worker finished, as read so far
         self.last = 0  # the last step started
 
     def poll(self):
@@ -97,8 +98,9 @@ class Progress:
                 except ValueError:
                     continue
                 if e["event"] == "batch":
-                    self.times.append(e["time"])
                     self.last = max(self.last, e["batches"])
+                if e["event"] in ("batch", "done"):  # a job that ends right after a fault needed no further step
+                    self.times.append(e["time"])
 
     def stall(self, since, until):
         """The longest time without a step starting on any worker, from `since` to the first step after `until`:
@@ -455,6 +457,7 @@ def main():
         raise SystemExit(f"bench/chaos.py: cannot create the test hosts: {exc}")
     shm_before = shm_entries()
     chaos = Chaos(args, cluster, workdir)
+    summary = None
     try:
         code = chaos.run()
         failures, reference = check(chaos, code, shm_before)
@@ -462,7 +465,10 @@ def main():
     finally:
         chaos.kill_job()
         cluster.stop()
-    sys.exit(0 if summary["invariant"] == "held" else 1)
+    if summary["invariant"] != "held":
+        print(f"the workers' logs and the launcher's output: {workdir}")
+        sys.exit(1)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
