@@ -1,13 +1,15 @@
 """Elastic training across hosts under a seeded schedule of random faults, checked against an invariant.
 
     sudo python bench/chaos.py --minutes 60 --seed 1          # the hour: 3 hosts x 2 slots, a fault every 10-40 s
+    sudo python bench/chaos.py --minutes 60 --seed 1 --framework keras    # the same with Keras fit
     sudo python bench/chaos.py --minutes 2 --seed 7 --interval 4 10   # what CI runs (tests/test_chaos.py)
 
 Needs root: the hosts are network-namespace test hosts on a bridge, each with its own sshd (tests/netns_cluster.py),
-created and removed by this script. The job is bench/chaos_task.py under hvdlite-run's elastic driver (a discovery
-script this script rewrites, blacklisted hosts usable again after a few seconds), its state committed every step
-and checkpointed to disk, --max-restarts for failures of its own. Until --minutes have passed, at times drawn from
---interval, one fault of the next kind in a shuffled cycle of every kind (so each kind comes up as often):
+created and removed by this script. The job is bench/chaos_task.py (PyTorch, or Keras with --framework keras)
+under hvdlite-run's elastic driver (a discovery script this script rewrites, blacklisted hosts usable again after
+a few seconds), its state committed every step and checkpointed to disk, --max-restarts for failures of its own.
+Until --minutes have passed, at times drawn from --interval, one fault of the next kind in a shuffled cycle of
+every kind (so each kind comes up as often):
 
     kill-worker   SIGKILL of a worker
     stop-worker   SIGSTOP of a worker for 5-20 s, then SIGCONT
@@ -70,7 +72,7 @@ DISCOVERY_INTERVAL = 0.5
 def command_line(args):
     return (
         f"sudo python bench/chaos.py --minutes {args.minutes} --seed {args.seed} --interval {args.interval[0]:g} "
-        f"{args.interval[1]:g}"
+        f"{args.interval[1]:g} --framework {args.framework}"
     )
 
 
@@ -160,7 +162,7 @@ class Chaos:
             "--checkpoint-dir", os.path.join(self.workdir, "ckpt"), "--checkpoint-every", "10",
             "--max-restarts", "3",
             *self.cluster.ssh_flags(),
-            sys.executable, os.path.join(HERE, "chaos_task.py"), self.out_dir, str(MAX_EPOCHS),
+            sys.executable, os.path.join(HERE, "chaos_task.py"), self.args.framework, self.out_dir, str(MAX_EPOCHS),
         ]  # fmt: skip
         env = dict(os.environ, CHAOS_ATTEMPT=str(self.attempt))
         env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -342,7 +344,7 @@ def check(chaos, code, shm_before):
     elif len({tuple(e["weights"]) for e in done}) != 1:
         failures.append("the workers finished with different weights")
     replayed = subprocess.run(
-        [sys.executable, os.path.join(HERE, "chaos_task.py"), "--replay", chaos.out_dir],
+        [sys.executable, os.path.join(HERE, "chaos_task.py"), "--replay", chaos.args.framework, chaos.out_dir],
         capture_output=True,
         text=True,
         timeout=600,
@@ -402,6 +404,7 @@ def report(chaos, failures, reference, args):
     )
     summary = {
         "seed": args.seed,
+        "framework": args.framework,
         "minutes": args.minutes,
         "hosts": f"{len(chaos.cluster.hosts)} x {args.slots}",
         "faults": len(chaos.faults),
@@ -417,7 +420,8 @@ def report(chaos, failures, reference, args):
         "failures": failures,
     }
     lines = [
-        f"chaos: seed {args.seed}, {args.minutes} min, {summary['hosts']} hosts, {len(chaos.faults)} faults, "
+        f"chaos: {args.framework}, seed {args.seed}, {args.minutes} min, {summary['hosts']} hosts, "
+        f"{len(chaos.faults)} faults, "
         f"{len(chaos.launches)} launch(es), {len(steps)} steps ({summary['steps_run_again']} run again after a "
         "rollback)",
         "",
@@ -447,6 +451,7 @@ def main():
     parser.add_argument(
         "--interval", type=float, nargs=2, default=(10, 40), metavar=("LOW", "HIGH"), help="seconds between faults"
     )
+    parser.add_argument("--framework", choices=("torch", "keras"), default="torch", help="the job's framework")
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)

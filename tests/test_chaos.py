@@ -1,7 +1,7 @@
-"""Two minutes of bench/chaos.py under a fixed seed: elastic training on 3 network-namespace hosts x 2 slots while
-every kind of fault arrives every 4-10 s (CI's version of the chaos hour, docs/faults.md). The job must finish with
-the weights of a fault-free replay of its committed steps and leave nothing behind; the test fails, not skips, when
-the machine cannot create the hosts."""
+"""Two minutes of bench/chaos.py under a fixed seed, for each framework: elastic training (PyTorch, Keras fit) on 3
+network-namespace hosts x 2 slots while every kind of fault arrives every 4-10 s (CI's version of the chaos hour,
+docs/faults.md). The job must finish with the weights of a fault-free replay of its committed steps and leave
+nothing behind; the test fails, not skips, when the machine cannot create the hosts."""
 
 import json
 import os
@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.timeout(900)
-def test_two_minutes_of_random_faults_keep_the_invariant(tmp_path):
+@pytest.mark.parametrize("framework", ["torch", "keras"])
+def test_two_minutes_of_random_faults_keep_the_invariant(tmp_path, framework):
     result = subprocess.run(
         [
             sys.executable,
@@ -26,6 +27,8 @@ def test_two_minutes_of_random_faults_keep_the_invariant(tmp_path):
             "--interval",
             "4",
             "10",
+            "--framework",
+            framework,
             "--out-dir",
             str(tmp_path),
         ],
