@@ -9,9 +9,11 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
   the workers that ask to join it. The survivors' collectives failed; ``hvd.elastic.run`` rolled them back to
   their last commit and sent them here.
 - The discovery script (run every ``--discovery-interval`` s) reports more slots on a host, or a new host:
-  workers are started on the free slots and ``hosts_updated`` is set, so that the running workers leave at their
-  next ``state.commit()`` and the next round takes everyone in. A slot whose worker was stopped is used again
-  once that worker has exited (at a later discovery).
+  workers are started on the free slots. Once every one of them is waiting to join the next round (it has
+  started, imported its framework and reached ``init()``), ``hosts_updated`` is set, so that the running workers
+  leave at their next ``state.commit()`` and the next round takes everyone in; until then they train on, instead
+  of waiting at a commit for a new worker's start-up. A slot whose worker was stopped is used again once that
+  worker has exited (at a later discovery).
 - It reports fewer slots on a host: the workers beyond the new count go, the highest local ranks first (workers
   not yet in a round before them: those are stopped at once). The others are marked to leave and
   ``hosts_updated`` is set; at their next commit every worker asks to join the next round, and the driver stops
@@ -19,9 +21,11 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
   back before that, the marks are lifted.
 - A host that disappears from the script's output has its workers stopped at once (not a failure either; the
   others' collectives fail and they re-form from their last commit).
-- A round is formed as soon as every live worker has asked to join it. Once a member of the current round has
-  asked (its round ended), the others have ``ROUND_SETTLE_SECONDS``; those that have not asked by then (stopped,
-  hung) are stopped and left out. Workers that only joined wait, without a limit, for the members' next commit.
+- A round is formed as soon as every live member of the current round, and every new worker that is waiting,
+  has asked to join it. Once a member has asked (its round ended), the other members have
+  ``ROUND_SETTLE_SECONDS``; those that have not asked by then (stopped, hung) are stopped and left out. A new
+  worker still starting is neither waited for nor stopped: it joins a later round. New workers that are waiting
+  wait, without a limit, for the members' next commit. (Round 0 waits for every worker it starts with.)
 - Fewer than ``--min-np`` workers willing to continue, and none coming within ``--elastic-timeout`` (by default
   ``--start-timeout``): the job fails with that message. A job that would re-form more often than
   ``--reset-limit`` allows fails instead. Every worker exiting 0 ends the job with 0.
@@ -286,9 +290,10 @@ class ElasticDriver:
         started = self._fill_slots(hosts, limit=self.elastic.max_np)
         if self.round < 0:
             return  # round 0 is not formed yet: it takes (and leaves out) whoever is there then
-        if marked or started:
-            self.server.put(self.scope, "hosts_updated", str(self.round).encode())
-            self.hosts_updated_round = self.round
+        if marked:
+            self._end_round_at_next_commit()
+        elif started:
+            pass  # the round ends once the new workers are waiting (_newcomers_waiting)
         elif (
             self.hosts_updated_round == self.round
             and not self.started_in_round
@@ -298,6 +303,25 @@ class ElasticDriver:
             # the flag re-forms the same workers, which is harmless.)
             self.server.put(self.scope, "hosts_updated", b"-1")
             self.hosts_updated_round = None
+
+    def _end_round_at_next_commit(self) -> None:
+        self.server.put(self.scope, "hosts_updated", str(self.round).encode())
+        self.hosts_updated_round = self.round
+
+    def _newcomers(self) -> List[Worker]:
+        """Live workers started during the current round, not leaving."""
+        return [w for w in self.active() if w.worker_id not in self.members and not w.leaving]
+
+    def _newcomers_waiting(self) -> None:
+        """Ends the current round at the members' next commit once every new worker waits to join the next one."""
+        if self.round < 0 or self.hosts_updated_round == self.round:
+            return
+        staying = [w for w in self.active() if w.worker_id in self.members and not w.leaving]
+        newcomers = self._newcomers()
+        if len(staying) >= self.elastic.max_np:
+            return  # no room: a worker left out of a full round waits for a member to go
+        if newcomers and all(self._ready(w, self.round + 1) for w in newcomers):
+            self._end_round_at_next_commit()
 
     # -- rounds ---------------------------------------------------------------------------------------
 
@@ -450,6 +474,7 @@ class ElasticDriver:
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                     report(f"host discovery failed ({exc}); keeping the current hosts")
                 self._discovered(hosts)
+            self._newcomers_waiting()
             live = self.active()  # stopped workers that have not exited yet take no part
             if not live:
                 time.sleep(_POLL_INTERVAL)
@@ -460,6 +485,9 @@ class ElasticDriver:
                 waiting_since = None
                 time.sleep(_POLL_INTERVAL)
                 continue
+            # Whom the round waits for: the members, and new workers already waiting (round 0: everyone).
+            if self.members:
+                live = [w for w in live if w.worker_id in self.members or w in ready]
             # The settling clock starts when a member of the current round asks for the next one (its round has
             # ended: a failure or added workers). Workers that only joined wait for the members' next commit,
             # however far away it is.

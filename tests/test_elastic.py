@@ -43,7 +43,9 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4", job_args=()):
+def start_job(
+    tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4", job_args=(), env=None
+):
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\n{discover_body}\n")
     discover.chmod(0o755)
@@ -65,7 +67,7 @@ def start_job(tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="ech
         *job_args,
     ]
     return subprocess.Popen(
-        cmd, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd, env=job_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
 
 
@@ -401,10 +403,15 @@ def _slot_count_changes(driver):
     # 2 -> 3 while w2 is still exiting: its slot is not used yet ...
     driver._discovered([HostSlots("localhost", 3)])
     assert set(state()) == {"w0", "w1", "w2"} and flag() == b"0"
-    # ... and at the next discovery after its exit, a new worker starts on slot 2 and the members are told.
+    # ... and at the next discovery after its exit, a new worker starts on slot 2; the members are told once it
+    # waits to join the next round, not while it starts up.
     exit_("w2")
     driver._discovered([HostSlots("localhost", 3)])
     assert state() == {"w0": (0, False, False), "w1": (1, False, False), "w3": (2, False, False)}
+    driver._newcomers_waiting()
+    assert flag() == b"0"
+    driver.server.put(driver.scope, f"ready.{driver.round + 1}.w3", b"1")
+    driver._newcomers_waiting()
     assert flag() == b"1"
     # A worker that is in no round yet is stopped at once when its slot goes (it is in no mesh).
     driver._discovered([HostSlots("localhost", 2)])
@@ -495,6 +502,49 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
         done["w0"]["weights"],
         reference["weights"],
     )
+
+
+@pytest.mark.timeout(180)
+def test_the_job_trains_on_while_an_added_worker_starts(tmp_path):
+    """Discovery adds a slot; the new worker takes 8 s to start (as importing a big framework can). The running
+    workers train on meanwhile instead of waiting for it at their next commit, and it joins the round after."""
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:2\n")
+    proc = start_job(
+        tmp_path,
+        np=2,
+        min_np=2,
+        max_np=3,
+        epochs=10,
+        discover_body=f"cat {slots}",
+        extra=["--discovery-interval", "0.5"],
+        env={"ELASTIC_SLOW_START": "w2=8"},
+    )
+    try:
+        wait_for(
+            lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
+            120,
+            "w0 to commit 5 batches",
+        )
+        slots.write_text("localhost:3\n")
+        out = finish(proc, timeout=150)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-5000:]
+    logs = events(tmp_path)
+    begun = next(e["time"] for e in logs["w2"] if e["event"] == "start")
+    started = next(e["time"] for e in logs["w2"] if e["event"] == "started")
+    # The members' steps while w2 was starting (past the first second, in which they may be finishing a step).
+    meanwhile = [e for e in logs["w0"] if e["event"] == "batch" and begun + 1 < e["time"] < started]
+    assert len(meanwhile) >= 30, (len(meanwhile), out[-3000:])
+    joined = [e["time"] for e in logs["w0"] if e["event"] == "round" and e["size"] == 3]
+    assert joined and joined[0] > started, (joined, started)
+    assert "elastic round 1: 3 worker(s)" in out and "elastic round 2" not in out, out[-5000:]
+    done = {w: next(e for e in log if e["event"] == "done") for w, log in logs.items()}
+    assert done["w2"]["sizes"] == [3] and done["w0"]["sizes"] == [2, 3], done
+    assert len({tuple(d["weights"]) for d in done.values()}) == 1, "the workers finished with different models"
+    check_epochs_cover_every_sample(logs, epochs=10)
 
 
 def _has_worker(worker: str) -> bool:

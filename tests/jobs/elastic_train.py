@@ -4,7 +4,8 @@ argv: OUT_DIR EPOCHS [OPTIMIZER]. OPTIMIZER: sgd (the default), or sharded-momen
 state DistributedOptimizer shards over the ranks, which every re-formed job must partition anew). Every worker
 appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after each (re)initialisation with its rank
 and size, "batch" as each step starts (the step's number, the elastic round, the epoch and the sample indices
-this rank trains on), and "done" with the final weights and the sizes it trained at.
+this rank trains on), and "done" with the final weights and the sizes it trained at. ELASTIC_SLOW_START
+(environment) delays one worker's start-up ("started" is logged after it).
 
 argv: --replay OUT_DIR [OPTIMIZER]. The reference: one process replays the schedule the workers logged (for each
 step, the batches every rank of the round that last ran it trained on) on the same model and data, averaging the
@@ -91,6 +92,11 @@ def log(**event):
 
 
 log(event="start")
+# ELASTIC_SLOW_START="<worker id>=<seconds>": that worker takes so long to start, as a big framework's import can.
+slow_worker, _, delay = os.environ.get("ELASTIC_SLOW_START", "=0").partition("=")
+if worker == slow_worker:
+    time.sleep(float(delay))
+log(event="started")
 hvd.init()
 features, targets, model = make_data_and_model()
 dataset = torch.utils.data.TensorDataset(features, targets, torch.arange(len(features)))
