@@ -11,8 +11,9 @@ Protocol (rendezvous scope ``elastic.<job>``; the driver is launcher/elastic.py)
   hung: the driver stops them). A worker left out of round r (more workers than ``--max-np``) tries r + 1.
 - Which round: the one after the worker's last round; a worker's first round is the one after ``latest``
   (round 0 when there is none yet).
-- When discovery adds workers during round r, or takes slots away (the workers leaving are stopped as round
-  r + 1 forms), the driver sets ``hosts_updated`` to r. ``State.commit()`` reads it on rank 0, all ranks agree
+- When the workers discovery added during round r all wait for round r + 1 (they have started up), or when it
+  takes slots away (the workers leaving are stopped as round r + 1 forms), the driver sets ``hosts_updated`` to
+  r. ``State.commit()`` reads it on rank 0, all ranks agree
   through one broadcast, and every rank raises ``HostsUpdatedInterrupt``: the training function returns to
   ``run``, which re-initialises into round r + 1 with the new workers.
 - The mesh of round r exchanges addresses in rendezvous scope ``init.<job>.r<r>``.
