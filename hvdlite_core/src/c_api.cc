@@ -186,8 +186,8 @@ HVDLITE_EXPORT int hvdlite_enqueue_batch(const hvdlite_request* templates, const
     if (count < 0 || (count > 0 && (!templates || !indices || !buffers || !handles_out))) {
       return fail(StatusCode::kInvalidArgument, "invalid batch");
     }
-    std::vector<hvdlite_request> requests;
-    requests.reserve(static_cast<size_t>(count));
+    thread_local std::vector<hvdlite_request> requests;  // reused: an optimizer submits a batch every step
+    requests.clear();
     for (int32_t i = 0; i < count; ++i) {
       hvdlite_request r = templates[indices[i]];
       r.input = reinterpret_cast<const void*>(buffers[i]);
@@ -297,19 +297,19 @@ HVDLITE_EXPORT int hvdlite_enqueue_and_wait(const hvdlite_request* request, doub
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
-    std::vector<std::shared_ptr<HandleState>> states;
-    Status queued = rt->enqueue(request, 1, nullptr, &states);
+    std::shared_ptr<HandleState> state;
+    Status queued = rt->enqueue(request, 1, nullptr, &state);
     if (!queued.ok()) return report(queued);
     int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
-    const bool finished = rt->wait(*states[0], timeout_us);
-    if (finished && states[0]->status.ok()) return static_cast<int>(HVDLITE_OK);
+    const bool finished = rt->wait(*state, timeout_us);
+    if (finished && state->status.ok()) return static_cast<int>(HVDLITE_OK);
     // Still running, or failed: only now does the operation need a handle, for the caller to wait on or to read
     // the error from (a hash-table insert and erase less for the common case).
-    *handle_out = g_handles.add(states[0]);
+    *handle_out = g_handles.add(state);
     if (!finished) {
       return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(*handle_out));
     }
-    return report(states[0]->status);
+    return report(state->status);
   });
 }
 

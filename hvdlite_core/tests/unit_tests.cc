@@ -245,24 +245,42 @@ static void test_eager_layout() {
   CHECK(sum[0] == 1.75f && sum[1] == -2.0f && most == 9);
 }
 
+// plan_fusion's groups as lists of response indices.
+static std::vector<std::vector<size_t>> fusion_groups(const std::vector<Response>& list, int64_t threshold,
+                                                      int64_t tensor_limit, FusionPlan& plan) {
+  std::vector<const Response*> responses;
+  for (const Response& r : list) responses.push_back(&r);
+  plan_fusion(responses, threshold, tensor_limit, &plan);
+  std::vector<std::vector<size_t>> groups;
+  for (size_t g = 0; g < plan.groups(); ++g)
+    groups.emplace_back(plan.members.begin() + plan.begin(g), plan.members.begin() + plan.end(g));
+  return groups;
+}
+
 static void test_fusion() {
   std::vector<Response> list = {resp("a", 10), resp("b", 10, DType::kFloat64), resp("c", 10), resp("d", 1000),
                                 resp("e", 10)};
   Response gather = resp("g", 10);
   gather.op = OpType::kAllgather;
   list.push_back(gather);
-  auto groups = plan_fusion(list, 200, 1 << 20);  // bytes: a,c,e=40 each; d=4000 (over the threshold alone)
+  FusionPlan plan;                                        // one plan reused throughout, as the executor does
+  auto groups = fusion_groups(list, 200, 1 << 20, plan);  // bytes: a,c,e=40 each; d=4000 (alone)
   CHECK(groups.size() == 4);
   CHECK(groups[0] == std::vector<size_t>({0, 2, 4}));  // same dtype fused across a float64 in between
   CHECK(groups[1] == std::vector<size_t>({1}));
   CHECK(groups[2] == std::vector<size_t>({3}));
   CHECK(groups[3] == std::vector<size_t>({5}));
-  auto tight = plan_fusion({resp("a", 10), resp("b", 10), resp("c", 10)}, 80, 1 << 20);
-  CHECK(tight.size() == 2 && tight[0].size() == 2);
+  auto tight = fusion_groups({resp("a", 10), resp("b", 10), resp("c", 10)}, 80, 1 << 20, plan);
+  CHECK(tight.size() == 2 && tight[0] == std::vector<size_t>({0, 1}) && tight[1] == std::vector<size_t>({2}));
   // Tensors at or above the tensor limit are never fused, whatever the threshold.
-  auto limited = plan_fusion({resp("a", 10), resp("big", 100), resp("c", 10)}, 1 << 20, 400);
+  auto limited = fusion_groups({resp("a", 10), resp("big", 100), resp("c", 10)}, 1 << 20, 400, plan);
   CHECK(limited.size() == 2 && limited[0] == std::vector<size_t>({0, 2}) && limited[1] == std::vector<size_t>({1}));
-  CHECK(tight.size() == 2 && tight[0].size() == 2);
+  CHECK(fusion_groups({}, 200, 1 << 20, plan).empty());
+  // Interleaved dtypes: each group keeps its members in response order.
+  auto mixed =
+      fusion_groups({resp("a", 1), resp("b", 1, DType::kFloat64), resp("c", 1), resp("d", 1, DType::kFloat64)},
+                    1 << 20, 1 << 20, plan);
+  CHECK(mixed.size() == 2 && mixed[0] == std::vector<size_t>({0, 2}) && mixed[1] == std::vector<size_t>({1, 3}));
 }
 
 static void test_dtypes() {

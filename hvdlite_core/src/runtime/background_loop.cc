@@ -58,7 +58,8 @@ void Runtime::announce_progress() {
 bool Runtime::run_cycle() {
   if (stopped_) return false;
   // 1. Drain: what this process's callers enqueued since the last cycle.
-  std::vector<TensorEntry> fresh = queue_.drain();
+  std::vector<TensorEntry>& fresh = fresh_;
+  queue_.drain(fresh);
   last_cycle_ = Clock::now();
   if (timeline_.enabled()) {
     for (const TensorEntry& e : fresh) {
@@ -69,7 +70,8 @@ bool Runtime::run_cycle() {
     // 2-3. Negotiate and validate (controller.h): which tensors every member of a set has submitted, in one order
     // on every rank, with mismatches turned into errors that name the ranks.
     const bool leaving = shutdown_requested_.load();
-    Controller::Outcome outcome = controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string());
+    Controller::Outcome& outcome = outcome_;
+    controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string(), outcome);
     idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
     // 4-6. Fuse, run on the backend and complete the handles (executor.h).

@@ -56,8 +56,13 @@ void Controller::exchange_bits(size_t bit_words) {
   });
 }
 
-Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown,
-                                          const std::string& abort_reason) {
+void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason,
+                           Outcome& outcome) {
+  outcome.responses.clear();
+  outcome.eager.clear();
+  outcome.shutdown = false;
+  outcome.peer_failure.clear();
+  outcome.idle = false;
   std::vector<Request> requests;
   requests.swap(resend_);
   if (want_shutdown && !abort_reason.empty()) {
@@ -139,7 +144,6 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
     });
   }
 
-  Outcome outcome;
   outcome.shutdown = (any & kFlagShutdown) != 0;
   const bool any_joined = (any & kFlagJoined) != 0;
   if (any_joined) {
@@ -154,7 +158,7 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
       if (eager)
         outcome.eager.push_back({cache_.shared_at(p), eager_region + eager->offset});
       else
-        outcome.responses.push_back(cache_.at(p));
+        outcome.responses.push_back(cache_.shared_at(p));
       cache_.touch(p);
       drop_hit(p);
     });
@@ -171,12 +175,11 @@ Controller::Outcome Controller::negotiate(std::vector<TensorEntry>& fresh, bool 
       if (r.op == OpType::kAbort)
         outcome.peer_failure = r.error;
       else
-        outcome.responses.push_back(std::move(r));
+        outcome.responses.push_back(std::make_shared<const Response>(std::move(r)));
     }
   }
   outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && outcome.eager.empty() &&
                  pending_.empty() && resend_.empty();
-  return outcome;
 }
 
 void Controller::add_hit(int position, TensorEntry* entry) {
@@ -306,8 +309,21 @@ std::vector<Response> Controller::coordinate(const std::vector<Request>& mine) {
 
 TensorEntry* Controller::keep_pending(TensorEntry&& entry) {
   // The entry's key moves into the table and back out in take_pending: no copy of it on the way.
-  std::string key = std::move(entry.key);
-  return &pending_.emplace(std::move(key), std::move(entry)).first->second;
+  if (spare_pending_.empty()) {
+    std::string key = std::move(entry.key);
+    return &pending_.emplace(std::move(key), std::move(entry)).first->second;
+  }
+  PendingTable::node_type node = std::move(spare_pending_.back());
+  spare_pending_.pop_back();
+  node.key() = std::move(entry.key);
+  node.mapped() = std::move(entry);
+  auto placed = pending_.insert(std::move(node));
+  // A key already pending leaves the node unplaced (as emplace would): kept for the next one.
+  if (!placed.inserted) {
+    placed.node.mapped() = TensorEntry();
+    spare_pending_.push_back(std::move(placed.node));
+  }
+  return &placed.position->second;
 }
 
 bool Controller::take_pending(const Response& response, TensorEntry* out) {
@@ -317,6 +333,7 @@ bool Controller::take_pending(const Response& response, TensorEntry* out) {
   auto node = pending_.extract(it);
   *out = std::move(node.mapped());
   out->key = std::move(node.key());
+  spare_pending_.push_back(std::move(node));
   return true;
 }
 

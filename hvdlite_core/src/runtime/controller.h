@@ -34,7 +34,8 @@ class Controller {
   Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets);
 
   struct Outcome {
-    std::vector<Response> responses;
+    // Shared with the cache, not copied: a cached tensor's steady state allocates nothing to run it.
+    std::vector<std::shared_ptr<const Response>> responses;
     std::vector<EagerResult> eager;  // reduced in the exchange: only to be copied out (valid until the next cycle)
     bool shutdown = false;
     std::string peer_failure;  // with shutdown: why the rank(s) that left did so, when they said ("" if not)
@@ -44,7 +45,9 @@ class Controller {
   };
   // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks. A rank that
   // wants to shut down because of an error passes the reason, which every rank then finds in peer_failure.
-  Outcome negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason = "");
+  // outcome is overwritten; the caller reuses it from cycle to cycle.
+  void negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason,
+                 Outcome& outcome);
   // The pending entry for a response, removed from the table; false if this rank has none (it joined, or
   // never submitted a tensor that failed validation).
   bool take_pending(const Response& response, TensorEntry* out);
@@ -84,9 +87,11 @@ class Controller {
   // only when the cache's contents or the process sets change.
   void update_outsiders(size_t words);
 
-  std::unordered_map<std::string, TensorEntry> pending_;  // by entry_key; node-based: entries never move
-  std::vector<uint64_t> hit_words_;                       // bit p: this rank's hit at cache position p awaits
-  std::vector<TensorEntry*> hit_entries_;                 // by position: that hit's entry in pending_
+  using PendingTable = std::unordered_map<std::string, TensorEntry>;
+  PendingTable pending_;                                // by entry_key; node-based: entries never move
+  std::vector<PendingTable::node_type> spare_pending_;  // emptied nodes of taken entries, reused by keep_pending
+  std::vector<uint64_t> hit_words_;                     // bit p: this rank's hit at cache position p awaits
+  std::vector<TensorEntry*> hit_entries_;               // by position: that hit's entry in pending_
   size_t hit_count_ = 0;
   std::vector<uint64_t> outsider_words_;
   uint64_t outsider_generation_ = ~0ull;

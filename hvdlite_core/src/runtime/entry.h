@@ -47,6 +47,25 @@ struct TensorEntry {
   std::shared_ptr<HandleState> handle;
   Clock::time_point enqueued;  // set by Runtime::enqueue, for the timeline and the stall checks
   std::string key;             // entry_key(process set, name), set once when queued (TensorQueue::push)
+
+  // Back to a new entry's state, but keeping what its strings and vectors have allocated: the queue reuses the
+  // entries of finished operations, so that a steady state of named tensors allocates no name, shape or key.
+  void reset_keeping_capacity() {
+    std::string name = std::move(request.name), key_text = std::move(key);
+    std::vector<int64_t> shape = std::move(request.shape);
+    std::vector<int32_t> ranks = std::move(request.ranks), split_rows = std::move(splits);
+    *this = TensorEntry();
+    name.clear();
+    key_text.clear();
+    shape.clear();
+    ranks.clear();
+    split_rows.clear();
+    request.name = std::move(name);
+    key = std::move(key_text);
+    request.shape = std::move(shape);
+    request.ranks = std::move(ranks);
+    splits = std::move(split_rows);
+  }
 };
 
 // The key of an in-flight tensor: "<process set>/<name>". Built once when the tensor is queued and carried with

@@ -94,22 +94,25 @@ std::string upper(const char* text) {
 
 char* Executor::fusion_buffer(size_t bytes) { return fusion_.reserve(bytes); }
 
-void Executor::execute(const std::vector<Response>& responses, const std::vector<EagerResult>& eager) {
+void Executor::execute(const std::vector<std::shared_ptr<const Response>>& responses,
+                       const std::vector<EagerResult>& eager) {
   finish_eager(eager);
-  const int64_t threshold = tuner_.fusion_threshold_bytes();
-  for (const std::vector<size_t>& group : plan_fusion(responses, threshold, config_.fusion_tensor_limit_bytes)) {
-    const Response& head = responses[group[0]];
-    if (head.on_device && !head.is_error) {
-      std::vector<const Response*> members;
-      for (size_t i : group) members.push_back(&responses[i]);
-      run_on_device(members);
-    } else if (group.size() == 1) {
-      run_single(responses[group[0]]);
-    } else {
-      std::vector<const Response*> members;
-      for (size_t i : group) members.push_back(&responses[i]);
-      run_fused(members);
+  responses_.clear();
+  for (const auto& r : responses) responses_.push_back(r.get());
+  plan_fusion(responses_, tuner_.fusion_threshold_bytes(), config_.fusion_tensor_limit_bytes, &plan_);
+  for (size_t g = 0; g < plan_.groups(); ++g) {
+    const Response& head = *responses_[plan_.members[plan_.begin(g)]];
+    const bool on_device = head.on_device && !head.is_error;
+    if (!on_device && plan_.end(g) - plan_.begin(g) == 1) {
+      run_single(head);
+      continue;
     }
+    group_.clear();
+    for (size_t m = plan_.begin(g); m < plan_.end(g); ++m) group_.push_back(responses_[plan_.members[m]]);
+    if (on_device)
+      run_on_device(group_);
+    else
+      run_fused(group_);
   }
   // The autotuner's windows count every allreduce of the negotiated stream, member or not, eager ones too (a
   // window sized to a training step's gradients must close once per step): the same on every rank.
@@ -118,8 +121,8 @@ void Executor::execute(const std::vector<Response>& responses, const std::vector
   };
   int64_t allreduced = 0;
   for (const EagerResult& done : eager) allreduced += bytes_of(*done.response);
-  for (const Response& r : responses) {
-    if (!r.is_error && r.op == OpType::kAllreduce) allreduced += bytes_of(r);
+  for (const Response* r : responses_) {
+    if (!r->is_error && r->op == OpType::kAllreduce) allreduced += bytes_of(*r);
   }
   if (allreduced > 0) {
     tuner_.record(allreduced,
@@ -136,7 +139,7 @@ void Executor::finish_eager(const std::vector<EagerResult>& results) {
     TimelineSpan span(timeline_, r.name, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
     copy_scaled(r.dtype, entry.output, done.data, static_cast<size_t>(element_count(r.shape)),
                 effective_postscale(r, n));
-    queue_.finish(entry, Status::Ok());
+    queue_.finish(std::move(entry), Status::Ok());
   }
 }
 
@@ -150,7 +153,7 @@ void Executor::run_single(const Response& r) {
   static const std::string kNoTensor;
   TimelineSpan span(timeline_, e ? r.name : kNoTensor, activity);
   if (r.is_error) {
-    if (e) queue_.finish(entry, Status(static_cast<StatusCode>(r.error_code), r.error));
+    if (e) queue_.finish(std::move(entry), Status(static_cast<StatusCode>(r.error_code), r.error));
     return;
   }
   try {
@@ -187,10 +190,10 @@ void Executor::run_single(const Response& r) {
       if (e) controller_.return_pending(std::move(entry));
       throw;
     }
-    if (e) queue_.finish(entry, error.status());
+    if (e) queue_.finish(std::move(entry), error.status());
     return;
   }
-  if (e) queue_.finish(entry, Status::Ok());
+  if (e) queue_.finish(std::move(entry), Status::Ok());
 }
 
 const char* Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
@@ -223,15 +226,18 @@ const char* Executor::run_allreduce(Communicator& comm, const Response& r, Tenso
 void Executor::run_fused(const std::vector<const Response*>& group) {
   const Response& head = *group.front();
   Communicator* comm = sets_.get(head.process_set);
-  std::vector<TensorEntry> entries(group.size());
-  std::vector<bool> have(group.size());
+  std::vector<TensorEntry>& entries = fused_entries_;
+  std::vector<bool>& have = fused_have_;
+  entries.clear();
+  entries.resize(group.size());
+  have.assign(group.size(), false);
   for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
   if (!comm || comm->rank() < 0) return;
   const size_t esize = dtype_size(head.dtype);
-  const FusedLayout layout = fused_layout(group);
-  const std::vector<size_t>& counts = layout.counts;
-  const std::vector<size_t>& offsets = layout.offsets;
-  const size_t total = layout.total;
+  fused_layout(group, &fused_layout_);
+  const std::vector<size_t>& counts = fused_layout_.counts;
+  const std::vector<size_t>& offsets = fused_layout_.offsets;
+  const size_t total = fused_layout_.total;
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   const std::string fused = timeline_.enabled() ? "ALLREDUCE (fused x" + std::to_string(group.size()) : "";
   for (size_t i = 0; i < group.size(); ++i) {
@@ -264,6 +270,7 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     if (have[i]) copy_scaled(head.dtype, entries[i].output, buffer + offsets[i] * esize, counts[i], post);
   }
   queue_.finish_group(entries, have, Status::Ok());
+  entries.clear();
 }
 
 void Executor::run_on_device(const std::vector<const Response*>& group) {
@@ -297,7 +304,7 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
     for (TensorEntry& e : entries) {
       gpu_context_.release_event(e.ready);
       e.ready = nullptr;
-      queue_.finish(e, error.status());
+      queue_.finish(std::move(e), error.status());
     }
   }
 }
@@ -398,7 +405,7 @@ void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
       if (gpu_) gpu_->set_removed(id);
     }
   }
-  if (e) queue_.finish(*e, status);
+  if (e) queue_.finish(std::move(*e), status);
 }
 
 }  // namespace hvdlite

@@ -16,45 +16,63 @@ int64_t bytes_of(const Response& r) { return element_count(r.shape) * static_cas
 
 }  // namespace
 
-std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes,
-                                             int64_t tensor_limit_bytes) {
+void plan_fusion(const std::vector<const Response*>& responses, int64_t threshold_bytes, int64_t tensor_limit_bytes,
+                 FusionPlan* plan) {
   const int64_t limit = std::min(threshold_bytes, tensor_limit_bytes);
-  std::vector<std::vector<size_t>> groups;
-  std::vector<int64_t> group_bytes;
-  std::vector<size_t> open;  // indices into groups that still accept members
+  plan->group_of.resize(responses.size());
+  plan->heads.clear();
+  plan->group_bytes.clear();
+  plan->open.clear();
   for (size_t i = 0; i < responses.size(); ++i) {
-    const Response& r = responses[i];
-    int64_t bytes = bytes_of(r);
+    const Response& r = *responses[i];
+    const int64_t bytes = bytes_of(r);
+    const bool joins_others = fusable(r) && bytes < limit;
     bool placed = false;
-    if (fusable(r) && bytes < limit) {
-      for (size_t g : open) {
-        const Response& head = responses[groups[g].front()];
-        if (compatible(head, r) && group_bytes[g] + bytes <= threshold_bytes) {
-          groups[g].push_back(i);
-          group_bytes[g] += bytes;
+    if (joins_others) {
+      for (size_t g : plan->open) {
+        if (compatible(*responses[plan->heads[g]], r) && plan->group_bytes[g] + bytes <= threshold_bytes) {
+          plan->group_of[i] = g;
+          plan->group_bytes[g] += bytes;
           placed = true;
           break;
         }
       }
     }
     if (placed) continue;
-    groups.push_back({i});
-    group_bytes.push_back(bytes);
-    if (fusable(r) && bytes < limit) open.push_back(groups.size() - 1);
+    plan->group_of[i] = plan->heads.size();
+    plan->heads.push_back(i);
+    plan->group_bytes.push_back(bytes);
+    if (joins_others) plan->open.push_back(plan->heads.size() - 1);
   }
-  return groups;
+  // Laid out group after group, each in response order (a counting sort): group_ends holds each group's start
+  // first, and its end once the group's members are placed.
+  plan->group_ends.assign(plan->heads.size(), 0);
+  for (size_t i = 0; i < responses.size(); ++i) ++plan->group_ends[plan->group_of[i]];
+  size_t start = 0;
+  for (size_t& place : plan->group_ends) {
+    const size_t count = place;
+    place = start;
+    start += count;
+  }
+  plan->members.resize(responses.size());
+  for (size_t i = 0; i < responses.size(); ++i) plan->members[plan->group_ends[plan->group_of[i]]++] = i;
 }
 
 FusedLayout fused_layout(const std::vector<const Response*>& group) {
   FusedLayout layout;
-  layout.counts.resize(group.size());
-  layout.offsets.resize(group.size());
-  for (size_t i = 0; i < group.size(); ++i) {
-    layout.counts[i] = static_cast<size_t>(element_count(group[i]->shape));
-    layout.offsets[i] = layout.total;
-    layout.total += layout.counts[i];
-  }
+  fused_layout(group, &layout);
   return layout;
+}
+
+void fused_layout(const std::vector<const Response*>& group, FusedLayout* layout) {
+  layout->counts.resize(group.size());
+  layout->offsets.resize(group.size());
+  layout->total = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    layout->counts[i] = static_cast<size_t>(element_count(group[i]->shape));
+    layout->offsets[i] = layout->total;
+    layout->total += layout->counts[i];
+  }
 }
 
 }  // namespace hvdlite

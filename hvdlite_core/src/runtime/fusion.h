@@ -12,9 +12,23 @@ namespace hvdlite {
 
 // Groups of response indices, in execution order (a group runs when its first member comes up). Tensors of
 // tensor_limit_bytes or more stay alone: they are bandwidth-bound already, and fusing them would only copy
-// them into and out of the fusion buffer (two extra passes over memory).
-std::vector<std::vector<size_t>> plan_fusion(const std::vector<Response>& responses, int64_t threshold_bytes,
-                                             int64_t tensor_limit_bytes);
+// them into and out of the fusion buffer (two extra passes over memory). Kept flat and reused from cycle to cycle:
+// planning allocates nothing once the plan has seen as many responses.
+struct FusionPlan {
+  std::vector<size_t> members;     // response indices, group after group, each group in response order
+  std::vector<size_t> group_ends;  // one past each group's last place in members
+  size_t groups() const { return group_ends.size(); }
+  size_t begin(size_t group) const { return group ? group_ends[group - 1] : 0; }
+  size_t end(size_t group) const { return group_ends[group]; }
+
+  // Working space of plan_fusion.
+  std::vector<size_t> group_of;  // by response
+  std::vector<size_t> heads;     // by group: its first response
+  std::vector<int64_t> group_bytes;
+  std::vector<size_t> open;  // groups that still accept members
+};
+void plan_fusion(const std::vector<const Response*>& responses, int64_t threshold_bytes, int64_t tensor_limit_bytes,
+                 FusionPlan* plan);
 
 // Where each member of a fused group lies in the fusion buffer, in elements of the group's dtype.
 struct FusedLayout {
@@ -23,5 +37,6 @@ struct FusedLayout {
   size_t total = 0;
 };
 FusedLayout fused_layout(const std::vector<const Response*>& group);
+void fused_layout(const std::vector<const Response*>& group, FusedLayout* layout);  // into a reused one
 
 }  // namespace hvdlite

@@ -455,7 +455,7 @@ void GpuExecutor::run(Communicator& comm, const std::vector<const Response*>& gr
   completions_->push(done, [queue, timeline, batch](const Status& status) {
     for (TensorEntry& e : *batch) {
       timeline->end(e.request.name);  // before finish: the name cannot be submitted again until then
-      queue->finish(e, status);
+      queue->finish(std::move(e), status);
     }
   });
 }

@@ -2,10 +2,29 @@
 
 namespace hvdlite {
 
+void HandleTable::insert(int64_t id, std::shared_ptr<HandleState> state) {
+  if (spare_.empty()) {
+    states_.emplace(id, std::move(state));
+    return;
+  }
+  States::node_type node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = id;
+  node.mapped() = std::move(state);
+  states_.insert(std::move(node));  // ids are never reused: always placed
+}
+
+void HandleTable::erase(int64_t id) {
+  States::node_type node = states_.extract(id);
+  if (node.empty()) return;
+  node.mapped().reset();
+  spare_.push_back(std::move(node));
+}
+
 int64_t HandleTable::add(std::shared_ptr<HandleState> state) {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t id = next_id_++;
-  states_[id] = std::move(state);
+  insert(id, std::move(state));
   return id;
 }
 
@@ -13,7 +32,7 @@ void HandleTable::add_many(const std::vector<std::shared_ptr<HandleState>>& stat
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < states.size(); ++i) {
     ids_out[i] = next_id_++;
-    states_[ids_out[i]] = states[i];
+    insert(ids_out[i], states[i]);
   }
 }
 
@@ -25,12 +44,12 @@ std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
 
 void HandleTable::release(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  states_.erase(id);
+  erase(id);
 }
 
 void HandleTable::release_many(const int64_t* ids, int32_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int32_t i = 0; i < count; ++i) states_.erase(ids[i]);
+  for (int32_t i = 0; i < count; ++i) erase(ids[i]);
 }
 
 }  // namespace hvdlite

@@ -20,8 +20,12 @@ class HandleTable {
   void release_many(const int64_t* ids, int32_t count);  // under one lock
 
  private:
+  using States = std::unordered_map<int64_t, std::shared_ptr<HandleState>>;
+  void insert(int64_t id, std::shared_ptr<HandleState> state);  // under mutex_
+  void erase(int64_t id);                                       // under mutex_
   std::mutex mutex_;
-  std::unordered_map<int64_t, std::shared_ptr<HandleState>> states_;
+  States states_;
+  std::vector<States::node_type> spare_;  // released handles' nodes, reused: a steady state allocates none
   int64_t next_id_ = 1;
 };
 

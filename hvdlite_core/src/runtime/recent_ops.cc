@@ -17,26 +17,33 @@ std::string human_bytes(int64_t n) {
 void RecentOps::submitted(const TensorEntry& entry) {
   const Request& q = entry.request;
   const int64_t bytes = element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype));
-  if (ops_.size() == kKept) ops_.pop_front();
-  ops_.push_back(Op{q.op, q.process_set, q.name, bytes, "pending"});
+  Op& op = ring_[next_];
+  op.op = q.op;
+  op.process_set = q.process_set;
+  op.name.assign(q.name);
+  op.bytes = bytes;
+  op.state = "pending";
+  next_ = (next_ + 1) % kKept;
+  if (count_ < kKept) ++count_;
 }
 
 void RecentOps::finished(const TensorEntry& entry, bool ok) {
   const Request& q = entry.request;
-  for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
-    if (it->process_set == q.process_set && it->name == q.name) {
-      it->state = ok ? "done" : "failed";
+  for (size_t age = 0; age < count_; ++age) {
+    Op& op = newest(age);
+    if (op.process_set == q.process_set && op.name == q.name) {
+      op.state = ok ? "done" : "failed";
       return;
     }
   }
 }
 
 std::string RecentOps::report(int rank) const {
-  if (ops_.empty()) return "";
+  if (count_ == 0) return "";
   std::string text =
-      "last " + std::to_string(ops_.size()) + " collectives on rank " + std::to_string(rank) + ", oldest first: ";
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    const Op& op = ops_[i];
+      "last " + std::to_string(count_) + " collectives on rank " + std::to_string(rank) + ", oldest first: ";
+  for (size_t i = 0; i < count_; ++i) {
+    const Op& op = newest(count_ - 1 - i);
     text += (i ? ", " : "") + std::string(op_name(op.op)) + " '" + op.name + "' (";
     if (op.op != OpType::kBarrier && op.op != OpType::kJoin) text += human_bytes(op.bytes) + ", ";
     if (op.process_set != 0) text += "process set " + std::to_string(op.process_set) + ", ";

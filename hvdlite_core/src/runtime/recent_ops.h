@@ -2,8 +2,8 @@
 // peer: each rank's error then shows where that rank was ("allreduce 'grad.7' (4 MB) pending"), so a user
 // comparing the ranks' errors sees who was in which collective. Owned by TensorQueue, used under its lock.
 #pragma once
+#include <array>
 #include <cstdint>
-#include <deque>
 #include <string>
 
 #include "runtime/entry.h"
@@ -27,7 +27,13 @@ class RecentOps {
     int64_t bytes;
     const char* state;
   };
-  std::deque<Op> ops_;
+  // A ring, oldest overwritten: a record's name string keeps its capacity, so recording allocates nothing once
+  // the ring has seen names as long.
+  Op& newest(size_t age) { return ring_[(next_ + kKept - 1 - age) % kKept]; }  // age 0: the newest
+  const Op& newest(size_t age) const { return ring_[(next_ + kKept - 1 - age) % kKept]; }
+  std::array<Op, kKept> ring_{};
+  size_t next_ = 0;   // where the next record goes
+  size_t count_ = 0;  // records kept (at most kKept)
 };
 
 }  // namespace hvdlite

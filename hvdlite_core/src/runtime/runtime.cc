@@ -115,7 +115,7 @@ void Runtime::fail_everything(const Status& status) {
   stopped_ = true;
   executor_->abort_device_work(status);
   queue_.close(status);
-  for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(entry, status);
+  for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(std::move(entry), status);
 }
 
 Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vector<int32_t>* splits) {
@@ -143,7 +143,7 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     return std::string(op_name(out->op)) +
            (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
   };
-  std::vector<int> members;
+  thread_local std::vector<int> members;  // reused: a copy of the set's members per request allocated
   if (!sets_->members(q.process_set_id, &members)) {
     return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
   }
@@ -284,9 +284,21 @@ Status Runtime::check_device_request(const hvdlite_request& q, Request& out,
 }
 
 Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                        std::vector<std::shared_ptr<HandleState>>* states_out) {
+                        std::shared_ptr<HandleState>* first_state_out) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
-  std::vector<TensorEntry> entries(count);
+  // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
+  // tensors allocates no entry, name, shape or key here.
+  thread_local std::vector<TensorEntry> entries;
+  thread_local std::vector<std::shared_ptr<HandleState>> states;
+  struct Cleared {  // whatever the outcome, nothing of this call stays in the thread's buffers
+    ~Cleared() {
+      entries.clear();
+      states.clear();
+    }
+  } cleared;
+  entries.clear();
+  states.clear();
+  queue_.take_spare(entries, static_cast<size_t>(count));
   const Clock::time_point now = Clock::now();
   for (int i = 0; i < count; ++i) {
     TensorEntry& entry = entries[i];
@@ -314,8 +326,6 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
       return prepared;
     }
   }
-  std::vector<std::shared_ptr<HandleState>> states;
-  states.reserve(entries.size());
   for (const TensorEntry& entry : entries) states.push_back(entry.handle);
   // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
   // in the same order agree on them, even when other sets run unnamed collectives in between.
@@ -328,7 +338,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     return status;
   }
   if (handles_out) handles_.add_many(states, handles_out);
-  if (states_out) *states_out = std::move(states);
+  if (first_state_out && count > 0) *first_state_out = states[0];
   return Status::Ok();
 }
 

@@ -31,10 +31,11 @@ class Runtime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Validates every request, then queues all of them or none (grouped collectives are atomic).
-  // states_out (optional): the handles' states, for a caller that waits on them at once. handles_out may then be
-  // null: the operations get no handle (hvdlite_enqueue_and_wait registers one only when it must return it).
+  // first_state_out (optional): the first operation's state, for a caller that waits on it at once. handles_out
+  // may then be null: the operations get no handle (hvdlite_enqueue_and_wait registers one only when it must
+  // return it).
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                 std::vector<std::shared_ptr<HandleState>>* states_out = nullptr);
+                 std::shared_ptr<HandleState>* first_state_out = nullptr);
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of
@@ -92,6 +93,9 @@ class Runtime {
   std::atomic<int> active_waiters_{0};  // threads inside wait(): they drive progress themselves
   bool wait_driving(HandleState& handle, int64_t timeout_us);
   Clock::time_point last_cycle_;  // written under progress_mutex_
+  // A cycle's drained entries and negotiated outcome, reused from cycle to cycle (under progress_mutex_).
+  std::vector<TensorEntry> fresh_;
+  Controller::Outcome outcome_;
   // Consecutive cycles in which nothing happened anywhere (written under progress_mutex_, read without it).
   std::atomic<int> idle_cycles_{0};
   std::thread thread_;

@@ -31,7 +31,7 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
         name_unnamed(entry);
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       }
-      in_flight_.insert(entry.key);
+      add_in_flight(entry.key);
       if (i >= first_recent) recent_.submitted(entry);
       queue_.push_back(std::move(entry));
     }
@@ -59,20 +59,57 @@ void TensorQueue::wait_for_wake(std::chrono::microseconds timeout) {
   woken_ = false;
 }
 
-std::vector<TensorEntry> TensorQueue::drain() {
+void TensorQueue::drain(std::vector<TensorEntry>& out) {
+  out.clear();
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<TensorEntry> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-  queue_.clear();
-  return out;
+  out.swap(queue_);
 }
 
-void TensorQueue::finish(TensorEntry& entry, Status status) {
+void TensorQueue::add_in_flight(const std::string& key) {
+  if (spare_keys_.empty()) {
+    in_flight_.insert(key);
+    return;
+  }
+  auto node = std::move(spare_keys_.back());
+  spare_keys_.pop_back();
+  node.value().assign(key);  // into the string's own capacity
+  in_flight_.insert(std::move(node));
+}
+
+void TensorQueue::remove_in_flight(const std::string& key) {
+  auto node = in_flight_.extract(key);
+  if (!node.empty()) spare_keys_.push_back(std::move(node));
+}
+
+void TensorQueue::keep_spare(TensorEntry&& entry) {
+  // Bounded: a burst of many thousand operations once should not hold their memory for the rest of the job.
+  constexpr size_t kMostSpare = 1 << 14;
+  if (spare_entries_.size() >= kMostSpare) return;
+  spare_entries_.push_back(std::move(entry));
+  spare_entries_.back().reset_keeping_capacity();
+}
+
+void TensorQueue::take_spare(std::vector<TensorEntry>& out, size_t count) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.erase(entry.key);
-    recent_.finished(entry, status.ok());
+    while (count > 0 && !spare_entries_.empty()) {
+      out.push_back(std::move(spare_entries_.back()));
+      spare_entries_.pop_back();
+      --count;
+    }
   }
-  if (entry.handle) entry.handle->finish(std::move(status));
+  out.resize(out.size() + count);
+}
+
+void TensorQueue::finish(TensorEntry&& entry, Status status) {
+  std::shared_ptr<HandleState> handle = std::move(entry.handle);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    remove_in_flight(entry.key);
+    recent_.finished(entry, status.ok());
+    keep_spare(std::move(entry));
+  }
+  if (handle) handle->finish(std::move(status));
 }
 
 void TensorQueue::finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have,
@@ -81,12 +118,16 @@ void TensorQueue::finish_group(std::vector<TensorEntry>& entries, const std::vec
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < entries.size(); ++i) {
       if (!have[i]) continue;
-      in_flight_.erase(entries[i].key);
+      remove_in_flight(entries[i].key);
       recent_.finished(entries[i], status.ok());
     }
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     if (have[i] && entries[i].handle) entries[i].handle->finish(status);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (have[i]) keep_spare(std::move(entries[i]));
   }
 }
 
@@ -109,7 +150,7 @@ void TensorQueue::wake() {
 }
 
 void TensorQueue::close(const Status& status) {
-  std::deque<TensorEntry> left;
+  std::vector<TensorEntry> left;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_) {
@@ -118,7 +159,7 @@ void TensorQueue::close(const Status& status) {
     }
     left.swap(queue_);
   }
-  for (TensorEntry& entry : left) finish(entry, closed_status_);
+  for (TensorEntry& entry : left) finish(std::move(entry), closed_status_);
 }
 
 }  // namespace hvdlite

@@ -4,7 +4,6 @@
 // in flight, so a duplicate is refused at enqueue time on the rank that made the mistake.
 #pragma once
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string_view>
@@ -27,12 +26,17 @@ class TensorQueue {
   void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);
   // Waits until wake() is called or timeout passes, whatever is queued.
   void wait_for_wake(std::chrono::microseconds timeout);
-  // Returns everything queued, without waiting.
-  std::vector<TensorEntry> drain();
-  // Marks the entry's operation finished: frees its name and wakes its waiters.
-  void finish(TensorEntry& entry, Status status);
+  // Moves everything queued into out (emptied first), without waiting. The two vectors trade buffers, so a
+  // steady state allocates neither.
+  void drain(std::vector<TensorEntry>& out);
+  // Marks the entry's operation finished: frees its name and wakes its waiters. The entry is consumed: it is
+  // kept for reuse (take_spare).
+  void finish(TensorEntry&& entry, Status status);
   // The same for the entries of a group whose have[i] is set, under one lock.
   void finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have, const Status& status);
+  // Appends count entries to out for a new submission: finished ones kept for reuse (their strings and vectors
+  // still allocated), else new ones.
+  void take_spare(std::vector<TensorEntry>& out, size_t count);
   void wake();
   bool empty();
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
@@ -42,8 +46,16 @@ class TensorQueue {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<TensorEntry> queue_;
+  void add_in_flight(const std::string& key);
+  void remove_in_flight(const std::string& key);
+  void keep_spare(TensorEntry&& entry);
+
+  std::vector<TensorEntry> queue_;
   std::unordered_set<std::string> in_flight_;
+  // Reused rather than freed, so that a steady state allocates nothing here: the set's nodes (with their key
+  // strings) and finished entries. Both stay below the most operations ever in flight at once.
+  std::vector<std::unordered_set<std::string>::node_type> spare_keys_;
+  std::vector<TensorEntry> spare_entries_;
   bool closed_ = false;
   Status closed_status_;
   bool woken_ = false;

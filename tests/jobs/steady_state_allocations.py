@@ -1,0 +1,60 @@
+"""C++ heap allocations of steady-state collectives, counted by hvdlite_core/tests/count_allocations.cc (loaded
+with LD_PRELOAD). argv: K, steps. A step runs K named 1 KB allreduces, after warm-up steps that negotiate and cache
+every name, in three ways: through the core's C ABI alone (submit each, then wait for and release each), through
+hvdlite.torch's asynchronous calls (allreduce_async_ each, then synchronize each: a DistributedOptimizer's
+pattern), and through its synchronous hvd.allreduce_. Prints the allocations per operation of each way, counted
+on both of the rank's threads (the caller's and the background thread)."""
+
+import ctypes
+import sys
+
+import torch
+
+import hvdlite.torch as hvd
+from hvdlite.common import ops
+
+hvd.init()
+k, steps = (int(a) for a in sys.argv[1:3])
+rank, size = hvd.rank(), hvd.size()
+allocations = ctypes.CDLL(None).hvdlite_test_allocations
+allocations.restype = ctypes.c_ulonglong
+tensors = [torch.full((256,), float(rank + 1)) for _ in range(k)]
+names = [f"model.layers.{i}.attention.weight" for i in range(k)]  # past short-string storage, as real names are
+FLOAT32, AVERAGE = 6, 1
+requests = [
+    ops.request(0, n, FLOAT32, (256,), t.data_ptr(), t.data_ptr(), reduce_op=AVERAGE) for t, n in zip(tensors, names)
+]
+
+
+def core_step():
+    for handle in [ops.submit(q) for q in requests]:
+        ops.wait(handle)
+        ops.release(handle)
+
+
+def async_step():
+    for handle in [hvd.allreduce_async_(t, name=n) for t, n in zip(tensors, names)]:
+        hvd.synchronize(handle)
+
+
+def sync_step():
+    for t, n in zip(tensors, names):
+        hvd.allreduce_(t, name=n)
+
+
+def per_operation(step):
+    for _ in range(3):  # warm-up: negotiation, the response cache, the Python side's caches
+        step()
+    hvd.barrier()
+    before = allocations()
+    for _ in range(steps):
+        step()
+    counted = allocations() - before
+    hvd.barrier()
+    return counted / (steps * k)
+
+
+counts = {way.__name__[: -len("_step")]: per_operation(way) for way in (core_step, async_step, sync_step)}
+average = (size + 1) / 2  # the average of 1, ..., size, and of that again
+assert all(bool((t == average).all()) for t in (tensors[0], tensors[-1])), tensors[0][:4]
+print(f"ALLOCATIONS rank={rank} k={k} " + " ".join(f"{way}={n:.2f}" for way, n in counts.items()), flush=True)
