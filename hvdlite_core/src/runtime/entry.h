@@ -29,6 +29,17 @@ struct HandleState {
     if (waiters.load(std::memory_order_seq_cst) > 0) futex_wake_all(&done);
   }
   bool finished() const { return done.load(std::memory_order_acquire) != 0; }
+  // Back to a new operation's state, for reuse; only its one owner may hold it.
+  void reset() {
+    done.store(0, std::memory_order_relaxed);
+    waiters.store(0, std::memory_order_relaxed);
+    status = Status();
+    output.reset();
+    device_output.reset();
+    output_bytes = 0;
+    output_shape.clear();
+    int_results.clear();
+  }
   char* allocate_output(size_t bytes) {
     output.reset(new char[bytes > 0 ? bytes : 1]);
     output_bytes = bytes;

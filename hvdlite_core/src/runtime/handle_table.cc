@@ -2,6 +2,33 @@
 
 namespace hvdlite {
 
+std::shared_ptr<HandleState> fresh_handle_state() {
+  // The states this thread handed out, oldest first, in a ring: the oldest is the likeliest to be free again.
+  // Bounded, since the ring keeps them alive; a step of more operations than it holds allocates as before.
+  constexpr size_t kRing = 4096;
+  thread_local std::vector<std::shared_ptr<HandleState>> ring;
+  thread_local size_t oldest = 0, count = 0;
+  if (ring.empty()) ring.resize(kRing);
+  std::shared_ptr<HandleState> state;
+  if (count > 0 && ring[oldest].use_count() == 1) {
+    // The ring is its only owner, so nobody can take a new reference; the fence pairs with the releasing
+    // decrement of its last other owner, whose writes (the finished status) are then complete.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    state = std::move(ring[oldest]);
+    state->reset();
+  } else {
+    state = std::make_shared<HandleState>();
+    if (count == kRing) ring[oldest].reset();  // still in use: left to its owners
+  }
+  if (count > 0 && !ring[oldest]) {  // the oldest slot was emptied: the ring moves on
+    oldest = (oldest + 1) % kRing;
+    --count;
+  }
+  ring[(oldest + count) % kRing] = state;
+  ++count;
+  return state;
+}
+
 void HandleTable::insert(int64_t id, std::shared_ptr<HandleState> state) {
   if (spare_.empty()) {
     states_.emplace(id, std::move(state));

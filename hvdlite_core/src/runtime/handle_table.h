@@ -11,6 +11,11 @@
 
 namespace hvdlite {
 
+// A handle state for a new operation: one this thread made before and nobody holds any more, else a new one. A
+// training loop's operations end before the same ones come round again, so a steady state allocates none. Only
+// for operations without a core-owned output: a kept state would hold that memory until its reuse.
+std::shared_ptr<HandleState> fresh_handle_state();
+
 class HandleTable {
  public:
   int64_t add(std::shared_ptr<HandleState> state);

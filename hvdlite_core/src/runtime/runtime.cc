@@ -1,6 +1,7 @@
 #include "runtime/runtime.h"
 
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 #include "backends/mpi_backend.h"
@@ -143,9 +144,21 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     return std::string(op_name(out->op)) +
            (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
   };
-  thread_local std::vector<int> members;  // reused: a copy of the set's members per request allocated
-  if (!sets_->members(q.process_set_id, &members)) {
-    return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
+  // The set's members, in a per-thread vector (a copy per request allocated). Set 0 is every rank: the common
+  // case fills it once and takes no registry lock.
+  thread_local std::vector<int> members;
+  thread_local bool members_are_world = false;
+  if (q.process_set_id == 0) {
+    if (!members_are_world || members.size() != static_cast<size_t>(size_)) {
+      members.resize(static_cast<size_t>(size_));
+      std::iota(members.begin(), members.end(), 0);
+      members_are_world = true;
+    }
+  } else {
+    members_are_world = false;
+    if (!sets_->members(q.process_set_id, &members)) {
+      return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
+    }
   }
   if (std::find(members.begin(), members.end(), rank_) == members.end()) {
     return invalid(subject() + ": this rank (" + std::to_string(rank_) + ") is not a member of process set " +
@@ -306,7 +319,10 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     if (!status.ok()) return status;
     entry.input = requests[i].input;
     entry.output = requests[i].output;
-    entry.handle = std::make_shared<HandleState>();
+    // Results in the caller's buffers (a gradient's allreduce, a broadcast): a reused state. The others carry an
+    // output the core owns, freed with a state that is not kept for reuse.
+    const bool in_callers_buffers = entry.request.op == OpType::kAllreduce || entry.request.op == OpType::kBroadcast;
+    entry.handle = in_callers_buffers ? fresh_handle_state() : std::make_shared<HandleState>();
     entry.enqueued = now;
   }
   // CUDA tensors: the data plane's stream must wait for the work that produces them on the caller's stream.
