@@ -43,6 +43,15 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_first_commits(tmp_path, batches=5):
+    """Until worker w0 has committed `batches` batches: the job is training."""
+    wait_for(
+        lambda: any(e["event"] == "batch" and e["batches"] >= batches for e in events(tmp_path).get("w0", [])),
+        120,
+        f"w0 to commit {batches} batches",
+    )
+
+
 def start_job(
     tmp_path, np, min_np, max_np, epochs, extra=(), discover_body="echo localhost:4", job_args=(), env=None
 ):
@@ -453,11 +462,7 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
         def batches_in_round_of(size):
             return any(e["event"] == "batch" and e["size"] == size for e in events(tmp_path).get("w0", []))
 
-        wait_for(
-            lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
-            120,
-            "w0 to commit 5 batches",
-        )
+        wait_for_first_commits(tmp_path)
         shrink = time.time()
         slots.write_text("localhost:2\n")
         wait_for(lambda: round_of_size(2), 60, "a round of 2 workers")
@@ -521,11 +526,7 @@ def test_the_job_trains_on_while_an_added_worker_starts(tmp_path):
         env={"ELASTIC_SLOW_START": "w2=8"},
     )
     try:
-        wait_for(
-            lambda: any(e["event"] == "batch" and e["batches"] >= 5 for e in events(tmp_path).get("w0", [])),
-            120,
-            "w0 to commit 5 batches",
-        )
+        wait_for_first_commits(tmp_path)
         slots.write_text("localhost:3\n")
         out = finish(proc, timeout=150)
     finally:
