@@ -6,9 +6,10 @@ ProcessSetRegistry::ProcessSetRegistry(Mesh* mesh, const Config* config) : mesh_
   std::vector<int> everyone(mesh->size());
   for (int i = 0; i < mesh->size(); ++i) everyone[i] = i;
   sets_[0].reset(new Communicator(mesh_, config_, everyone));
+  world_ = sets_[0].get();
 }
 
-Communicator* ProcessSetRegistry::get(int id) {
+Communicator* ProcessSetRegistry::get_added(int id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sets_.find(id);
   return it == sets_.end() ? nullptr : it->second.get();
