@@ -290,12 +290,12 @@ class ElasticDriver:
         started = self._fill_slots(hosts, limit=self.elastic.max_np)
         if self.round < 0:
             return  # round 0 is not formed yet: it takes (and leaves out) whoever is there then
+        # Workers started here end the round only once they are waiting to join (_newcomers_waiting).
         if marked:
             self._end_round_at_next_commit()
-        elif started:
-            pass  # the round ends once the new workers are waiting (_newcomers_waiting)
         elif (
-            self.hosts_updated_round == self.round
+            not started
+            and self.hosts_updated_round == self.round
             and not self.started_in_round
             and not any(w.leaving for w in self.active())
         ):

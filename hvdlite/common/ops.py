@@ -156,6 +156,18 @@ def submit(key: tuple) -> int:
     return handle[0]
 
 
+def submit_prepared(entry: tuple) -> int:
+    """submit() for an entry of the cache (prepared()'s return)."""
+    try:
+        handle = _local.handle
+    except AttributeError:
+        handle = _handle_out()
+    status = _enqueue(entry[0], handle)
+    if status != 0:
+        check(status)
+    return handle[0]
+
+
 def submit_many(keys: Sequence[tuple]) -> List[int]:
     """Queues several operations atomically: either all are queued or none is, so a grouped collective with one
     bad member leaves nothing half-submitted."""

@@ -47,7 +47,7 @@ _handles = ops.HandleTable()
 _is_compiling = torch.compiler.is_dynamo_compiling  # torch.compile tracing this call (a constant to eager code)
 # hvdlite.torch.compiled_ops, which builds on this module, puts itself here when imported (with hvdlite.torch).
 compiled_ops = None
-_cached, _run_prepared = ops.cached, ops.run_prepared  # bound once: the synchronous allreduce's hot path
+_cached, _run_prepared, _submit_prepared = ops.cached, ops.run_prepared, ops.submit_prepared  # bound once: hot paths
 
 
 def _describe(name: Optional[str]) -> str:
@@ -192,8 +192,31 @@ def allreduce_async_(
     postscale_factor=1.0,
     process_set=global_process_set,
 ) -> int:
-    op = _resolve_op(op, average)
-    work = _contiguous(tensor)
+    if op is None or average is not None:
+        op = _resolve_op(op, average)
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    if name is not None and work is tensor and work.is_cpu:
+        # A gradient's steady state: allreduce_'s short key (the same request, in place on the host) finds the
+        # prepared request without building or hashing the whole of it.
+        key = (
+            name,
+            work.data_ptr(),
+            work.shape,
+            work.dtype,
+            op,
+            prescale_factor,
+            postscale_factor,
+            process_set.process_set_id,
+            cpu_placement,
+        )
+        try:
+            entry = _cached(key)
+        except TypeError:  # an unhashable op: _allreduce_request names the error
+            entry = None
+        if entry is None:
+            request = _allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set)
+            entry = ops.prepared(request, key)
+        return _handles.add_result(_submit_prepared(entry), tensor)
     h = ops.submit(_allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set))
     if work is tensor:
         return _handles.add_result(h, tensor)
