@@ -167,6 +167,31 @@ def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_fact
     )
 
 
+def _prepared_in_place(work, name, op, prescale_factor, postscale_factor, process_set) -> tuple:
+    """The prepared request (ops.prepared()'s entry) of an in-place allreduce of a named, contiguous host tensor.
+    A metric averaged every step and every gradient take this path on every call, so the request is cached under
+    a short key of what was passed, looked up before anything is translated or checked."""
+    key = (
+        name,
+        work.data_ptr(),
+        work.shape,
+        work.dtype,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set.process_set_id,
+        cpu_placement,
+    )
+    try:
+        entry = _cached(key)
+    except TypeError:  # an unhashable op: _allreduce_request names the error
+        entry = None
+    if entry is None:
+        request = _allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set)
+        entry = ops.prepared(request, key)
+    return entry
+
+
 def allreduce_async(
     tensor,
     average=None,
@@ -195,27 +220,8 @@ def allreduce_async_(
     if op is None or average is not None:
         op = _resolve_op(op, average)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    if name is not None and work is tensor and work.is_cpu:
-        # A gradient's steady state: allreduce_'s short key (the same request, in place on the host) finds the
-        # prepared request without building or hashing the whole of it.
-        key = (
-            name,
-            work.data_ptr(),
-            work.shape,
-            work.dtype,
-            op,
-            prescale_factor,
-            postscale_factor,
-            process_set.process_set_id,
-            cpu_placement,
-        )
-        try:
-            entry = _cached(key)
-        except TypeError:  # an unhashable op: _allreduce_request names the error
-            entry = None
-        if entry is None:
-            request = _allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set)
-            entry = ops.prepared(request, key)
+    if name is not None and work is tensor and work.is_cpu:  # a gradient's steady state
+        entry = _prepared_in_place(work, name, op, prescale_factor, postscale_factor, process_set)
         return _handles.add_result(_submit_prepared(entry), tensor)
     h = ops.submit(_allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set))
     if work is tensor:
@@ -238,29 +244,9 @@ def allreduce_(
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     if op is None or average is not None:
         op = _resolve_op(op, average)
-    # Synchronous: no Python handle is needed, so the handle table is skipped. A metric averaged every step takes
-    # this path on every call, so a named host tensor's request is cached under a short key of what was passed,
-    # looked up before anything is translated or checked.
+    # Synchronous: no Python handle is needed, so the handle table is skipped.
     if name is not None and work is tensor and work.is_cpu:
-        ptr = work.data_ptr()
-        key = (
-            name,
-            ptr,
-            work.shape,
-            work.dtype,
-            op,
-            prescale_factor,
-            postscale_factor,
-            process_set.process_set_id,
-            cpu_placement,
-        )
-        try:
-            entry = _cached(key)
-        except TypeError:  # an unhashable op: _allreduce_request names the error
-            entry = None
-        if entry is None:
-            request = _allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set)
-            entry = ops.prepared(request, key)
+        entry = _prepared_in_place(work, name, op, prescale_factor, postscale_factor, process_set)
         _run_prepared(entry, work)
     else:
         ops.run(_allreduce_request(work, work, name, op, prescale_factor, postscale_factor, process_set), work)
