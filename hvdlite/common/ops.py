@@ -150,10 +150,9 @@ _enqueue_batch = lib.hvdlite_enqueue_batch
 
 def submit(key: tuple) -> int:
     """Queues one operation (request()'s tuple) and returns its core handle; the core copies what it keeps."""
-    handle = _handle_out()
-    entry = prepared(key)  # held until the core has copied the request: an uncached entry's buffers die with it
-    check(_enqueue(entry[0], handle))
-    return handle[0]
+    # The entry is held through the call, until the core has copied the request: an uncached one's buffers die
+    # with it.
+    return submit_prepared(prepared(key))
 
 
 def submit_prepared(entry: tuple) -> int:

@@ -1,7 +1,6 @@
 #include "runtime/runtime.h"
 
 #include <algorithm>
-#include <numeric>
 #include <sstream>
 
 #include "backends/mpi_backend.h"
@@ -144,22 +143,17 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     return std::string(op_name(out->op)) +
            (out->name.empty() ? " of an unnamed tensor" : " of tensor '" + out->name + "'");
   };
-  // The set's members, in a per-thread vector (a copy per request allocated). Set 0 is every rank: the common
-  // case fills it once and takes no registry lock.
-  thread_local std::vector<int> members;
-  thread_local bool members_are_world = false;
+  // Set 0, every rank, lives as long as the runtime: its members are read in place. Another set may be removed
+  // meanwhile by the background thread, so its members are copied under the registry's lock (into a per-thread
+  // vector: a copy per request allocated).
+  thread_local std::vector<int> copied_members;
+  const std::vector<int>* set_members = &copied_members;
   if (q.process_set_id == 0) {
-    if (!members_are_world || members.size() != static_cast<size_t>(size_)) {
-      members.resize(static_cast<size_t>(size_));
-      std::iota(members.begin(), members.end(), 0);
-      members_are_world = true;
-    }
-  } else {
-    members_are_world = false;
-    if (!sets_->members(q.process_set_id, &members)) {
-      return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
-    }
+    set_members = &sets_->get(0)->members();
+  } else if (!sets_->members(q.process_set_id, &copied_members)) {
+    return invalid(subject() + ": process set " + std::to_string(q.process_set_id) + " does not exist");
   }
+  const std::vector<int>& members = *set_members;
   if (std::find(members.begin(), members.end(), rank_) == members.end()) {
     return invalid(subject() + ": this rank (" + std::to_string(rank_) + ") is not a member of process set " +
                    std::to_string(q.process_set_id));
@@ -309,8 +303,6 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
       states.clear();
     }
   } cleared;
-  entries.clear();
-  states.clear();
   queue_.take_spare(entries, static_cast<size_t>(count));
   const Clock::time_point now = Clock::now();
   for (int i = 0; i < count; ++i) {
