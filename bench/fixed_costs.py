@@ -285,10 +285,11 @@ def init_peer(ddp: bool):
 
 def exchange_step_times(build, loss, hvd, barrier, steps):
     """Median seconds of an SGD step of build()'s model on loss(model), without any exchange ("local") and with
-    DistributedOptimizer, or DDP where hvd is None ("distributed")."""
+    DistributedOptimizer, or DDP where hvd is None ("distributed"). The two models take turns step by step, so a
+    slow moment of the machine falls on both."""
     import torch
 
-    timed = {}
+    steppers = {}
     for distributed in (False, True):
         model = build()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
@@ -297,13 +298,23 @@ def exchange_step_times(build, loss, hvd, barrier, steps):
         elif distributed:
             optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
-        def step():
+        def step(model=model, optimizer=optimizer):
             optimizer.zero_grad()
             loss(model).backward()
             optimizer.step()
 
-        timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
-    return timed
+        steppers["distributed" if distributed else "local"] = step
+    for _ in range(3):
+        for step in steppers.values():
+            step()
+    barrier()
+    times = {name: [] for name in steppers}
+    for _ in range(steps):
+        for name, step in steppers.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def optimizer_worker(peer):
@@ -315,7 +326,7 @@ def optimizer_worker(peer):
     results = []
     for k in ks:
         timed = exchange_step_times(
-            lambda: ManyParameters.build(k), lambda model: model(x), hvd, barrier, max(5, min(100, 20000 // k))
+            lambda: ManyParameters.build(k), lambda model: model(x), hvd, barrier, max(25, min(100, 20000 // k))
         )
         results.append({"k": k, **timed})
     layers = int(os.environ.get("HVDLITE_BENCH_GPT_LAYERS", GPT_LAYERS))

@@ -11,3 +11,8 @@ from multiproc import run_job_module
 @pytest.mark.parametrize("np", [2, 3])
 def test_buckets_match_one_process_on_every_kind_of_gradient(np, during_backward):
     run_job_module("gradient_buckets.py", np=np, args=[during_backward], timeout=150)
+
+
+@pytest.mark.timeout(200)
+def test_buckets_taking_every_parameter_at_once_match_one_process():
+    run_job_module("gradient_buckets.py", np=2, args=["0", "dense"], timeout=150)

@@ -46,6 +46,7 @@ class _Bucket:
     def reset(self) -> None:
         self.waiting = len(self.members)  # gradients not yet final this step
         self.grads = None  # this step's gradients, once copied into the bucket
+        self.pointers = None  # their addresses, where they are contiguous
         self.refused: List[torch.Tensor] = []  # members that ready() refused: their owner reduces them alone
 
     @property
@@ -64,31 +65,37 @@ class _Bucket:
     def gradients(self):
         """Every member's gradient (zeros where a rank has none this step), or None when one does not fit."""
         grads = [p.grad for p in self.members]
-        for i, g in enumerate(grads):
-            if g is None:  # no gradient on this rank this step: contribute zeros so others do not wait
-                p = self.members[i]
-                g = grads[i] = p.grad = torch.zeros_like(p)
-        if [g.shape for g in grads] != self.shapes or [g.dtype for g in grads] != self.dtypes:
-            return None
-        if any(g.is_sparse for g in grads):
+        try:
+            shapes = [g.shape for g in grads]
+        except AttributeError:  # no gradient on this rank this step: contribute zeros so others do not wait
+            for i, g in enumerate(grads):
+                if g is None:
+                    p = self.members[i]
+                    grads[i] = p.grad = torch.zeros_like(p)
+            shapes = [g.shape for g in grads]
+        if shapes != self.shapes or [g.dtype for g in grads] != self.dtypes:
             return None
         return grads
 
-    def pack(self, grads: List[torch.Tensor]) -> None:
-        """Copies this step's gradients into the flat buffer."""
-        self.grads = grads
-        if all(g.is_contiguous() for g in grads):
-            ops.gather_bytes(self.flat.data_ptr(), [g.data_ptr() for g in grads], self.nbytes)
+    def pack(self, grads: List[torch.Tensor]) -> bool:
+        """Copies this step's gradients into the flat buffer; False (and nothing copied) if one is sparse."""
+        if all(g.is_contiguous() for g in grads):  # (a sparse tensor is not)
+            pointers = [g.data_ptr() for g in grads]
+            ops.gather_bytes(self.flat.data_ptr(), pointers, self.nbytes)
+        elif any(g.is_sparse for g in grads):
+            return False
         else:  # strided gradients (channels_last, say): torch copies them element by element
+            pointers = None
             torch._foreach_copy_(self.views, grads)
+        self.grads, self.pointers = grads, pointers
+        return True
 
     def unpack(self) -> None:
         """Copies the reduced flat buffer back into the gradients it was packed from."""
-        grads = self.grads
-        if all(g.is_contiguous() for g in grads):
-            ops.scatter_bytes(self.flat.data_ptr(), [g.data_ptr() for g in grads], self.nbytes)
+        if self.pointers is not None:  # the gradients hold their memory until reset()
+            ops.scatter_bytes(self.flat.data_ptr(), self.pointers, self.nbytes)
         else:
-            torch._foreach_copy_(grads, self.views)
+            torch._foreach_copy_(self.grads, self.views)
 
 
 class GradientBuckets:
@@ -136,6 +143,7 @@ class GradientBuckets:
         requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
         self._batch = ops.PreparedBatch(requests)
         self._large_queued: Dict[int, bool] = {}
+        self.parameter_count = len(self._slot) + len(self.large)  # parameters laid out
         self.stale = False
         self.sparse = set()  # ids of parameters whose gradients came sparse: the next layout leaves them out
 
@@ -162,7 +170,7 @@ class GradientBuckets:
             return False
         bucket.waiting -= 1
         if bucket.waiting == 0 and not bucket.refused:
-            bucket.pack([m.grad for m in bucket.members])
+            bucket.pack([m.grad for m in bucket.members])  # (fits() let no sparse gradient in)
             self._batch.submit_one(i, bucket.flat.data_ptr())
         return True
 
@@ -186,14 +194,13 @@ class GradientBuckets:
             if bucket.queued:
                 continue
             grads = None if bucket.refused else bucket.gradients()
-            if grads is None:
+            if grads is None or not bucket.pack(grads):
                 self.stale = True
                 for p in bucket.members:
                     if p.grad is not None and p.grad.is_sparse:
                         self.sparse.add(id(p))
                 alone += [p for p in bucket.members if all(p is not r for r in bucket.refused)]
                 continue
-            bucket.pack(grads)
             indices.append(i)
             pointers.append(bucket.flat.data_ptr())
         for p in self.large:

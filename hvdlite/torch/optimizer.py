@@ -163,6 +163,7 @@ class _DistributedOptimizer:
         self._hvd_overlap = self.bounded_staleness is None and (
             backward_policy.reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
+        self._hvd_note_hook_case()
         self._hvd_hooks = (
             [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
             if self._hvd_member
@@ -203,15 +204,23 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ hooks and reduction
 
+    def _hvd_note_hook_case(self) -> None:
+        # One backward pass a step, no local SGD, groups, reducer or overlap: every gradient waits for
+        # synchronize(), and the hook has nothing to count or decide.
+        self._hvd_defers_every_gradient = (
+            self._hvd_passes == 1
+            and self.local_sgd is None
+            and not self._hvd_group_of
+            and not self._hvd_overlap
+            and self.gradient_reducer is None
+        )
+
     def _hvd_stepping_locally(self) -> bool:
         return self.local_sgd is not None and not self.local_sgd.synchronous_now()
 
     def _hvd_on_grad(self, p: torch.Tensor) -> None:
-        # Runs once per parameter per backward pass: the common case takes a few dictionary operations.
-        if self.local_sgd is not None and self._hvd_stepping_locally():
-            return
-        if self._hvd_reduced_for_scaler:  # a new pass after a step the scaler skipped
-            self._hvd_reduced_for_scaler = False
+        # Runs once per parameter per backward pass: the plain case (one pass a step, everything reduced from
+        # synchronize()) only records that the gradient is final.
         key = id(p)
         handles = self._hvd_handles
         if key in handles:
@@ -219,6 +228,14 @@ class _DistributedOptimizer:
                 "Gradients were computed more than backward_passes_per_step times before call to "
                 "step(). Increase backward_passes_per_step to accumulate gradients locally."
             )
+        if self._hvd_defers_every_gradient:
+            self._hvd_reduced_for_scaler = False  # a new pass, perhaps after a step the scaler skipped
+            handles[key] = DEFERRED
+            return
+        if self.local_sgd is not None and self._hvd_stepping_locally():
+            return
+        if self._hvd_reduced_for_scaler:
+            self._hvd_reduced_for_scaler = False
         passes_left = self._hvd_passes_left
         left = passes_left[key] - 1
         passes_left[key] = left
@@ -341,6 +358,7 @@ class _DistributedOptimizer:
         self._hvd_passes = passes
         for p in self._hvd_params:
             self._hvd_passes_left[id(p)] = passes
+        self._hvd_note_hook_case()
 
     @property
     def backward_passes_per_step(self) -> int:
@@ -368,20 +386,30 @@ class _DistributedOptimizer:
             return
         errors = []
         began = time.perf_counter()
+        all_batched = False  # every gradient went through the buckets
         try:
             handles = self._hvd_handles
-            for p in self._hvd_params:  # no gradient on this rank this step: contribute zeros so others do not wait
-                if id(p) not in handles:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    handles[id(p)] = DEFERRED
+            # A parameter without a gradient on this rank this step contributes zeros, so others do not wait (the
+            # hooks' keys are these parameters': when every one has an entry, there is none to look for).
+            if len(handles) < len(self._hvd_params):
+                for p in self._hvd_params:
+                    if id(p) not in handles:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        handles[id(p)] = DEFERRED
             buckets = self._hvd_bucketed()
             if buckets is not None:
                 # Everything not queued during backward, through the buckets in one call; what does not fit them
                 # one by one. Bucketed gradients are finished in place by buckets.wait().
-                for p in buckets.submit_rest():
+                alone = buckets.submit_rest()
+                for p in alone:
                     handles[id(p)] = self._hvd_reduce_async(p)
-                for key, pending in handles.items():
+                # Where the hooks only deferred, and the buckets lay out every parameter and took them all, every
+                # entry left DEFERRED is batched: no need to mark them one by one.
+                all_batched = (
+                    self._hvd_defers_every_gradient and not alone and buckets.parameter_count == len(handles)
+                )
+                for key, pending in () if all_batched else handles.items():
                     if pending is DEFERRED:
                         p = self._hvd_param_of[key]
                         handles[key] = BATCHED if buckets.covers(p) else self._hvd_reduce_async(p)
@@ -397,7 +425,7 @@ class _DistributedOptimizer:
             except Exception as e:  # noqa: BLE001 - the first error is raised once every gradient is done
                 errors.append(e)
         # What did not go through the batch is finished one by one (usually nothing).
-        unbatched = any(pending is not BATCHED for pending in self._hvd_handles.values())
+        unbatched = not all_batched and any(pending is not BATCHED for pending in self._hvd_handles.values())
         for p in self._hvd_params if unbatched else ():
             pending = self._hvd_handles.get(id(p))
             if pending is None or pending is DEFERRED or pending is BATCHED:  # not submitted (the error above
@@ -418,7 +446,8 @@ class _DistributedOptimizer:
         self._hvd_handles.clear()
         for group in self._hvd_group_ready.values():
             group.clear()
-        self._hvd_passes_left = dict.fromkeys(self._hvd_param_of, self._hvd_passes)
+        if not self._hvd_defers_every_gradient:  # (else the hook leaves the counts alone)
+            self._hvd_passes_left = dict.fromkeys(self._hvd_param_of, self._hvd_passes)
         if self._hvd_buckets is not None and self._hvd_buckets.stale:
             # A parameter changed its layout or gave a sparse gradient: the next step lays them out anew.
             self._hvd_sparse_ids |= self._hvd_buckets.sparse
@@ -527,7 +556,11 @@ class _DistributedOptimizer:
     def _hvd_pending(self) -> bool:
         """Reductions in flight, or backward passes counted towards the next reduction (as in Horovod, both
         forbid zero_grad: clearing a partly accumulated gradient would desynchronise the ranks' counts)."""
-        return bool(self._hvd_handles) or any(left != self._hvd_passes for left in self._hvd_passes_left.values())
+        if self._hvd_handles:
+            return True
+        return not self._hvd_defers_every_gradient and any(
+            left != self._hvd_passes for left in self._hvd_passes_left.values()
+        )
 
     def zero_grad(self, set_to_none: bool = True):
         if self._hvd_member and self._hvd_pending():

@@ -2,7 +2,8 @@
 of gradient: small float32 and float64 ones (two buckets), a large one (reduced where it lies), a sparse one
 (reduced on its own), a strided one (channels_last), and one that only rank 0 uses (zeros elsewhere). Midway a
 parameter changes its shape in place on every rank, which the buckets' layout must notice. argv[1]: 1 to reduce
-during backward, 0 to reduce everything in step()."""
+during backward, 0 to reduce everything in step(); argv[2] "dense" leaves the sparse gradient out, so that the
+buckets lay out every parameter (step() then takes every gradient through them at once)."""
 
 import sys
 
@@ -16,6 +17,7 @@ hvd.init()
 torch.set_num_threads(1)
 rank, size = hvd.rank(), hvd.size()
 during_backward = sys.argv[1] == "1"
+with_sparse = sys.argv[2:] != ["dense"]
 assert size > 1
 
 
@@ -26,7 +28,7 @@ class Model(nn.Module):
         self.small = nn.Linear(6, 16)
         self.float64 = nn.Parameter(torch.randn(16, dtype=torch.float64))
         self.large = nn.Parameter(torch.randn(300, 300) * 0.05)  # 360 KB: over FUSION_TENSOR_LIMIT
-        self.embedding = nn.Embedding(10, 4, sparse=True)
+        self.embedding = nn.Embedding(10, 4, sparse=True) if with_sparse else None
         self.conv = nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
         self.rank0_only = nn.Parameter(torch.randn(5))
 
@@ -35,7 +37,8 @@ class Model(nn.Module):
         x = torch.randn(4, 6, generator=g)
         h = torch.tanh(self.small(x)).double() @ self.float64
         h = h.float() + (torch.randn(4, 300, generator=g) @ self.large).mean(1)
-        h = h + self.embedding(torch.randint(0, 10, (4,), generator=g)).sum(1)
+        if self.embedding is not None:
+            h = h + self.embedding(torch.randint(0, 10, (4,), generator=g)).sum(1)
         image = torch.randn(4, 3, 5, 5, generator=g).to(memory_format=torch.channels_last)
         h = h + self.conv(image).mean((1, 2, 3))
         loss = F.mse_loss(h, torch.randn(4, generator=g))
@@ -71,7 +74,10 @@ buckets = optimizer._hvd_buckets
 assert buckets is not None, "the plain case must go through the buckets"
 assert len(buckets.buckets) == 2 and {b.flat.dtype for b in buckets.buckets} == {torch.float32, torch.float64}
 assert [p.shape for p in buckets.large] == [torch.Size([300, 300])], buckets.large
-assert not buckets.covers(model.embedding.weight)  # sparse: reduced on its own
+if with_sparse:
+    assert not buckets.covers(model.embedding.weight)  # sparse: reduced on its own
+else:
+    assert buckets.parameter_count == len(list(model.parameters()))
 
 # A parameter that changes its shape in place: the step that meets it reduces the misfit alone and the next step
 # lays the buckets out anew.
