@@ -30,6 +30,7 @@ SOURCES = [
     "collectives/algorithm_names.cc",
     "transport/channel.cc",
     "transport/shm_channel.cc",
+    "transport/progress.cc",
     "transport/shm_segment.cc",
     "common/wait.cc",
     "common/copy_bytes.cc",

@@ -30,6 +30,7 @@
 #include "runtime/validation.h"
 #include "transport/caller_spin.h"
 #include "transport/lost_peers.h"
+#include "transport/progress.h"
 #include "transport/shm_channel.h"
 #include "transport/shm_segment.h"
 
@@ -614,6 +615,59 @@ static void test_receive_in_place() {
   inbox.unlink();
 }
 
+// Small messages beside the stream: in order through the few mail slots, a sender held back while they are all
+// unread, a size the receiver did not expect named as an error, and Progress::exchange sending what fits as a
+// message and the rest on the stream.
+static void test_messages() {
+  ShmInbox inbox = ShmInbox::Create("/hvdlite-unit-mail-" + std::to_string(getpid()), 0, 2, 1024);
+  ShmChannel loop(0, "self", &inbox, 1, &inbox, 1, -1);
+  CHECK(loop.message_capacity() == sizeof(MailSlot::payload));
+  for (int round = 0; round < 3; ++round) {  // wraps the slots several times
+    for (int i = 0; i < static_cast<int>(kMailSlots); ++i) {
+      const int64_t value = 100 * round + i;
+      CHECK(loop.try_send_message(&value, sizeof(value)));
+    }
+    const int64_t extra = -1;
+    CHECK(!loop.try_send_message(&extra, sizeof(extra)));  // every slot holds an unread message
+    const char stream_bytes[3] = {7, 8, 9};
+    CHECK(loop.try_send(stream_bytes, 3) == 3);  // the stream goes on beside them
+    for (int i = 0; i < static_cast<int>(kMailSlots); ++i) {
+      int64_t got = 0;
+      CHECK(loop.try_recv_message(&got, sizeof(got)) && got == 100 * round + i);
+    }
+    int64_t none = 0;
+    CHECK(!loop.try_recv_message(&none, sizeof(none)));
+    char back[3] = {};
+    CHECK(loop.try_recv(back, 3) == 3 && back[2] == 9);
+  }
+  const int32_t small = 5;
+  CHECK(loop.try_send_message(&small, sizeof(small)));
+  int64_t wider = 0;
+  bool named = false;
+  try {
+    loop.try_recv_message(&wider, sizeof(wider));
+  } catch (const Error& e) {
+    named = std::string(e.what()).find("4 bytes where this rank expected 8") != std::string::npos;
+  }
+  CHECK(named);
+
+  InboxHeader* header = inbox.header();
+  ShmInbox fresh = ShmInbox::Create("/hvdlite-unit-mail2-" + std::to_string(getpid()), 0, 2, 1024);
+  ShmChannel pair(0, "self", &fresh, 1, &fresh, 1, -1);
+  Progress progress(&header->doorbell, &header->sleepers, &header->alive_ns, 0, 5.0);
+  for (size_t bytes : {size_t{8}, sizeof(MailSlot::payload), sizeof(MailSlot::payload) + 1, size_t{200}}) {
+    std::vector<char> out(bytes), in(bytes, 0);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(i * 7 + bytes);
+    const uint64_t stream_before = fresh.ring(1)->head.load();
+    progress.exchange(&pair, out.data(), in.data(), bytes);
+    CHECK(in == out);
+    const bool as_message = bytes <= pair.message_capacity();
+    CHECK(fresh.ring(1)->head.load() - stream_before == (as_message ? 0 : bytes));
+  }
+  inbox.unlink();
+  fresh.unlink();
+}
+
 static void test_copy_bytes() {
   // Every distance around the avoided window (and none), sizes around the thresholds and the 64-byte loop's tail.
   std::vector<unsigned char> source(80000 + 4096), target(80000 + 8192);
@@ -764,6 +818,7 @@ int main() {
   test_ordered_worker();
   test_allreduce_table();
   test_receive_in_place();
+  test_messages();
   test_copy_bytes();
   test_huge_page_buffer();
   test_huge_page_promotion();

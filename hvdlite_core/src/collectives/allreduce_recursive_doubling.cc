@@ -22,7 +22,7 @@ void allreduce_recursive_doubling(Communicator& comm, void* buffer, size_t bytes
   Progress& progress = comm.progress();
   for (int mask = 1; mask < fold.size(); mask <<= 1) {
     Channel* channel = comm.channel(fold.member(fold.virtual_rank() ^ mask));
-    progress.sendrecv(channel, buffer, bytes, channel, incoming, bytes);
+    progress.exchange(channel, buffer, incoming, bytes);  // a small one as one message each way
     reduce(buffer, incoming);
   }
   fold.finish(buffer);

@@ -31,6 +31,12 @@ class Channel {
   // False while that cannot happen yet (no room to skip, or the skipped bytes not yet written); call again.
   // Only shared memory needs it (its ring is handed over in place); elsewhere a no-op.
   virtual bool align_stream(bool sending) { return true; }
+  // Small messages on a path of their own beside the stream, all or nothing: try_send_message and
+  // try_recv_message return false while that cannot happen yet. Both ends must send and receive the same messages
+  // this way, each the same size (at most message_capacity() bytes; 0: the channel has no such path).
+  virtual size_t message_capacity() const { return 0; }
+  virtual bool try_send_message(const void* data, size_t bytes) { return false; }
+  virtual bool try_recv_message(void* data, size_t bytes) { return false; }
   // Socket to poll for readiness; -1 when the channel is not socket-based.
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).

@@ -22,6 +22,18 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
   bool done = true;
   for (size_t i = 0; i < count; ++i) {
     Transfer& t = transfers[i];
+    if (t.message) {
+      if (t.done < t.length) {
+        if (t.is_send ? t.channel->try_send_message(t.data, t.length)
+                      : t.channel->try_recv_message(t.data, t.length)) {
+          t.done = t.length;
+          moved = true;
+        } else {
+          done = false;
+        }
+      }
+      continue;
+    }
     // A transfer marked for an aligned start first moves its end of the stream to an 8-byte boundary.
     if (t.align && !t.aligned && t.done < t.length) {
       if (!t.channel->align_stream(t.is_send)) {
@@ -134,6 +146,16 @@ void Progress::sendrecv(Channel* to, const void* send, size_t send_bytes, Channe
                         size_t recv_bytes, bool cold_recv) {
   Transfer t[2] = {Transfer::Send(to, send, send_bytes), Transfer::Recv(from, recv, recv_bytes)};
   t[1].cold = cold_recv;
+  run(t, 2);
+}
+
+void Progress::exchange(Channel* peer, const void* send, void* recv, size_t bytes) {
+  if (bytes == 0 || bytes > peer->message_capacity()) {
+    sendrecv(peer, send, bytes, peer, recv, bytes);
+    return;
+  }
+  Transfer t[2] = {Transfer::Send(peer, send, bytes), Transfer::Recv(peer, recv, bytes)};
+  t[0].message = t[1].message = true;
   run(t, 2);
 }
 

@@ -30,6 +30,8 @@ struct Transfer {
   // A receive into a destination too large to stay in cache: the channel may write it with streaming stores
   // (Channel::try_recv_cold), which skip reading each destination line before overwriting it.
   bool cold = false;
+  // A whole small message on the channel's message path (Channel::try_send_message), not the stream.
+  bool message = false;
 
   static Transfer Send(Channel* c, const void* data, size_t length) {
     return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};
@@ -72,6 +74,9 @@ class Progress {
   // cold_recv: the receive buffer is too large to stay in cache (Transfer::cold).
   void sendrecv(Channel* to, const void* send, size_t send_bytes, Channel* from, void* recv, size_t recv_bytes,
                 bool cold_recv = false);
+  // Sends bytes to peer and receives as many from it, as one message each way where the channel has a message
+  // path that fits them, else on the stream. The peer must make the matching exchange call.
+  void exchange(Channel* peer, const void* send, void* recv, size_t bytes);
 
  private:
   bool advance(Transfer* transfers, size_t count, bool* all_done);

@@ -116,6 +116,33 @@ bool ShmChannel::align_stream(bool sending) {
   return true;
 }
 
+bool ShmChannel::try_send_message(const void* data, size_t bytes) {
+  if (mail_sent_ - mail_taken_seen_ >= kMailSlots) {
+    mail_taken_seen_ = send_ring_->mail_taken.load(std::memory_order_acquire);
+    if (mail_sent_ - mail_taken_seen_ >= kMailSlots) return false;  // the peer has not read message n - slots yet
+  }
+  MailSlot& slot = send_ring_->mail[mail_sent_ % kMailSlots];
+  slot.bytes = static_cast<uint32_t>(bytes);
+  std::memcpy(slot.payload, data, bytes);
+  slot.seq.store(++mail_sent_, std::memory_order_release);
+  ring_peer_doorbell();
+  return true;
+}
+
+bool ShmChannel::try_recv_message(void* data, size_t bytes) {
+  MailSlot& slot = recv_ring_->mail[mail_received_ % kMailSlots];
+  if (slot.seq.load(std::memory_order_acquire) != mail_received_ + 1) return false;
+  if (slot.bytes != bytes) {
+    throw Error(StatusCode::kInternal, "rank " + std::to_string(peer_) + " sent a message of " +
+                                           std::to_string(slot.bytes) + " bytes where this rank expected " +
+                                           std::to_string(bytes) + " (the ranks run different collectives)");
+  }
+  std::memcpy(data, slot.payload, bytes);
+  recv_ring_->mail_taken.store(++mail_received_, std::memory_order_release);
+  ring_peer_doorbell();  // the peer may be waiting for a free slot
+  return true;
+}
+
 Channel::PeerState ShmChannel::peer_state() const {
   // Nothing is ever sent on the control socket: readable means closed (a loopback connection never times out).
   struct pollfd p = {control_fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};

@@ -18,6 +18,9 @@ class ShmChannel : public Channel {
   // consumer goes (a reduction from the ring then overlaps with the peer's next copy in).
   size_t try_recv_with(size_t length, size_t granule, const RecvConsumer& consume) override;
   bool align_stream(bool sending) override;
+  size_t message_capacity() const override { return sizeof(MailSlot::payload); }
+  bool try_send_message(const void* data, size_t bytes) override;
+  bool try_recv_message(void* data, size_t bytes) override;
   int poll_fd() const override { return -1; }
   void check_alive() override;
   PeerState peer_state() const override;
@@ -36,6 +39,9 @@ class ShmChannel : public Channel {
   size_t recv_capacity_;
   InboxHeader* peer_header_;
   int control_fd_;
+  uint64_t mail_sent_ = 0;        // messages this end has sent
+  uint64_t mail_taken_seen_ = 0;  // the peer's mail_taken when last read
+  uint64_t mail_received_ = 0;    // messages this end has received
 };
 
 }  // namespace hvdlite

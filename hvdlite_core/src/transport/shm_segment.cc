@@ -69,6 +69,8 @@ ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, si
     RingHeader* ring = new (inbox.ring(i)) RingHeader();
     ring->head.store(0);
     ring->tail.store(0);
+    for (MailSlot& slot : ring->mail) slot.seq.store(0);
+    ring->mail_taken.store(0);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   header->magic = kMagic;  // written last: a mapped inbox with the magic is fully initialised

@@ -1,8 +1,9 @@
-// A rank's shared-memory "inbox": one single-producer/single-consumer byte ring per co-located peer, plus a
-// doorbell word. Every change a peer makes that this rank may be waiting for (bytes written into one of my
-// rings, or space freed in a ring I write into) increments my doorbell, so one futex covers all my channels.
-// Layout: [InboxHeader][RingHeader slot 0][data 0][RingHeader slot 1][data 1]... where slot i carries bytes
-// from the host's i-th rank (ranks of a host in ascending order) to the owner.
+// A rank's shared-memory "inbox": one single-producer/single-consumer byte ring per co-located peer (with a few
+// one-line mail slots for small messages beside it), plus a doorbell word. Every change a peer makes that this rank
+// may be waiting for (bytes written into one of my rings, or space freed in a ring I write into) increments my
+// doorbell, so one futex covers all my channels. Layout: [InboxHeader][RingHeader slot 0][data 0][RingHeader slot
+// 1][data 1]... where slot i carries bytes from the host's i-th rank (ranks of a host in ascending order) to the
+// owner.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -24,11 +25,25 @@ class ShmSpaceError : public Error {
   size_t needed_bytes_;
 };
 
+// A small message from the slot's sender to the owner in one cache line: the sender fills the line, then
+// publishes seq, so the owner polling seq finds the payload in the line it has just fetched. A byte in the ring
+// costs three lines crossing between the cores (head, data, then tail back), each a cache miss on the critical
+// path of a latency-bound exchange.
+struct alignas(64) MailSlot {
+  std::atomic<uint64_t> seq;  // 1 + the message's number among the pair's messages, once it is in place
+  uint32_t bytes;
+  char payload[52];
+};
+constexpr size_t kMailSlots = 4;
+
 struct alignas(64) RingHeader {
   std::atomic<uint64_t> head;  // bytes ever written (producer)
   char pad_head[56];
   std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
   char pad_tail[56];
+  MailSlot mail[kMailSlots];         // message n goes into mail[n % kMailSlots]
+  std::atomic<uint64_t> mail_taken;  // messages the owner has consumed; read by the sender when slots run out
+  char pad_mail[56];
 };
 
 struct alignas(64) InboxHeader {
