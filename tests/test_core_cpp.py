@@ -52,7 +52,9 @@ def test_core_unit_tests(tmp_path):
     assert compiler, "a C++ compiler is required to build hvdlite"
     # One object per source, through ccache where setup.py would use it: a rerun on unchanged sources links only.
     launcher = [] if os.environ.get("HVDLITE_NO_CCACHE") == "1" or not shutil.which("ccache") else ["ccache"]
-    sources = [os.path.join(CORE, "tests", "unit_tests.cc"), os.path.join(CORE, "tests", "algorithm_choice_tests.cc")]
+    sources = [
+        os.path.join(CORE, "tests", f) for f in ("unit_tests.cc", "algorithm_choice_tests.cc", "transport_tests.cc")
+    ]
     sources += [os.path.join(CORE, "src", s) for s in SOURCES]
     objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:

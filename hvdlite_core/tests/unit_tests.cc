@@ -1,7 +1,7 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
-// conversions and reductions, HMAC-SHA256, out-of-step detection, receiving in place, copies, the huge-page buffer
-// and promotion (the algorithm choices: algorithm_choice_tests.cc). Built and run by tests/test_core_cpp.py (no
-// framework; exits non-zero on failure).
+// conversions and reductions, HMAC-SHA256, out-of-step detection, copies, the huge-page buffer and promotion (the
+// algorithm choices: algorithm_choice_tests.cc; the shared-memory transport: transport_tests.cc). Built and run by
+// tests/test_core_cpp.py (no framework; exits non-zero on failure).
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,9 +30,6 @@
 #include "runtime/validation.h"
 #include "transport/caller_spin.h"
 #include "transport/lost_peers.h"
-#include "transport/progress.h"
-#include "transport/shm_channel.h"
-#include "transport/shm_segment.h"
 
 using namespace hvdlite;
 
@@ -43,6 +40,9 @@ int g_checks = 0;
 void test_select_fixed_rules();
 void test_select_across_hosts();
 void test_allreduce_table();
+// In transport_tests.cc.
+void test_receive_in_place();
+void test_messages();
 
 static bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -531,141 +531,6 @@ static void test_ordered_worker() {
     OrderedWorker worker;
     worker.submit([] {});
   }
-}
-
-// A channel that delivers at most 3 bytes per receive, so elements arrive split (try_recv_with's default path).
-class TrickleChannel : public Channel {
- public:
-  explicit TrickleChannel(std::vector<char> stream) : Channel(1, "trickle"), stream_(std::move(stream)) {}
-  size_t try_send(const void*, size_t) override { return 0; }
-  size_t try_recv(void* data, size_t length) override {
-    size_t n = std::min({length, size_t{3}, stream_.size() - at_});
-    std::memcpy(data, stream_.data() + at_, n);
-    at_ += n;
-    return n;
-  }
-  int poll_fd() const override { return -1; }
-  void check_alive() override {}
-  PeerState peer_state() const override { return PeerState::kAlive; }
-  const char* kind() const override { return "trickle"; }
-
- private:
-  std::vector<char> stream_;
-  size_t at_ = 0;
-};
-
-static void test_receive_in_place() {
-  std::vector<double> values(300);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 7.0;
-  const size_t bytes = values.size() * sizeof(double);
-  std::vector<double> got;
-  bool aligned = true, whole = true;
-  const RecvConsumer collect = [&](const char* data, size_t n) {
-    aligned = aligned && reinterpret_cast<uintptr_t>(data) % sizeof(double) == 0;
-    whole = whole && n % sizeof(double) == 0;
-    size_t k = got.size();
-    got.resize(k + n / sizeof(double));
-    std::memcpy(got.data() + k, data, n);
-  };
-
-  // Default path: partial elements wait in the bounce buffer until the rest arrives.
-  std::vector<char> stream(bytes);
-  std::memcpy(stream.data(), values.data(), bytes);
-  TrickleChannel trickle(stream);
-  size_t received = 0;
-  for (int calls = 0; received < bytes && calls < 10000; ++calls) {
-    received += trickle.try_recv_with(bytes - received, sizeof(double), collect);
-  }
-  CHECK(received == bytes && got == values && aligned && whole);
-
-  // Shared memory: a loopback channel (the ring it writes is the ring it reads) of 1 KB, so 2.4 KB wrap it, sent
-  // 100 bytes at a time (elements split across sends), after 0-7 stray bytes (the stream misaligned for doubles).
-  ShmInbox inbox = ShmInbox::Create("/hvdlite-unit-" + std::to_string(getpid()), 0, 2, 1024);
-  ShmChannel loop(0, "self", &inbox, 1, &inbox, 1, -1);
-  for (size_t shift : {0, 1, 3, 4, 7, 8}) {
-    char stray[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8] = {};
-    CHECK(loop.try_send(stray, shift) == shift && loop.try_recv(back, shift) == shift);
-    CHECK(std::memcmp(stray, back, shift) == 0);
-    got.clear();
-    aligned = whole = true;
-    size_t sent = 0;
-    received = 0;
-    for (int calls = 0; received < bytes && calls < 10000; ++calls) {
-      sent += loop.try_send(reinterpret_cast<const char*>(values.data()) + sent, std::min<size_t>(100, bytes - sent));
-      received += loop.try_recv_with(bytes - received, sizeof(double), collect);
-    }
-    CHECK(received == bytes && got == values && aligned && whole);
-  }
-  // align_stream: after 5 stray bytes both ends skip to the next multiple of 8, so what follows is handed over in
-  // place (pointers into the ring, not a bounce buffer), and the stream stays in step.
-  const char* ring_begin = inbox.ring_data(1);
-  bool in_ring = true;
-  const RecvConsumer in_place = [&](const char* data, size_t n) {
-    in_ring = in_ring && data >= ring_begin && data + n <= ring_begin + 1024;
-    collect(data, n);
-  };
-  char stray[5] = {9, 9, 9, 9, 9}, back[5] = {};
-  CHECK(loop.try_send(stray, 5) == 5 && loop.try_recv(back, 5) == 5);
-  CHECK(loop.align_stream(false) == false);  // the receiver cannot skip bytes not yet written
-  CHECK(loop.align_stream(true) && loop.align_stream(false));
-  got.clear();
-  CHECK(loop.try_send(values.data(), 512) == 512 && loop.try_recv_with(512, sizeof(double), in_place) == 512);
-  CHECK(in_ring && got.size() == 64 && std::memcmp(got.data(), values.data(), 512) == 0);
-  CHECK(loop.try_send(stray, 3) == 3 && loop.try_recv(back, 3) == 3 && back[2] == 9);
-  inbox.unlink();
-}
-
-// Small messages beside the stream: in order through the few mail slots, a sender held back while they are all
-// unread, a size the receiver did not expect named as an error, and Progress::exchange sending what fits as a
-// message and the rest on the stream.
-static void test_messages() {
-  ShmInbox inbox = ShmInbox::Create("/hvdlite-unit-mail-" + std::to_string(getpid()), 0, 2, 1024);
-  ShmChannel loop(0, "self", &inbox, 1, &inbox, 1, -1);
-  CHECK(loop.message_capacity() == sizeof(MailSlot::payload));
-  for (int round = 0; round < 3; ++round) {  // wraps the slots several times
-    for (int i = 0; i < static_cast<int>(kMailSlots); ++i) {
-      const int64_t value = 100 * round + i;
-      CHECK(loop.try_send_message(&value, sizeof(value)));
-    }
-    const int64_t extra = -1;
-    CHECK(!loop.try_send_message(&extra, sizeof(extra)));  // every slot holds an unread message
-    const char stream_bytes[3] = {7, 8, 9};
-    CHECK(loop.try_send(stream_bytes, 3) == 3);  // the stream goes on beside them
-    for (int i = 0; i < static_cast<int>(kMailSlots); ++i) {
-      int64_t got = 0;
-      CHECK(loop.try_recv_message(&got, sizeof(got)) && got == 100 * round + i);
-    }
-    int64_t none = 0;
-    CHECK(!loop.try_recv_message(&none, sizeof(none)));
-    char back[3] = {};
-    CHECK(loop.try_recv(back, 3) == 3 && back[2] == 9);
-  }
-  const int32_t small = 5;
-  CHECK(loop.try_send_message(&small, sizeof(small)));
-  int64_t wider = 0;
-  bool named = false;
-  try {
-    loop.try_recv_message(&wider, sizeof(wider));
-  } catch (const Error& e) {
-    named = std::string(e.what()).find("4 bytes where this rank expected 8") != std::string::npos;
-  }
-  CHECK(named);
-
-  InboxHeader* header = inbox.header();
-  ShmInbox fresh = ShmInbox::Create("/hvdlite-unit-mail2-" + std::to_string(getpid()), 0, 2, 1024);
-  ShmChannel pair(0, "self", &fresh, 1, &fresh, 1, -1);
-  Progress progress(&header->doorbell, &header->sleepers, &header->alive_ns, 0, 5.0);
-  for (size_t bytes : {size_t{8}, sizeof(MailSlot::payload), sizeof(MailSlot::payload) + 1, size_t{200}}) {
-    std::vector<char> out(bytes), in(bytes, 0);
-    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(i * 7 + bytes);
-    const uint64_t stream_before = fresh.ring(1)->head.load();
-    progress.exchange(&pair, out.data(), in.data(), bytes);
-    CHECK(in == out);
-    const bool as_message = bytes <= pair.message_capacity();
-    CHECK(fresh.ring(1)->head.load() - stream_before == (as_message ? 0 : bytes));
-  }
-  inbox.unlink();
-  fresh.unlink();
 }
 
 static void test_copy_bytes() {
