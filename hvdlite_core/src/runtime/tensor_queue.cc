@@ -35,6 +35,7 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
       if (i >= first_recent) recent_.submitted(entry);
       queue_.push_back(std::move(entry));
     }
+    queued_.store(queue_.size(), std::memory_order_release);
     wake = wake_on_push_;
   }
   // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once.
@@ -63,6 +64,7 @@ void TensorQueue::drain(std::vector<TensorEntry>& out) {
   out.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   out.swap(queue_);
+  queued_.store(0, std::memory_order_release);
 }
 
 void TensorQueue::add_in_flight(const std::string& key) {
@@ -136,11 +138,6 @@ std::string TensorQueue::recent_report(int rank) {
   return recent_.report(rank);
 }
 
-bool TensorQueue::empty() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.empty();
-}
-
 void TensorQueue::wake() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -158,6 +155,7 @@ void TensorQueue::close(const Status& status) {
       closed_status_ = status;
     }
     left.swap(queue_);
+    queued_.store(0, std::memory_order_release);
   }
   for (TensorEntry& entry : left) finish(std::move(entry), closed_status_);
 }

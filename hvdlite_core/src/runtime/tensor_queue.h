@@ -3,6 +3,7 @@
 // background thread sleeps until woken (work handed back, shutdown) or a cycle passes. It also owns the set of names
 // in flight, so a duplicate is refused at enqueue time on the rank that made the mistake.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -38,7 +39,9 @@ class TensorQueue {
   // still allocated), else new ones.
   void take_spare(std::vector<TensorEntry>& out, size_t count);
   void wake();
-  bool empty();
+  // Without the lock: a caller that finds the queue empty just as work arrives leaves it to the next cycle tick,
+  // as it would had the work come a moment later.
+  bool empty() const { return queued_.load(std::memory_order_acquire) == 0; }
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
   std::string recent_report(int rank);  // RecentOps::report
@@ -51,6 +54,7 @@ class TensorQueue {
   void keep_spare(TensorEntry&& entry);
 
   std::vector<TensorEntry> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), written under the lock
   std::unordered_set<std::string> in_flight_;
   // Reused rather than freed, so that a steady state allocates nothing here: the set's nodes (with their key
   // strings) and finished entries. Both stay below the most operations ever in flight at once.
