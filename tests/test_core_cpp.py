@@ -19,6 +19,7 @@ SOURCES = [
     "runtime/fusion.cc",
     "runtime/desync.cc",
     "runtime/recent_ops.cc",
+    "runtime/tensor_queue.cc",
     "common/dtype.cc",
     "common/hmac_sha256.cc",
     "collectives/reduce_kernels.cc",
@@ -53,7 +54,8 @@ def test_core_unit_tests(tmp_path):
     # One object per source, through ccache where setup.py would use it: a rerun on unchanged sources links only.
     launcher = [] if os.environ.get("HVDLITE_NO_CCACHE") == "1" or not shutil.which("ccache") else ["ccache"]
     sources = [
-        os.path.join(CORE, "tests", f) for f in ("unit_tests.cc", "algorithm_choice_tests.cc", "transport_tests.cc")
+        os.path.join(CORE, "tests", f)
+        for f in ("unit_tests.cc", "algorithm_choice_tests.cc", "transport_tests.cc", "queue_tests.cc")
     ]
     sources += [os.path.join(CORE, "src", s) for s in SOURCES]
     objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]

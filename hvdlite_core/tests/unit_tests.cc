@@ -1,7 +1,7 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
 // conversions and reductions, HMAC-SHA256, out-of-step detection, copies, the huge-page buffer and promotion (the
-// algorithm choices: algorithm_choice_tests.cc; the shared-memory transport: transport_tests.cc). Built and run by
-// tests/test_core_cpp.py (no framework; exits non-zero on failure).
+// algorithm choices: algorithm_choice_tests.cc; the shared-memory transport: transport_tests.cc; the tensor queue:
+// queue_tests.cc). Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +43,8 @@ void test_allreduce_table();
 // In transport_tests.cc.
 void test_receive_in_place();
 void test_messages();
+// In queue_tests.cc.
+void test_name_records();
 
 static bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -190,6 +192,19 @@ static void test_cache() {
   CHECK(large.put(resp("h1", 4), &displaced) == 1234);
   CHECK(large.put(resp("h2", 4), &displaced) == 2999 && large.occupied_end() == 3000);
   CHECK(large.put(resp("h3", 4), &displaced) == 3000 && large.occupied_end() == 3001);
+
+  // Stamps: a new one for every response put at a position, never reused; none for an empty position.
+  ResponseCache stamped(2);
+  const int sa = stamped.put(resp("a", 4), &displaced);
+  const uint64_t first = stamped.stamp_at(sa);
+  CHECK(first != 0 && stamped.stamp_at(1) == 0 && stamped.stamp_at(-1) == 0 && stamped.stamp_at(99) == 0);
+  stamped.put(resp("a", 8), &displaced);  // replaced in place
+  CHECK(stamped.stamp_at(sa) != 0 && stamped.stamp_at(sa) != first);
+  const uint64_t second = stamped.stamp_at(sa);
+  stamped.erase(sa);
+  CHECK(stamped.stamp_at(sa) == 0);
+  CHECK(stamped.put(resp("b", 4), &displaced) == sa && stamped.stamp_at(sa) != first &&
+        stamped.stamp_at(sa) != second);
 }
 
 static void test_eager_layout() {
@@ -668,6 +683,7 @@ static void test_huge_page_promotion() {
 
 int main() {
   test_validation();
+  test_name_records();
   test_cache();
   test_eager_layout();
   test_fusion();

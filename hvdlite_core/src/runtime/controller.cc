@@ -63,6 +63,7 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
   outcome.shutdown = false;
   outcome.peer_failure.clear();
   outcome.idle = false;
+  unready_all();
   std::vector<Request> requests;
   requests.swap(resend_);
   if (want_shutdown && !abort_reason.empty()) {
@@ -79,13 +80,16 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
     ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
-    if (cache_enabled_ && q.cacheable) found = cache_.lookup(entry.key, q, member_index(q.process_set), &position);
+    if (cache_enabled_ && q.cacheable) found = look_up(entry, &position);
     if (found != ResponseCache::Lookup::kHit) {
       if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
       requests.push_back(q);
     }
     TensorEntry* placed = keep_pending(std::move(entry));
-    if (found == ResponseCache::Lookup::kHit) add_hit(position, placed);
+    if (found == ResponseCache::Lookup::kHit)
+      add_hit(position, placed);
+    else
+      index_pending(placed);
   }
   fresh.clear();
 
@@ -139,7 +143,10 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
     for_each_bit(&conflicted, std::min<size_t>(64, positions - w * 64), [&](size_t b) {
       const int p = static_cast<int>(w * 64 + b);
       any_conflict = true;
-      if (TensorEntry* hit = drop_hit(p)) requests.push_back(hit->request);
+      if (TensorEntry* hit = drop_hit(p)) {
+        requests.push_back(hit->request);
+        index_pending(hit);
+      }
       cache_.erase(p);
     });
   }
@@ -148,7 +155,10 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
   const bool any_joined = (any & kFlagJoined) != 0;
   if (any_joined) {
     // Joined ranks contribute without submitting; only the coordinator can account for them.
-    for_each_bit(hit_words_, hit_words_.size() * 64, [&](size_t p) { requests.push_back(hit_entries_[p]->request); });
+    for_each_bit(hit_words_, hit_words_.size() * 64, [&](size_t p) {
+      requests.push_back(hit_entries_[p]->request);
+      index_pending(hit_entries_[p]);
+    });
     clear_hits();
   } else {
     for_each_bit(bits_.data() + 1 + words, positions, [&](size_t position) {
@@ -160,14 +170,19 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
       else
         outcome.responses.push_back(cache_.shared_at(p));
       cache_.touch(p);
-      drop_hit(p);
+      if (TensorEntry* hit = drop_hit(p)) {
+        if (position >= ready_.size()) ready_.resize(position + 1);
+        ready_[position] = {cache_.shared_at(p).get(), hit};
+        ready_positions_.push_back(p);
+      }
     });
   }
   if ((any & kFlagRequests) || any_conflict || any_joined) {
     for (Request& q : requests) {
-      auto it = pending_.find(entry_key(q.process_set, q.name));
-      if (it != pending_.end())
-        q.waited_seconds = std::chrono::duration<double>(Clock::now() - it->second.enqueued).count();
+      entry_key_into(key_scratch_, q.process_set, q.name);
+      auto it = by_key_.find(key_scratch_);
+      if (it != by_key_.end())
+        q.waited_seconds = std::chrono::duration<double>(Clock::now() - it->second->enqueued).count();
     }
     std::vector<Response> decided = coordinate(requests);
     remember(decided);
@@ -179,7 +194,23 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
     }
   }
   outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && outcome.eager.empty() &&
-                 pending_.empty() && resend_.empty();
+                 pending_count_ == 0 && resend_.empty();
+}
+
+ResponseCache::Lookup Controller::look_up(const TensorEntry& entry, int* position) {
+  const int member = member_index(entry.request.process_set);
+  NameRecord* record = entry.name_record;
+  if (record && record->cache_stamp != 0 && cache_.stamp_at(record->cache_position) == record->cache_stamp) {
+    *position = record->cache_position;
+    return cache_.at(*position).matches(entry.request, member) ? ResponseCache::Lookup::kHit
+                                                               : ResponseCache::Lookup::kConflict;
+  }
+  ResponseCache::Lookup found = cache_.lookup(entry.key, entry.request, member, position);
+  if (record && found != ResponseCache::Lookup::kMiss) {
+    record->cache_position = *position;
+    record->cache_stamp = cache_.stamp_at(*position);
+  }
+  return found;
 }
 
 void Controller::add_hit(int position, TensorEntry* entry) {
@@ -244,7 +275,10 @@ void Controller::remember(const std::vector<Response>& responses) {
     int displaced = -1;
     cache_.put(r, &displaced);
     if (displaced < 0) continue;
-    if (TensorEntry* hit = drop_hit(displaced)) resend_.push_back(hit->request);
+    if (TensorEntry* hit = drop_hit(displaced)) {
+      resend_.push_back(hit->request);
+      index_pending(hit);
+    }
   }
 }
 
@@ -308,45 +342,65 @@ std::vector<Response> Controller::coordinate(const std::vector<Request>& mine) {
 }
 
 TensorEntry* Controller::keep_pending(TensorEntry&& entry) {
-  // The entry's key moves into the table and back out in take_pending: no copy of it on the way.
-  if (spare_pending_.empty()) {
-    std::string key = std::move(entry.key);
-    return &pending_.emplace(std::move(key), std::move(entry)).first->second;
+  TensorEntry* slot;
+  if (free_entries_.empty()) {
+    pool_.emplace_back();
+    slot = &pool_.back();
+  } else {
+    slot = free_entries_.back();
+    free_entries_.pop_back();
   }
-  PendingTable::node_type node = std::move(spare_pending_.back());
-  spare_pending_.pop_back();
-  node.key() = std::move(entry.key);
-  node.mapped() = std::move(entry);
-  auto placed = pending_.insert(std::move(node));
-  // A key already pending leaves the node unplaced (as emplace would): kept for the next one.
-  if (!placed.inserted) {
-    placed.node.mapped() = TensorEntry();
-    spare_pending_.push_back(std::move(placed.node));
+  *slot = std::move(entry);
+  ++pending_count_;
+  return slot;
+}
+
+void Controller::index_pending(TensorEntry* entry) { by_key_.emplace(std::string_view(entry->key), entry); }
+
+void Controller::release_pending(TensorEntry* entry, TensorEntry* out) {
+  *out = std::move(*entry);
+  free_entries_.push_back(entry);
+  --pending_count_;
+}
+
+void Controller::unready_all() {
+  for (int p : ready_positions_) {
+    if (ready_[p].entry) index_pending(ready_[p].entry);
+    ready_[p] = Ready();
   }
-  return &placed.position->second;
+  ready_positions_.clear();
 }
 
 bool Controller::take_pending(const Response& response, TensorEntry* out) {
+  const int p = response.cache_position;
+  if (p >= 0 && static_cast<size_t>(p) < ready_.size() && ready_[p].response == &response && ready_[p].entry) {
+    TensorEntry* entry = ready_[p].entry;
+    ready_[p] = Ready();
+    release_pending(entry, out);
+    return true;
+  }
   entry_key_into(key_scratch_, response.process_set, response.name);
-  auto it = pending_.find(key_scratch_);
-  if (it == pending_.end()) return false;
-  auto node = pending_.extract(it);
-  *out = std::move(node.mapped());
-  out->key = std::move(node.key());
-  spare_pending_.push_back(std::move(node));
+  auto it = by_key_.find(key_scratch_);
+  if (it == by_key_.end()) return false;
+  TensorEntry* entry = it->second;
+  by_key_.erase(it);
+  release_pending(entry, out);
   return true;
 }
 
-void Controller::return_pending(TensorEntry&& entry) { keep_pending(std::move(entry)); }
+void Controller::return_pending(TensorEntry&& entry) { index_pending(keep_pending(std::move(entry))); }
 
 std::vector<TensorEntry> Controller::take_all_pending() {
-  std::vector<TensorEntry> out;
-  for (auto& kv : pending_) {
-    out.push_back(std::move(kv.second));
-    out.back().key = kv.first;
+  unready_all();
+  std::vector<TensorEntry*> live;
+  for (const auto& kv : by_key_) live.push_back(kv.second);
+  for (TensorEntry* hit : hit_entries_) {
+    if (hit) live.push_back(hit);
   }
+  by_key_.clear();
   clear_hits();
-  pending_.clear();
+  std::vector<TensorEntry> out(live.size());
+  for (size_t i = 0; i < live.size(); ++i) release_pending(live[i], &out[i]);
   return out;
 }
 

@@ -16,7 +16,9 @@
 // The responses are: ready cached ones in position order, then the coordinator's, identical on every rank.
 #pragma once
 #include <chrono>
+#include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -60,6 +62,9 @@ class Controller {
 
  private:
   int member_index(int process_set) const;
+  // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
+  // the same response, else by key (and the record remembers what was found).
+  ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);
   // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced.
   void exchange_bits(size_t bit_words);
   // Step 3: this rank's requests to the coordinator and its ordered responses back (rank 0 runs coordinator_).
@@ -87,19 +92,34 @@ class Controller {
   // only when the cache's contents or the process sets change.
   void update_outsiders(size_t words);
 
-  using PendingTable = std::unordered_map<std::string, TensorEntry>;
-  PendingTable pending_;                                // by entry_key; node-based: entries never move
-  std::vector<PendingTable::node_type> spare_pending_;  // emptied nodes of taken entries, reused by keep_pending
-  std::vector<uint64_t> hit_words_;                     // bit p: this rank's hit at cache position p awaits
-  std::vector<TensorEntry*> hit_entries_;               // by position: that hit's entry in pending_
+  // Pending entries live in a pool (entries never move) and are found in one of three ways, exclusively: by key
+  // while they await the coordinator (by_key_), by cache position while they are hits (hit_entries_), and by
+  // cache position and response while their cached response is ready this cycle (ready_). A cached tensor's
+  // steady state thus hashes no key here.
+  std::deque<TensorEntry> pool_;
+  std::vector<TensorEntry*> free_entries_;  // pool_ slots not in use
+  size_t pending_count_ = 0;
+  std::unordered_map<std::string_view, TensorEntry*> by_key_;  // views of the entries' own keys
+  struct Ready {
+    const Response* response = nullptr;
+    TensorEntry* entry = nullptr;
+  };
+  std::vector<Ready> ready_;                       // by cache position
+  std::vector<int> ready_positions_;               // where ready_ is set
+  TensorEntry* keep_pending(TensorEntry&& entry);  // into the pool; the stored entry (found by nothing yet)
+  void index_pending(TensorEntry* entry);          // findable by key from now on
+  void release_pending(TensorEntry* entry, TensorEntry* out);  // moves it out and frees its slot
+  // Back to by-key: this cycle's ready hits that were never taken (not expected; they would otherwise be lost).
+  void unready_all();
+  std::vector<uint64_t> hit_words_;        // bit p: this rank's hit at cache position p awaits
+  std::vector<TensorEntry*> hit_entries_;  // by position: that hit's entry in pool_
   size_t hit_count_ = 0;
   std::vector<uint64_t> outsider_words_;
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
   Clock::time_point last_hit_stall_check_;
-  std::vector<Request> resend_;                    // hits whose cache entry was displaced
-  std::string key_scratch_;                        // take_pending's key, reused
-  TensorEntry* keep_pending(TensorEntry&& entry);  // into pending_, under its key; the stored entry
+  std::vector<Request> resend_;  // hits whose cache entry was displaced
+  std::string key_scratch_;      // take_pending's key, reused
   bool joined_ = false;
 
   Coordinator coordinator_;  // used on global rank 0 only

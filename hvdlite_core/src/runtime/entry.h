@@ -47,6 +47,17 @@ struct HandleState {
   }
 };
 
+// What the core keeps about one name (process set and name) across its operations, so that a name submitted every
+// step is hashed once per operation (when queued) and found from its entry after that. Owned by the tensor queue;
+// an entry points at its name's record while it is in flight, and the record outlives it.
+struct NameRecord {
+  bool in_flight = false;  // under the queue's lock
+  // Where the response cache held this name when last looked up, and that slot's stamp then: still valid while
+  // the stamps agree (ResponseCache::stamp_at). Read and written only by the negotiating thread.
+  int cache_position = -1;
+  uint64_t cache_stamp = 0;
+};
+
 struct TensorEntry {
   Request request;
   const void* input = nullptr;
@@ -56,8 +67,9 @@ struct TensorEntry {
   void* ready = nullptr;        // CUDA memory: an event recorded on stream at enqueue; the data plane's stream waits
                                 // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
-  Clock::time_point enqueued;  // set by Runtime::enqueue, for the timeline and the stall checks
-  std::string key;             // entry_key(process set, name), set once when queued (TensorQueue::push)
+  Clock::time_point enqueued;         // set by Runtime::enqueue, for the timeline and the stall checks
+  std::string key;                    // entry_key(process set, name), set once when queued (TensorQueue::push)
+  NameRecord* name_record = nullptr;  // set with key
 
   // Back to a new entry's state, but keeping what its strings and vectors have allocated: the queue reuses the
   // entries of finished operations, so that a steady state of named tensors allocates no name, shape or key.

@@ -71,6 +71,9 @@ struct Response {
   std::string name;
   bool cacheable = true;
   bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
+  // Local, not sent: where the response cache put this copy of it (-1: not the cache's), so that a cached
+  // response finds the entry that was waiting for it without its name (Controller::take_pending).
+  int32_t cache_position = -1;
 
   void write(WireWriter& w) const;
   static Response Read(WireReader& r);

@@ -47,6 +47,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     }
     if (static_cast<size_t>(position) == slots_.size()) {
       slots_.emplace_back();
+      stamps_.emplace_back();
       recency_pos_.emplace_back();
     }
     free_.erase(position);
@@ -54,7 +55,10 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_.push_front(position);
     recency_pos_[position] = recency_.begin();
   }
-  slots_[position] = std::make_shared<const Response>(response);
+  auto placed = std::make_shared<Response>(response);
+  placed->cache_position = position;
+  slots_[position] = std::move(placed);
+  stamps_[position] = next_stamp_++;
   ++generation_;
   occupied_end_ = std::max(occupied_end_, static_cast<size_t>(position) + 1);
   touch(position);
@@ -66,6 +70,7 @@ void ResponseCache::erase(int position) {
   by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
   recency_.erase(recency_pos_[position]);
   slots_[position].reset();
+  stamps_[position] = 0;
   free_.insert(position);
   ++generation_;
   while (occupied_end_ > 0 && !slots_[occupied_end_ - 1]) --occupied_end_;

@@ -39,6 +39,11 @@ class ResponseCache {
     return static_cast<size_t>(position) < slots_.size() && slots_[position] != nullptr;
   }
   const Response& at(int position) const { return *slots_[position]; }
+  // A number given to the response put at a position, never given again (0: the position is empty or beyond
+  // the end): a lookup's position stays valid while the position's stamp is the one it saw.
+  uint64_t stamp_at(int position) const {
+    return static_cast<size_t>(position) < stamps_.size() ? stamps_[position] : 0;
+  }
   const std::shared_ptr<const Response>& shared_at(int position) const { return slots_[position]; }
   // Inserts (or replaces the entry of the same name); returns the position. *displaced is the position whose
   // previous entry was evicted to make room or replaced, or -1: ranks holding a hit on it must renegotiate.
@@ -54,6 +59,8 @@ class ResponseCache {
   // Shared: an eager result holds its response through the rest of the cycle, after the cycle's puts may have
   // replaced the slot. Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
   std::vector<std::shared_ptr<const Response>> slots_;
+  std::vector<uint64_t> stamps_;  // by position
+  uint64_t next_stamp_ = 1;
   std::set<int> free_;  // empty positions below slots_.size()
   std::unordered_map<std::string, int> by_key_;
   std::list<int> recency_;  // front: most recently used

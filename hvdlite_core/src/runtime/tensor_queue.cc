@@ -12,16 +12,24 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
     if (closed_) return closed_status_;
     std::unordered_set<std::string_view> batch;  // only a grouped submission can repeat a name within itself
     if (entries.size() > 1) batch.reserve(entries.size());
-    for (const TensorEntry& entry : entries) {
+    found_.assign(entries.size(), nullptr);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const TensorEntry& entry = entries[i];
       if (entry.request.name.empty()) continue;
       const std::string& key = entry.key;
-      if (in_flight_.count(key) || (entries.size() > 1 && !batch.insert(key).second)) {
+      auto it = names_.find(key);
+      if (it != names_.end()) found_[i] = &it->second;
+      if ((found_[i] && found_[i]->in_flight) || (entries.size() > 1 && !batch.insert(key).second)) {
         return Status(
             StatusCode::kInvalidArgument,
             "a collective named '" + entry.request.name + "' is already in flight on this rank" +
                 (entry.request.process_set ? " in process set " + std::to_string(entry.request.process_set) : "") +
                 "; wait for it (synchronize) before reusing the name, or give the new one another name");
       }
+    }
+    if (names_.size() + entries.size() > sweep_at_) {
+      sweep_names();
+      std::fill(found_.begin(), found_.end(), nullptr);  // a swept record is gone: look them up again
     }
     // Only the last few of a batch can be among the recent operations a report shows.
     const size_t first_recent = entries.size() > RecentOps::kKept ? entries.size() - RecentOps::kKept : 0;
@@ -31,7 +39,7 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
         name_unnamed(entry);
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       }
-      add_in_flight(entry.key);
+      entry.name_record = mark_in_flight(entry.key, found_[i]);
       if (i >= first_recent) recent_.submitted(entry);
       queue_.push_back(std::move(entry));
     }
@@ -67,20 +75,23 @@ void TensorQueue::drain(std::vector<TensorEntry>& out) {
   queued_.store(0, std::memory_order_release);
 }
 
-void TensorQueue::add_in_flight(const std::string& key) {
-  if (spare_keys_.empty()) {
-    in_flight_.insert(key);
-    return;
-  }
-  auto node = std::move(spare_keys_.back());
-  spare_keys_.pop_back();
-  node.value().assign(key);  // into the string's own capacity
-  in_flight_.insert(std::move(node));
+NameRecord* TensorQueue::mark_in_flight(const std::string& key, NameRecord* known) {
+  NameRecord* record = known ? known : &names_[key];
+  record->in_flight = true;
+  return record;
 }
 
-void TensorQueue::remove_in_flight(const std::string& key) {
-  auto node = in_flight_.extract(key);
-  if (!node.empty()) spare_keys_.push_back(std::move(node));
+void TensorQueue::clear_in_flight(TensorEntry& entry) {
+  if (entry.name_record) entry.name_record->in_flight = false;
+  entry.name_record = nullptr;
+}
+
+void TensorQueue::sweep_names() {
+  for (auto it = names_.begin(); it != names_.end();) {
+    it = it->second.in_flight ? std::next(it) : names_.erase(it);
+  }
+  // Twice what is left: names in flight are never swept, so a table mostly in flight is not swept on every push.
+  sweep_at_ = std::max<size_t>(1 << 14, 2 * names_.size());
 }
 
 void TensorQueue::keep_spare(TensorEntry&& entry) {
@@ -107,7 +118,7 @@ void TensorQueue::finish(TensorEntry&& entry, Status status) {
   std::shared_ptr<HandleState> handle = std::move(entry.handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    remove_in_flight(entry.key);
+    clear_in_flight(entry);
     recent_.finished(entry, status.ok());
     keep_spare(std::move(entry));
   }
@@ -120,7 +131,7 @@ void TensorQueue::finish_group(std::vector<TensorEntry>& entries, const std::vec
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < entries.size(); ++i) {
       if (!have[i]) continue;
-      remove_in_flight(entries[i].key);
+      clear_in_flight(entries[i]);
       recent_.finished(entries[i], status.ok());
     }
   }

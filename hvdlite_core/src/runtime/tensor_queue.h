@@ -1,13 +1,15 @@
 // Hand-off from framework threads to the background thread: enqueue never blocks on communication and wakes
 // nobody (a synchronous caller drives its operation itself, asynchronous work waits for the next cycle tick); the
-// background thread sleeps until woken (work handed back, shutdown) or a cycle passes. It also owns the set of names
-// in flight, so a duplicate is refused at enqueue time on the rank that made the mistake.
+// background thread sleeps until woken (work handed back, shutdown) or a cycle passes. It also keeps a record of
+// each name (entry.h's NameRecord): whether it is in flight, so that a duplicate is refused at enqueue time on the
+// rank that made the mistake, and what later lookups of the name found.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -49,16 +51,21 @@ class TensorQueue {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  void add_in_flight(const std::string& key);
-  void remove_in_flight(const std::string& key);
+  // The record of a key, made if it has none; its name is marked in flight.
+  NameRecord* mark_in_flight(const std::string& key, NameRecord* known);
+  static void clear_in_flight(TensorEntry& entry);
+  // Forgets the records of names not in flight once there are many (unnamed operations get a new name each).
+  void sweep_names();
   void keep_spare(TensorEntry&& entry);
 
   std::vector<TensorEntry> queue_;
   std::atomic<size_t> queued_{0};  // queue_.size(), written under the lock
-  std::unordered_set<std::string> in_flight_;
-  // Reused rather than freed, so that a steady state allocates nothing here: the set's nodes (with their key
-  // strings) and finished entries. Both stay below the most operations ever in flight at once.
-  std::vector<std::unordered_set<std::string>::node_type> spare_keys_;
+  // Node-based: a record never moves, so entries hold pointers to it.
+  std::unordered_map<std::string, NameRecord> names_;
+  size_t sweep_at_ = 1 << 14;       // names_.size() at which the next sweep_names runs
+  std::vector<NameRecord*> found_;  // push's records of the batch, reused
+  // Finished entries, reused rather than freed, so that a steady state allocates nothing here. Stays below the
+  // most operations ever in flight at once.
   std::vector<TensorEntry> spare_entries_;
   bool closed_ = false;
   Status closed_status_;

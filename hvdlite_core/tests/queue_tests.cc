@@ -1,0 +1,66 @@
+// Unit tests of the tensor queue's name records: a name in flight is refused again, on its own or within a
+// group, and stays refused when the records of finished names are swept. Run from unit_tests.cc's main
+// (tests/test_core_cpp.py builds the files into one binary).
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "runtime/tensor_queue.h"
+
+using namespace hvdlite;
+
+namespace {
+
+TensorEntry named(const std::string& name, int32_t process_set = 0) {
+  TensorEntry entry;
+  entry.request.name = name;
+  entry.request.process_set = process_set;
+  return entry;
+}
+
+Status push_one(TensorQueue& queue, TensorEntry entry) {
+  std::vector<TensorEntry> batch;
+  batch.push_back(std::move(entry));
+  return queue.push(batch, [](TensorEntry&) {});
+}
+
+// Pushes, drains and finishes one operation under name.
+void run_through(TensorQueue& queue, const std::string& name) {
+  CHECK(push_one(queue, named(name)).ok());
+  std::vector<TensorEntry> drained;
+  queue.drain(drained);
+  CHECK(drained.size() == 1);
+  for (TensorEntry& entry : drained) queue.finish(std::move(entry), Status::Ok());
+}
+
+}  // namespace
+
+void test_name_records() {
+  TensorQueue queue;
+  CHECK(push_one(queue, named("kept")).ok());
+  std::vector<TensorEntry> held;
+  queue.drain(held);
+  CHECK(held.size() == 1 && held[0].name_record && held[0].name_record->in_flight);
+  CHECK(!push_one(queue, named("kept")).ok());    // in flight
+  CHECK(push_one(queue, named("kept", 1)).ok());  // the same name in another process set is another tensor
+  std::vector<TensorEntry> other;
+  queue.drain(other);
+
+  // A group repeating a name is refused whole, and leaves nothing in flight behind.
+  std::vector<TensorEntry> group;
+  group.push_back(named("g"));
+  group.push_back(named("g"));
+  CHECK(!queue.push(group, [](TensorEntry&) {}).ok());
+  run_through(queue, "g");
+
+  // Many more names than the sweep threshold, each used once (as unnamed operations are): the records of
+  // finished names are swept, the one still in flight is kept and still refuses a duplicate.
+  for (int i = 0; i < 40000; ++i) run_through(queue, "once." + std::to_string(i));
+  CHECK(held[0].name_record->in_flight);
+  CHECK(!push_one(queue, named("kept")).ok());
+  run_through(queue, "once.7");  // a swept name is accepted again
+
+  queue.finish(std::move(held[0]), Status::Ok());
+  run_through(queue, "kept");  // finished: the name may be used again
+  queue.finish(std::move(other[0]), Status::Ok());
+}
