@@ -394,23 +394,26 @@ def release(handle: int) -> None:
     lib.hvdlite_handle_release(handle)
 
 
+_NO_RESULT = object()
+
+
 class HandleTable:
     """Python-level handles: each maps to the core handles it waits for and what synchronize() returns. Keeps the
     framework tensors alive until the operation completes (the core never owns them).
 
     Two kinds of entry. add_result(): one core handle and a result already at hand (an allreduce into a tensor
-    the caller has), kept in two flat dicts, so that an operation in flight adds no object for the garbage
-    collector to trace: a step with thousands of tensors in flight otherwise filled the old generations with
-    short-lived bookkeeping and paid full collections of the whole heap for it. add(): several core handles or a
-    result built at the end (a function), for everything else."""
+    the caller has). Its handle is the core handle itself (positive; the core never reuses one), and it is kept in
+    flat dicts, so that an operation in flight adds no object for the garbage collector to trace: a step with
+    thousands of tensors in flight otherwise filled the old generations with short-lived bookkeeping and paid
+    full collections of the whole heap for it. add(): several core handles or a result built at the end (a
+    function), for everything else, under negative handles of its own."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._pending: Dict[int, tuple] = {}
-        self._core: Dict[int, int] = {}  # add_result(): handle -> its one core handle
-        self._results: Dict[int, object] = {}  # add_result(): handle -> what synchronize() returns
-        self._inputs: Dict[int, object] = {}  # add_result(): handle -> an input buffer to keep alive besides
+        self._pending: Dict[int, tuple] = {}  # add(): -n -> (core handles, finish, keep_alive, reads_handles)
+        self._results: Dict[int, object] = {}  # add_result(): core handle -> what synchronize() returns
+        self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 
     def add(
         self, core_handles: List[int], finish: Callable[[], object], keep_alive=None, reads_handles: bool = True
@@ -418,7 +421,7 @@ class HandleTable:
         """A handle whose synchronize() waits for core_handles and returns finish(). reads_handles=False: finish
         does not read the core handles (the results are in the caller's buffers), so one call into the core can
         wait for all of them and release them."""
-        handle = next(self._ids)
+        handle = -next(self._ids)
         with self._lock:
             self._pending[handle] = (core_handles, finish, keep_alive, reads_handles)
         return handle
@@ -427,25 +430,22 @@ class HandleTable:
         """A handle whose synchronize() returns result once core_handle has finished; result and keep_alive keep
         the operation's buffers alive. (Each dict store is atomic; the handle is unknown to others until
         returned.)"""
-        handle = next(self._ids)
         if keep_alive is not None:
-            self._inputs[handle] = keep_alive
-        self._results[handle] = result
-        self._core[handle] = core_handle
-        return handle
+            self._inputs[core_handle] = keep_alive
+        self._results[core_handle] = result
+        return core_handle
 
     def poll(self, handle: int) -> bool:
-        core = self._core.get(handle)
-        if core is not None:
-            return lib.hvdlite_poll(core) != 0
+        if handle in self._results:
+            return lib.hvdlite_poll(handle) != 0
         with self._lock:
             core_handles = self._pending[handle][0]
         return all(lib.hvdlite_poll(h) != 0 for h in core_handles)
 
     def synchronize(self, handle: int):
-        core = self._core.pop(handle, None)
-        if core is not None:
-            return self._synchronize_result(handle, core)
+        result = self._results.pop(handle, _NO_RESULT)
+        if result is not _NO_RESULT:
+            return self._synchronize_result(handle, result)
         with self._lock:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
@@ -474,19 +474,18 @@ class HandleTable:
             for h in () if released else core_handles:
                 release(h)
 
-    def _synchronize_result(self, handle: int, core: int):
+    def _synchronize_result(self, core: int, result):
         try:
             status = _wait_release(core, WAIT_SLICE_SECONDS)  # finished well within the slice: one call, released
             if status == 0:
-                self._inputs.pop(handle, None)
-                return self._results.pop(handle)
+                self._inputs.pop(core, None)
+                return result
             if status == _TIMEOUT_STATUS:
                 status = wait_status(core)
         except BaseException:
-            self._core[handle] = core  # interrupted: pending under the same handle, as for add()'s entries
+            self._results[core] = result  # interrupted: pending under the same handle, as for add()'s entries
             raise
-        result = self._results.pop(handle)
-        self._inputs.pop(handle, None)
+        self._inputs.pop(core, None)
         try:
             if status != 0:
                 _raise_for(core, status)
