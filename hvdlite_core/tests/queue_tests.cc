@@ -11,56 +11,60 @@ using namespace hvdlite;
 
 namespace {
 
-TensorEntry named(const std::string& name, int32_t process_set = 0) {
-  TensorEntry entry;
-  entry.request.name = name;
-  entry.request.process_set = process_set;
-  return entry;
-}
-
-Status push_one(TensorQueue& queue, TensorEntry entry) {
-  std::vector<TensorEntry> batch;
-  batch.push_back(std::move(entry));
-  return queue.push(batch, [](TensorEntry&) {});
+Status push_one(TensorQueue& queue, const std::string& name, int32_t process_set = 0) {
+  std::vector<TensorEntry*> batch;
+  queue.take_spare(batch, 1);
+  batch[0]->request.name = name;
+  batch[0]->request.process_set = process_set;
+  Status status = queue.push(batch, [](TensorEntry&) {});
+  queue.recycle(batch);  // refused: still ours
+  return status;
 }
 
 // Pushes, drains and finishes one operation under name.
 void run_through(TensorQueue& queue, const std::string& name) {
-  CHECK(push_one(queue, named(name)).ok());
-  std::vector<TensorEntry> drained;
+  CHECK(push_one(queue, name).ok());
+  std::vector<TensorEntry*> drained;
   queue.drain(drained);
   CHECK(drained.size() == 1);
-  for (TensorEntry& entry : drained) queue.finish(std::move(entry), Status::Ok());
+  for (TensorEntry* entry : drained) queue.finish(entry, Status::Ok());
 }
 
 }  // namespace
 
 void test_name_records() {
   TensorQueue queue;
-  CHECK(push_one(queue, named("kept")).ok());
-  std::vector<TensorEntry> held;
+  CHECK(push_one(queue, "kept").ok());
+  std::vector<TensorEntry*> held;
   queue.drain(held);
-  CHECK(held.size() == 1 && held[0].name_record && held[0].name_record->in_flight);
-  CHECK(!push_one(queue, named("kept")).ok());    // in flight
-  CHECK(push_one(queue, named("kept", 1)).ok());  // the same name in another process set is another tensor
-  std::vector<TensorEntry> other;
+  CHECK(held.size() == 1 && held[0]->name_record && held[0]->name_record->in_flight);
+  CHECK(!push_one(queue, "kept").ok());    // in flight
+  CHECK(push_one(queue, "kept", 1).ok());  // the same name in another process set is another tensor
+  std::vector<TensorEntry*> other;
   queue.drain(other);
 
   // A group repeating a name is refused whole, and leaves nothing in flight behind.
-  std::vector<TensorEntry> group;
-  group.push_back(named("g"));
-  group.push_back(named("g"));
-  CHECK(!queue.push(group, [](TensorEntry&) {}).ok());
+  std::vector<TensorEntry*> group;
+  queue.take_spare(group, 2);
+  group[0]->request.name = group[1]->request.name = "g";
+  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 2);
+  queue.recycle(group);
   run_through(queue, "g");
 
   // Many more names than the sweep threshold, each used once (as unnamed operations are): the records of
   // finished names are swept, the one still in flight is kept and still refuses a duplicate.
   for (int i = 0; i < 40000; ++i) run_through(queue, "once." + std::to_string(i));
-  CHECK(held[0].name_record->in_flight);
-  CHECK(!push_one(queue, named("kept")).ok());
+  CHECK(held[0]->name_record->in_flight);
+  CHECK(!push_one(queue, "kept").ok());
   run_through(queue, "once.7");  // a swept name is accepted again
 
-  queue.finish(std::move(held[0]), Status::Ok());
+  // Finished entries come back for reuse, reset.
+  TensorEntry* finished = held[0];
+  queue.finish(held[0], Status::Ok());
+  std::vector<TensorEntry*> reused;
+  queue.take_spare(reused, 1);
+  CHECK(reused[0] == finished && reused[0]->request.name.empty() && !reused[0]->name_record && !reused[0]->handle);
+  queue.recycle(reused);
   run_through(queue, "kept");  // finished: the name may be used again
-  queue.finish(std::move(other[0]), Status::Ok());
+  queue.finish(other[0], Status::Ok());
 }

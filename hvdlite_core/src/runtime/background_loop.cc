@@ -58,12 +58,12 @@ void Runtime::announce_progress() {
 bool Runtime::run_cycle() {
   if (stopped_) return false;
   // 1. Drain: what this process's callers enqueued since the last cycle.
-  std::vector<TensorEntry>& fresh = fresh_;
+  std::vector<TensorEntry*>& fresh = fresh_;
   queue_.drain(fresh);
   last_cycle_ = Clock::now();
   if (timeline_.enabled()) {
-    for (const TensorEntry& e : fresh) {
-      timeline_.begin(e.request.name, std::string("NEGOTIATE_") + op_name(e.request.op), e.enqueued);
+    for (const TensorEntry* e : fresh) {
+      timeline_.begin(e->request.name, std::string("NEGOTIATE_") + op_name(e->request.op), e->enqueued);
     }
   }
   try {

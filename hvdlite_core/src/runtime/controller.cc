@@ -56,7 +56,7 @@ void Controller::exchange_bits(size_t bit_words) {
   });
 }
 
-void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason,
+void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown, const std::string& abort_reason,
                            Outcome& outcome) {
   outcome.responses.clear();
   outcome.eager.clear();
@@ -75,7 +75,8 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
     requests.push_back(reason);
   }
   std::vector<int> conflicts;
-  for (TensorEntry& entry : fresh) {
+  for (TensorEntry* placed : fresh) {
+    const TensorEntry& entry = *placed;
     const Request& q = entry.request;
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
@@ -85,7 +86,7 @@ void Controller::negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, 
       if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
       requests.push_back(q);
     }
-    TensorEntry* placed = keep_pending(std::move(entry));
+    ++pending_count_;
     if (found == ResponseCache::Lookup::kHit)
       add_hit(position, placed);
     else
@@ -341,27 +342,7 @@ std::vector<Response> Controller::coordinate(const std::vector<Request>& mine) {
   return decided;
 }
 
-TensorEntry* Controller::keep_pending(TensorEntry&& entry) {
-  TensorEntry* slot;
-  if (free_entries_.empty()) {
-    pool_.emplace_back();
-    slot = &pool_.back();
-  } else {
-    slot = free_entries_.back();
-    free_entries_.pop_back();
-  }
-  *slot = std::move(entry);
-  ++pending_count_;
-  return slot;
-}
-
 void Controller::index_pending(TensorEntry* entry) { by_key_.emplace(std::string_view(entry->key), entry); }
-
-void Controller::release_pending(TensorEntry* entry, TensorEntry* out) {
-  *out = std::move(*entry);
-  free_entries_.push_back(entry);
-  --pending_count_;
-}
 
 void Controller::unready_all() {
   for (int p : ready_positions_) {
@@ -371,26 +352,29 @@ void Controller::unready_all() {
   ready_positions_.clear();
 }
 
-bool Controller::take_pending(const Response& response, TensorEntry* out) {
+TensorEntry* Controller::take_pending(const Response& response) {
+  TensorEntry* entry = nullptr;
   const int p = response.cache_position;
   if (p >= 0 && static_cast<size_t>(p) < ready_.size() && ready_[p].response == &response && ready_[p].entry) {
-    TensorEntry* entry = ready_[p].entry;
+    entry = ready_[p].entry;
     ready_[p] = Ready();
-    release_pending(entry, out);
-    return true;
+  } else {
+    entry_key_into(key_scratch_, response.process_set, response.name);
+    auto it = by_key_.find(key_scratch_);
+    if (it == by_key_.end()) return nullptr;
+    entry = it->second;
+    by_key_.erase(it);
   }
-  entry_key_into(key_scratch_, response.process_set, response.name);
-  auto it = by_key_.find(key_scratch_);
-  if (it == by_key_.end()) return false;
-  TensorEntry* entry = it->second;
-  by_key_.erase(it);
-  release_pending(entry, out);
-  return true;
+  --pending_count_;
+  return entry;
 }
 
-void Controller::return_pending(TensorEntry&& entry) { index_pending(keep_pending(std::move(entry))); }
+void Controller::return_pending(TensorEntry* entry) {
+  ++pending_count_;
+  index_pending(entry);
+}
 
-std::vector<TensorEntry> Controller::take_all_pending() {
+std::vector<TensorEntry*> Controller::take_all_pending() {
   unready_all();
   std::vector<TensorEntry*> live;
   for (const auto& kv : by_key_) live.push_back(kv.second);
@@ -399,9 +383,8 @@ std::vector<TensorEntry> Controller::take_all_pending() {
   }
   by_key_.clear();
   clear_hits();
-  std::vector<TensorEntry> out(live.size());
-  for (size_t i = 0; i < live.size(); ++i) release_pending(live[i], &out[i]);
-  return out;
+  pending_count_ = 0;
+  return live;
 }
 
 }  // namespace hvdlite

@@ -16,7 +16,6 @@
 // The responses are: ready cached ones in position order, then the coordinator's, identical on every rank.
 #pragma once
 #include <chrono>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,15 +47,15 @@ class Controller {
   // Takes ownership of fresh entries (kept as pending until executed). Collective over all ranks. A rank that
   // wants to shut down because of an error passes the reason, which every rank then finds in peer_failure.
   // outcome is overwritten; the caller reuses it from cycle to cycle.
-  void negotiate(std::vector<TensorEntry>& fresh, bool want_shutdown, const std::string& abort_reason,
+  void negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown, const std::string& abort_reason,
                  Outcome& outcome);
   // The pending entry for a response, removed from the table; false if this rank has none (it joined, or
   // never submitted a tensor that failed validation).
-  bool take_pending(const Response& response, TensorEntry* out);
+  TensorEntry* take_pending(const Response& response);
   // Puts back an entry taken for execution whose execution hit a fatal error, so it fails with all the others.
-  void return_pending(TensorEntry&& entry);
+  void return_pending(TensorEntry* entry);
   // Every pending entry, removed (for failing them all at shutdown or on a fatal error).
-  std::vector<TensorEntry> take_all_pending();
+  std::vector<TensorEntry*> take_all_pending();
   bool joined() const { return joined_; }
   void clear_joined() { joined_ = false; }
 
@@ -92,27 +91,23 @@ class Controller {
   // only when the cache's contents or the process sets change.
   void update_outsiders(size_t words);
 
-  // Pending entries live in a pool (entries never move) and are found in one of three ways, exclusively: by key
-  // while they await the coordinator (by_key_), by cache position while they are hits (hit_entries_), and by
-  // cache position and response while their cached response is ready this cycle (ready_). A cached tensor's
-  // steady state thus hashes no key here.
-  std::deque<TensorEntry> pool_;
-  std::vector<TensorEntry*> free_entries_;  // pool_ slots not in use
+  // Pending entries (the queue's, held here between drain and execution) are found in one of three ways,
+  // exclusively: by key while they await the coordinator (by_key_), by cache position while they are hits
+  // (hit_entries_), and by cache position and response while their cached response is ready this cycle
+  // (ready_). A cached tensor's steady state thus hashes no key here.
   size_t pending_count_ = 0;
   std::unordered_map<std::string_view, TensorEntry*> by_key_;  // views of the entries' own keys
   struct Ready {
     const Response* response = nullptr;
     TensorEntry* entry = nullptr;
   };
-  std::vector<Ready> ready_;                       // by cache position
-  std::vector<int> ready_positions_;               // where ready_ is set
-  TensorEntry* keep_pending(TensorEntry&& entry);  // into the pool; the stored entry (found by nothing yet)
-  void index_pending(TensorEntry* entry);          // findable by key from now on
-  void release_pending(TensorEntry* entry, TensorEntry* out);  // moves it out and frees its slot
+  std::vector<Ready> ready_;               // by cache position
+  std::vector<int> ready_positions_;       // where ready_ is set
+  void index_pending(TensorEntry* entry);  // findable by key from now on
   // Back to by-key: this cycle's ready hits that were never taken (not expected; they would otherwise be lost).
   void unready_all();
   std::vector<uint64_t> hit_words_;        // bit p: this rank's hit at cache position p awaits
-  std::vector<TensorEntry*> hit_entries_;  // by position: that hit's entry in pool_
+  std::vector<TensorEntry*> hit_entries_;  // by position: that hit's entry
   size_t hit_count_ = 0;
   std::vector<uint64_t> outsider_words_;
   uint64_t outsider_generation_ = ~0ull;

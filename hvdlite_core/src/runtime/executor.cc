@@ -134,26 +134,24 @@ void Executor::finish_eager(const std::vector<EagerResult>& results) {
   const int n = sets_.get(0)->size();
   for (const EagerResult& done : results) {
     const Response& r = *done.response;
-    TensorEntry entry;
-    if (!controller_.take_pending(r, &entry)) continue;  // not reached: every rank had submitted it
+    TensorEntry* entry = controller_.take_pending(r);
+    if (!entry) continue;  // not reached: every rank had submitted it
     TimelineSpan span(timeline_, r.name, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
-    copy_scaled(r.dtype, entry.output, done.data, static_cast<size_t>(element_count(r.shape)),
+    copy_scaled(r.dtype, entry->output, done.data, static_cast<size_t>(element_count(r.shape)),
                 effective_postscale(r, n));
-    queue_.finish(std::move(entry), Status::Ok());
+    queue_.finish(entry, Status::Ok());
   }
 }
 
 void Executor::run_single(const Response& r) {
-  TensorEntry entry;
-  bool have = controller_.take_pending(r, &entry);
-  TensorEntry* e = have ? &entry : nullptr;
+  TensorEntry* e = controller_.take_pending(r);
   // Described only for the timeline: building the text cost more than a cached 8-byte allreduce's bookkeeping.
   std::string activity;
   if (timeline_.enabled()) activity = upper(op_name(r.op));
   static const std::string kNoTensor;
   TimelineSpan span(timeline_, e ? r.name : kNoTensor, activity);
   if (r.is_error) {
-    if (e) queue_.finish(std::move(entry), Status(static_cast<StatusCode>(r.error_code), r.error));
+    if (e) queue_.finish(e, Status(static_cast<StatusCode>(r.error_code), r.error));
     return;
   }
   try {
@@ -187,13 +185,13 @@ void Executor::run_single(const Response& r) {
     }
   } catch (const Error& error) {
     if (is_transport_failure(error)) {  // fatal: the runtime fails it with every other pending entry
-      if (e) controller_.return_pending(std::move(entry));
+      if (e) controller_.return_pending(e);
       throw;
     }
-    if (e) queue_.finish(std::move(entry), error.status());
+    if (e) queue_.finish(e, error.status());
     return;
   }
-  if (e) queue_.finish(std::move(entry), Status::Ok());
+  if (e) queue_.finish(e, Status::Ok());
 }
 
 const char* Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
@@ -226,12 +224,9 @@ const char* Executor::run_allreduce(Communicator& comm, const Response& r, Tenso
 void Executor::run_fused(const std::vector<const Response*>& group) {
   const Response& head = *group.front();
   Communicator* comm = sets_.get(head.process_set);
-  std::vector<TensorEntry>& entries = fused_entries_;
-  std::vector<bool>& have = fused_have_;
-  entries.clear();
+  std::vector<TensorEntry*>& entries = fused_entries_;  // null where this rank has none (it joined)
   entries.resize(group.size());
-  have.assign(group.size(), false);
-  for (size_t i = 0; i < group.size(); ++i) have[i] = controller_.take_pending(*group[i], &entries[i]);
+  for (size_t i = 0; i < group.size(); ++i) entries[i] = controller_.take_pending(*group[i]);
   if (!comm || comm->rank() < 0) return;
   const size_t esize = dtype_size(head.dtype);
   fused_layout(group, &fused_layout_);
@@ -241,12 +236,13 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   const std::string fused = timeline_.enabled() ? "ALLREDUCE (fused x" + std::to_string(group.size()) : "";
   for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i] && timeline_.enabled()) spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, fused + ")"));
+    if (entries[i] && timeline_.enabled())
+      spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, fused + ")"));
   }
   char* buffer = fusion_buffer(total * esize);
   for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i])
-      copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i].input, counts[i], head.prescale);
+    if (entries[i])
+      copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i]->input, counts[i], head.prescale);
     else
       std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
   }
@@ -261,23 +257,32 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
       for (auto& span : spans) span->set_activity(fused + ", " + ran + ")");
     }
   } catch (const Error&) {  // fatal: the runtime fails these with every other pending entry
-    for (size_t i = 0; i < group.size(); ++i)
-      if (have[i]) controller_.return_pending(std::move(entries[i]));
+    for (TensorEntry* entry : entries)
+      if (entry) controller_.return_pending(entry);
     throw;
   }
   double post = effective_postscale(head, comm->size());
   for (size_t i = 0; i < group.size(); ++i) {
-    if (have[i]) copy_scaled(head.dtype, entries[i].output, buffer + offsets[i] * esize, counts[i], post);
+    if (entries[i]) copy_scaled(head.dtype, entries[i]->output, buffer + offsets[i] * esize, counts[i], post);
   }
-  queue_.finish_group(entries, have, Status::Ok());
+  queue_.finish_group(entries, Status::Ok());
   entries.clear();
 }
 
 void Executor::run_on_device(const std::vector<const Response*>& group) {
   const Response& head = *group.front();
+  // The device work outlives this cycle: its entries' contents move into it, and the entries go back at once.
   std::vector<TensorEntry> entries(group.size());
+  std::vector<TensorEntry*> taken;
   bool all = true;
-  for (size_t i = 0; i < group.size(); ++i) all = controller_.take_pending(*group[i], &entries[i]) && all;
+  for (size_t i = 0; i < group.size(); ++i) {
+    TensorEntry* entry = controller_.take_pending(*group[i]);
+    all = all && entry;
+    if (!entry) continue;
+    entries[i] = std::move(*entry);
+    taken.push_back(entry);
+  }
+  queue_.recycle(taken);
   Communicator* comm = sets_.get(head.process_set);
   if (!comm || comm->rank() < 0) return;  // not a member: nothing to do
   // Every member submitted each tensor (negotiation refuses CUDA collectives while ranks have joined).
@@ -298,7 +303,12 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
   } catch (const Error& error) {
     for (const Response* r : group) timeline_.end(r->name);
     if (is_transport_failure(error)) {  // fatal: the runtime fails them with every other pending entry
-      for (TensorEntry& e : entries) controller_.return_pending(std::move(e));
+      taken.clear();
+      queue_.take_spare(taken, entries.size());
+      for (size_t i = 0; i < entries.size(); ++i) {
+        *taken[i] = std::move(entries[i]);
+        controller_.return_pending(taken[i]);
+      }
       throw;
     }
     for (TensorEntry& e : entries) {
@@ -405,7 +415,7 @@ void Executor::run_process_set_change(const Response& r, TensorEntry* e) {
       if (gpu_) gpu_->set_removed(id);
     }
   }
-  if (e) queue_.finish(std::move(*e), status);
+  if (e) queue_.finish(e, status);
 }
 
 }  // namespace hvdlite

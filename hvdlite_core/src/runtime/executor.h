@@ -61,8 +61,7 @@ class Executor {
   std::vector<const Response*> responses_;
   FusionPlan plan_;
   std::vector<const Response*> group_;
-  std::vector<TensorEntry> fused_entries_;
-  std::vector<bool> fused_have_;
+  std::vector<TensorEntry*> fused_entries_;
   FusedLayout fused_layout_;
 };
 

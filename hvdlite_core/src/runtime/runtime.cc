@@ -115,7 +115,7 @@ void Runtime::fail_everything(const Status& status) {
   stopped_ = true;
   executor_->abort_device_work(status);
   queue_.close(status);
-  for (TensorEntry& entry : controller_->take_all_pending()) queue_.finish(std::move(entry), status);
+  for (TensorEntry* entry : controller_->take_all_pending()) queue_.finish(entry, status);
 }
 
 Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vector<int32_t>* splits) {
@@ -295,18 +295,20 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
   // tensors allocates no entry, name, shape or key here.
-  thread_local std::vector<TensorEntry> entries;
+  thread_local std::vector<TensorEntry*> entries;
   thread_local std::vector<std::shared_ptr<HandleState>> states;
   struct Cleared {  // whatever the outcome, nothing of this call stays in the thread's buffers
+    TensorQueue& queue;
     ~Cleared() {
+      queue.recycle(entries);  // none once queued (push empties the list): these were refused
       entries.clear();
       states.clear();
     }
-  } cleared;
+  } cleared{queue_};
   queue_.take_spare(entries, static_cast<size_t>(count));
   const Clock::time_point now = Clock::now();
   for (int i = 0; i < count; ++i) {
-    TensorEntry& entry = entries[i];
+    TensorEntry& entry = *entries[i];
     Status status = check_request(requests[i], &entry.request, &entry.splits);
     if (!status.ok()) return status;
     entry.input = requests[i].input;
@@ -319,10 +321,10 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   }
   // CUDA tensors: the data plane's stream must wait for the work that produces them on the caller's stream.
   auto release_events = [&]() {
-    for (TensorEntry& entry : entries) gpu_context_.release_event(entry.ready);
+    for (TensorEntry* entry : entries) gpu_context_.release_event(entry->ready);
   };
   for (int i = 0; i < count; ++i) {
-    TensorEntry& entry = entries[i];
+    TensorEntry& entry = *entries[i];
     if (!entry.request.on_device) continue;
     entry.stream = const_cast<void*>(requests[i].stream);
     std::string subject =
@@ -334,7 +336,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
       return prepared;
     }
   }
-  for (const TensorEntry& entry : entries) states.push_back(entry.handle);
+  for (const TensorEntry* entry : entries) states.push_back(entry->handle);
   // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
   // in the same order agree on them, even when other sets run unnamed collectives in between.
   Status status = queue_.push(entries, [this](TensorEntry& entry) {

@@ -94,7 +94,7 @@ class Runtime {
   bool wait_driving(HandleState& handle, int64_t timeout_us);
   Clock::time_point last_cycle_;  // written under progress_mutex_
   // A cycle's drained entries and negotiated outcome, reused from cycle to cycle (under progress_mutex_).
-  std::vector<TensorEntry> fresh_;
+  std::vector<TensorEntry*> fresh_;
   Controller::Outcome outcome_;
   // Consecutive cycles in which nothing happened anywhere (written under progress_mutex_, read without it).
   std::atomic<int> idle_cycles_{0};

@@ -2,10 +2,15 @@
 
 namespace hvdlite {
 
-Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed) {
+TensorQueue::~TensorQueue() {
+  for (TensorEntry* entry : queue_) delete entry;
+  for (TensorEntry* entry : spare_entries_) delete entry;
+}
+
+Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed) {
   bool wake = false;
-  for (TensorEntry& entry : entries) {
-    if (!entry.request.name.empty()) entry_key_into(entry.key, entry.request.process_set, entry.request.name);
+  for (TensorEntry* entry : entries) {
+    if (!entry->request.name.empty()) entry_key_into(entry->key, entry->request.process_set, entry->request.name);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -14,7 +19,7 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
     if (entries.size() > 1) batch.reserve(entries.size());
     found_.assign(entries.size(), nullptr);
     for (size_t i = 0; i < entries.size(); ++i) {
-      const TensorEntry& entry = entries[i];
+      const TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) continue;
       const std::string& key = entry.key;
       auto it = names_.find(key);
@@ -34,15 +39,16 @@ Status TensorQueue::push(std::vector<TensorEntry>& entries, const std::function<
     // Only the last few of a batch can be among the recent operations a report shows.
     const size_t first_recent = entries.size() > RecentOps::kKept ? entries.size() - RecentOps::kKept : 0;
     for (size_t i = 0; i < entries.size(); ++i) {
-      TensorEntry& entry = entries[i];
+      TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) {
         name_unnamed(entry);
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       }
       entry.name_record = mark_in_flight(entry.key, found_[i]);
       if (i >= first_recent) recent_.submitted(entry);
-      queue_.push_back(std::move(entry));
+      queue_.push_back(&entry);
     }
+    entries.clear();
     queued_.store(queue_.size(), std::memory_order_release);
     wake = wake_on_push_;
   }
@@ -68,7 +74,7 @@ void TensorQueue::wait_for_wake(std::chrono::microseconds timeout) {
   woken_ = false;
 }
 
-void TensorQueue::drain(std::vector<TensorEntry>& out) {
+void TensorQueue::drain(std::vector<TensorEntry*>& out) {
   out.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   out.swap(queue_);
@@ -94,53 +100,70 @@ void TensorQueue::sweep_names() {
   sweep_at_ = std::max<size_t>(1 << 14, 2 * names_.size());
 }
 
-void TensorQueue::keep_spare(TensorEntry&& entry) {
+void TensorQueue::keep_spare(TensorEntry* entry) {
   // Bounded: a burst of many thousand operations once should not hold their memory for the rest of the job.
   constexpr size_t kMostSpare = 1 << 14;
-  if (spare_entries_.size() >= kMostSpare) return;
-  spare_entries_.push_back(std::move(entry));
-  spare_entries_.back().reset_keeping_capacity();
+  if (spare_entries_.size() >= kMostSpare) {
+    delete entry;
+    return;
+  }
+  entry->reset_keeping_capacity();
+  spare_entries_.push_back(entry);
 }
 
-void TensorQueue::take_spare(std::vector<TensorEntry>& out, size_t count) {
+void TensorQueue::take_spare(std::vector<TensorEntry*>& out, size_t count) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     while (count > 0 && !spare_entries_.empty()) {
-      out.push_back(std::move(spare_entries_.back()));
+      out.push_back(spare_entries_.back());
       spare_entries_.pop_back();
       --count;
     }
   }
-  out.resize(out.size() + count);
+  for (; count > 0; --count) out.push_back(new TensorEntry());
 }
 
-void TensorQueue::finish(TensorEntry&& entry, Status status) {
-  std::shared_ptr<HandleState> handle = std::move(entry.handle);
+void TensorQueue::recycle(const std::vector<TensorEntry*>& entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (TensorEntry* entry : entries) keep_spare(entry);
+}
+
+void TensorQueue::finish(TensorEntry* entry, Status status) {
+  std::shared_ptr<HandleState> handle = std::move(entry->handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    clear_in_flight(entry);
-    recent_.finished(entry, status.ok());
-    keep_spare(std::move(entry));
+    clear_in_flight(*entry);
+    recent_.finished(*entry, status.ok());
+    keep_spare(entry);
   }
   if (handle) handle->finish(std::move(status));
 }
 
-void TensorQueue::finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have,
-                               const Status& status) {
+void TensorQueue::finish(TensorEntry&& contents, Status status) {
+  std::shared_ptr<HandleState> handle = std::move(contents.handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (!have[i]) continue;
-      clear_in_flight(entries[i]);
-      recent_.finished(entries[i], status.ok());
+    clear_in_flight(contents);
+    recent_.finished(contents, status.ok());
+  }
+  if (handle) handle->finish(std::move(status));
+}
+
+void TensorQueue::finish_group(const std::vector<TensorEntry*>& entries, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (TensorEntry* entry : entries) {
+      if (!entry) continue;
+      clear_in_flight(*entry);
+      recent_.finished(*entry, status.ok());
     }
   }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (have[i] && entries[i].handle) entries[i].handle->finish(status);
+  for (TensorEntry* entry : entries) {
+    if (entry && entry->handle) entry->handle->finish(status);
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (have[i]) keep_spare(std::move(entries[i]));
+  for (TensorEntry* entry : entries) {
+    if (entry) keep_spare(entry);
   }
 }
 
@@ -158,7 +181,7 @@ void TensorQueue::wake() {
 }
 
 void TensorQueue::close(const Status& status) {
-  std::vector<TensorEntry> left;
+  std::vector<TensorEntry*> left;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_) {
@@ -168,7 +191,7 @@ void TensorQueue::close(const Status& status) {
     left.swap(queue_);
     queued_.store(0, std::memory_order_release);
   }
-  for (TensorEntry& entry : left) finish(std::move(entry), closed_status_);
+  for (TensorEntry* entry : left) finish(entry, closed_status_);
 }
 
 }  // namespace hvdlite

@@ -18,12 +18,19 @@
 
 namespace hvdlite {
 
+// Entries travel by pointer from enqueue to finish (queue, negotiation, execution), so that an operation's entry
+// is written once and never copied; the queue owns them all, in flight or kept for reuse.
 class TensorQueue {
  public:
+  TensorQueue() = default;
+  TensorQueue(const TensorQueue&) = delete;
+  TensorQueue& operator=(const TensorQueue&) = delete;
+  ~TensorQueue();
   // Queues every entry or none: duplicate names (in flight, or twice in the batch) refuse the whole batch.
   // Entries without a name get one from name_unnamed, called under the queue lock once the batch is accepted,
-  // so a refused batch never advances the counters that keep auto-names equal across ranks.
-  Status push(std::vector<TensorEntry>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
+  // so a refused batch never advances the counters that keep auto-names equal across ranks. Accepted, the
+  // entries are in flight and `entries` is emptied; refused, they stay with the caller (recycle them).
+  Status push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
   // Waits until something is queued, wake() is called, or timeout passes. push() wakes the waiter only when
   // wake_on_push is set (a long idle sleep); otherwise new work waits for the next cycle tick.
   void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);
@@ -31,15 +38,19 @@ class TensorQueue {
   void wait_for_wake(std::chrono::microseconds timeout);
   // Moves everything queued into out (emptied first), without waiting. The two vectors trade buffers, so a
   // steady state allocates neither.
-  void drain(std::vector<TensorEntry>& out);
-  // Marks the entry's operation finished: frees its name and wakes its waiters. The entry is consumed: it is
-  // kept for reuse (take_spare).
-  void finish(TensorEntry&& entry, Status status);
-  // The same for the entries of a group whose have[i] is set, under one lock.
-  void finish_group(std::vector<TensorEntry>& entries, const std::vector<bool>& have, const Status& status);
+  void drain(std::vector<TensorEntry*>& out);
+  // Marks the entry's operation finished: frees its name and wakes its waiters. The entry comes back to the
+  // queue for reuse (take_spare).
+  void finish(TensorEntry* entry, Status status);
+  // The same for an entry's contents moved out of it (work on a device, finished later elsewhere).
+  void finish(TensorEntry&& contents, Status status);
+  // The same for the entries of a group, under one lock; null ones are skipped.
+  void finish_group(const std::vector<TensorEntry*>& entries, const Status& status);
   // Appends count entries to out for a new submission: finished ones kept for reuse (their strings and vectors
   // still allocated), else new ones.
-  void take_spare(std::vector<TensorEntry>& out, size_t count);
+  void take_spare(std::vector<TensorEntry*>& out, size_t count);
+  // Takes back entries that were never queued (a refused submission) or whose contents were moved out.
+  void recycle(const std::vector<TensorEntry*>& entries);
   void wake();
   // Without the lock: a caller that finds the queue empty just as work arrives leaves it to the next cycle tick,
   // as it would had the work come a moment later.
@@ -54,11 +65,11 @@ class TensorQueue {
   // The record of a key, made if it has none; its name is marked in flight.
   NameRecord* mark_in_flight(const std::string& key, NameRecord* known);
   static void clear_in_flight(TensorEntry& entry);
+  void keep_spare(TensorEntry* entry);  // under the lock
   // Forgets the records of names not in flight once there are many (unnamed operations get a new name each).
   void sweep_names();
-  void keep_spare(TensorEntry&& entry);
 
-  std::vector<TensorEntry> queue_;
+  std::vector<TensorEntry*> queue_;
   std::atomic<size_t> queued_{0};  // queue_.size(), written under the lock
   // Node-based: a record never moves, so entries hold pointers to it.
   std::unordered_map<std::string, NameRecord> names_;
@@ -66,7 +77,7 @@ class TensorQueue {
   std::vector<NameRecord*> found_;  // push's records of the batch, reused
   // Finished entries, reused rather than freed, so that a steady state allocates nothing here. Stays below the
   // most operations ever in flight at once.
-  std::vector<TensorEntry> spare_entries_;
+  std::vector<TensorEntry*> spare_entries_;
   bool closed_ = false;
   Status closed_status_;
   bool woken_ = false;
