@@ -217,8 +217,10 @@ def allreduce_async_(
     postscale_factor=1.0,
     process_set=global_process_set,
 ) -> int:
-    if op is None or average is not None:
+    if average is not None:
         op = _resolve_op(op, average)
+    elif op is None:  # the default, without a call: a metric averaged every step pays for each
+        op = Average
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
     if name is not None and work is tensor and work.is_cpu:  # a gradient's steady state
         entry = _prepared_in_place(work, name, op, prescale_factor, postscale_factor, process_set)
@@ -242,8 +244,10 @@ def allreduce_(
         op = _resolve_op(op, average)
         return compiled_ops.allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    if op is None or average is not None:
+    if average is not None:
         op = _resolve_op(op, average)
+    elif op is None:  # the default, without a call: a metric averaged every step pays for each
+        op = Average
     # Synchronous: no Python handle is needed, so the handle table is skipped.
     if name is not None and work is tensor and work.is_cpu:
         entry = _prepared_in_place(work, name, op, prescale_factor, postscale_factor, process_set)
