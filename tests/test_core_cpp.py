@@ -20,6 +20,7 @@ SOURCES = [
     "runtime/desync.cc",
     "runtime/recent_ops.cc",
     "runtime/tensor_queue.cc",
+    "runtime/handle_table.cc",
     "common/dtype.cc",
     "common/hmac_sha256.cc",
     "collectives/reduce_kernels.cc",

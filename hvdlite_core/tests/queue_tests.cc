@@ -1,10 +1,13 @@
-// Unit tests of the tensor queue's name records: a name in flight is refused again, on its own or within a
-// group, and stays refused when the records of finished names are swept. Run from unit_tests.cc's main
-// (tests/test_core_cpp.py builds the files into one binary).
+// Unit tests of an operation's bookkeeping: the tensor queue's name records (a name in flight is refused again, on
+// its own or within a group, and stays refused when the records of finished names are swept) and the handle
+// table's ids. Run from unit_tests.cc's main (tests/test_core_cpp.py builds the files into one binary).
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "check.h"
+#include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
 
 using namespace hvdlite;
@@ -67,4 +70,36 @@ void test_name_records() {
   queue.recycle(reused);
   run_through(queue, "kept");  // finished: the name may be used again
   queue.finish(other[0], Status::Ok());
+}
+
+void test_handle_table() {
+  HandleTable table;
+  auto a = std::make_shared<HandleState>(), b = std::make_shared<HandleState>();
+  const int64_t ia = table.add(a), ib = table.add(b);
+  CHECK(ia > 0 && ib > 0 && ia != ib);
+  CHECK(table.get(ia) == a && table.get(ib) == b);
+  CHECK(!table.get(0) && !table.get(-1) && !table.get(ia + (int64_t{1} << 40)) && !table.get(ib + 1000));
+  table.release(ia);
+  CHECK(!table.get(ia) && table.get(ib) == b);
+  table.release(ia);  // twice: nothing
+  // The released slot is reused under another id; the old id still finds nothing.
+  auto c = std::make_shared<HandleState>();
+  const int64_t ic = table.add(c);
+  CHECK(ic > 0 && ic != ia && ic != ib && table.get(ic) == c && !table.get(ia));
+  std::vector<std::shared_ptr<HandleState>> many(100, a);
+  std::vector<int64_t> ids(many.size());
+  table.add_many(many, ids.data());
+  std::vector<int64_t> sorted(ids);
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end() && sorted.front() > 0);
+  table.release_many(ids.data(), static_cast<int32_t>(ids.size()));
+  CHECK(!table.get(ids[0]) && !table.get(ids[99]) && table.get(ib) == b && table.get(ic) == c);
+  // Ids never repeat, however often slots are reused.
+  std::vector<int64_t> seen;
+  for (int i = 0; i < 1000; ++i) {
+    seen.push_back(table.add(a));
+    table.release(seen.back());
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
 }

@@ -1,7 +1,8 @@
 // Unit tests of the core's pure pieces: cross-rank validation, the response cache, fusion planning, dtype
 // conversions and reductions, HMAC-SHA256, out-of-step detection, copies, the huge-page buffer and promotion (the
-// algorithm choices: algorithm_choice_tests.cc; the shared-memory transport: transport_tests.cc; the tensor queue:
-// queue_tests.cc). Built and run by tests/test_core_cpp.py (no framework; exits non-zero on failure).
+// algorithm choices: algorithm_choice_tests.cc; the shared-memory transport: transport_tests.cc; the tensor
+// queue's name records and the handle table: queue_tests.cc). Built and run by tests/test_core_cpp.py (no framework;
+// exits non-zero on failure).
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,7 @@ void test_receive_in_place();
 void test_messages();
 // In queue_tests.cc.
 void test_name_records();
+void test_handle_table();
 
 static bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -684,6 +686,7 @@ static void test_huge_page_promotion() {
 int main() {
   test_validation();
   test_name_records();
+  test_handle_table();
   test_cache();
   test_eager_layout();
   test_fusion();
