@@ -210,7 +210,8 @@ static void test_cache() {
 }
 
 static void test_eager_layout() {
-  // Eligible entries in position order while they fit the budget; the layout follows the cache's contents.
+  // Eligible entries while they fit the budget, laid out in position order; the layout follows the cache's
+  // contents.
   ResponseCache cache(8);
   int displaced = -1;
   cache.put(resp("a", 2), &displaced);                   // 8 bytes
@@ -244,6 +245,19 @@ static void test_eager_layout() {
   CHECK(layout.words() == 2);
   layout.update(cache, 0);  // budget 0: off
   CHECK(layout.segments().empty() && layout.words() == 0);
+
+  // The smallest are chosen first, whatever their positions, then laid out in position order.
+  ResponseCache mixed(8);
+  mixed.put(resp("large", 4), &displaced);  // 16 bytes, at position 0
+  mixed.put(resp("m", 2), &displaced);      // 8 bytes
+  mixed.put(resp("n", 1), &displaced);      // 4 bytes, padded to 8
+  mixed.put(resp("o", 3), &displaced);      // 12 bytes, padded to 16
+  EagerLayout smallest;
+  smallest.update(mixed, 24);  // m and n, not large (which would have come first in position order)
+  CHECK(smallest.segments().size() == 2 && smallest.words() == 2 && !smallest.find(0) && !smallest.find(3));
+  CHECK(smallest.find(1) && smallest.find(1)->offset == 0 && smallest.find(2) && smallest.find(2)->offset == 8);
+  smallest.update(mixed, 32);  // then the 16-byte ones, ties by position: large
+  CHECK(smallest.segments().size() == 3 && smallest.find(0) && smallest.find(0)->offset == 0 && !smallest.find(3));
 
   // The region reduces each segment with its own dtype and op.
   std::vector<EagerSegment> segments = {{0, 0, 2, DType::kFloat32, ReduceKind::kSum},

@@ -1,5 +1,7 @@
 #include "runtime/eager.h"
 
+#include <algorithm>
+
 namespace hvdlite {
 
 ReduceKind reduce_kind(ReduceOp op) {
@@ -27,16 +29,31 @@ void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
   segments_.clear();
   index_of_.assign(cache.occupied_end(), -1);
   bytes_ = 0;
+  auto padded_bytes = [](const Response& r) {
+    return (static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype) + 7) / 8 * 8;
+  };
+  // The smallest first, ties by position: the same choice on every rank.
+  std::vector<std::pair<size_t, int>>& candidates = candidates_;
+  candidates.clear();
   for (size_t p = 0; p < cache.occupied_end(); ++p) {
-    if (!cache.occupied(static_cast<int>(p))) continue;
+    const int position = static_cast<int>(p);
+    if (cache.occupied(position) && eligible(cache.at(position)))
+      candidates.emplace_back(padded_bytes(cache.at(position)), position);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  size_t chosen_bytes = 0;
+  for (const auto& [padded, position] : candidates) {
+    if (static_cast<int64_t>(chosen_bytes + padded) > budget_bytes) break;  // the rest are no smaller
+    chosen_bytes += padded;
+    index_of_[position] = 0;  // chosen; laid out below
+  }
+  for (size_t p = 0; p < index_of_.size(); ++p) {
+    if (index_of_[p] < 0) continue;
     const Response& r = cache.at(static_cast<int>(p));
-    if (!eligible(r)) continue;
-    const size_t count = static_cast<size_t>(element_count(r.shape));
-    const size_t padded = (count * dtype_size(r.dtype) + 7) / 8 * 8;
-    if (static_cast<int64_t>(bytes_ + padded) > budget_bytes) continue;  // a smaller one further on may still fit
     index_of_[p] = static_cast<int>(segments_.size());
-    segments_.push_back({static_cast<int>(p), bytes_, count, r.dtype, reduce_kind(r.reduce_op)});
-    bytes_ += padded;
+    segments_.push_back({static_cast<int>(p), bytes_, static_cast<size_t>(element_count(r.shape)), r.dtype,
+                         reduce_kind(r.reduce_op)});
+    bytes_ += padded_bytes(r);
   }
 }
 

@@ -3,8 +3,10 @@
 // A cached allreduce otherwise takes two exchanges (the negotiation's bitwise-AND allreduce, then the executor's
 // reduction), both pure latency for a few bytes, so its data goes along with the first.
 //
-// Layout: after the bit words, one segment per eligible cached response, in cache position order while they fit
-// EAGER_ALLREDUCE_BYTES. It depends only on the response cache, identical on every rank (response_cache.h), and
+// Layout: after the bit words, one segment per chosen cached response, in cache position order. Eligible ones are
+// chosen smallest first while they fit EAGER_ALLREDUCE_BYTES: a scalar metric is the likeliest to wait on latency
+// alone, and every cycle exchanges the whole region, so a small one keeps the exchange within a one-line message
+// (transport/channel.h). It depends only on the response cache, identical on every rank (response_cache.h), and
 // is rebuilt when the cache's contents change. A rank that has submitted the tensor puts its (prescaled) input in
 // the segment, any other rank zeros; the exchange reduces each segment with the tensor's dtype and op. If the
 // ready bits say every rank had submitted, the segment holds the finished reduction and the executor copies it
@@ -15,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
@@ -54,7 +57,8 @@ class EagerLayout {
 
  private:
   std::vector<EagerSegment> segments_;
-  std::vector<int> index_of_;  // by cache position: index into segments_, or -1
+  std::vector<int> index_of_;                       // by cache position: index into segments_, or -1
+  std::vector<std::pair<size_t, int>> candidates_;  // update's (padded bytes, position) of eligible ones, reused
   size_t bytes_ = 0;
   uint64_t generation_ = ~0ull;
   int64_t budget_ = -1;
