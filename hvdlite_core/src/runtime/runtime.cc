@@ -300,7 +300,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   struct Cleared {  // whatever the outcome, nothing of this call stays in the thread's buffers
     TensorQueue& queue;
     ~Cleared() {
-      queue.recycle(entries);  // none once queued (push empties the list): these were refused
+      if (!entries.empty()) queue.recycle(entries);  // refused ones (push empties the list of those it queues)
       entries.clear();
       states.clear();
     }
