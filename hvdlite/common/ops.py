@@ -91,7 +91,6 @@ def request(
 # call to call and are built each time instead.
 _prepared: Dict[tuple, tuple] = {}
 _PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
-_local = threading.local()
 cached = _prepared.get  # (struct, buffers) under a key, or None
 
 
@@ -117,16 +116,17 @@ def _fill(struct, key: tuple) -> tuple:
     return shape_buf, name_buf, splits_buf
 
 
-def prepared(request: tuple, key: Optional[tuple] = None) -> tuple:
-    """(hvdlite_request*, buffers) for a request tuple: from the cache under key (default: the request itself)
-    when the request is named and has no splits."""
+def prepared(request: tuple, key: Optional[tuple] = None, facts: tuple = ()) -> tuple:
+    """(hvdlite_request*, buffers, *facts) for a request tuple: from the cache under key (default: the request
+    itself) when the request is named and has no splits. facts: what a caller with a shorter key compares before
+    it reuses the entry."""
     if key is None:
         key = request
     entry = _prepared.get(key)
-    if entry is not None:
+    if entry is not None and entry[2:] == facts:
         return entry
     struct = ffi.new("hvdlite_request*")
-    entry = (struct, _fill(struct, request))
+    entry = (struct, _fill(struct, request), *facts)
     if request[1] and request[11] is None:
         if len(_prepared) >= _PREPARED_LIMIT:
             _prepared.clear()
@@ -134,17 +134,9 @@ def prepared(request: tuple, key: Optional[tuple] = None) -> tuple:
     return entry
 
 
-def _handle_out():
-    try:
-        return _local.handle
-    except AttributeError:
-        handle = _local.handle = ffi.new("int64_t*")
-        return handle
-
-
-_enqueue = lib.hvdlite_enqueue  # bound once: a cffi attribute lookup costs 0.1 us a call
-_enqueue_and_wait = lib.hvdlite_enqueue_and_wait
-_wait_release = lib.hvdlite_wait_release
+_submit = lib.hvdlite_submit  # bound once: a cffi attribute lookup costs 0.1 us a call
+_run = lib.hvdlite_run
+_finish = lib.hvdlite_finish
 _enqueue_batch = lib.hvdlite_enqueue_batch
 
 
@@ -157,14 +149,10 @@ def submit(key: tuple) -> int:
 
 def submit_prepared(entry: tuple) -> int:
     """submit() for an entry of the cache (prepared()'s return)."""
-    try:
-        handle = _local.handle
-    except AttributeError:
-        handle = _handle_out()
-    status = _enqueue(entry[0], handle)
-    if status != 0:
-        check(status)
-    return handle[0]
+    handle = _submit(entry[0])
+    if handle < 0:
+        check(-handle)
+    return handle
 
 
 def submit_many(keys: Sequence[tuple]) -> List[int]:
@@ -194,22 +182,18 @@ def run(request: tuple, keep_alive) -> None:
 def run_prepared(entry: tuple, keep_alive) -> None:
     """run() for an entry of the cache (prepared()'s return)."""
     try:
-        handle = _local.handle
-    except AttributeError:
-        handle = _handle_out()
-    try:
-        status = _enqueue_and_wait(entry[0], WAIT_SLICE_SECONDS, handle)
-        if status == 0:
-            return  # finished, and the core released the handle
-        if handle[0] == 0:
-            check(status)  # refused at enqueue
-        live = handle[0]
+        live = _run(entry[0])
     except BaseException:
-        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns: the operation may still
-        # be running on the caller's buffers.
-        if handle[0] != 0:
-            abandon([handle[0]], keep_alive)
+        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns, before its value is
+        # stored: the operation may still be running on the caller's buffers.
+        live = lib.hvdlite_last_run()
+        if live > 0:
+            abandon([live], keep_alive)
         raise
+    if live == 0:
+        return  # finished, and the core needed no handle for it
+    if live < 0:
+        check(-live)  # refused at enqueue
     wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
 
 
@@ -476,7 +460,7 @@ class HandleTable:
 
     def _synchronize_result(self, core: int, result):
         try:
-            status = _wait_release(core, WAIT_SLICE_SECONDS)  # finished well within the slice: one call, released
+            status = _finish(core)  # finished well within the slice: one call, released
             if status == 0:
                 self._inputs.pop(core, None)
                 return result

@@ -115,7 +115,16 @@ int hvdlite_is_initialized(void);
 int hvdlite_rank(void);
 int hvdlite_size(void);
 
-int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out);
+/* The longest hvdlite_run and hvdlite_finish wait before returning to the caller, so that a Python caller's signal
+ * handlers (Ctrl-C, a timeout's alarm) run while ranks wait on each other. */
+enum { HVDLITE_WAIT_SLICE_MS = 100 };
+
+/* The calls every collective makes take one argument and return one value: in cffi's ABI mode each argument costs
+ * about 50 ns a call, as much as the core's bookkeeping of a small operation. */
+
+/* Queues one operation. Returns its handle (> 0), or the negated status when the request was refused (the error is in
+ * hvdlite_last_error). */
+int64_t hvdlite_submit(const hvdlite_request* request);
 /* Queues count operations atomically: all are validated first and either all are queued or none. */
 int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out);
 /* Queues count in-place operations made from prepared requests, atomically as hvdlite_enqueue_many: operation i is
@@ -132,18 +141,22 @@ int hvdlite_scatter_bytes(const void* source, const uintptr_t* destinations, con
 int hvdlite_poll(int64_t handle);
 /* Blocks until done or timeout_seconds (<= 0: no limit) passes; returns the operation's status. */
 int hvdlite_wait(int64_t handle, double timeout_seconds);
-/* hvdlite_wait, and when the operation finished successfully the handle is released too (one call instead of
- * two for an asynchronous operation's usual end). Otherwise the handle stays, as after hvdlite_wait. */
-int hvdlite_wait_release(int64_t handle, double timeout_seconds);
+/* Waits up to HVDLITE_WAIT_SLICE_MS, and when the operation finished successfully releases its handle too, returning
+ * 0: an asynchronous operation's usual end in one call. Otherwise the handle stays, as after hvdlite_wait, and the
+ * status is returned (HVDLITE_TIMEOUT: the slice ran out). */
+int hvdlite_finish(int64_t handle);
 /* Waits for count operations (a batch from hvdlite_enqueue_many) up to timeout_seconds in all. Every one
  * finished successfully: returns 0 with all the handles released. Otherwise releases none and returns
  * HVDLITE_TIMEOUT when time ran out first, else the status of the first failed one in the array. */
 int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seconds);
-/* hvdlite_enqueue, then hvdlite_wait up to timeout_seconds, in one call: a synchronous collective's path.
- * Finished successfully: returns 0 with the handle already released (*handle_out = 0). Otherwise returns the
- * status and *handle_out is the live handle to wait on (still running: HVDLITE_TIMEOUT) or to read the
- * error of, then release; *handle_out = 0 when the request was refused (the error is in hvdlite_last_error). */
-int hvdlite_enqueue_and_wait(const hvdlite_request* request, double timeout_seconds, int64_t* handle_out);
+/* hvdlite_submit, then a wait up to HVDLITE_WAIT_SLICE_MS, in one call: a synchronous collective's path. Returns 0
+ * when the operation finished successfully (it needs no handle); its handle (> 0) when it is still running (wait on
+ * it) or failed (read its error), to be released after; the negated status when the request was refused (the
+ * error is in hvdlite_last_error). */
+int64_t hvdlite_run(const hvdlite_request* request);
+/* What this thread's latest hvdlite_run returned: for a caller interrupted between that call's return and its use
+ * of the value (Python raises a signal handler's exception there), so that a running operation is not lost. */
+int64_t hvdlite_last_run(void);
 int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity);
 /* Results the core owns (allgather, alltoall, reducescatter): shape first, then a copy into caller memory. */
 int hvdlite_handle_output_shape(int64_t handle, int64_t* shape_out, int32_t capacity, int32_t* ndim_out);

@@ -31,6 +31,7 @@ std::shared_ptr<Runtime> g_runtime;
 HandleTable g_handles;  // outlives any Runtime: a handle's outcome stays readable after shutdown
 int g_listen_fd = -1;
 thread_local std::string g_last_error;
+thread_local int64_t g_last_run = 0;  // hvdlite_last_run
 
 int fail(StatusCode code, const std::string& message) {
   g_last_error = message;
@@ -158,13 +159,15 @@ HVDLITE_EXPORT int hvdlite_size(void) {
   return rt ? rt->size() : -1;
 }
 
-HVDLITE_EXPORT int hvdlite_enqueue(const hvdlite_request* request, int64_t* handle_out) {
-  return guarded([&] {
+HVDLITE_EXPORT int64_t hvdlite_submit(const hvdlite_request* request) {
+  int64_t handle = 0;
+  const int status = guarded([&] {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
-    if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
-    return report(rt->enqueue(request, 1, handle_out));
+    if (!request) return fail(StatusCode::kInvalidArgument, "null request");
+    return report(rt->enqueue(request, 1, &handle));
   });
+  return status == HVDLITE_OK ? handle : -static_cast<int64_t>(status);
 }
 
 HVDLITE_EXPORT int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out) {
@@ -260,9 +263,7 @@ HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
   return wait_for(handle, timeout_seconds, false);
 }
 
-HVDLITE_EXPORT int hvdlite_wait_release(int64_t handle, double timeout_seconds) {
-  return wait_for(handle, timeout_seconds, true);
-}
+HVDLITE_EXPORT int hvdlite_finish(int64_t handle) { return wait_for(handle, HVDLITE_WAIT_SLICE_MS * 1e-3, true); }
 
 HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seconds) {
   return guarded([&] {
@@ -290,28 +291,26 @@ HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, doub
   });
 }
 
-HVDLITE_EXPORT int hvdlite_enqueue_and_wait(const hvdlite_request* request, double timeout_seconds,
-                                            int64_t* handle_out) {
-  return guarded([&] {
-    if (handle_out) *handle_out = 0;
+HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) {
+  int64_t live = 0;
+  const int status = guarded([&] {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
-    if (!request || !handle_out) return fail(StatusCode::kInvalidArgument, "null request");
+    if (!request) return fail(StatusCode::kInvalidArgument, "null request");
     std::shared_ptr<HandleState> state;
     Status queued = rt->enqueue(request, 1, nullptr, &state);
     if (!queued.ok()) return report(queued);
-    int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
-    const bool finished = rt->wait(*state, timeout_us);
-    if (finished && state->status.ok()) return static_cast<int>(HVDLITE_OK);
+    const bool finished = rt->wait(*state, int64_t{HVDLITE_WAIT_SLICE_MS} * 1000);
     // Still running, or failed: only now does the operation need a handle, for the caller to wait on or to read
     // the error from (a hash-table insert and erase less for the common case).
-    *handle_out = g_handles.add(state);
-    if (!finished) {
-      return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(*handle_out));
-    }
-    return report(state->status);
+    if (!finished || !state->status.ok()) live = g_handles.add(state);
+    return static_cast<int>(HVDLITE_OK);
   });
+  g_last_run = status == HVDLITE_OK ? live : -static_cast<int64_t>(status);
+  return g_last_run;
 }
+
+HVDLITE_EXPORT int64_t hvdlite_last_run(void) { return g_last_run; }
 
 HVDLITE_EXPORT int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity) {
   auto state = find_handle(handle);

@@ -1,6 +1,7 @@
 # Job script: a named in-place host allreduce repeated with the same tensor takes a prepared request from a cache
-# keyed by the tensor's pointer, shape and dtype and the call's arguments (hvdlite/common/ops.py). Every way a
-# later call can differ while sharing some of the key must still give the right result: a strided view (same
+# keyed by its name and pointer, after comparing the tensor's shape and dtype and the call's arguments with those
+# the request was built from (hvdlite/torch/core_ops.py). Every way a later call can differ while sharing some of
+# them must still give the right result: a strided view (same
 # pointer, shape and dtype, other memory), a view as another dtype, a tensor resized or given
 # other storage in place, another op or scale factor, and a process set removed since (an error, not a stale id).
 import torch

@@ -2,6 +2,8 @@
 // futex until woken or a short slice passes, so deadlines and dead peers are still noticed. On a 2-core
 // machine a thread that spins for long steals the core the training step needs.
 #pragma once
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +22,28 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// The monotonic clock as of the kernel's last tick, on Clock's time line: never ahead of Clock::now(), behind it by
+// less than coarse_tick(). For ages checked against seconds (stalls, out-of-step ranks), where the precise clock
+// would be read on every operation for nothing: on a VM a precise reading costs about 20 ns, a coarse one a few.
+inline Clock::time_point coarse_now() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(now.tv_sec) +
+                                                                       std::chrono::nanoseconds(now.tv_nsec)));
+}
+
+// The coarse clock's resolution: coarse_now() + coarse_tick() is never before the true time, so an age measured
+// from such a stamp to a later coarse_now() never exceeds the true age (a limit is not reported early).
+inline Clock::duration coarse_tick() {
+  static const Clock::duration tick = [] {
+    timespec resolution;
+    clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(resolution.tv_sec) +
+                                                       std::chrono::nanoseconds(resolution.tv_nsec));
+  }();
+  return tick;
 }
 
 inline int64_t micros_since(Clock::time_point start) {

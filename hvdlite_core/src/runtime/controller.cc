@@ -98,7 +98,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   // sight: past the stall time it is invalidated (a conflict: erased everywhere, its hits resent as requests),
   // so that the coordinator reports it and fails it like any stalled tensor. The limits are seconds: looking
   // every 100 ms keeps the scan of every waiting hit out of each cycle.
-  const auto now = Clock::now();  // one reading for the cycle's age checks
+  const auto now = coarse_now();  // one reading for the cycle's age checks, which count seconds
   if (hit_count_ > 0 && now - last_hit_stall_check_ >= std::chrono::milliseconds(100)) {
     last_hit_stall_check_ = now;
     for_each_bit(hit_words_, hit_words_.size() * 64, [&](size_t p) {

@@ -77,19 +77,26 @@ bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
 }
 
 bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
-  auto start = Clock::now();
-  // The deadline is checked only after a first try (a small collective finishes in one cycle, and the check
-  // reads the clock); every try after that checks it, whether it ran cycles or slept.
+  // The deadline counts from the first time it is checked, after a first try: a small collective finishes in one
+  // cycle without reading the clock. Every try after that checks it, whether it ran cycles or slept.
+  Clock::time_point start;
+  bool started = false;
+  auto elapsed_us = [&]() -> int64_t {
+    if (started) return micros_since(start);
+    start = Clock::now();
+    started = true;
+    return 0;
+  };
   bool tried = false;
   while (!handle.finished()) {
-    if (tried && timeout_us >= 0 && micros_since(start) >= timeout_us) return false;
+    if (tried && timeout_us >= 0 && elapsed_us() >= timeout_us) return false;
     tried = true;
     uint32_t epoch = progress_epoch_.load(std::memory_order_seq_cst);
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
     if (lock.owns_lock()) {
       bool first_cycle = true;
       while (!handle.finished() && !stopped_) {
-        if (!first_cycle && timeout_us >= 0 && micros_since(start) >= timeout_us) break;
+        if (!first_cycle && timeout_us >= 0 && elapsed_us() >= timeout_us) break;
         first_cycle = false;
         run_cycle();
       }
@@ -101,7 +108,7 @@ bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
     // handle is finished by then, or we take over. Sleeping on the handle alone would miss a holder that
     // leaves without finishing it (a cycle that drained the queue before our enqueue).
     int64_t slice = 100000;
-    if (timeout_us >= 0) slice = std::max<int64_t>(1, std::min(slice, timeout_us - micros_since(start)));
+    if (timeout_us >= 0) slice = std::max<int64_t>(1, std::min(slice, timeout_us - elapsed_us()));
     epoch_sleepers_.fetch_add(1, std::memory_order_seq_cst);
     if (!handle.finished() && progress_epoch_.load(std::memory_order_seq_cst) == epoch) {
       futex_wait(&progress_epoch_, epoch, slice);
@@ -306,7 +313,8 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     }
   } cleared{queue_};
   queue_.take_spare(entries, static_cast<size_t>(count));
-  const Clock::time_point now = Clock::now();
+  // The timeline draws the queued span from this reading; the stall checks need only its second, and never early.
+  const Clock::time_point now = timeline_.enabled() ? Clock::now() : coarse_now() + coarse_tick();
   for (int i = 0; i < count; ++i) {
     TensorEntry& entry = *entries[i];
     Status status = check_request(requests[i], &entry.request, &entry.splits);

@@ -32,7 +32,7 @@ class Runtime {
   int size() const { return size_; }
   // Validates every request, then queues all of them or none (grouped collectives are atomic).
   // first_state_out (optional): the first operation's state, for a caller that waits on it at once. handles_out
-  // may then be null: the operations get no handle (hvdlite_enqueue_and_wait registers one only when it must
+  // may then be null: the operations get no handle (hvdlite_run registers one only when it must
   // return it).
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
                  std::shared_ptr<HandleState>* first_state_out = nullptr);
