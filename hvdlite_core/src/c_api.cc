@@ -306,8 +306,9 @@ HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) {
     if (!finished || !state->status.ok()) live = g_handles.add(state);
     return static_cast<int>(HVDLITE_OK);
   });
-  g_last_run = status == HVDLITE_OK ? live : -static_cast<int64_t>(status);
-  return g_last_run;
+  const int64_t result = status == HVDLITE_OK ? live : -static_cast<int64_t>(status);
+  g_last_run = result;
+  return result;
 }
 
 HVDLITE_EXPORT int64_t hvdlite_last_run(void) { return g_last_run; }

@@ -2,30 +2,45 @@
 
 namespace hvdlite {
 
+namespace {
+
+struct HandleRing {
+  std::vector<std::shared_ptr<HandleState>> slots;
+  size_t oldest = 0, count = 0;
+};
+
+// Out of line, so that a caller finds the thread's ring once: the compiler would otherwise look a thread_local of a
+// dlopen'ed library up again (a call into the dynamic linker) at every use.
+__attribute__((noinline)) HandleRing& this_thread_handle_ring() {
+  thread_local HandleRing ring;
+  return ring;
+}
+
+}  // namespace
+
 std::shared_ptr<HandleState> fresh_handle_state() {
   // The states this thread handed out, oldest first, in a ring: the oldest is the likeliest to be free again.
   // Bounded, since the ring keeps them alive; a step of more operations than it holds allocates as before.
   constexpr size_t kRing = 4096;
-  thread_local std::vector<std::shared_ptr<HandleState>> ring;
-  thread_local size_t oldest = 0, count = 0;
-  if (ring.empty()) ring.resize(kRing);
+  HandleRing& r = this_thread_handle_ring();
+  if (r.slots.empty()) r.slots.resize(kRing);
   std::shared_ptr<HandleState> state;
-  if (count > 0 && ring[oldest].use_count() == 1) {
+  if (r.count > 0 && r.slots[r.oldest].use_count() == 1) {
     // The ring is its only owner, so nobody can take a new reference; the fence pairs with the releasing
     // decrement of its last other owner, whose writes (the finished status) are then complete.
     std::atomic_thread_fence(std::memory_order_acquire);
-    state = std::move(ring[oldest]);
+    state = std::move(r.slots[r.oldest]);
     state->reset();
   } else {
     state = std::make_shared<HandleState>();
-    if (count == kRing) ring[oldest].reset();  // still in use: left to its owners
+    if (r.count == kRing) r.slots[r.oldest].reset();  // still in use: left to its owners
   }
-  if (count > 0 && !ring[oldest]) {  // the oldest slot was emptied: the ring moves on
-    oldest = (oldest + 1) % kRing;
-    --count;
+  if (r.count > 0 && !r.slots[r.oldest]) {  // the oldest slot was emptied: the ring moves on
+    r.oldest = (r.oldest + 1) % kRing;
+    --r.count;
   }
-  ring[(oldest + count) % kRing] = state;
-  ++count;
+  r.slots[(r.oldest + r.count) % kRing] = state;
+  ++r.count;
   return state;
 }
 

@@ -297,21 +297,40 @@ Status Runtime::check_device_request(const hvdlite_request& q, Request& out,
   return Status::Ok();
 }
 
+namespace {
+
+struct EnqueueScratch {
+  std::vector<TensorEntry*> entries;
+  std::vector<std::shared_ptr<HandleState>> states;
+};
+
+// Out of line, so that enqueue finds the thread's buffers once: the compiler would otherwise look a thread_local of
+// a dlopen'ed library up again (a call into the dynamic linker) at every use.
+__attribute__((noinline)) EnqueueScratch& this_thread_enqueue_scratch() {
+  thread_local EnqueueScratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
 Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
                         std::shared_ptr<HandleState>* first_state_out) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
   // tensors allocates no entry, name, shape or key here.
-  thread_local std::vector<TensorEntry*> entries;
-  thread_local std::vector<std::shared_ptr<HandleState>> states;
+  EnqueueScratch& scratch = this_thread_enqueue_scratch();
+  std::vector<TensorEntry*>& entries = scratch.entries;
+  std::vector<std::shared_ptr<HandleState>>& states = scratch.states;
   struct Cleared {  // whatever the outcome, nothing of this call stays in the thread's buffers
     TensorQueue& queue;
+    EnqueueScratch& scratch;
     ~Cleared() {
-      if (!entries.empty()) queue.recycle(entries);  // refused ones (push empties the list of those it queues)
-      entries.clear();
-      states.clear();
+      // Refused ones go back (push empties the list of those it queues).
+      if (!scratch.entries.empty()) queue.recycle(scratch.entries);
+      scratch.entries.clear();
+      scratch.states.clear();
     }
-  } cleared{queue_};
+  } cleared{queue_, scratch};
   queue_.take_spare(entries, static_cast<size_t>(count));
   // The timeline draws the queued span from this reading; the stall checks need only its second, and never early.
   const Clock::time_point now = timeline_.enabled() ? Clock::now() : coarse_now() + coarse_tick();
