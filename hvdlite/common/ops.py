@@ -419,6 +419,14 @@ class HandleTable:
         self._results[core_handle] = result
         return core_handle
 
+    def submit_result(self, entry: tuple, result) -> int:
+        """submit_prepared(entry), then add_result() with result: a gradient's submission in one Python call."""
+        handle = _submit(entry[0])
+        if handle < 0:
+            check(-handle)
+        self._results[handle] = result
+        return handle
+
     def poll(self, handle: int) -> bool:
         if handle in self._results:
             return lib.hvdlite_poll(handle) != 0
@@ -428,8 +436,17 @@ class HandleTable:
 
     def synchronize(self, handle: int):
         result = self._results.pop(handle, _NO_RESULT)
-        if result is not _NO_RESULT:
-            return self._synchronize_result(handle, result)
+        if result is not _NO_RESULT:  # add_result()'s: the core handle itself
+            try:
+                status = _finish(handle)  # finished well within the slice: one call, released
+            except BaseException:
+                self._results[handle] = result  # interrupted: pending under the same handle, as add()'s entries
+                raise
+            if status == 0:
+                if self._inputs:
+                    self._inputs.pop(handle, None)
+                return result
+            return self._synchronize_result(handle, result, status)
         with self._lock:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
@@ -458,12 +475,9 @@ class HandleTable:
             for h in () if released else core_handles:
                 release(h)
 
-    def _synchronize_result(self, core: int, result):
+    def _synchronize_result(self, core: int, result, status: int):
+        """synchronize() of an add_result() handle that had not finished well within a slice, or failed."""
         try:
-            status = _finish(core)  # finished well within the slice: one call, released
-            if status == 0:
-                self._inputs.pop(core, None)
-                return result
             if status == _TIMEOUT_STATUS:
                 status = wait_status(core)
         except BaseException:

@@ -47,7 +47,8 @@ _handles = ops.HandleTable()
 _is_compiling = torch.compiler.is_dynamo_compiling  # torch.compile tracing this call (a constant to eager code)
 # hvdlite.torch.compiled_ops, which builds on this module, puts itself here when imported (with hvdlite.torch).
 compiled_ops = None
-_cached, _run_prepared, _submit_prepared = ops.cached, ops.run_prepared, ops.submit_prepared  # bound once: hot paths
+_cached, _run_prepared = ops.cached, ops.run_prepared  # bound once: hot paths
+_submit_result, _synchronize = _handles.submit_result, _handles.synchronize
 
 
 def _describe(name: Optional[str]) -> str:
@@ -129,7 +130,7 @@ def synchronize(handle):
     """Waits for an asynchronous operation and returns its result (raises its error)."""
     if isinstance(handle, SparseAllreduceHandle):
         return handle()
-    return _handles.synchronize(handle)
+    return _synchronize(handle)
 
 
 # --------------------------------------------------------------------------- allreduce
@@ -220,10 +221,10 @@ def allreduce_async_(
             and tensor.is_cpu
             and tensor.is_contiguous()
         ):
-            return _handles.add_result(_submit_prepared(known), tensor)
+            return _submit_result(known, tensor)
         known = _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
         if known is not None:
-            return _handles.add_result(_submit_prepared(known), tensor)
+            return _submit_result(known, tensor)
     if average is not None:
         op = _resolve_op(op, average)
     elif op is None:  # the default, without a call: a metric averaged every step pays for each

@@ -496,6 +496,9 @@ static void test_recent_ops() {
   TensorEntry gather;
   gather.request = req(3, OpType::kAllgather, DType::kInt64, {1}, "rows");
   gather.request.process_set = 2;
+  NameRecord grad_record, rows_record;  // as the queue sets them: an entry keeps its name's record while in flight
+  grad.name_record = &grad_record;
+  gather.name_record = &rows_record;
   for (int step = 0; step < 10; ++step) {  // names repeat every step: only the newest record of one is updated
     recent.submitted(grad);
     recent.finished(grad, true);
@@ -506,6 +509,13 @@ static void test_recent_ops() {
   std::string report = recent.report(3);
   CHECK(contains(report, "last 8 collectives on rank 3, oldest first: allreduce 'grad' (16 KB, done)"));
   CHECK(contains(report, "allgather 'rows' (8 B, process set 2, failed), allreduce 'grad' (16 KB, pending)"));
+  // The same name under another record (its first one was swept meanwhile) is another operation: the kept
+  // record's state stays.
+  TensorEntry other = grad;
+  NameRecord other_record;
+  other.name_record = &other_record;
+  recent.finished(other, false);
+  CHECK(contains(recent.report(3), "allreduce 'grad' (16 KB, pending)"));
 }
 
 static void test_lost_peers() {

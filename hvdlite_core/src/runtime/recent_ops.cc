@@ -21,6 +21,7 @@ void RecentOps::submitted(const TensorEntry& entry) {
   op.op = q.op;
   op.process_set = q.process_set;
   op.name.assign(q.name);
+  op.record = entry.name_record;
   op.bytes = bytes;
   op.state = "pending";
   next_ = (next_ + 1) % kKept;
@@ -31,7 +32,7 @@ void RecentOps::finished(const TensorEntry& entry, bool ok) {
   const Request& q = entry.request;
   for (size_t age = 0; age < count_; ++age) {
     Op& op = newest(age);
-    if (op.process_set == q.process_set && op.name == q.name) {
+    if (op.record == entry.name_record && op.process_set == q.process_set && op.name == q.name) {
       op.state = ok ? "done" : "failed";
       return;
     }

@@ -24,6 +24,10 @@ class RecentOps {
     OpType op;
     int32_t process_set;
     std::string name;  // with process_set, the key: names repeat every step, the newest record is the live one
+    // The entry's name record when submitted: compared before the name, so that the many operations no longer
+    // among the kept ones cost a pointer comparison each, not a string comparison (the name is still compared:
+    // a swept record's memory may hold another name's later).
+    const NameRecord* record;
     int64_t bytes;
     const char* state;
   };

@@ -132,8 +132,8 @@ void TensorQueue::finish(TensorEntry* entry, Status status) {
   std::shared_ptr<HandleState> handle = std::move(entry->handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    recent_.finished(*entry, status.ok());  // before its name record is let go: it finds its record by it
     clear_in_flight(*entry);
-    recent_.finished(*entry, status.ok());
     keep_spare(entry);
   }
   if (handle) handle->finish(std::move(status));
@@ -143,8 +143,8 @@ void TensorQueue::finish(TensorEntry&& contents, Status status) {
   std::shared_ptr<HandleState> handle = std::move(contents.handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    clear_in_flight(contents);
     recent_.finished(contents, status.ok());
+    clear_in_flight(contents);
   }
   if (handle) handle->finish(std::move(status));
 }
@@ -154,8 +154,8 @@ void TensorQueue::finish_group(const std::vector<TensorEntry*>& entries, const S
     std::lock_guard<std::mutex> lock(mutex_);
     for (TensorEntry* entry : entries) {
       if (!entry) continue;
-      clear_in_flight(*entry);
       recent_.finished(*entry, status.ok());
+      clear_in_flight(*entry);
     }
   }
   for (TensorEntry* entry : entries) {
