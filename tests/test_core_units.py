@@ -121,7 +121,7 @@ def test_core_reduce_op_matches_the_c_header():
 
 
 def test_core_reduce_op_rejects_unknown_ops():
-    for bad in (6, -1, "Sum", None, 1.5):
+    for bad in (6, -1, "Sum", None, 1.5, [1], {}):
         with pytest.raises(ValueError, match="unknown reduce op"):
             ops.core_reduce_op(bad)
 

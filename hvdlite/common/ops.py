@@ -37,7 +37,7 @@ DTYPE_CODES = {
 def core_reduce_op(op) -> int:
     try:
         return CORE_REDUCE_OPS[op]
-    except KeyError:
+    except (KeyError, TypeError):  # an unhashable op is as unknown as any other
         raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None
 
 
