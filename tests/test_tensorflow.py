@@ -53,3 +53,8 @@ def test_tf1_graph_mode_session_hook_and_v1_optimizer():
 
 def test_tf_function_error_classes_single_process():
     run("tf_error_classes", np=1, timeout=120)
+
+
+@pytest.mark.timeout(200)
+def test_call_sites_follow_new_buffers_and_shapes():
+    run("tf_call_sites")

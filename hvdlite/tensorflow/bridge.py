@@ -1,7 +1,7 @@
 """The one road from TensorFlow into the core: a stateful `tf.numpy_function` per bridge call.
 
-`call` adds the op; its Python body (`execute`) receives the inputs as numpy arrays, passes their pointers to the
-core (hvdlite.common.ops.submit_many), waits for every handle and returns numpy outputs. Several collectives can
+`call` adds the op; its Python body (a `CallSite`, else `execute`) receives the inputs as numpy arrays, passes their
+pointers to the core, waits for every handle and returns numpy outputs. Several collectives can
 share one call (grouped ops, fused gradients): they are all enqueued before the first wait, so the core negotiates
 and fuses them together and a rank never blocks on one while a peer blocks on another.
 
@@ -14,7 +14,8 @@ The collectives' public wrappers are in mpi_ops; the object collectives and call
 functions at the end of this file, which skip TensorFlow altogether.
 """
 
-import functools
+import math
+import threading
 from typing import List, Sequence
 
 import numpy as np
@@ -131,7 +132,7 @@ _ALIGN = 64  # TensorFlow adopts a returned numpy buffer without copying it when
 
 def _aligned_empty(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
@@ -188,7 +189,8 @@ def start(collectives: Sequence[Collective], *arrays) -> list:
         )
         prepared.append((c, key, source, output))
     try:
-        handles = ops.submit_many([key for _, key, _, _ in prepared])
+        # Built per call, not cached: TensorFlow hands each call new buffers (call sites cache theirs: CallSite).
+        handles = ops.submit_many([key for _, key, _, _ in prepared], cache=False)
     except hvd_errors.HvdliteError as e:
         raise as_tf_error(e) from None
     return [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
@@ -225,6 +227,97 @@ def finish(pending: list) -> List[np.ndarray]:
     finally:
         for _, handle, _, _ in pending:
             ops.release(handle)
+
+
+class CallSite:
+    """The body of one bridge call (what tf.numpy_function runs), executed step after step with new arrays of the
+    same dtypes and shapes. Allreduce and broadcast of named tensors, whose outputs have their inputs' shapes, keep
+    their C requests by input signature and write only the buffer addresses per call (ops.RequestTemplates): a
+    single collective costs one call into the core when it finishes within a wait slice. Everything else, and a
+    call made while another thread runs this site, takes the general path (execute)."""
+
+    __slots__ = ("collectives", "in_place", "_templates", "_busy")
+    _TEMPLATE_LIMIT = 16  # signatures kept per site: a site whose shapes change every call rebuilds instead
+
+    def __init__(self, collectives: Sequence[Collective]):
+        self.collectives = tuple(collectives)
+        fixed = all(c.op in (OP_ALLREDUCE, OP_BROADCAST) and c.name and not c.with_splits for c in self.collectives)
+        self.in_place = tuple(c.in_place for c in self.collectives) if fixed and self.collectives else None
+        self._templates = {}  # ((dtype, shape) per input) -> (ops.RequestTemplates, output layout, its bytes)
+        self._busy = threading.Lock()
+
+    def __call__(self, *arrays) -> List[np.ndarray]:
+        if self.in_place is None or not self._busy.acquire(blocking=False):
+            return execute(self.collectives, *arrays)
+        try:
+            return self._run(arrays)
+        finally:
+            self._busy.release()
+
+    def _run(self, arrays) -> List[np.ndarray]:
+        sources = [np.asarray(a, order="C") for a in arrays]
+        signature = tuple((s.dtype, s.shape) for s in sources)
+        entry = self._templates.get(signature)
+        if entry is None:
+            entry = self._build(sources, signature)
+        templates, layout, total = entry
+        # The outputs of the collectives that do not reduce in place share one allocation, each aligned.
+        block = base = None
+        if total:
+            block = np.empty(total + _ALIGN, dtype=np.uint8)
+            base = (-block.ctypes.data) % _ALIGN
+        outputs = []
+        for in_place, source, slot in zip(self.in_place, sources, layout):
+            if in_place and source.flags.writeable:
+                outputs.append(source)
+            elif slot is None:  # an in-place member whose input TensorFlow gave read-only
+                outputs.append(_aligned_empty(source.shape, source.dtype))
+            else:
+                start = base + slot
+                outputs.append(block[start : start + source.nbytes].view(source.dtype).reshape(source.shape))
+        keep_alive = (sources, outputs)
+        try:
+            handles = templates.start(list(zip(sources, outputs)), keep_alive)
+        except hvd_errors.HvdliteError as e:
+            raise as_tf_error(e) from None
+        if not handles:
+            return outputs
+        try:
+            released = ops.wait_release_all(handles)
+        except BaseException:
+            ops.abandon(handles, keep_alive)
+            raise
+        if not released:  # failed, or still running after a slice: wait on each, naming the one that failed
+            finish([(c, h, s, o) for c, h, s, o in zip(self.collectives, handles, sources, outputs)])
+        return outputs
+
+    def _build(self, sources, signature):
+        requests = [
+            ops.request(
+                c.op,
+                c.name,
+                _dtype_code(s, c.name),
+                s.shape,
+                0,
+                0,
+                c.root_rank,
+                c.reduce_op,
+                c.prescale,
+                c.postscale,
+                c.process_set_id,
+            )
+            for c, s in zip(self.collectives, sources)
+        ]
+        layout, total = [], 0  # each output's offset in the shared allocation (None: reduced in place)
+        for in_place, source in zip(self.in_place, sources):
+            layout.append(None if in_place else total)
+            if not in_place:
+                total += -(-source.nbytes // _ALIGN) * _ALIGN
+        entry = (ops.RequestTemplates(requests), layout, total)
+        if len(self._templates) >= self._TEMPLATE_LIMIT:
+            self._templates.clear()
+        self._templates[signature] = entry
+        return entry
 
 
 # Ops whose evaluation needs a feed (placeholders of a graph run by a Session) or consumes input (iterators,
@@ -325,7 +418,7 @@ def call(
     after, chain, demands = _previous_collective(graph, inputs) if graph is not None else ([], None, None)
     with tf.control_dependencies(after):
         outputs = tf.numpy_function(
-            functools.partial(execute, tuple(collectives)),
+            CallSite(collectives),
             inputs,
             list(out_dtypes),
             stateful=True,
