@@ -436,6 +436,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert all(0 < gpt[p]["step"]["median"] < 10 for p in ("opt-hvdlite", "opt-ddp"))
     assert [row["variables"] for row in summary["keras"]] == [4]
     assert 0 < summary["keras"][0]["local"]["median"] < summary["keras"][0]["distributed"]["median"] < 1
+    assert summary["keras"][0]["barrier_added"]["median"] < 1
     table = (tmp_path / "fixed_costs.md").read_text()
     assert (
         table.startswith("`python bench/fixed_costs.py")
@@ -444,6 +445,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
         and "| 64 |" in table
     )
     assert "37 parameter tensors" in table and "| Keras fit, variables |" in table and "| 4 |" in table
+    assert "added by a bare shared-memory barrier in the step (ms) |" in table
     assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
