@@ -145,6 +145,12 @@ def test_repeated_inplace_allreduce_takes_no_stale_request(np):
     assert_job_ok(result, np, min_count=50 + 6 + 4 + 12 + 5 + 3 + 3 + 1 + 1)
 
 
+@pytest.mark.timeout(120)
+def test_request_cache_keeps_one_entry_per_name_whatever_the_buffers():
+    result = run_job(job_source("request_cache"), np=2, timeout=100)
+    assert_job_ok(result, 2, min_count=300 * 6 + 1 + 3)
+
+
 # The ring's reduction reads incoming bytes in place: streams shifted by stray bytes, on shared memory (ring
 # forced, no single copy) and on TCP (bounce buffer, elements split across receives). Rings of more members
 # on shared memory run in the sweeps above (default-np3, ring-always-np4).

@@ -7,6 +7,7 @@ until the adapter allocates a framework tensor of the reported shape and copies 
 docs/architecture.md, "Output buffers").
 """
 
+import functools
 import itertools
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
@@ -85,13 +86,16 @@ def request(
 
 # The one cache between Python and the core: requests already built. A training loop submits the same tensors under
 # the same names every step, and filling a cffi struct field by field costs more than the core's whole enqueue of
-# a small tensor. Keys: the request tuple itself, or a shorter key an adapter derives from what the caller passed
-# and that determines the request (hashing fewer fields and translating nothing is what a metric averaged every
-# step pays for). Values: (struct, the buffers it points into). Unnamed requests and those with splits change from
-# call to call and are built each time instead.
-_prepared: Dict[tuple, tuple] = {}
+# a small tensor. Keys leave out the buffer addresses, which are passed with each call instead (hvdlite_submit_at):
+# an out-of-place result or a tensor allocated anew each step must not add an entry per call, and a cached struct
+# is never written, since another thread may be submitting it. A key is an operation on a named tensor
+# (prepared()), or one an adapter derives from what the caller passed (hashing fewer fields and translating
+# nothing is what a metric averaged every step pays for). Values: (struct, the buffers it points into, the input
+# and output addresses it was built with, *facts). Unnamed requests and those with splits change from call to call
+# and are built each time instead.
+_prepared: Dict[object, tuple] = {}
 _PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
-cached = _prepared.get  # (struct, buffers) under a key, or None
+cached = _prepared.get  # prepared()'s entry under a key, or None
 
 
 def _fill(struct, key: tuple) -> tuple:
@@ -116,62 +120,68 @@ def _fill(struct, key: tuple) -> tuple:
     return shape_buf, name_buf, splits_buf
 
 
-def prepared(request: tuple, key: Optional[tuple] = None, facts: tuple = ()) -> tuple:
-    """(hvdlite_request*, buffers, *facts) for a request tuple: from the cache under key (default: the request
-    itself) when the request is named and has no splits. facts: what a caller with a shorter key compares before
-    it reuses the entry."""
+def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
+    """(hvdlite_request*, buffers, input address, output address, *facts) for a request tuple, from the cache
+    under key when the request is named and has no splits; the addresses are those the struct holds, which may
+    not be the request's (submit it with the request's own: submit_prepared, run_prepared). facts: what the entry
+    is compared by before it is reused. By default the key is the request without its addresses."""
+    if not request[1] or request[11] is not None:
+        struct = _new_request()
+        return (struct, _fill(struct, request), request[4], request[5], *facts)
     if key is None:
-        key = request
+        key = request[:4] + request[6:]
     entry = _prepared.get(key)
-    if entry is not None and entry[2:] == facts:
+    if entry is not None and entry[4:] == facts:
         return entry
-    struct = ffi.new("hvdlite_request*")
-    entry = (struct, _fill(struct, request), *facts)
-    if request[1] and request[11] is None:
-        if len(_prepared) >= _PREPARED_LIMIT:
-            _prepared.clear()
-        _prepared[key] = entry
+    struct = _new_request()
+    entry = (struct, _fill(struct, request), request[4], request[5], *facts)
+    if len(_prepared) >= _PREPARED_LIMIT:
+        _prepared.clear()
+    _prepared[key] = entry
     return entry
 
 
 _from_buffer = ffi.from_buffer
+_new_request = functools.partial(ffi.new, "hvdlite_request*")
 _submit = lib.hvdlite_submit  # bound once: a cffi attribute lookup costs 0.1 us a call
+_submit_at = lib.hvdlite_submit_at
 _run = lib.hvdlite_run
+_run_at = lib.hvdlite_run_at
 _finish = lib.hvdlite_finish
 _enqueue_batch = lib.hvdlite_enqueue_batch
 
 
-def submit(key: tuple) -> int:
+def submit(request: tuple) -> int:
     """Queues one operation (request()'s tuple) and returns its core handle; the core copies what it keeps."""
     # The entry is held through the call, until the core has copied the request: an uncached one's buffers die
     # with it.
-    return submit_prepared(prepared(key))
+    return submit_prepared(prepared(request), request[4], request[5])
 
 
-def submit_prepared(entry: tuple) -> int:
-    """submit() for an entry of the cache (prepared()'s return)."""
-    handle = _submit(entry[0])
+def submit_prepared(entry: tuple, input_ptr: int, output_ptr: int) -> int:
+    """submit() for an entry of the cache (prepared()'s return) on the buffers at these addresses."""
+    if entry[2] == input_ptr and entry[3] == output_ptr:
+        handle = _submit(entry[0])
+    else:
+        handle = _submit_at(entry[0], input_ptr, output_ptr)
     if handle < 0:
         check(-handle)
     return handle
 
 
-def submit_many(keys: Sequence[tuple], cache: bool = True) -> List[int]:
+def submit_many(requests: Sequence[tuple]) -> List[int]:
     """Queues several operations atomically: either all are queued or none is, so a grouped collective with one
-    bad member leaves nothing half-submitted. cache=False builds the requests without keeping them: for buffers
-    that differ from call to call (each entry would be used once)."""
-    count = len(keys)
+    bad member leaves nothing half-submitted."""
+    count = len(requests)
     if count == 0:
         return []
     structs = ffi.new("hvdlite_request[]", count)
-    keep_alive = []
-    for i, key in enumerate(keys):
-        if cache:
-            entry = prepared(key)
-            structs[i] = entry[0][0]
-        else:
-            entry = _fill(structs[i], key)
-        keep_alive.append(entry)
+    keep_alive = [prepared(r) for r in requests]  # the entries' buffers live until the core has copied them
+    for i, (request, entry) in enumerate(zip(requests, keep_alive)):
+        structs[i] = entry[0][0]
+        if entry[2] != request[4] or entry[3] != request[5]:
+            struct = structs[i]
+            struct.input, struct.output = ffi.cast("void*", request[4]), ffi.cast("void*", request[5])
     handles = ffi.new("int64_t[]", count)
     check(lib.hvdlite_enqueue_many(structs, count, handles))
     return ffi.unpack(handles, count)
@@ -180,14 +190,16 @@ def submit_many(keys: Sequence[tuple], cache: bool = True) -> List[int]:
 def run(request: tuple, keep_alive) -> None:
     """Queues one operation whose result lands in the caller's buffers and waits for it: one call into the core
     when it finishes within a wait slice. keep_alive holds those buffers should a signal interrupt the wait."""
-    entry = _prepared.get(request)
-    run_prepared(entry if entry is not None else prepared(request), keep_alive)
+    run_prepared(prepared(request), keep_alive, request[4], request[5])
 
 
-def run_prepared(entry: tuple, keep_alive) -> None:
-    """run() for an entry of the cache (prepared()'s return)."""
+def run_prepared(entry: tuple, keep_alive, input_ptr: int, output_ptr: int) -> None:
+    """run() for an entry of the cache (prepared()'s return) on the buffers at these addresses."""
     try:
-        live = _run(entry[0])
+        if entry[2] == input_ptr and entry[3] == output_ptr:
+            live = _run(entry[0])
+        else:
+            live = _run_at(entry[0], input_ptr, output_ptr)
     except BaseException:
         # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns, before its value is
         # stored: the operation may still be running on the caller's buffers.
@@ -221,11 +233,15 @@ def describe_members(name: str, members: Sequence[str]) -> None:
 
 
 class PreparedBatch:
-    """A fixed list of named in-place operations submitted again and again, each on the same buffers or on others
-    of the same size (a DistributedOptimizer's gradients, step after step). The C requests are built once; a step
-    queues any subset of them, together or one at a time, passing only their indices and buffer addresses
-    (hvdlite_enqueue_batch), and waits for all of them in one call. Nothing per operation is built, hashed or
-    handed to the garbage collector while it is in flight.
+    """A fixed list of named operations queued again and again, each on the same buffers or on others of the same
+    dtype and shape: a DistributedOptimizer's gradients step after step, or one TensorFlow bridge call site, whose
+    tensors TensorFlow allocates anew each step. The C requests are built once and nothing per operation is built,
+    hashed or handed to the garbage collector while it is in flight. Two ways to queue them:
+
+    - submit_one()/submit_many(), then wait_all(): in-place operations, any subset, passing only their indices and
+      buffer addresses (hvdlite_enqueue_batch, which writes the addresses into the core's copy);
+    - start(): all of them, in place or not, writing their addresses into the requests (one caller at a time: the
+      owner serialises), with one call into the core for a single operation.
 
     requests: request()'s tuples, named, without splits; their buffer addresses are only placeholders."""
 
@@ -234,7 +250,7 @@ class PreparedBatch:
         self._structs = ffi.new("hvdlite_request[]", max(1, self.count))
         self._buffers = [_fill(self._structs[i], r) for i, r in enumerate(requests)]
         self._handles = ffi.new("int64_t[]", max(1, self.count))
-        self._queued: List[int] = []  # core handles of this step, in the order queued
+        self._queued: List[int] = []  # core handles queued by submit_one()/submit_many() since wait_all()
 
     def submit_one(self, index: int, pointer: int) -> None:
         """Queues operation index on the buffer at pointer (as soon as it is ready, e.g. during backward)."""
@@ -276,6 +292,31 @@ class PreparedBatch:
                 release(h)
         if error is not None:
             raise error
+
+    def start(self, buffers: Sequence[tuple], keep_alive) -> List[int]:
+        """Queues the requests on buffers[i] = (input, output), C-contiguous objects with the buffer protocol (the
+        same object twice: in place), atomically (all or none); returns the core handles still to wait for: none
+        when a single operation finished within the first wait slice (one call into the core). keep_alive holds
+        the buffers should a signal interrupt that call."""
+        structs = self._structs
+        for i, (source, destination) in enumerate(buffers):
+            struct = structs[i]
+            # from_buffer is the cheapest way from a NumPy array to its address (a fifth of .ctypes.data's cost).
+            struct.input = _from_buffer(source)
+            struct.output = struct.input if destination is source else _from_buffer(destination)
+        if self.count != 1:
+            check(lib.hvdlite_enqueue_many(structs, self.count, self._handles))
+            return ffi.unpack(self._handles, self.count)
+        try:
+            live = _run(structs)
+        except BaseException:  # see run_prepared
+            live = lib.hvdlite_last_run()
+            if live > 0:
+                abandon([live], keep_alive)
+            raise
+        if live < 0:
+            check(-live)
+        return [live] if live else []
 
 
 # A blocking wait returns to Python this often, so that signal handlers run while ranks wait on each other:
@@ -383,43 +424,6 @@ def release(handle: int) -> None:
     lib.hvdlite_handle_release(handle)
 
 
-class RequestTemplates:
-    """A fixed list of named requests queued again and again on other buffers of the same dtypes and shapes (one
-    TensorFlow bridge call site, step after step, whose tensors TensorFlow allocates anew each time). The C structs
-    are built once; a call writes only their buffer addresses. One caller at a time: the owner serialises."""
-
-    def __init__(self, requests: Sequence[tuple]):
-        self.count = len(requests)
-        self._structs = ffi.new("hvdlite_request[]", max(1, self.count))
-        self._buffers = [_fill(self._structs[i], r) for i, r in enumerate(requests)]
-        self._handles = ffi.new("int64_t[]", max(1, self.count))
-
-    def start(self, buffers: Sequence[tuple], keep_alive) -> List[int]:
-        """Queues the requests on buffers[i] = (input, output), C-contiguous objects with the buffer protocol (the
-        same object twice: in place), atomically (all or none); returns the core handles still to wait for: none
-        when a single operation finished within the first wait slice (one call into the core). keep_alive holds
-        the buffers should a signal interrupt that call."""
-        structs = self._structs
-        for i, (source, destination) in enumerate(buffers):
-            struct = structs[i]
-            # from_buffer is the cheapest way from a NumPy array to its address (a fifth of .ctypes.data's cost).
-            struct.input = _from_buffer(source)
-            struct.output = struct.input if destination is source else _from_buffer(destination)
-        if self.count != 1:
-            check(lib.hvdlite_enqueue_many(structs, self.count, self._handles))
-            return ffi.unpack(self._handles, self.count)
-        try:
-            live = _run(structs)
-        except BaseException:  # see run_prepared
-            live = lib.hvdlite_last_run()
-            if live > 0:
-                abandon([live], keep_alive)
-            raise
-        if live < 0:
-            check(-live)
-        return [live] if live else []
-
-
 _NO_RESULT = object()
 
 
@@ -461,9 +465,10 @@ class HandleTable:
         self._results[core_handle] = result
         return core_handle
 
-    def submit_result(self, entry: tuple, result) -> int:
-        """submit_prepared(entry), then add_result() with result: a gradient's submission in one Python call."""
-        handle = _submit(entry[0])
+    def submit_result(self, entry: tuple, result, pointer: int) -> int:
+        """submit_prepared(entry) in place at pointer, then add_result() with result: a gradient's submission in
+        one Python call."""
+        handle = _submit(entry[0]) if entry[2] == pointer else _submit_at(entry[0], pointer, pointer)
         if handle < 0:
             check(-handle)
         self._results[handle] = result

@@ -189,8 +189,7 @@ def start(collectives: Sequence[Collective], *arrays) -> list:
         )
         prepared.append((c, key, source, output))
     try:
-        # Built per call, not cached: TensorFlow hands each call new buffers (call sites cache theirs: CallSite).
-        handles = ops.submit_many([key for _, key, _, _ in prepared], cache=False)
+        handles = ops.submit_many([key for _, key, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
         raise as_tf_error(e) from None
     return [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
@@ -232,7 +231,7 @@ def finish(pending: list) -> List[np.ndarray]:
 class CallSite:
     """The body of one bridge call (what tf.numpy_function runs), executed step after step with new arrays of the
     same dtypes and shapes. Allreduce and broadcast of named tensors, whose outputs have their inputs' shapes, keep
-    their C requests by input signature and write only the buffer addresses per call (ops.RequestTemplates): a
+    their C requests by input signature and write only the buffer addresses per call (ops.PreparedBatch): a
     single collective costs one call into the core when it finishes within a wait slice. Everything else, and a
     call made while another thread runs this site, takes the general path (execute)."""
 
@@ -243,7 +242,7 @@ class CallSite:
         self.collectives = tuple(collectives)
         fixed = all(c.op in (OP_ALLREDUCE, OP_BROADCAST) and c.name and not c.with_splits for c in self.collectives)
         self.in_place = tuple(c.in_place for c in self.collectives) if fixed and self.collectives else None
-        self._templates = {}  # ((dtype, shape) per input) -> (ops.RequestTemplates, output layout, its bytes)
+        self._templates = {}  # ((dtype, shape) per input) -> (ops.PreparedBatch, output layout, its bytes)
         self._busy = threading.Lock()
 
     def __call__(self, *arrays) -> List[np.ndarray]:
@@ -313,7 +312,7 @@ class CallSite:
             layout.append(None if in_place else total)
             if not in_place:
                 total += -(-source.nbytes // _ALIGN) * _ALIGN
-        entry = (ops.RequestTemplates(requests), layout, total)
+        entry = (ops.PreparedBatch(requests), layout, total)
         if len(self._templates) >= self._TEMPLATE_LIMIT:
             self._templates.clear()
         self._templates[signature] = entry

@@ -169,9 +169,9 @@ def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_fact
 
 
 def _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set):
-    """The prepared request (ops.prepared()'s entry) of an in-place allreduce of a named tensor, cached under
-    (name, pointer), or None when the tensor is not a contiguous host tensor. allreduce_ and allreduce_async_
-    look the entry up themselves and compare the rest of what it was prepared from (the entry's facts): a metric
+    """The prepared request (ops.prepared()'s entry) of an in-place allreduce of a named tensor, cached under its
+    name, or None when the tensor is not a contiguous host tensor. allreduce_ and allreduce_async_ look the entry
+    up themselves and compare what it was prepared from (the entry's facts): a metric
     averaged every step and every gradient take that path on every call."""
     if not (tensor.is_cpu and tensor.is_contiguous()):
         return None
@@ -179,7 +179,7 @@ def _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, proce
         tensor, tensor, name, Average if op is None else op, prescale_factor, postscale_factor, process_set
     )
     facts = (tensor.dtype, tensor.shape, op, prescale_factor, postscale_factor, request[10], cpu_placement)
-    return ops.prepared(request, (name, request[4]), facts)
+    return ops.prepared(request, name, facts)
 
 
 def allreduce_async(
@@ -210,23 +210,23 @@ def allreduce_async_(
     # A gradient's steady state: as in allreduce_, written out in both rather than in a helper, whose call on
     # this path would cost a twentieth of the whole operation.
     if name is not None and average is None:
-        known = _cached((name, tensor.data_ptr()))
+        known = _cached(name)
         if (
             known is not None
-            and known[2] is tensor.dtype
-            and known[3] == tensor.shape
-            and known[4] == op
-            and known[5] == prescale_factor
-            and known[6] == postscale_factor
-            and known[7] == process_set.process_set_id
-            and known[8] is cpu_placement
+            and known[4] is tensor.dtype
+            and known[5] == tensor.shape
+            and known[6] == op
+            and known[7] == prescale_factor
+            and known[8] == postscale_factor
+            and known[9] == process_set.process_set_id
+            and known[10] is cpu_placement
             and tensor.is_cpu
             and tensor.is_contiguous()
         ):
-            return _submit_result(known, tensor)
+            return _submit_result(known, tensor, tensor.data_ptr())
         known = _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
         if known is not None:
-            return _submit_result(known, tensor)
+            return _submit_result(known, tensor, tensor.data_ptr())
     if average is not None:
         op = _resolve_op(op, average)
     elif op is None:  # the default, without a call: a metric averaged every step pays for each
@@ -251,27 +251,29 @@ def allreduce_(
         op = _resolve_op(op, average)
         return compiled_ops.allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
     # Synchronous: no Python handle is needed, so the handle table is skipped. A named host tensor's request is
-    # cached under (name, pointer) and reused when the rest of what it was prepared from is the same: compared
+    # cached under its name and reused, on whatever buffer, when what it was prepared from is the same: compared
     # field by field, which costs less than hashing a key of all of them on every call.
     if name is not None and average is None:
-        known = _cached((name, tensor.data_ptr()))
+        known = _cached(name)
         if (
             known is not None
-            and known[2] is tensor.dtype
-            and known[3] == tensor.shape
-            and known[4] == op
-            and known[5] == prescale_factor
-            and known[6] == postscale_factor
-            and known[7] == process_set.process_set_id
-            and known[8] is cpu_placement
+            and known[4] is tensor.dtype
+            and known[5] == tensor.shape
+            and known[6] == op
+            and known[7] == prescale_factor
+            and known[8] == postscale_factor
+            and known[9] == process_set.process_set_id
+            and known[10] is cpu_placement
             and tensor.is_cpu
             and tensor.is_contiguous()
         ):
-            _run_prepared(known, tensor)
+            pointer = tensor.data_ptr()
+            _run_prepared(known, tensor, pointer, pointer)
             return tensor
         known = _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
         if known is not None:
-            _run_prepared(known, tensor)
+            pointer = tensor.data_ptr()
+            _run_prepared(known, tensor, pointer, pointer)
             return tensor
     if average is not None:
         op = _resolve_op(op, average)

@@ -125,6 +125,11 @@ enum { HVDLITE_WAIT_SLICE_MS = 100 };
 /* Queues one operation. Returns its handle (> 0), or the negated status when the request was refused (the error is in
  * hvdlite_last_error). */
 int64_t hvdlite_submit(const hvdlite_request* request);
+/* hvdlite_submit of a prepared request on other buffers: the request as given, with its input and output at these
+ * addresses. A caller keeps one request per named tensor and passes where the data is on this call (an
+ * out-of-place result, a tensor allocated anew each step), never writing into a request that another thread may be
+ * submitting at the same moment. */
+int64_t hvdlite_submit_at(const hvdlite_request* request, uintptr_t input, uintptr_t output);
 /* Queues count operations atomically: all are validated first and either all are queued or none. */
 int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out);
 /* Queues count in-place operations made from prepared requests, atomically as hvdlite_enqueue_many: operation i is
@@ -154,6 +159,8 @@ int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seco
  * it) or failed (read its error), to be released after; the negated status when the request was refused (the
  * error is in hvdlite_last_error). */
 int64_t hvdlite_run(const hvdlite_request* request);
+/* hvdlite_run with the buffers given as in hvdlite_submit_at. */
+int64_t hvdlite_run_at(const hvdlite_request* request, uintptr_t input, uintptr_t output);
 /* What this thread's latest hvdlite_run returned: for a caller interrupted between that call's return and its use
  * of the value (Python raises a signal handler's exception there), so that a running operation is not lost. */
 int64_t hvdlite_last_run(void);

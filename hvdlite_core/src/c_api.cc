@@ -170,6 +170,22 @@ HVDLITE_EXPORT int64_t hvdlite_submit(const hvdlite_request* request) {
   return status == HVDLITE_OK ? handle : -static_cast<int64_t>(status);
 }
 
+namespace {
+// The request with its buffers replaced, copied on the stack (the core copies it again when it queues it).
+hvdlite_request at_buffers(const hvdlite_request& request, uintptr_t input, uintptr_t output) {
+  hvdlite_request moved = request;
+  moved.input = reinterpret_cast<const void*>(input);
+  moved.output = reinterpret_cast<void*>(output);
+  return moved;
+}
+}  // namespace
+
+HVDLITE_EXPORT int64_t hvdlite_submit_at(const hvdlite_request* request, uintptr_t input, uintptr_t output) {
+  if (!request) return hvdlite_submit(nullptr);
+  const hvdlite_request moved = at_buffers(*request, input, output);
+  return hvdlite_submit(&moved);
+}
+
 HVDLITE_EXPORT int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out) {
   return guarded([&] {
     auto rt = runtime_or_null();
@@ -309,6 +325,12 @@ HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) {
   const int64_t result = status == HVDLITE_OK ? live : -static_cast<int64_t>(status);
   g_last_run = result;
   return result;
+}
+
+HVDLITE_EXPORT int64_t hvdlite_run_at(const hvdlite_request* request, uintptr_t input, uintptr_t output) {
+  if (!request) return hvdlite_run(nullptr);
+  const hvdlite_request moved = at_buffers(*request, input, output);
+  return hvdlite_run(&moved);
 }
 
 HVDLITE_EXPORT int64_t hvdlite_last_run(void) { return g_last_run; }

@@ -1,5 +1,5 @@
 # Job script: a named in-place host allreduce repeated with the same tensor takes a prepared request from a cache
-# keyed by its name and pointer, after comparing the tensor's shape and dtype and the call's arguments with those
+# keyed by its name, after comparing its pointer, the tensor's shape and dtype and the call's arguments with those
 # the request was built from (hvdlite/torch/core_ops.py). Every way a later call can differ while sharing some of
 # them must still give the right result: a strided view (same
 # pointer, shape and dtype, other memory), a view as another dtype, a tensor resized or given
@@ -27,7 +27,7 @@ for step in range(50):
     hvd.allreduce_(t, name="m", op=hvd.Sum)
     check(f"m step {step}", t, sum(others(lambda r: make(r, ("m", step), (4, 4), torch.float32))))
     count += 1
-if not any("m" in key[:2] for key in ops._prepared):
+if "m" not in ops._prepared:
     raise AssertionError("the repeated allreduce_ did not take the prepared path")
 
 # Every other row of a (8, 4) tensor shares the pointer, shape and dtype of its first four rows, but not its

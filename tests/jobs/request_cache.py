@@ -1,0 +1,91 @@
+# Job script: the Python request cache (hvdlite.common.ops) keeps one entry per named request, whatever buffers the
+# calls hand it. Out-of-place results are new tensors every call, metrics are often new tensors every step, and an
+# allgathered tensor may change length: each call must reduce into the right buffers, and the cache must grow with
+# the distinct requests only, not with the number of calls. A request with splits must never be served from an
+# entry built without them.
+import torch
+from hvdjob import check, make
+
+import hvdlite.torch as hvd
+from hvdlite.common import ops
+
+hvd.init()
+n, me = hvd.size(), hvd.rank()
+count = 0
+CALLS = 300
+
+
+def others(fn):
+    return [fn(r) for r in range(n)]
+
+
+def each_call(step):
+    """One round of every kind of call whose buffers change from call to call; returns results to keep."""
+    global count
+    kept = []
+    x = make(me, ("x", step), (5, 3), torch.float32)
+    out = hvd.allreduce(x * 1, name="cache.out", op=hvd.Sum)  # a new input and a new output each call
+    check(f"allreduce step {step}", out, sum(others(lambda r: make(r, ("x", step), (5, 3), torch.float32))))
+    kept.append((out, out.clone()))
+    metric = torch.tensor([float(me + step)])  # a metric: a new tensor each step, reduced in place
+    hvd.allreduce_(metric, name="cache.metric", op=hvd.Sum)
+    check(f"metric step {step}", metric, torch.tensor([float(sum(r + step for r in range(n)))]))
+    h = hvd.allreduce_async(x, name="cache.async", op=hvd.Max)
+    b = hvd.broadcast_async(make(me, ("b", step), (4,), torch.float64), root_rank=n - 1, name="cache.bcast")
+    rows = 1 + step % 4  # a new length under the same name
+    g = hvd.allgather_async(torch.full((rows, 2), float(me), dtype=torch.float32), name="cache.gather")
+    grouped = hvd.grouped_allreduce([x, x[0].clone()], name="cache.grouped", op=hvd.Sum)
+    check(
+        f"allreduce_async step {step}",
+        hvd.synchronize(h),
+        torch.stack(others(lambda r: make(r, ("x", step), (5, 3), torch.float32))).max(0).values,
+    )
+    check(f"broadcast_async step {step}", hvd.synchronize(b), make(n - 1, ("b", step), (4,), torch.float64))
+    check(
+        f"allgather_async step {step}",
+        hvd.synchronize(g),
+        torch.cat([torch.full((rows, 2), float(r)) for r in range(n)]),
+    )
+    total = sum(others(lambda r: make(r, ("x", step), (5, 3), torch.float32)))
+    check(f"grouped step {step}", grouped[0], total)
+    check(f"grouped member 1 step {step}", grouped[1], total[0])
+    count += 6
+    return kept
+
+
+held = []
+size_after_warmup = None
+for step in range(CALLS):
+    kept = each_call(step)
+    if step % 3 == 0:
+        held += kept  # results kept alive, so the allocator must hand later calls other addresses
+    if step == 4:
+        size_after_warmup = len(ops._prepared)
+if len(ops._prepared) != size_after_warmup:
+    raise AssertionError(
+        f"the request cache grew from {size_after_warmup} to {len(ops._prepared)} entries over {CALLS - 5} calls"
+    )
+for i, (out, copy) in enumerate(held):
+    check(f"result {i} unchanged by later calls", out, copy)
+count += 1
+
+
+# The same name with and without splits: the entry built without them must not serve the call with them (the
+# tensor, name and set are the same).
+def rows_of(r):
+    return torch.arange(float(2 * n)).reshape(2 * n, 1) + 100 * r
+
+
+even = hvd.alltoall(rows_of(me), name="cache.a2a")
+check("alltoall, even splits", even, torch.cat([rows_of(r)[2 * me : 2 * me + 2] for r in range(n)]))
+splits = [n + 1] + [1] * (n - 1)
+start = sum(splits[:me])
+uneven, received = hvd.alltoall(rows_of(me), splits=torch.tensor(splits, dtype=torch.int32), name="cache.a2a")
+check("alltoall, uneven splits", uneven, torch.cat([rows_of(r)[start : start + splits[me]] for r in range(n)]))
+if received.tolist() != [splits[me]] * n:
+    raise AssertionError(f"rank {me}: received splits {received.tolist()}, expected {[splits[me]] * n}")
+even = hvd.alltoall(rows_of(me), name="cache.a2a")
+check("alltoall, even splits again", even, torch.cat([rows_of(r)[2 * me : 2 * me + 2] for r in range(n)]))
+count += 3
+print(f"OK {count}", flush=True)
+hvd.shutdown()
