@@ -28,7 +28,8 @@ protocol is hvdlite/common/elastic.py). What changes the membership:
   wait, without a limit, for the members' next commit. (Round 0 waits for every worker it starts with.)
 - Fewer than ``--min-np`` workers willing to continue, and none coming within ``--elastic-timeout`` (by default
   ``--start-timeout``): the job fails with that message. A job that would re-form more often than
-  ``--reset-limit`` allows fails instead. Every worker exiting 0 ends the job with 0.
+  ``--reset-limit`` allows fails instead. Every worker exiting 0 ends the job with 0; once one has, workers not in
+  the last round are stopped (not a failure) rather than left to wait for a round that never comes.
 
 Ranks are numbered host by host (co-located ranks share memory). Rank 0 always goes to a worker of the previous
 round (the lowest surviving rank), because ``state.sync()`` broadcasts from rank 0.
@@ -464,7 +465,16 @@ class ElasticDriver:
                     self.failure[1] if self.failure else 1, self.failure[0].index if self.failure else None
                 )
             if any(w.exit_code == 0 for w in self.workers):
-                time.sleep(_POLL_INTERVAL)  # the job is finishing: no new rounds, no new workers
+                # The job is finishing: no new rounds, no new workers. One not in the last round (still starting,
+                # or waiting for a round that will not come) would only wait out its timeout: it stops now.
+                for worker in self.active():
+                    if worker.worker_id not in self.members:
+                        report(
+                            f"stopping worker {worker.worker_id} ({self._describe_rank(worker)} on {worker.host}): "
+                            f"the job is finishing; it is not a failure"
+                        )
+                        self._stop(worker, "the job is finishing")
+                time.sleep(_POLL_INTERVAL)
                 continue
             now = time.monotonic()
             if now - last_discovery >= self.elastic.discovery_interval:

@@ -548,6 +548,44 @@ def test_the_job_trains_on_while_an_added_worker_starts(tmp_path):
     check_epochs_cover_every_sample(logs, epochs=10)
 
 
+@pytest.mark.timeout(120)
+def test_a_worker_still_starting_when_the_job_finishes_is_stopped_not_waited_for(tmp_path):
+    """Discovery adds a slot near the end; its worker takes 60 s to start. The members finish meanwhile: the job
+    ends with them, stopping the newcomer (no failure), instead of waiting for it to start and then to time out
+    waiting for a round that never comes."""
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:2\n")
+    proc = start_job(
+        tmp_path,
+        np=2,
+        min_np=2,
+        max_np=3,
+        epochs=2,
+        discover_body=f"cat {slots}",
+        extra=["--discovery-interval", "0.5", "--elastic-timeout", "60"],
+        env={"ELASTIC_SLOW_START": "w2=60"},
+    )
+    try:
+        wait_for_first_commits(tmp_path)
+        slots.write_text("localhost:3\n")
+        wait_for(lambda: "w2" in events(tmp_path), 30, "the added worker w2 to start")
+        added = time.monotonic()
+        out = finish(proc, timeout=90)
+        took = time.monotonic() - added
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-5000:]
+    assert took < 40, (took, out[-5000:])  # well before w2's start-up (60 s) ends
+    assert "stopping worker w2 (not yet in a round on localhost): the job is finishing" in out, out[-5000:]
+    assert "exited with code" not in out, out[-5000:]
+    logs = events(tmp_path)
+    assert [e["event"] for e in logs["w2"]] == ["start"], logs["w2"]
+    done = {w: next(e for e in log if e["event"] == "done") for w, log in logs.items() if w != "w2"}
+    assert set(done) == {"w0", "w1"} and len({tuple(d["weights"]) for d in done.values()}) == 1, done
+    check_epochs_cover_every_sample({w: logs[w] for w in done}, epochs=2)
+
+
 def _has_worker(worker: str) -> bool:
     try:
         worker_pid(worker, JOB)
