@@ -259,6 +259,41 @@ static void test_eager_layout() {
   smallest.update(mixed, 32);  // then the 16-byte ones, ties by position: large
   CHECK(smallest.segments().size() == 3 && smallest.find(0) && smallest.find(0)->offset == 0 && !smallest.find(3));
 
+  // Scalars reduced once at start-up fill the budget before a metric averaged every step is cached. Once they have
+  // not been touched while as many operations ran as the cache holds, the metric's misses bring it in.
+  ResponseCache stale(64);
+  for (int i = 0; i < 40; ++i) stale.put(resp("s" + std::to_string(i), 2), &displaced);  // 8 bytes each
+  const int metric = stale.put(resp("metric", 2), &displaced);
+  EagerLayout recent;
+  recent.update(stale, 256);  // nothing idle yet: the smallest by position, s0 to s31
+  CHECK(recent.segments().size() == 32 && recent.find(0) && recent.find(31) && !recent.find(metric));
+  // Each s goes idle once a cache's worth of touches (41) passed it; the metric gets in when the ones still in use
+  // leave it room, and stays.
+  int joined_at = -1;
+  for (int step = 0; step < 200; ++step) {
+    stale.touch(metric);
+    if (!recent.find(metric)) recent.missed(stale.at(metric));
+    recent.update(stale, 256);
+    if (recent.find(metric) && joined_at < 0) joined_at = step;
+    CHECK(recent.segments().size() == 32 && (joined_at < 0 || recent.find(metric)));
+  }
+  CHECK(joined_at > 0 && joined_at < 41);
+  CHECK(EagerLayout::idle(stale, 39) && !EagerLayout::idle(stale, metric));
+
+  // Every scalar in use every step, more than fit: the misses change nothing, cycle after cycle.
+  ResponseCache busy(64);
+  for (int i = 0; i < 40; ++i) busy.put(resp("b" + std::to_string(i), 2), &displaced);
+  EagerLayout full;
+  full.update(busy, 256);
+  for (int step = 0; step < 5; ++step) {
+    for (int p = 0; p < 40; ++p) {
+      busy.touch(p);
+      if (!full.find(p)) full.missed(busy.at(p));
+      full.update(busy, 256);
+      CHECK(full.segments().size() == 32 && full.find(0) && full.find(31) && !full.find(32));
+    }
+  }
+
   // The region reduces each segment with its own dtype and op.
   std::vector<EagerSegment> segments = {{0, 0, 2, DType::kFloat32, ReduceKind::kSum},
                                         {1, 8, 1, DType::kInt64, ReduceKind::kMax}};

@@ -2,7 +2,7 @@
 # response is cached. Every dtype and reduce op, pre/postscale, ranks that submit in their own order and lag
 # behind each other (cycles in which only some ranks have a tensor: its reduced segment must be thrown away and
 # contributed again), a synchronous loop whose values change every step (a stale or partial result shows), and
-# tensors too big for the eager region next to ones that fit.
+# tensors too big for the eager region next to ones that fit, and a metric cached after many idle scalars.
 # argv[1]: "on" or "off": whether rank 0's timeline (HVDLITE_TIMELINE) must show eager spans;
 # argv[2]: HVDLITE_EAGER_ALLREDUCE_BYTES as set for the job (the budget the layout fills).
 import os
@@ -73,6 +73,17 @@ for rep in range(6):
         check(f"{name} rep {rep}", hvd.synchronize(handle), expected, exact)
         count += 1
 
+# 40 scalars reduced once (values at start-up), then a metric averaged every step. They and every tensor above are
+# cached before it and are no larger, but idle from now on: the metric must come to ride in the region.
+for i in range(40):
+    hvd.allreduce_(torch.tensor([float(me + i)]), name=f"startup.{i}", op=hvd.Sum)
+metric = torch.zeros(1, dtype=torch.float64)
+for step in range(400):
+    metric.fill_(step * (me + 1))
+    hvd.allreduce_(metric, name="late.metric", op=hvd.Sum)
+    check(f"late metric step {step}", metric, torch.tensor([float(step * sum(r + 1 for r in range(n)))]).double())
+    count += 1
+
 hvd.shutdown()
 if me == 0:
     events = hvdlite.timeline.load(os.environ["HVDLITE_TIMELINE"])
@@ -82,6 +93,7 @@ if me == 0:
         assert not eager, f"eager spans with the eager path off: {sorted(eager)}"
     else:
         assert "loss" in eager, sorted(eager)
+        assert "late.metric" in eager, "a metric averaged every step stayed out of the region behind idle tensors"
         assert "big" not in eager, "a 4000-byte tensor went through the eager region"
         # Some of the small tensors ride along whatever the budget; with a budget that holds them all (each padded
         # to 8 bytes) and the 16-byte loss, every one of them must have ridden at least once.

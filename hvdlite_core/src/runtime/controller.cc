@@ -166,10 +166,12 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
       const int p = static_cast<int>(position);
       if (!cache_.occupied(p)) return;
       const EagerSegment* eager = eager_.find(p);
-      if (eager)
+      if (eager) {
         outcome.eager.push_back({cache_.shared_at(p), eager_region + eager->offset});
-      else
+      } else {
         outcome.responses.push_back(cache_.shared_at(p));
+        if (cache_enabled_ && EagerLayout::eligible(cache_.at(p))) eager_.missed(cache_.at(p));
+      }
       cache_.touch(p);
       if (TensorEntry* hit = drop_hit(p)) {
         if (position >= ready_.size()) ready_.resize(position + 1);

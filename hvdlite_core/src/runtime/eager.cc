@@ -22,28 +22,48 @@ bool EagerLayout::eligible(const Response& r) {
          r.reduce_op != ReduceOp::kAdasum && element_count(r.shape) > 0;
 }
 
+namespace {
+size_t padded_bytes(const Response& r) {
+  return (static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype) + 7) / 8 * 8;
+}
+}  // namespace
+
+bool EagerLayout::idle(const ResponseCache& cache, int position) {
+  return cache.touch_count() - cache.touched_at(position) > cache.size();
+}
+
+void EagerLayout::missed(const Response& r) { missed_bytes_ = std::min(missed_bytes_, padded_bytes(r)); }
+
 void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
-  if (cache.generation() == generation_ && budget_bytes == budget_) return;
+  bool rebuild = cache.generation() != generation_ || budget_bytes != budget_;
+  if (!rebuild && missed_bytes_ != std::numeric_limits<size_t>::max()) {
+    // Rebuilt only when a response that missed would fit once the idle ones are left out: otherwise the choice
+    // would come out the same, cycle after cycle.
+    int64_t reclaimable = budget_ - static_cast<int64_t>(bytes_);
+    for (const EagerSegment& s : segments_) {
+      if (idle(cache, s.position)) reclaimable += static_cast<int64_t>(padded_bytes(cache.at(s.position)));
+    }
+    rebuild = static_cast<int64_t>(missed_bytes_) <= reclaimable;
+  }
+  missed_bytes_ = std::numeric_limits<size_t>::max();
+  if (!rebuild) return;
   generation_ = cache.generation();
   budget_ = budget_bytes;
   segments_.clear();
   index_of_.assign(cache.occupied_end(), -1);
   bytes_ = 0;
-  auto padded_bytes = [](const Response& r) {
-    return (static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype) + 7) / 8 * 8;
-  };
-  // The smallest first, ties by position: the same choice on every rank.
-  std::vector<std::pair<size_t, int>>& candidates = candidates_;
+  // Those in use first, then the smallest, ties by position: the same choice on every rank.
+  std::vector<std::tuple<bool, size_t, int>>& candidates = candidates_;
   candidates.clear();
   for (size_t p = 0; p < cache.occupied_end(); ++p) {
     const int position = static_cast<int>(p);
     if (cache.occupied(position) && eligible(cache.at(position)))
-      candidates.emplace_back(padded_bytes(cache.at(position)), position);
+      candidates.emplace_back(idle(cache, position), padded_bytes(cache.at(position)), position);
   }
   std::sort(candidates.begin(), candidates.end());
   size_t chosen_bytes = 0;
-  for (const auto& [padded, position] : candidates) {
-    if (static_cast<int64_t>(chosen_bytes + padded) > budget_bytes) break;  // the rest are no smaller
+  for (const auto& [unused, padded, position] : candidates) {
+    if (static_cast<int64_t>(chosen_bytes + padded) > budget_bytes) continue;  // a smaller idle one may fit
     chosen_bytes += padded;
     index_of_[position] = 0;  // chosen; laid out below
   }

@@ -6,9 +6,12 @@
 // Layout: after the bit words, one segment per chosen cached response, in cache position order. Eligible ones are
 // chosen smallest first while they fit EAGER_ALLREDUCE_BYTES: a scalar metric is the likeliest to wait on latency
 // alone, and every cycle exchanges the whole region, so a small one keeps the exchange within a one-line message
-// (transport/channel.h). It depends only on the response cache, identical on every rank (response_cache.h), and
-// is rebuilt when the cache's contents change. A rank that has submitted the tensor puts its (prescaled) input in
-// the segment, any other rank zeros; the exchange reduces each segment with the tensor's dtype and op. If the
+// (transport/channel.h). Those in use come before idle ones (not touched while as many operations ran as the cache
+// holds: not among every step's tensors), so that scalars reduced once at start-up do not keep a metric averaged
+// every step out of the region. It depends only on the response cache and the agreed executions, identical on
+// every rank (response_cache.h), and is rebuilt when the cache's contents change, or when an eligible response
+// ran outside the region while a chosen one was idle. A rank that has submitted the tensor puts its (prescaled) input
+// in the segment, any other rank zeros; the exchange reduces each segment with the tensor's dtype and op. If the
 // ready bits say every rank had submitted, the segment holds the finished reduction and the executor copies it
 // out with the postscale; otherwise it is ignored and the rank contributes again next cycle.
 // Eligible: allreduces of the global process set in host memory with no joined ranks, any op but Adasum (which
@@ -16,7 +19,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,22 +51,29 @@ struct EagerResult {
 
 class EagerLayout {
  public:
-  // Rebuilds the layout from the cache if the cache has changed since the last call (or budget_bytes has).
+  // Rebuilds the layout from the cache if the cache has changed since the last call (or budget_bytes has), or if a
+  // response that missed the region (missed()) would fit in the space of the idle chosen ones and the free space.
   void update(const ResponseCache& cache, int64_t budget_bytes);
+  // An eligible response was executed outside the region (on every rank alike: executions are agreed).
+  void missed(const Response& r);
   const std::vector<EagerSegment>& segments() const { return segments_; }
   size_t words() const { return bytes_ / 8; }  // 8-byte words the eager region takes
   // The segment of a cache position, or nullptr when that position does not ride along.
   const EagerSegment* find(int position) const;
 
   static bool eligible(const Response& r);
+  // Not touched while as many operations ran as the cache holds responses.
+  static bool idle(const ResponseCache& cache, int position);
 
  private:
   std::vector<EagerSegment> segments_;
-  std::vector<int> index_of_;                       // by cache position: index into segments_, or -1
-  std::vector<std::pair<size_t, int>> candidates_;  // update's (padded bytes, position) of eligible ones, reused
+  std::vector<int> index_of_;                              // by cache position: index into segments_, or -1
+  std::vector<std::tuple<bool, size_t, int>> candidates_;  // update's (idle, padded bytes, position), reused
   size_t bytes_ = 0;
   uint64_t generation_ = ~0ull;
   int64_t budget_ = -1;
+  size_t missed_bytes_ =
+      std::numeric_limits<size_t>::max();  // the smallest padded size that missed() saw since the last update
 };
 
 // dst (op)= src for every segment; dst and src point at the start of an eager region.

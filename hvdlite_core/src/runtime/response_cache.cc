@@ -48,6 +48,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     if (static_cast<size_t>(position) == slots_.size()) {
       slots_.emplace_back();
       stamps_.emplace_back();
+      touched_at_.emplace_back();
       recency_pos_.emplace_back();
     }
     free_.erase(position);
@@ -79,6 +80,7 @@ void ResponseCache::erase(int position) {
 void ResponseCache::touch(int position) {
   if (!occupied(position)) return;
   recency_.splice(recency_.begin(), recency_, recency_pos_[position]);
+  touched_at_[position] = ++touches_;
 }
 
 }  // namespace hvdlite

@@ -28,6 +28,11 @@ class ResponseCache {
   // Changes whenever an entry is put or erased (not on touch): what is derived from the contents, such as the
   // eager layout (runtime/eager.h), is rebuilt only then.
   uint64_t generation() const { return generation_; }
+  // Recency, the same on every rank (touches follow the agreed executions): how many touches there have been, when
+  // a position was last touched (by that count), and how many responses the cache holds.
+  uint64_t touch_count() const { return touches_; }
+  uint64_t touched_at(int position) const { return touched_at_[position]; }
+  size_t size() const { return by_key_.size(); }
 
   enum class Lookup { kMiss, kHit, kConflict };
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
@@ -59,7 +64,9 @@ class ResponseCache {
   // Shared: an eager result holds its response through the rest of the cycle, after the cycle's puts may have
   // replaced the slot. Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
   std::vector<std::shared_ptr<const Response>> slots_;
-  std::vector<uint64_t> stamps_;  // by position
+  std::vector<uint64_t> stamps_;      // by position
+  std::vector<uint64_t> touched_at_;  // by position
+  uint64_t touches_ = 0;
   uint64_t next_stamp_ = 1;
   std::set<int> free_;  // empty positions below slots_.size()
   std::unordered_map<std::string, int> by_key_;
