@@ -331,28 +331,31 @@ def init_peer(ddp: bool):
     return hvd.rank(), hvd.size(), hvd.barrier, hvd
 
 
-def exchange_step_times(build, loss, hvd, barrier, steps):
+def exchange_step_times(build, loss, hvd, barrier, steps, floor=None):
     """Median seconds of an SGD step of build()'s model on loss(model), without any exchange ("local") and with
     DistributedOptimizer, or DDP where hvd is None ("distributed"). The local steps run first, by themselves: in
     turns with distributed ones, they would also pay for the library's activity between steps, which belongs to
-    the exchange."""
+    the exchange. floor (a SharedCounterBarrier): also the plain step meeting the other ranks there between
+    backward and the update ("barrier"), the least any synchronous exchange adds."""
     import torch
 
     timed = {}
-    for distributed in (False, True):
+    for variant in ("local", "barrier", "distributed") if floor else ("local", "distributed"):
         model = build()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-        if distributed and hvd is None:
+        if variant == "distributed" and hvd is None:
             model = torch.nn.parallel.DistributedDataParallel(model)
-        elif distributed:
+        elif variant == "distributed":
             optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
         def step():
             optimizer.zero_grad()
             loss(model).backward()
+            if variant == "barrier":
+                floor(None)
             optimizer.step()
 
-        timed["distributed" if distributed else "local"] = time_steps(step, barrier, steps)
+        timed[variant] = time_steps(step, barrier, steps)
     return timed
 
 
@@ -375,7 +378,8 @@ def optimizer_worker(peer):
         def loss(model):
             return torch.nn.functional.cross_entropy(model(inputs).reshape(-1, GPT.VOCAB), targets)
 
-        timed = exchange_step_times(lambda: GPT.build(layers), loss, hvd, barrier, 20)
+        floor = SharedCounterBarrier(hvd) if hvd is not None else None
+        timed = exchange_step_times(lambda: GPT.build(layers), loss, hvd, barrier, 20, floor)
         tensors = sum(1 for _ in GPT.build(layers).parameters())
         results.append({"model": "gpt", "layers": layers, "tensors": tensors, **timed})
     if hvd is None:
@@ -500,6 +504,8 @@ def summarize(rounds, ks):
                 "step": spread([r["distributed"] for r in runs]),
                 "added": spread([r["distributed"] - r["local"] for r in runs]),
             }
+            if all("barrier" in r for r in runs):
+                gpt[peer]["barrier_added"] = spread([r["barrier"] - r["local"] for r in runs])
     if gpt:
         ratio = paired_ratio(
             rounds, "opt-ddp", "opt-hvdlite", lambda rs: next(r["distributed"] for r in rs if r.get("model") == "gpt")
@@ -592,12 +598,14 @@ def report_lines(summary):
             "",
             f"| GPT-style transformer, {gpt['layers']} blocks, {gpt['tensors']} parameter tensors | "
             "DistributedOptimizer step (ms) | DDP (gloo) step (ms) | DDP time / hvdlite time | "
-            "added by the exchange, hvdlite (ms) | added, DDP (ms) |",
-            "|---|---|---|---|---|---|",
+            "added by the exchange, hvdlite (ms) | added, DDP (ms) | "
+            "added by a bare shared-memory barrier in the step, hvdlite's job (ms) |",
+            "|---|---|---|---|---|---|---|",
         ]
         cells = ["training step"] + [_cell(gpt.get(peer, {}).get("step"), 1e3) for peer in OPTIMIZER_PEERS]
         cells.append(_cell(gpt.get("ddp_over_hvdlite"), suffix="x"))
         cells += [_cell(gpt.get(peer, {}).get("added"), 1e3) for peer in OPTIMIZER_PEERS]
+        cells.append(_cell(gpt.get("opt-hvdlite", {}).get("barrier_added"), 1e3))
         lines.append("| " + " | ".join(cells) + " |")
     if summary.get("keras"):
         lines += [

@@ -434,6 +434,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     gpt = summary["transformer"]
     assert gpt["tensors"] == 2 * 16 + 5 and "ddp_over_hvdlite" in gpt
     assert all(0 < gpt[p]["step"]["median"] < 10 for p in ("opt-hvdlite", "opt-ddp"))
+    assert gpt["opt-hvdlite"]["barrier_added"]["median"] < 1 and "barrier_added" not in gpt["opt-ddp"]
     assert [row["variables"] for row in summary["keras"]] == [4]
     assert 0 < summary["keras"][0]["local"]["median"] < summary["keras"][0]["distributed"]["median"] < 1
     assert summary["keras"][0]["barrier_added"]["median"] < 1
