@@ -80,6 +80,17 @@ def start_job(
     )
 
 
+def start_job_on_slots(tmp_path, slots_line: str, np, max_np, epochs, extra=(), env=None):
+    """start_job on localhost with --min-np 2, its discovery script printing the file it returns (one host:slots
+    line, first slots_line): the test changes the slots by rewriting it."""
+    slots = tmp_path / "slots"
+    slots.write_text(slots_line + "\n")
+    proc = start_job(
+        tmp_path, np=np, min_np=2, max_np=max_np, epochs=epochs, discover_body=f"cat {slots}", extra=extra, env=env
+    )
+    return slots, proc
+
+
 def kill_worker_after(tmp_path, worker: str, batches: int) -> None:
     def reached():
         log = events(tmp_path).get(worker, [])
@@ -440,16 +451,8 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
     """Discovery prints localhost:3, then localhost:2, then localhost:3: the rounds have 3, 2 and 3 workers; the
     removed worker leaves at a commit (no failure, no blacklisting) and the result equals the replayed schedule."""
     interval = 0.5
-    slots = tmp_path / "slots"
-    slots.write_text("localhost:3\n")
-    proc = start_job(
-        tmp_path,
-        np=3,
-        min_np=2,
-        max_np=3,
-        epochs=6,
-        discover_body=f"cat {slots}",
-        extra=["--discovery-interval", str(interval)],
+    slots, proc = start_job_on_slots(
+        tmp_path, "localhost:3", np=3, max_np=3, epochs=6, extra=["--discovery-interval", str(interval)]
     )
     try:
 
@@ -513,15 +516,12 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
 def test_the_job_trains_on_while_an_added_worker_starts(tmp_path):
     """Discovery adds a slot; the new worker takes 8 s to start (as importing a big framework can). The running
     workers train on meanwhile instead of waiting for it at their next commit, and it joins the round after."""
-    slots = tmp_path / "slots"
-    slots.write_text("localhost:2\n")
-    proc = start_job(
+    slots, proc = start_job_on_slots(
         tmp_path,
+        "localhost:2",
         np=2,
-        min_np=2,
         max_np=3,
         epochs=10,
-        discover_body=f"cat {slots}",
         extra=["--discovery-interval", "0.5"],
         env={"ELASTIC_SLOW_START": "w2=8"},
     )
@@ -553,15 +553,12 @@ def test_a_worker_still_starting_when_the_job_finishes_is_stopped_not_waited_for
     """Discovery adds a slot near the end; its worker takes 60 s to start. The members finish meanwhile: the job
     ends with them, stopping the newcomer (no failure), instead of waiting for it to start and then to time out
     waiting for a round that never comes."""
-    slots = tmp_path / "slots"
-    slots.write_text("localhost:2\n")
-    proc = start_job(
+    slots, proc = start_job_on_slots(
         tmp_path,
+        "localhost:2",
         np=2,
-        min_np=2,
         max_np=3,
         epochs=2,
-        discover_body=f"cat {slots}",
         extra=["--discovery-interval", "0.5", "--elastic-timeout", "60"],
         env={"ELASTIC_SLOW_START": "w2=60"},
     )
