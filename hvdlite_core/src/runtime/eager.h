@@ -9,9 +9,10 @@
 // (transport/channel.h). Those in use come before idle ones (not touched while as many operations ran as the cache
 // holds: not among every step's tensors), so that scalars reduced once at start-up do not keep a metric averaged
 // every step out of the region. It depends only on the response cache and the agreed executions, identical on
-// every rank (response_cache.h), and is rebuilt when the cache's contents change, or when an eligible response
-// ran outside the region while a chosen one was idle. A rank that has submitted the tensor puts its (prescaled) input
-// in the segment, any other rank zeros; the exchange reduces each segment with the tensor's dtype and op. If the
+// every rank (response_cache.h), and is rebuilt when the cache's contents change, or when an eligible response ran
+// outside the region and would fit in the place of the idle ones. A rank that has submitted the tensor puts its
+// (prescaled) input in the segment, any other rank zeros; the exchange reduces each segment with the tensor's
+// dtype and op. If the
 // ready bits say every rank had submitted, the segment holds the finished reduction and the executor copies it
 // out with the postscale; otherwise it is ignored and the rank contributes again next cycle.
 // Eligible: allreduces of the global process set in host memory with no joined ranks, any op but Adasum (which
@@ -72,8 +73,8 @@ class EagerLayout {
   size_t bytes_ = 0;
   uint64_t generation_ = ~0ull;
   int64_t budget_ = -1;
-  size_t missed_bytes_ =
-      std::numeric_limits<size_t>::max();  // the smallest padded size that missed() saw since the last update
+  // The smallest padded size that missed() saw since the last update (none: the maximum).
+  size_t missed_bytes_ = std::numeric_limits<size_t>::max();
 };
 
 // dst (op)= src for every segment; dst and src point at the start of an eager region.
