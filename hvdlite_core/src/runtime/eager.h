@@ -12,9 +12,8 @@
 // every rank (response_cache.h), and is rebuilt when the cache's contents change, or when an eligible response ran
 // outside the region and would fit in the place of the idle ones. A rank that has submitted the tensor puts its
 // (prescaled) input in the segment, any other rank zeros; the exchange reduces each segment with the tensor's
-// dtype and op. If the
-// ready bits say every rank had submitted, the segment holds the finished reduction and the executor copies it
-// out with the postscale; otherwise it is ignored and the rank contributes again next cycle.
+// dtype and op. If the ready bits say every rank had submitted, the segment holds the finished reduction and the
+// executor copies it out with the postscale; otherwise it is ignored and the rank contributes again next cycle.
 // Eligible: allreduces of the global process set in host memory with no joined ranks, any op but Adasum (which
 // is not element-wise).
 #pragma once
