@@ -1,5 +1,9 @@
 // Unit tests of the shared-memory transport: receiving in place from the ring, and small messages beside it. Run
 // from unit_tests.cc's main (tests/test_core_cpp.py builds the files into one binary).
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -154,4 +158,29 @@ void test_messages() {
   }
   inbox.unlink();
   fresh.unlink();
+}
+
+// An inbox whose creator died before unlinking it (a process killed during init) is removed when another inbox is
+// created; a live process's inbox is not.
+void test_orphaned_inboxes() {
+  const std::string live_name = "/hvdlite-unit-live-" + std::to_string(getpid());
+  const std::string orphan_name = "/hvdlite-unit-orphan-" + std::to_string(getpid());
+  ShmInbox live = ShmInbox::Create(live_name, 0, 2, 1024);
+  const pid_t child = fork();
+  if (child == 0) {
+    ShmInbox orphan = ShmInbox::Create(orphan_name, 0, 2, 1024);
+    _exit(0);  // as if killed: no destructor unlinks it
+  }
+  int status = 0;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const int before = shm_open(orphan_name.c_str(), O_RDONLY, 0);
+  CHECK(before >= 0);
+  if (before >= 0) ::close(before);
+  CHECK(ShmInbox::RemoveOrphans() >= 1);
+  errno = 0;
+  CHECK(shm_open(orphan_name.c_str(), O_RDONLY, 0) < 0 && errno == ENOENT);
+  const int still = shm_open(live_name.c_str(), O_RDONLY, 0);
+  CHECK(still >= 0);
+  if (still >= 0) ::close(still);
+  live.unlink();
 }

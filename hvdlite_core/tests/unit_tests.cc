@@ -44,6 +44,7 @@ void test_allreduce_table();
 // In transport_tests.cc.
 void test_receive_in_place();
 void test_messages();
+void test_orphaned_inboxes();
 // In queue_tests.cc.
 void test_name_records();
 void test_handle_table();
@@ -762,6 +763,7 @@ int main() {
   test_allreduce_table();
   test_receive_in_place();
   test_messages();
+  test_orphaned_inboxes();
   test_copy_bytes();
   test_huge_page_buffer();
   test_huge_page_promotion();

@@ -1,7 +1,9 @@
 #include "transport/shm_segment.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,7 +32,37 @@ std::string ShmInbox::Name(const std::string& job_id, int rank) {
   return "/hvdlite-" + job_id + "-" + std::to_string(rank);
 }
 
+static uint64_t pid_namespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+int ShmInbox::RemoveOrphans() {
+  const uint64_t mine = pid_namespace();
+  DIR* dir = mine ? opendir("/dev/shm") : nullptr;  // where glibc's shm_open keeps its names on Linux
+  if (!dir) return 0;
+  int removed = 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (std::strncmp(entry->d_name, "hvdlite-", 8) != 0) continue;
+    const std::string name = std::string("/") + entry->d_name;
+    const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    InboxHeader header;
+    const bool whole = ::pread(fd, &header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
+    ::close(fd);
+    // Only an inbox fully made (the magic is written last) by a process of this pid namespace that is gone: a
+    // pid read in another namespace could name a live process there, or none.
+    if (whole && header.magic == kMagic && header.creator_pid_namespace == mine && header.creator_pid > 0 &&
+        kill(header.creator_pid, 0) != 0 && errno == ESRCH && shm_unlink(name.c_str()) == 0) {
+      ++removed;
+    }
+  }
+  closedir(dir);
+  return removed;
+}
+
 ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, size_t ring_bytes) {
+  RemoveOrphans();
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {  // a stale segment of a crashed job with the same id
     shm_unlink(name.c_str());
@@ -61,6 +93,8 @@ ShmInbox ShmInbox::Create(const std::string& name, int owner_rank, int slots, si
   void* base = inbox.base_;
   InboxHeader* header = new (base) InboxHeader();
   header->owner_rank = owner_rank;
+  header->creator_pid = static_cast<int32_t>(getpid());
+  header->creator_pid_namespace = pid_namespace();
   header->slots = slots;
   header->ring_bytes = ring_bytes;
   header->doorbell.store(0);

@@ -52,7 +52,12 @@ struct alignas(64) InboxHeader {
   int32_t slots;
   uint64_t ring_bytes;
   uint64_t cma_probe_address;  // where the owner keeps a known word, for testing process_vm_readv
-  char pad[32];
+  // The creating process and its pid namespace (the inode of /proc/self/ns/pid): a segment whose creator has
+  // died before unlinking it (killed during init) is recognised, and removed, by a later inbox's creation.
+  int32_t creator_pid;
+  int32_t pad_pid;
+  uint64_t creator_pid_namespace;
+  char pad[16];
   std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleepers;
   char pad2[56];
@@ -79,6 +84,10 @@ class ShmInbox {
   size_t ring_bytes() const { return header()->ring_bytes; }
   void unlink();
   static std::string Name(const std::string& job_id, int rank);
+  // Unlinks the inboxes in /dev/shm whose creator, of this pid namespace, is no longer running: a process killed
+  // between creating its inbox and the end of init (when every peer has mapped it and it is unlinked) leaves it
+  // behind. Returns how many it removed. Create calls it.
+  static int RemoveOrphans();
 
  private:
   void* base_ = nullptr;
