@@ -171,8 +171,8 @@ def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_fact
 def _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set):
     """The prepared request (ops.prepared()'s entry) of an in-place allreduce of a named tensor, cached under its
     name, or None when the tensor is not a contiguous host tensor. allreduce_ and allreduce_async_ look the entry
-    up themselves and compare what it was prepared from (the entry's facts): a metric
-    averaged every step and every gradient take that path on every call."""
+    up themselves and compare what it was prepared from (the entry's facts): a metric averaged every step and
+    every gradient take that path on every call."""
     if not (tensor.is_cpu and tensor.is_contiguous()):
         return None
     request = _allreduce_request(
