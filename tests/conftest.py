@@ -17,6 +17,7 @@ for _path in (_REPO_ROOT, _TESTS_DIR):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import wheel_build  # noqa: E402
 from multiproc import run_job as _run_job  # noqa: E402
 
 # Jobs read the machine's tuned allreduce table (tuning/table_file.h), which tests write by hand or through the
@@ -41,3 +42,11 @@ def run_job():
     returns a :class:`subprocess.CompletedProcess` (text stdout/stderr).
     """
     return _run_job
+
+
+def pytest_collection_finish(session):
+    # The wheels build in the background from the start (wheel_build.py) when the packaging tests will need them.
+    if any(
+        item.nodeid.startswith("tests/test_packaging.py") and "dist" in item.fixturenames for item in session.items
+    ):
+        wheel_build.start()

@@ -3,14 +3,15 @@ PyPI's tools do; the wheel installs into a clean virtualenv on a PATH without a 
 README's training example from there, with no source tree on the path; the extras leave a user's framework alone;
 both Dockerfiles pass hadolint.
 
-One module-scoped build serves the tests: the wheels are built from the sdist, as pip does for a user without a
-wheel for their platform.
+One build serves the tests, started in the background with the session (wheel_build.py): the wheels are built from
+the sdist, as pip does for a user without a wheel for their platform.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
 import platform
 import re
 import shutil
@@ -20,6 +21,7 @@ import textwrap
 import zipfile
 
 import pytest
+import wheel_build
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONSTRAINTS = os.path.join(REPO, "constraints.txt")
@@ -50,11 +52,10 @@ COMPILER = re.compile(
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
+def dist():
     """`make wheel`: the sdist and a manylinux wheel for each architecture, built and checked by the same tool."""
-    out = tmp_path_factory.mktemp("dist")
-    tool = os.path.join(REPO, "tools", "build_wheels.py")
-    report = _run([sys.executable, tool, "--outdir", str(out)], timeout=900, cwd=str(out)).stdout
+    folder, report = wheel_build.wait(timeout=900)  # started with the session
+    out = pathlib.Path(folder)
     wheels = {arch: sorted(out.glob("*_%s.whl" % arch)) for arch in ("x86_64", "aarch64")}
     sdists = sorted(out.glob("*.tar.gz"))
     assert [len(w) for w in wheels.values()] == [1, 1] and len(sdists) == 1, os.listdir(out)
