@@ -8,8 +8,9 @@ Two parts, each a 2-process job per peer; the peers take turns and the whole tur
 period of the shared machine hits every peer alike. Every figure is the median over iterations within a run; the
 tables give the median and the worst round, and ratios are taken within a round.
 
-- latency: one in-place float32 sum allreduce of 8 B and of 1 KB, repeated. hvdlite through hvdlite.torch's
-  allreduce_ with a named tensor (as a metric averaged every step), Open MPI through mpi4py's Allreduce.
+- latency: one float32 sum allreduce of 8 B and of 1 KB, repeated. hvdlite through hvdlite.torch's allreduce_ with
+  a named tensor (in place, as a metric averaged every step: hvdlite) and its allreduce (into a new tensor each
+  call: hvdlite-out), Open MPI through mpi4py's in-place Allreduce.
 - per tensor: K named tensors of 1 KB each, averaged as a DistributedOptimizer step averages gradients:
   allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
   grouped_allreduce_ (hvdlite-grouped); and
@@ -49,7 +50,7 @@ KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
-LATENCY_PEERS = ["hvdlite", "mpi"]
+LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused"]
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
 KERAS_PEERS = ["keras-hvdlite"]
@@ -126,9 +127,10 @@ def worker(peer, ks):
     import hvdlite.torch as hvd
 
     hvd.init()
-    if peer == "hvdlite":
+    if peer in ("hvdlite", "hvdlite-out"):
+        allreduce = hvd.allreduce_ if peer == "hvdlite" else hvd.allreduce
         results = latency_loop(
-            lambda t: hvd.allreduce_(t, name="latency", op=hvd.Sum), hvd.barrier, lambda n: torch.ones(n)
+            lambda t: allreduce(t, name="latency", op=hvd.Sum), hvd.barrier, lambda n: torch.ones(n)
         )
         return hvd.rank(), hvd.size(), results
     results = []
@@ -457,11 +459,12 @@ def summarize(rounds, ks):
             values = [next(r["seconds"] for r in rd[peer] if r["bytes"] == nbytes) for rd in rounds if peer in rd]
             if values:
                 row[peer] = spread(values)
-        ratio = paired_ratio(
-            rounds, "mpi", "hvdlite", lambda rs: next(r["seconds"] for r in rs if r["bytes"] == nbytes)
-        )
-        if ratio:
-            row["mpi_over_hvdlite"] = ratio
+        for over, key in (("hvdlite", "mpi_over_hvdlite"), ("hvdlite-out", "mpi_over_hvdlite_out")):
+            ratio = paired_ratio(
+                rounds, "mpi", over, lambda rs: next(r["seconds"] for r in rs if r["bytes"] == nbytes)
+            )
+            if ratio:
+                row[key] = ratio
         out["latency"].append(row)
 
     def step_seconds(rd, peer, k):
@@ -559,12 +562,22 @@ def report_lines(summary):
     if summary["latency"]:
         lines += [
             "",
-            "| allreduce | hvdlite (us) | Open MPI (us) | MPI time / hvdlite time |",
-            "|---|---|---|---|",
+            "| allreduce | hvdlite, in place (us) | hvdlite, into a new tensor (us) | Open MPI (us) | "
+            "MPI time / hvdlite time, in place | into a new tensor |",
+            "|---|---|---|---|---|---|",
         ]
+        out_of_place = any("hvdlite-out" in row for row in summary["latency"])
+        if not out_of_place:  # results kept from before hvdlite-out ran
+            lines[-2:] = [
+                "| allreduce | hvdlite (us) | Open MPI (us) | MPI time / hvdlite time |",
+                "|---|---|---|---|",
+            ]
         for row in summary["latency"]:
-            cells = [f"{row['bytes']} B"] + [_cell(row.get(peer), 1e6) for peer in LATENCY_PEERS]
-            lines.append("| " + " | ".join(cells + [_cell(row.get("mpi_over_hvdlite"), suffix="x")]) + " |")
+            peers = LATENCY_PEERS if out_of_place else ["hvdlite", "mpi"]
+            ratios = ["mpi_over_hvdlite", "mpi_over_hvdlite_out"] if out_of_place else ["mpi_over_hvdlite"]
+            cells = [f"{row['bytes']} B"] + [_cell(row.get(peer), 1e6) for peer in peers]
+            cells += [_cell(row.get(key), suffix="x") for key in ratios]
+            lines.append("| " + " | ".join(cells) + " |")
     if summary["per_tensor"]:
         linearity = summary["linearity"].get("hvdlite-async", {})
         lines += [

@@ -427,7 +427,8 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "fixed_costs.json").read_text())["data"]["summary"]
     assert [row["bytes"] for row in summary["latency"]] == [8, 1024]
-    assert all(0 < row[p]["median"] < 1 for row in summary["latency"] for p in ("hvdlite", "mpi"))
+    assert all(0 < row[p]["median"] < 1 for row in summary["latency"] for p in ("hvdlite", "hvdlite-out", "mpi"))
+    assert all("mpi_over_hvdlite_out" in row for row in summary["latency"])
     assert [row["k"] for row in summary["per_tensor"]] == [16, 128]
     assert all(p in row for row in summary["per_tensor"] for p in ("hvdlite-async", "hvdlite-grouped", "gloo-fused"))
     assert [row["k"] for row in summary["optimizer"]] == [64] and "ddp_over_hvdlite" in summary["optimizer"][0]

@@ -239,7 +239,8 @@ class PreparedBatch:
     hashed or handed to the garbage collector while it is in flight. Two ways to queue them:
 
     - submit_one()/submit_many(), then wait_all(): in-place operations, any subset, passing only their indices and
-      buffer addresses (hvdlite_enqueue_batch, which writes the addresses into the core's copy);
+      buffer addresses (hvdlite_enqueue_batch, which writes the addresses into the core's copy); queue() does the
+      same and leaves the waiting to the caller;
     - start(): all of them, in place or not, writing their addresses into the requests (one caller at a time: the
       owner serialises), with one call into the core for a single operation.
 
@@ -259,10 +260,17 @@ class PreparedBatch:
 
     def submit_many(self, indices: Sequence[int], pointers: Sequence[int]) -> None:
         """Queues the operations at indices on those buffers, in that order, atomically (all or none)."""
+        self._queued += self.queue(indices, pointers)
+
+    def queue(self, indices: Sequence[int], pointers: Sequence[int]) -> List[int]:
+        """submit_many() whose core handles are the caller's to wait for, not wait_all()'s. Callers on several
+        threads may share the batch: the handles come back in an array of the call's own."""
         count = len(indices)
-        if count:
-            check(_enqueue_batch(self._structs, indices, pointers, count, self._handles))
-            self._queued += ffi.unpack(self._handles, count)
+        if not count:
+            return []
+        handles = ffi.new("int64_t[]", count)
+        check(_enqueue_batch(self._structs, indices, pointers, count, handles))
+        return ffi.unpack(handles, count)
 
     def wait_all(self) -> None:
         """Waits for every operation queued since the last wait_all; raises the first error after all finished.

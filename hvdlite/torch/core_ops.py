@@ -9,7 +9,7 @@ holds the synchronous ops that choose between them and re-exports everything und
 
 import numbers
 import warnings
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -182,6 +182,26 @@ def _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, proce
     return ops.prepared(request, name, facts)
 
 
+def _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    """_prepare_in_place()'s entry, looked up as allreduce_ looks it up: for an out-of-place allreduce of a named
+    host tensor, which runs the same request with another output address."""
+    known = _cached(name)
+    if (
+        known is not None
+        and known[4] is tensor.dtype
+        and known[5] == tensor.shape
+        and known[6] == op
+        and known[7] == prescale_factor
+        and known[8] == postscale_factor
+        and known[9] == process_set.process_set_id
+        and known[10] is cpu_placement
+        and tensor.is_cpu
+        and tensor.is_contiguous()
+    ):
+        return known
+    return _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
 def allreduce_async(
     tensor,
     average=None,
@@ -320,6 +340,38 @@ def grouped_allreduce_async(
     return _handles.add(handles, lambda: outputs, keep_alive=sources, reads_handles=False)
 
 
+# The prepared batches of named in-place groups, under (name, member count, op, scale factors, process set id),
+# each with the members' (dtype, shape) it was prepared for: a group reduced step after step then costs a read
+# of each member's layout and address, not a request built and looked up for each.
+_group_batches: Dict[tuple, tuple] = {}
+_GROUP_BATCH_LIMIT = 1024
+
+
+def _queue_prepared_group(tensors, name, op, prescale_factor, postscale_factor, process_set):
+    """The core handles of an in-place grouped allreduce queued through the group's prepared batch (prepared
+    now if need be); None unless the group is named and every member is a contiguous host tensor."""
+    set_id = process_set.process_set_id
+    if name is None or set_id is None:
+        return None
+    layout, pointers = [], []
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous()):
+            return None
+        layout.append((t.dtype, t.shape))
+        pointers.append(t.data_ptr())
+    key = (name, len(tensors), op, prescale_factor, postscale_factor, set_id)
+    known = _group_batches.get(key)
+    if known is None or known[1] != layout:
+        requests = [
+            _allreduce_request(t, t, n, op, prescale_factor, postscale_factor, process_set)
+            for t, n in zip(tensors, _group_names(name, len(tensors)))
+        ]
+        if len(_group_batches) >= _GROUP_BATCH_LIMIT:
+            _group_batches.clear()
+        known = _group_batches[key] = (ops.PreparedBatch(requests), layout, list(range(len(tensors))))
+    return known[0].queue(known[2], pointers)
+
+
 def grouped_allreduce_async_(
     tensors,
     average=None,
@@ -331,6 +383,9 @@ def grouped_allreduce_async_(
 ) -> int:
     op = _resolve_op(op, average)
     tensors = list(tensors)
+    handles = _queue_prepared_group(tensors, name, op, prescale_factor, postscale_factor, process_set)
+    if handles is not None:
+        return _handles.add(handles, lambda: tensors, keep_alive=tensors, reads_handles=False)
     works = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     handles = ops.submit_many(
         [

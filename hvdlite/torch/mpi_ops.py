@@ -31,7 +31,9 @@ from hvdlite.torch.core_ops import (
     _compressor,
     _differentiable,
     _is_compiling,
+    _prepared_for_name,
     _resolve_op,
+    _run_prepared,
     allgather_async,
     allreduce_,
     allreduce_async,
@@ -66,6 +68,14 @@ def allreduce(
 ):
     """Reduces tensor over every rank of process_set and returns the result (default op: Average).
     Differentiable when tensor requires grad: the gradient is allreduced with the same op."""
+    if name is not None and average is None and compression is Compression.none and not _is_compiling():
+        # A named metric's steady state: the request allreduce_ prepares for the name, run into a new output.
+        if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
+            known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
+            if known is not None:
+                output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+                _run_prepared(known, (tensor, output), tensor.data_ptr(), output.data_ptr())
+                return output
     op = _resolve_op(op, average)
     compression = _compressor(compression)
     wire, ctx = compression.compress(tensor)

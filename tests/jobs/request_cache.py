@@ -8,6 +8,7 @@ from hvdjob import check, make
 
 import hvdlite.torch as hvd
 from hvdlite.common import ops
+from hvdlite.torch import core_ops
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -49,7 +50,33 @@ def each_call(step):
     total = sum(others(lambda r: make(r, ("x", step), (5, 3), torch.float32)))
     check(f"grouped step {step}", grouped[0], total)
     check(f"grouped member 1 step {step}", grouped[1], total[0])
-    count += 6
+    # In place, under one name, on new tensors each call: served from the group's prepared batch until the
+    # members' shapes change, then from one prepared anew; a strided member sends the call down the general path.
+    width = 2 + step // 100
+
+    def members(r):
+        return [make(r, ("g", step, i), (width, i + 1), torch.float32) for i in range(3)]
+
+    mine = members(me)
+    strided = step % 7 == 0 and step < 100  # (once the widths change, the batch alone: it adds no request entry)
+    if strided:
+        mine.append(make(me, ("g", step, "t"), (4, 3), torch.float32).t())
+    hvd.grouped_allreduce_(mine, name="cache.grouped_", op=hvd.Sum)
+    for i, (got, want) in enumerate(zip(mine, [sum(m) for m in zip(*others(members))])):
+        check(f"grouped_ member {i} step {step}", got, want)
+    if strided:
+        want = sum(make(r, ("g", step, "t"), (4, 3), torch.float32) for r in range(n)).t()
+        check(f"grouped_ strided member step {step}", mine[3], want)
+    # One name out of place and in place, its dtype and op changing: each call runs the request of its own.
+    dtype = torch.float64 if step % 5 == 0 else torch.float32
+    op = hvd.Max if step % 3 == 0 else hvd.Sum
+    ys = others(lambda r: make(r, ("y", step), (3,), dtype))
+    want = torch.stack(ys).max(0).values if op == hvd.Max else sum(ys)
+    y = ys[me].clone()
+    check(f"shared name out of place step {step}", hvd.allreduce(y, name="cache.shared", op=op), want)
+    check(f"shared name input left alone step {step}", y, ys[me])
+    check(f"shared name in place step {step}", hvd.allreduce_(y, name="cache.shared", op=op), want)
+    count += 9
     return kept
 
 
@@ -65,6 +92,8 @@ if len(ops._prepared) != size_after_warmup:
     raise AssertionError(
         f"the request cache grew from {size_after_warmup} to {len(ops._prepared)} entries over {CALLS - 5} calls"
     )
+if sorted(key[:2] for key in core_ops._group_batches) != [("cache.grouped_", 3)]:
+    raise AssertionError(f"prepared groups: {sorted(core_ops._group_batches)}")
 for i, (out, copy) in enumerate(held):
     check(f"result {i} unchanged by later calls", out, copy)
 count += 1
