@@ -341,7 +341,7 @@ def grouped_allreduce_async(
 
 
 # The prepared batches of named in-place groups, under (name, member count, op, scale factors, process set id),
-# each with the members' (dtype, shape) it was prepared for: a group reduced step after step then costs a read
+# each with the members' dtypes and shapes it was prepared for: a group reduced step after step then costs a read
 # of each member's layout and address, not a request built and looked up for each.
 _group_batches: Dict[tuple, tuple] = {}
 _GROUP_BATCH_LIMIT = 1024
@@ -353,23 +353,31 @@ def _queue_prepared_group(tensors, name, op, prescale_factor, postscale_factor, 
     set_id = process_set.process_set_id
     if name is None or set_id is None:
         return None
-    layout, pointers = [], []
-    for t in tensors:
-        if not (t.is_cpu and t.is_contiguous()):
-            return None
-        layout.append((t.dtype, t.shape))
-        pointers.append(t.data_ptr())
     key = (name, len(tensors), op, prescale_factor, postscale_factor, set_id)
     known = _group_batches.get(key)
-    if known is None or known[1] != layout:
+    pointers = []
+    # Nothing is built per member that outlives its iteration: a list of thousands of live tuples a call set off
+    # the garbage collector's full passes over the whole heap.
+    for t, dtype, shape in zip(tensors, *known[1:3]) if known is not None else ():
+        if not (t.is_cpu and t.is_contiguous()):
+            return None
+        if t.dtype is not dtype or t.shape != shape:
+            known = None
+            break
+        pointers.append(t.data_ptr())
+    if known is None:
+        if not all(t.is_cpu and t.is_contiguous() for t in tensors):
+            return None
         requests = [
             _allreduce_request(t, t, n, op, prescale_factor, postscale_factor, process_set)
             for t, n in zip(tensors, _group_names(name, len(tensors)))
         ]
         if len(_group_batches) >= _GROUP_BATCH_LIMIT:
             _group_batches.clear()
-        known = _group_batches[key] = (ops.PreparedBatch(requests), layout, list(range(len(tensors))))
-    return known[0].queue(known[2], pointers)
+        dtypes, shapes = [t.dtype for t in tensors], [t.shape for t in tensors]
+        known = _group_batches[key] = (ops.PreparedBatch(requests), dtypes, shapes, list(range(len(tensors))))
+        pointers = [t.data_ptr() for t in tensors]
+    return known[0].queue(known[3], pointers)
 
 
 def grouped_allreduce_async_(

@@ -1,11 +1,14 @@
 """C++ heap allocations of steady-state collectives, counted by hvdlite_core/tests/count_allocations.cc (loaded
 with LD_PRELOAD). argv: K, steps. A step runs K named 1 KB allreduces, after warm-up steps that negotiate and cache
-every name, in three ways: through the core's C ABI alone (submit each, then wait for and release each), through
+every name, in four ways: through the core's C ABI alone (submit each, then wait for and release each), through
 hvdlite.torch's asynchronous calls (allreduce_async_ each, then synchronize each: a DistributedOptimizer's
-pattern), and through its synchronous hvd.allreduce_. Prints the allocations per operation of each way, counted
-on both of the rank's threads (the caller's and the background thread)."""
+pattern), through its synchronous hvd.allreduce_, and as one named grouped_allreduce_. Prints the allocations per
+operation of each way, counted on both of the rank's threads (the caller's and the background thread), and the
+Python garbage collections each way set off per step: objects kept alive per tensor for a step make the collector
+run passes over the whole heap, a cost that grows faster than the tensor count."""
 
 import ctypes
+import gc
 import sys
 
 import torch
@@ -42,19 +45,32 @@ def sync_step():
         hvd.allreduce_(t, name=n)
 
 
+def grouped_step():
+    hvd.grouped_allreduce_(tensors, name="model.gradients")
+
+
+collections = [0]
+gc.callbacks.append(lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "start")))
+
+
 def per_operation(step):
+    """(C++ allocations per operation, garbage collections per step)."""
     for _ in range(3):  # warm-up: negotiation, the response cache, the Python side's caches
         step()
     hvd.barrier()
-    before = allocations()
+    before, collected = allocations(), collections[0]
     for _ in range(steps):
         step()
-    counted = allocations() - before
+    counted, collected = allocations() - before, collections[0] - collected
     hvd.barrier()
-    return counted / (steps * k)
+    return counted / (steps * k), collected / steps
 
 
-counts = {way.__name__[: -len("_step")]: per_operation(way) for way in (core_step, async_step, sync_step)}
+ways = (core_step, async_step, sync_step, grouped_step)
+counts, passes = {}, {}
+for way in ways:
+    counts[way.__name__[: -len("_step")]], passes[way.__name__[: -len("_step")]] = per_operation(way)
 average = (size + 1) / 2  # the average of 1, ..., size, and of that again
 assert all(bool((t == average).all()) for t in (tensors[0], tensors[-1])), tensors[0][:4]
 print(f"ALLOCATIONS rank={rank} k={k} " + " ".join(f"{way}={n:.2f}" for way, n in counts.items()), flush=True)
+print(f"COLLECTIONS rank={rank} k={k} " + " ".join(f"{way}={n:.2f}" for way, n in passes.items()), flush=True)
