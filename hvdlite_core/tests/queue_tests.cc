@@ -53,6 +53,20 @@ void test_name_records() {
   CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 2);
   queue.recycle(group);
   run_through(queue, "g");
+  // Again with a name the queue has a record of, which is checked by the record's mark rather than a set: refused
+  // whole, and the same group naming it once is accepted.
+  group.clear();
+  queue.take_spare(group, 3);
+  group[0]->request.name = group[2]->request.name = "g";
+  group[1]->request.name = "h";
+  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 3);
+  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 3);
+  group[2]->request.name = "i";
+  CHECK(queue.push(group, [](TensorEntry&) {}).ok() && group.empty());
+  std::vector<TensorEntry*> grouped;
+  queue.drain(grouped);
+  CHECK(grouped.size() == 3);
+  for (TensorEntry* entry : grouped) queue.finish(entry, Status::Ok());
 
   // Many more names than the sweep threshold, each used once (as unnamed operations are): the records of
   // finished names are swept, the one still in flight is kept and still refuses a duplicate.

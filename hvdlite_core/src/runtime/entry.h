@@ -52,6 +52,7 @@ struct HandleState {
 // an entry points at its name's record while it is in flight, and the record outlives it.
 struct NameRecord {
   bool in_flight = false;  // under the queue's lock
+  uint64_t batch = 0;      // the last grouped submission that named it (TensorQueue::push), under the queue's lock
   // Where the response cache held this name when last looked up, and that slot's stamp then: still valid while
   // the stamps agree (ResponseCache::stamp_at). Read and written only by the negotiating thread.
   int cache_position = -1;

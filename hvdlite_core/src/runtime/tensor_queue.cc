@@ -15,16 +15,27 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return closed_status_;
-    std::unordered_set<std::string_view> batch;  // only a grouped submission can repeat a name within itself
-    if (entries.size() > 1) batch.reserve(entries.size());
+    // Only a grouped submission can repeat a name within itself. A name this rank has queued before is checked by
+    // its record's mark, which allocates nothing; only names new to the rank go through a set.
+    const bool grouped = entries.size() > 1;
+    const uint64_t batch = grouped ? ++batches_ : 0;
+    std::unordered_set<std::string_view> new_names;
     found_.assign(entries.size(), nullptr);
     for (size_t i = 0; i < entries.size(); ++i) {
       const TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) continue;
       const std::string& key = entry.key;
       auto it = names_.find(key);
-      if (it != names_.end()) found_[i] = &it->second;
-      if ((found_[i] && found_[i]->in_flight) || (entries.size() > 1 && !batch.insert(key).second)) {
+      NameRecord* record = it != names_.end() ? &it->second : nullptr;
+      found_[i] = record;
+      bool repeated = false;
+      if (grouped && record) {
+        repeated = record->batch == batch;
+        record->batch = batch;
+      } else if (grouped) {
+        repeated = !new_names.insert(key).second;
+      }
+      if ((record && record->in_flight) || repeated) {
         return Status(
             StatusCode::kInvalidArgument,
             "a collective named '" + entry.request.name + "' is already in flight on this rank" +

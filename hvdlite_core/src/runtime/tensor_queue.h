@@ -75,6 +75,7 @@ class TensorQueue {
   std::unordered_map<std::string, NameRecord> names_;
   size_t sweep_at_ = 1 << 14;       // names_.size() at which the next sweep_names runs
   std::vector<NameRecord*> found_;  // push's records of the batch, reused
+  uint64_t batches_ = 0;            // grouped submissions so far (NameRecord::batch)
   // Finished entries, reused rather than freed, so that a steady state allocates nothing here. Stays below the
   // most operations ever in flight at once.
   std::vector<TensorEntry*> spare_entries_;
