@@ -38,15 +38,10 @@ def test_steady_state_collectives_allocate_nothing(counter_library):
         result = run_job(f.read(), np=2, args=["1024", "4"], timeout=150, env={"LD_PRELOAD": counter_library})
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    lines = re.findall(r"ALLOCATIONS rank=\d k=\d+ (.*)", out)
-    assert len(lines) == 2, out
-    for line in lines:
-        counts = {way: float(n) for way, n in re.findall(r"(\w+)=([\d.]+)", line)}
-        assert set(counts) == {"core", "async", "sync", "grouped"}, line
-        assert all(n <= MOST_PER_OPERATION for n in counts.values()), out
-    lines = re.findall(r"COLLECTIONS rank=\d k=\d+ (.*)", out)
-    assert len(lines) == 2, out
-    for line in lines:
-        passes = {way: float(n) for way, n in re.findall(r"(\w+)=([\d.]+)", line)}
-        assert set(passes) == {"core", "async", "sync", "grouped"}, line
-        assert all(n <= MOST_COLLECTIONS_PER_STEP for n in passes.values()), out
+    for label, most in (("ALLOCATIONS", MOST_PER_OPERATION), ("COLLECTIONS", MOST_COLLECTIONS_PER_STEP)):
+        lines = re.findall(label + r" rank=\d k=\d+ (.*)", out)
+        assert len(lines) == 2, out
+        for line in lines:
+            figures = {way: float(n) for way, n in re.findall(r"(\w+)=([\d.]+)", line)}
+            assert set(figures) == {"core", "async", "sync", "grouped"}, line
+            assert all(n <= most for n in figures.values()), out
