@@ -32,6 +32,10 @@ atexit.register(shutil.rmtree, SUITE_ALGORITHM_CACHE, True)
 SUITE_MPI_PLUGIN_CACHE = tempfile.mkdtemp(prefix="hvdlite-suite-mpi-plugin-")
 os.environ["HVDLITE_MPI_PLUGIN_CACHE"] = SUITE_MPI_PLUGIN_CACHE
 atexit.register(shutil.rmtree, SUITE_MPI_PLUGIN_CACHE, True)
+# Jobs run up to 6 ranks on CI's 2 cores. Each rank's default OpenMP pool takes every core, and ranks
+# oversubscribed that way spin in each other's way: a collectives sweep at 3 and 6 ranks takes about twice as long.
+# One compute thread a rank, as torchrun gives its ranks, unless the caller chose otherwise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
