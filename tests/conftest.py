@@ -32,9 +32,9 @@ atexit.register(shutil.rmtree, SUITE_ALGORITHM_CACHE, True)
 SUITE_MPI_PLUGIN_CACHE = tempfile.mkdtemp(prefix="hvdlite-suite-mpi-plugin-")
 os.environ["HVDLITE_MPI_PLUGIN_CACHE"] = SUITE_MPI_PLUGIN_CACHE
 atexit.register(shutil.rmtree, SUITE_MPI_PLUGIN_CACHE, True)
-# Jobs run up to 6 ranks on CI's 2 cores. Each rank's default OpenMP pool takes every core, and ranks
-# oversubscribed that way spin in each other's way: a collectives sweep at 3 and 6 ranks takes about twice as long.
-# One compute thread a rank, as torchrun gives its ranks, unless the caller chose otherwise.
+# Jobs run more ranks than CI has cores. Each rank's default OpenMP pool would take every core, and ranks
+# oversubscribed that way spin in each other's way. One compute thread a rank, as torchrun gives its ranks, unless
+# the caller chose otherwise; hvdlite's own sharing (hvdlite/torch/compute_threads.py) has a test of its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -152,3 +152,11 @@ runpy.run_path({os.path.join(ROOT, "examples", "pytorch_synthetic_benchmark.py")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "total img/sec on 2 rank(s)" in out, out
+
+
+@pytest.mark.parametrize("np,omp_threads", [(2, None), (3, None), (2, "2"), (1, None)])
+def test_ranks_sharing_a_host_share_its_cpus_unless_the_job_says(monkeypatch, np, omp_threads):
+    """Without OMP_NUM_THREADS, init() lowers torch's pool to the rank's share of the host's CPUs where the
+    ranks' pools would oversubscribe it; a given OMP_NUM_THREADS, or a rank alone, keeps its count."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    run("compute_threads", np=np, env=None if omp_threads is None else {"OMP_NUM_THREADS": omp_threads})

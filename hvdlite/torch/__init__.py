@@ -1,5 +1,6 @@
 """hvdlite for PyTorch: `import hvdlite.torch as hvd` in place of `import horovod.torch as hvd`."""
 
+from hvdlite.common import basics as _basics
 from hvdlite.common.basics import (
     ProcessSet,
     add_process_set,
@@ -7,7 +8,6 @@ from hvdlite.common.basics import (
     cross_rank,
     cross_size,  # noqa: F401
     global_process_set,
-    init,
     is_homogeneous,
     is_initialized,
     local_rank,
@@ -43,6 +43,7 @@ from hvdlite.common.errors import (
     NotInitializedError,
     PeerError,
 )
+from hvdlite.torch import compute_threads as _compute_threads
 from hvdlite.torch import elastic  # noqa: F401,E402 - hvd.elastic.run, TorchState, ElasticSampler
 from hvdlite.torch.compression import Compression  # noqa: F401
 from hvdlite.torch.functions import (
@@ -88,3 +89,10 @@ from hvdlite.torch.mpi_ops import (
 )
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+
+
+def init(comm=None, process_sets=None) -> None:
+    """Joins the job as hvdlite.common.basics.init does, then, where this host's ranks' torch threads would
+    outnumber its CPUs and OMP_NUM_THREADS is unset, gives this rank its share of them (compute_threads.py)."""
+    _basics.init(comm, process_sets)
+    _compute_threads.share_host_cpus(_basics.rank(), _basics.local_size())
