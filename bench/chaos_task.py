@@ -12,8 +12,9 @@ weights.
 
 argv: --replay FRAMEWORK OUT_DIR. The reference: one process runs, step by step, the batches that the last
 (attempt, round) to run each step logged, on the same model and data, averaging the ranks' gradients as the
-allreduce does, and prints the steps and the final weights as JSON. A step that a failed round had run is
-superseded by the round that ran it again from the last commit."""
+allreduce does, and prints the steps and the final weights as JSON. A later round resumes from the last commit, so
+the steps an earlier one ran from there on are superseded, whether or not the job ran them again before it
+stopped."""
 
 import json
 import os
@@ -32,8 +33,10 @@ LEARNING_RATE = 0.01
 
 
 def logged_steps(out_dir):
-    """step -> (attempt, round, {rank: sample indices}, size), from the last (attempt, round) that ran each step."""
-    steps = {}
+    """step -> (attempt, round, {rank: sample indices}, size): the steps behind the final weights. Each (attempt,
+    round) resumes from the last commit, so from the first step it logs on, it supersedes what earlier ones ran,
+    including steps it never reached because the job stopped first."""
+    runs = {}  # (attempt, round) -> (size, {step: {rank: indices}})
     for name in sorted(os.listdir(out_dir)):
         if not name.endswith(".log"):
             continue
@@ -45,13 +48,13 @@ def logged_steps(out_dir):
                     continue
                 if e["event"] != "batch":
                     continue
-                key = (e["attempt"], e["round"])
-                attempt, round_, ranks, size = steps.get(e["batches"], (-1, -1, {}, 0))
-                if key > (attempt, round_):
-                    attempt, round_, ranks, size = key[0], key[1], {}, e["size"]
-                if key == (attempt, round_):
-                    ranks[e["rank"]] = e["indices"]
-                steps[e["batches"]] = (attempt, round_, ranks, size)
+                size, ran = runs.setdefault((e["attempt"], e["round"]), (e["size"], {}))
+                ran.setdefault(e["batches"], {})[e["rank"]] = e["indices"]
+    steps = {}
+    for (attempt, round_), (size, ran) in sorted(runs.items()):
+        resumed_at = min(ran)
+        steps = {step: kept for step, kept in steps.items() if step < resumed_at}
+        steps.update((step, (attempt, round_, ranks, size)) for step, ranks in ran.items())
     return steps
 
 

@@ -45,3 +45,29 @@ def test_two_minutes_of_random_faults_keep_the_invariant(tmp_path, framework):
     assert all(count >= 1 for count in injected.values()), injected  # every kind came up
     assert summary["launches"] >= 2  # the whole job was killed at least once and resumed from its checkpoint
     assert summary["steps"] > 0
+
+
+def test_the_replay_keeps_only_the_steps_behind_the_final_weights(tmp_path):
+    """A round resumes from the last commit: the steps an earlier round ran from there on are superseded, also
+    when the job stopped before running them again (a whole job killed just before the chaos ended)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import chaos_task
+
+    def log(name, attempt, round_, steps, size=2):
+        with open(tmp_path / name, "a") as f:
+            for step in steps:
+                for rank in range(size):
+                    event = {"event": "batch", "batches": step, "attempt": attempt, "round": round_, "rank": rank}
+                    f.write(json.dumps(dict(event, size=size, indices=[attempt, round_, step, rank])) + "\n")
+
+    log("0-w0.log", 0, 0, range(1, 8))  # a worker lost after step 7 started; the last commit was step 4
+    log("0-w0.log", 0, 1, range(5, 11))  # the next round ran steps 5-10; the whole job was killed in step 10
+    log("100-w0.log", 100, 0, [9])  # resumed from the checkpoint of step 8 and stopped after one step
+    steps = chaos_task.logged_steps(str(tmp_path))
+    assert sorted(steps) == list(range(1, 10))
+    assert {step: steps[step][:2] for step in steps} == {
+        **{step: (0, 0) for step in range(1, 5)},
+        **{step: (0, 1) for step in range(5, 9)},
+        9: (100, 0),
+    }
+    assert [indices for _, indices in chaos_task.replay_steps(str(tmp_path))][-1] == [[100, 0, 9, 0], [100, 0, 9, 1]]
