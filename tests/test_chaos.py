@@ -47,10 +47,10 @@ def test_two_minutes_of_random_faults_keep_the_invariant(tmp_path, framework):
     assert summary["steps"] > 0
 
 
-def test_the_replay_keeps_only_the_steps_behind_the_final_weights(tmp_path):
+def test_the_replay_keeps_only_the_steps_behind_the_final_weights(tmp_path, monkeypatch):
     """A round resumes from the last commit: the steps an earlier round ran from there on are superseded, also
     when the job stopped before running them again (a whole job killed just before the chaos ended)."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
     import chaos_task
 
     def log(name, attempt, round_, steps, size=2):
