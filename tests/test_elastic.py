@@ -518,6 +518,55 @@ def test_slot_count_down_then_up_removes_then_adds_a_worker(tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_each_round_shares_the_hosts_cpus_among_its_ranks_there(tmp_path, monkeypatch):
+    """Without OMP_NUM_THREADS, a worker alone on the host keeps torch's whole pool; when a second joins, both
+    take their share of the CPUs; when it leaves, the first gets its whole pool back."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one CPU: every share is the whole pool")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    slots = tmp_path / "slots"
+    slots.write_text("localhost:1\n")
+    interval = 0.5
+    proc = start_job(
+        tmp_path,
+        np=1,
+        min_np=1,
+        max_np=2,
+        epochs=100,  # stopped once w0 is alone again
+        discover_body=f"cat {slots}",
+        extra=["--discovery-interval", str(interval)],
+    )
+    try:
+
+        def rounds_of(worker):
+            return [e for e in events(tmp_path).get(worker, []) if e["event"] == "round"]
+
+        def trained_in_round_of(size):
+            return any(e["event"] == "batch" and e["size"] == size for e in events(tmp_path).get("w0", []))
+
+        wait_for_first_commits(tmp_path)
+        slots.write_text("localhost:2\n")
+        wait_for(lambda: trained_in_round_of(2), 90, "a batch in the round of 2")
+        slots.write_text("localhost:1\n")
+        wait_for(
+            lambda: [r["size"] for r in rounds_of("w0")][-1:] == [1] and len(rounds_of("w0")) >= 3,
+            90,
+            "w0 alone again",
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    logs = events(tmp_path)
+    pool = next(e["threads"] for e in logs["w0"] if e["event"] == "start")
+    if pool * 2 <= cpus:
+        pytest.skip(f"torch's pool ({pool} threads) fits {cpus} CPUs twice: nothing to share")
+    share = max(1, cpus // 2)
+    assert [(r["size"], r["threads"]) for r in rounds_of("w0")] == [(1, pool), (2, share), (1, pool)], logs["w0"]
+    assert [(r["size"], r["threads"]) for r in rounds_of("w1")] == [(2, share)], logs["w1"]
+
+
+@pytest.mark.timeout(180)
 def test_the_job_trains_on_while_an_added_worker_starts(tmp_path):
     """Discovery adds a slot; the new worker takes 8 s to start (as importing a big framework can). The running
     workers train on meanwhile instead of waiting for it at their next commit, and it joins the round after."""

@@ -160,3 +160,31 @@ def test_ranks_sharing_a_host_share_its_cpus_unless_the_job_says(monkeypatch, np
     ranks' pools would oversubscribe it; a given OMP_NUM_THREADS, or a rank alone, keeps its count."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     run("compute_threads", np=np, env=None if omp_threads is None else {"OMP_NUM_THREADS": omp_threads})
+
+
+def test_a_new_share_starts_from_the_unshared_pool_and_leaves_a_count_the_script_chose(monkeypatch):
+    """Re-sharing (elastic rounds): a round with fewer ranks on the host restores the pool hvdlite lowered, a
+    round with more lowers it from there, and a count the script set after init() is left alone from then on."""
+    import torch
+
+    from hvdlite.torch import compute_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(compute_threads, "host_cpus", lambda: 8)
+    monkeypatch.setattr(compute_threads, "_chosen", None)
+    monkeypatch.setattr(compute_threads, "_unshared", None)
+    monkeypatch.setattr(compute_threads, "_left_to_script", False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(8)
+        counts = []
+        for local_size in (1, 2, 3, 1, 4):
+            compute_threads.share_host_cpus(0, local_size)
+            counts.append(torch.get_num_threads())
+        assert counts == [8, 4, 2, 8, 2]
+        torch.set_num_threads(3)  # the script's choice
+        for local_size in (1, 8):
+            compute_threads.share_host_cpus(0, local_size)
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

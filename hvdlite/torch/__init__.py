@@ -1,6 +1,5 @@
 """hvdlite for PyTorch: `import hvdlite.torch as hvd` in place of `import horovod.torch as hvd`."""
 
-from hvdlite.common import basics as _basics
 from hvdlite.common.basics import (
     ProcessSet,
     add_process_set,
@@ -94,5 +93,4 @@ from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 def init(comm=None, process_sets=None) -> None:
     """Joins the job as hvdlite.common.basics.init does, then, where this host's ranks' torch threads would
     outnumber its CPUs and OMP_NUM_THREADS is unset, gives this rank its share of them (compute_threads.py)."""
-    _basics.init(comm, process_sets)
-    _compute_threads.share_host_cpus(_basics.rank(), _basics.local_size())
+    _compute_threads.init_sharing_host_cpus(comm, process_sets)

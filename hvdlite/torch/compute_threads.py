@@ -5,13 +5,22 @@ threads outnumber the cores, OpenMP's waiting threads spin in each other's way a
 docs/torch.md). torchrun sets OMP_NUM_THREADS=1 for every rank for that reason; here each rank keeps the host's
 CPUs divided by the ranks on it, so a large host with few ranks keeps its cores busy. Nothing changes where
 OMP_NUM_THREADS is set or the ranks' threads already fit the host.
+
+An elastic job shares again at every round, since workers joining or leaving the host change each rank's share:
+from the pool's size before hvdlite first lowered it, as long as the count is still the one hvdlite chose (a
+count the script set after init() is the script's).
 """
 
 import os
+from typing import Optional
 
 import torch
 
-from hvdlite.common import placement
+from hvdlite.common import basics, placement
+
+_chosen: Optional[int] = None  # the count hvdlite set, while it is in force
+_unshared: Optional[int] = None  # the count before hvdlite lowered it
+_left_to_script = False  # the script set a count of its own after hvdlite's: never changed again
 
 
 def host_cpus() -> int:
@@ -20,18 +29,33 @@ def host_cpus() -> int:
 
 
 def share_host_cpus(rank: int, local_size: int) -> None:
-    """Lowers torch's thread count to this rank's share when local_size ranks' threads would oversubscribe the
-    host and the environment does not fix the count."""
-    if "OMP_NUM_THREADS" in os.environ:
+    """Sets torch's thread count to this rank's share when local_size ranks' threads would oversubscribe the
+    host, and back to the pool's own size where they no longer would, unless the environment or the script fixed
+    the count."""
+    global _chosen, _unshared, _left_to_script
+    if "OMP_NUM_THREADS" in os.environ or _left_to_script:
         return
     threads, cpus = torch.get_num_threads(), host_cpus()
-    if threads * local_size <= cpus:
+    if _chosen is not None and threads != _chosen:
+        _left_to_script = True
         return
-    share = max(1, cpus // local_size)
-    torch.set_num_threads(share)
-    placement.log(
-        "info",
-        f"{local_size} ranks on this host with {threads} torch threads each would oversubscribe its {cpus} CPUs: "
-        f"{share} each (set OMP_NUM_THREADS to choose)",
-        rank,
-    )
+    unshared = threads if _chosen is None else _unshared
+    target = unshared if unshared * local_size <= cpus else max(1, cpus // local_size)
+    if target != threads:
+        torch.set_num_threads(target)
+        placement.log(
+            "info",
+            f"{local_size} rank(s) on this host with {unshared} torch threads each would oversubscribe its {cpus} "
+            f"CPUs: {target} each (set OMP_NUM_THREADS to choose)"
+            if target < unshared
+            else f"{local_size} rank(s) on this host: back to {target} torch threads each",
+            rank,
+        )
+    _chosen, _unshared = (target, unshared) if target != unshared else (None, None)
+
+
+def init_sharing_host_cpus(comm=None, process_sets=None) -> None:
+    """hvdlite.torch.init: joins the job (hvdlite.common.basics.init), then shares the host's CPUs; also what
+    each elastic round re-initialises with."""
+    basics.init(comm, process_sets)
+    share_host_cpus(basics.rank(), basics.local_size())

@@ -2,10 +2,10 @@
 
 argv: OUT_DIR EPOCHS [OPTIMIZER]. OPTIMIZER: sgd (the default), or sharded-momentum (SGD with momentum whose
 state DistributedOptimizer shards over the ranks, which every re-formed job must partition anew). Every worker
-appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after each (re)initialisation with its rank
-and size, "batch" as each step starts (the step's number, the elastic round, the epoch and the sample indices
-this rank trains on), and "done" with the final weights and the sizes it trained at. ELASTIC_SLOW_START
-(environment) delays one worker's start-up ("started" is logged after it).
+appends JSON lines to OUT_DIR/<worker id>.log: "start" once, "round" after each (re)initialisation with its rank,
+size and torch thread count, "batch" as each step starts (the step's number, the elastic round, the epoch and the
+sample indices this rank trains on), and "done" with the final weights and the sizes it trained at.
+ELASTIC_SLOW_START (environment) delays one worker's start-up ("started" is logged after it).
 
 argv: --replay OUT_DIR [OPTIMIZER]. The reference: one process replays the schedule the workers logged (for each
 step, the batches every rank of the round that last ran it trained on) on the same model and data, averaging the
@@ -91,7 +91,7 @@ def log(**event):
         f.write(json.dumps(dict(event, pid=os.getpid(), time=time.time())) + "\n")
 
 
-log(event="start")
+log(event="start", threads=torch.get_num_threads())
 # ELASTIC_SLOW_START="<worker id>=<seconds>": that worker takes so long to start, as a big framework's import can.
 slow_worker, _, delay = os.environ.get("ELASTIC_SLOW_START", "=0").partition("=")
 if worker == slow_worker:
@@ -112,7 +112,7 @@ sizes = []
 
 def on_reset():
     sampler.reset()  # the new rank and size
-    log(event="round", rank=hvd.rank(), size=hvd.size())
+    log(event="round", rank=hvd.rank(), size=hvd.size(), threads=torch.get_num_threads())
 
 
 @hvd.elastic.run
@@ -147,6 +147,6 @@ def train(state):
 
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batches=0)
 state.register_reset_callbacks([on_reset])
-log(event="round", rank=hvd.rank(), size=hvd.size())
+log(event="round", rank=hvd.rank(), size=hvd.size(), threads=torch.get_num_threads())
 train(state)
 log(event="done", rank=hvd.rank(), size=hvd.size(), sizes=sizes, batches=state.batches, weights=flat_weights(model))

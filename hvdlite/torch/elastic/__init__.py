@@ -17,15 +17,16 @@ disk: running the same command again after the whole job was lost resumes from t
 The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py).
 """
 
-from hvdlite.common.basics import init, shutdown
+from hvdlite.common.basics import init, shutdown  # noqa: F401 - hvd.elastic.init, as in Horovod
 from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
+from hvdlite.torch.compute_threads import init_sharing_host_cpus
 from hvdlite.torch.elastic.sampler import ElasticSampler
 from hvdlite.torch.elastic.state import TorchState
 
 
 def _reset() -> None:
     shutdown()
-    init()
+    init_sharing_host_cpus()  # this round's ranks on the host may be more or fewer
 
 
 def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_keep=None):
