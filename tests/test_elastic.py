@@ -555,15 +555,16 @@ def test_each_round_shares_the_hosts_cpus_among_its_ranks_there(tmp_path, monkey
             "w0 alone again",
         )
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
     logs = events(tmp_path)
     pool = next(e["threads"] for e in logs["w0"] if e["event"] == "start")
     if pool * 2 <= cpus:
         pytest.skip(f"torch's pool ({pool} threads) fits {cpus} CPUs twice: nothing to share")
     share = max(1, cpus // 2)
-    assert [(r["size"], r["threads"]) for r in rounds_of("w0")] == [(1, pool), (2, share), (1, pool)], logs["w0"]
-    assert [(r["size"], r["threads"]) for r in rounds_of("w1")] == [(2, share)], logs["w1"]
+    assert [(r["size"], r["threads"]) for r in rounds_of("w0")] == [(1, pool), (2, share), (1, pool)], out[-3000:]
+    assert [(r["size"], r["threads"]) for r in rounds_of("w1")] == [(2, share)], out[-3000:]
 
 
 @pytest.mark.timeout(180)

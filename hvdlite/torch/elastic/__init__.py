@@ -17,16 +17,16 @@ disk: running the same command again after the whole job was lost resumes from t
 The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py).
 """
 
-from hvdlite.common.basics import init, shutdown  # noqa: F401 - hvd.elastic.init, as in Horovod
+from hvdlite.common.basics import shutdown
 from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
-from hvdlite.torch.compute_threads import init_sharing_host_cpus
+from hvdlite.torch.compute_threads import init_sharing_host_cpus as init  # hvdlite.torch.init (no import cycle)
 from hvdlite.torch.elastic.sampler import ElasticSampler
 from hvdlite.torch.elastic.state import TorchState
 
 
 def _reset() -> None:
     shutdown()
-    init_sharing_host_cpus()  # this round's ranks on the host may be more or fewer
+    init()  # which also shares the host's CPUs among this round's ranks there
 
 
 def run(func=None, *, checkpoint_dir=None, checkpoint_every=None, checkpoint_keep=None):
