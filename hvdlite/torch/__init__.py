@@ -42,9 +42,9 @@ from hvdlite.common.errors import (
     NotInitializedError,
     PeerError,
 )
-from hvdlite.torch import compute_threads as _compute_threads
 from hvdlite.torch import elastic  # noqa: F401,E402 - hvd.elastic.run, TorchState, ElasticSampler
 from hvdlite.torch.compression import Compression  # noqa: F401
+from hvdlite.torch.compute_threads import init  # hvd.init: also shares the host's CPUs among its ranks
 from hvdlite.torch.functions import (
     allgather_object,
     broadcast_object,
@@ -88,9 +88,3 @@ from hvdlite.torch.mpi_ops import (
 )
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
-
-
-def init(comm=None, process_sets=None) -> None:
-    """Joins the job as hvdlite.common.basics.init does, then, where this host's ranks' torch threads would
-    outnumber its CPUs and OMP_NUM_THREADS is unset, gives this rank its share of them (compute_threads.py)."""
-    _compute_threads.init_sharing_host_cpus(comm, process_sets)

@@ -54,8 +54,9 @@ def share_host_cpus(rank: int, local_size: int) -> None:
     _chosen, _unshared = (target, unshared) if target != unshared else (None, None)
 
 
-def init_sharing_host_cpus(comm=None, process_sets=None) -> None:
-    """hvdlite.torch.init: joins the job (hvdlite.common.basics.init), then shares the host's CPUs; also what
-    each elastic round re-initialises with."""
+def init(comm=None, process_sets=None) -> None:
+    """hvdlite.torch.init, which each elastic round re-initialises with too: joins the job as
+    hvdlite.common.basics.init does, then, where this host's ranks' torch threads would outnumber its CPUs and
+    OMP_NUM_THREADS is unset, gives this rank its share of them."""
     basics.init(comm, process_sets)
     share_host_cpus(basics.rank(), basics.local_size())

@@ -19,7 +19,7 @@ The protocol and the retry loop are framework-neutral (hvdlite/common/elastic.py
 
 from hvdlite.common.basics import shutdown
 from hvdlite.common.elastic import HostsUpdatedInterrupt, State, run_fn
-from hvdlite.torch.compute_threads import init_sharing_host_cpus as init  # hvdlite.torch.init (no import cycle)
+from hvdlite.torch.compute_threads import init  # hvdlite.torch.init, imported without a cycle
 from hvdlite.torch.elastic.sampler import ElasticSampler
 from hvdlite.torch.elastic.state import TorchState
 
