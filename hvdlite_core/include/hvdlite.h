@@ -97,6 +97,8 @@ typedef struct {
   int32_t device;     /* CUDA memory: the device ordinal; one device per process */
   const void* stream; /* CUDA memory: the cudaStream_t on which the input is produced (the core waits for
                          it on its own stream, never blocking this one); NULL: the legacy default stream */
+  uint64_t layout;    /* allreduce of several tensors packed into one buffer: a digest of how they are laid
+                         out in it. Ranks must agree, as on the shape (a mismatch fails on every rank); 0: none */
 } hvdlite_request;
 
 const char* hvdlite_version(void);

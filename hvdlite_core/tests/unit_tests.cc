@@ -113,6 +113,25 @@ static void test_validation() {
   d.prescale = 1.0;
   d.postscale = 0.25;
   CHECK(contains(build_response({c, d}, {}, {0, 1}).error, "postscale factors"));
+  // Packed tensors: the same size laid out differently is a mismatch, and a cached response matches only its layout.
+  d.postscale = 1.0;
+  c.layout = 0x1234;
+  d.layout = 0xabcd;
+  Response layouts = build_response({c, d}, {}, {0, 1});
+  CHECK(layouts.is_error && layouts.error_code == static_cast<int>(StatusCode::kMismatch));
+  CHECK(contains(layouts.error, "layouts of the packed tensors") && contains(layouts.error, "rank 0: 1234") &&
+        contains(layouts.error, "rank 1: abcd"));
+  d.layout = c.layout;
+  Response packed = build_response({c, d}, {}, {0, 1});
+  CHECK(!packed.is_error && packed.layout == 0x1234 && packed.matches(c, 0));
+  d.layout = 0xabcd;
+  CHECK(!packed.matches(d, 1));
+  // The digest travels with the request to the coordinator and with the response back.
+  WireWriter w;
+  d.write(w);
+  packed.write(w);
+  WireReader r(w.bytes().data(), w.bytes().size());
+  CHECK(Request::Read(r).layout == 0xabcd && Response::Read(r).layout == 0x1234);
 
   // Allgather: first dimensions may differ, the rest may not; first_dims in member order.
   Response gather = build_response(

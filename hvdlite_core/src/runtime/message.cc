@@ -35,6 +35,7 @@ void Request::write(WireWriter& w) const {
   w.put<uint8_t>(cacheable ? 1 : 0);
   w.put<uint8_t>(on_device ? 1 : 0);
   w.put<double>(waited_seconds);
+  w.put<uint64_t>(layout);
 }
 
 namespace {
@@ -82,6 +83,7 @@ Request Request::Read(WireReader& r) {
   q.cacheable = r.get<uint8_t>() != 0;
   q.on_device = r.get<uint8_t>() != 0;
   q.waited_seconds = r.get<double>();
+  q.layout = r.get<uint64_t>();
   return q;
 }
 
@@ -103,6 +105,7 @@ void Response::write(WireWriter& w) const {
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
   w.put<uint8_t>(on_device ? 1 : 0);
+  w.put<uint64_t>(layout);
 }
 
 Response Response::Read(WireReader& r) {
@@ -124,6 +127,7 @@ Response Response::Read(WireReader& r) {
   s.name = r.get_string();
   s.cacheable = r.get<uint8_t>() != 0;
   s.on_device = r.get<uint8_t>() != 0;
+  s.layout = r.get<uint64_t>();
   return s;
 }
 
@@ -147,7 +151,8 @@ bool Response::matches(const Request& q, int member_index) const {
   switch (op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      return q.shape == shape && q.reduce_op == reduce_op && q.prescale == prescale && q.postscale == postscale;
+      return q.shape == shape && q.reduce_op == reduce_op && q.prescale == prescale && q.postscale == postscale &&
+             q.layout == layout;
     case OpType::kBroadcast:
       return q.shape == shape && q.root_rank == root_rank;
     case OpType::kAllgather:

@@ -48,6 +48,7 @@ struct Request {
   bool on_device = false;     // CUDA memory (the NCCL data plane); negotiated, since every member must agree
   int32_t device = -1;        // this rank's CUDA device ordinal (local: ranks use different devices)
   double waited_seconds = 0;  // how long the submitter has had it when sent (stall ages count from there)
+  uint64_t layout = 0;        // allreduce of packed tensors: how they lie in the buffer (hvdlite_request.layout)
 
   void write(WireWriter& w) const;
   static Request Read(WireReader& r);
@@ -71,6 +72,7 @@ struct Response {
   std::string name;
   bool cacheable = true;
   bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
+  uint64_t layout = 0;     // allreduce of packed tensors: the digest every member submitted
   // Local, not sent: where the response cache put this copy of it (-1: not the cache's), so that a cached
   // response finds the entry that was waiting for it without its name (Controller::take_pending).
   int32_t cache_position = -1;

@@ -134,6 +134,7 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   out->prescale = q.prescale_factor;
   out->postscale = q.postscale_factor;
   out->root_rank = q.root_rank;
+  out->layout = q.layout;
   if (q.name && *q.name) {
     out->name = q.name;
   } else if (out->op == OpType::kJoin) {

@@ -107,6 +107,13 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
         checks.push_back({"postscale factors",
                           [](const Request& a, const Request& b) { return same_factor(a.postscale, b.postscale); },
                           [](const Request& q) { return number(q.postscale); }});
+        checks.push_back({"layouts of the packed tensors",
+                          [](const Request& a, const Request& b) { return a.layout == b.layout; },
+                          [](const Request& q) {
+                            std::ostringstream s;
+                            s << std::hex << q.layout;
+                            return s.str();
+                          }});
         break;
       case OpType::kBroadcast:
         checks.push_back({"shapes", same_shape, [](const Request& q) { return shape_string(q.shape); }});
@@ -173,6 +180,7 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   r.ranks = first.ranks;
   r.name = first.name;
   r.on_device = first.on_device;
+  r.layout = first.layout;
   r.cacheable = first.cacheable && joined.empty() &&
                 (first.op == OpType::kAllreduce || first.op == OpType::kAllgather || first.op == OpType::kBroadcast ||
                  first.op == OpType::kAlltoall || first.op == OpType::kReducescatter);
