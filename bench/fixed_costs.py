@@ -476,11 +476,15 @@ def summarize(rounds, ks):
             values = [step_seconds(rd, peer, k) / k for rd in rounds if peer in rd]
             if values:
                 row[peer] = spread(values)
-        ratio = paired_ratio(
-            rounds, "gloo-fused", "hvdlite-async", lambda rs: next(r["seconds"] for r in rs if r["k"] == k)
-        )
-        if ratio:
-            row["gloo_fused_over_async"] = ratio
+        for under, key in (
+            ("hvdlite-async", "gloo_fused_over_async"),
+            ("hvdlite-grouped", "gloo_fused_over_grouped"),
+        ):
+            ratio = paired_ratio(
+                rounds, "gloo-fused", under, lambda rs: next(r["seconds"] for r in rs if r["k"] == k)
+            )
+            if ratio:
+                row[key] = ratio
         out["per_tensor"].append(row)
     optimizer_ks = sorted({r["k"] for rd in rounds for peer in OPTIMIZER_PEERS for r in rd.get(peer, []) if "k" in r})
     for k in optimizer_ks:
@@ -583,13 +587,14 @@ def report_lines(summary):
         lines += [
             "",
             "| K tensors of 1 KB | hvdlite async + synchronize, us a tensor | hvdlite grouped, us a tensor | "
-            "gloo, one fused allreduce, us a tensor | gloo time / hvdlite async time | async per tensor / at "
-            f"K={linearity.get('base_k', '-')} |",
-            "|---|---|---|---|---|---|",
+            "gloo, one fused allreduce, us a tensor | gloo time / hvdlite async time | gloo time / hvdlite grouped "
+            f"time | async per tensor / at K={linearity.get('base_k', '-')} |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in summary["per_tensor"]:
             cells = [str(row["k"])] + [_cell(row.get(peer), 1e6) for peer in CURVE_PEERS]
             cells.append(_cell(row.get("gloo_fused_over_async"), suffix="x"))
+            cells.append(_cell(row.get("gloo_fused_over_grouped"), suffix="x"))
             cells.append(_cell(linearity.get("by_k", {}).get(str(row["k"]))))
             lines.append("| " + " | ".join(cells) + " |")
     if summary["optimizer"]:

@@ -13,7 +13,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 from hvdlite.common.binding import check, ffi, lib
-from hvdlite.common.errors import HvdliteError, error_for_status
+from hvdlite.common.errors import HvdliteError, MismatchError, error_for_status
 
 # Horovod's reduce-op constants (same values, so code comparing them keeps working) and the core's codes.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -139,6 +139,16 @@ def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
         _prepared.clear()
     _prepared[key] = entry
     return entry
+
+
+def packed_request(request: tuple, layout: int) -> tuple:
+    """prepared()'s entry for an allreduce of several tensors packed into one buffer, built apart from the cache
+    (whose structs other callers share): its struct carries the digest of the members' layout, which ranks must
+    agree on (hvdlite_request.layout)."""
+    struct = _new_request()
+    buffers = _fill(struct, request)
+    struct.layout = layout
+    return (struct, buffers, request[4], request[5])
 
 
 _from_buffer = ffi.from_buffer
@@ -449,19 +459,27 @@ class HandleTable:
     def __init__(self):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._pending: Dict[int, tuple] = {}  # add(): -n -> (core handles, finish, keep_alive, reads_handles)
+        self._pending: Dict[
+            int, tuple
+        ] = {}  # add(): -n -> (core handles, finish, keep_alive, reads_handles, recover)
         self._results: Dict[int, object] = {}  # add_result(): core handle -> what synchronize() returns
         self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 
     def add(
-        self, core_handles: List[int], finish: Callable[[], object], keep_alive=None, reads_handles: bool = True
+        self,
+        core_handles: List[int],
+        finish: Callable[[], object],
+        keep_alive=None,
+        reads_handles: bool = True,
+        recover: Optional[Callable[[MismatchError], object]] = None,
     ) -> int:
         """A handle whose synchronize() waits for core_handles and returns finish(). reads_handles=False: finish
         does not read the core handles (the results are in the caller's buffers), so one call into the core can
-        wait for all of them and release them."""
+        wait for all of them and release them. recover: what synchronize() returns instead of raising when the
+        ranks' requests did not match (the core's MismatchError)."""
         handle = -next(self._ids)
         with self._lock:
-            self._pending[handle] = (core_handles, finish, keep_alive, reads_handles)
+            self._pending[handle] = (core_handles, finish, keep_alive, reads_handles, recover)
         return handle
 
     def add_result(self, core_handle: int, result, keep_alive=None) -> int:
@@ -506,7 +524,7 @@ class HandleTable:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
             entry = self._pending.pop(handle)
-        core_handles, finish, _, reads_handles = entry
+        core_handles, finish, _, reads_handles, recover = entry
         error = None
         released = False
         try:
@@ -524,6 +542,8 @@ class HandleTable:
             raise
         try:
             if error is not None:
+                if recover is not None and isinstance(error, MismatchError):
+                    return recover(error)
                 raise error
             return finish()
         finally:

@@ -25,7 +25,8 @@ from hvdlite.common.basics import (
     global_process_set,
 )
 from hvdlite.common.errors import InvalidArgumentError
-from hvdlite.common.ops import CORE_REDUCE_OPS, Average, Sum
+from hvdlite.common.ops import CORE_REDUCE_OPS, Adasum, Average, Sum
+from hvdlite.torch import packed_groups
 from hvdlite.torch.compression import Compression
 
 _DTYPES = {
@@ -58,6 +59,7 @@ def _describe(name: Optional[str]) -> str:
 # ops.request's (device, stream) for a CPU tensor: host memory. The fake-CUDA tests (tests/jobs/nccl_fake.py)
 # set it to a device, so that CPU tensors meet everything a CUDA tensor meets below this point.
 cpu_placement = (-1, 0)
+_HOST = cpu_placement
 
 
 def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
@@ -319,6 +321,24 @@ def _group_names(name, count):
     return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
 
 
+def _queue_packed(tensors, name, op, prescale_factor, postscale_factor, process_set, each, in_place):
+    """packed_groups.queue() for a grouped allreduce of host tensors (None: the group goes member by member, through
+    each); the fake-CUDA tests' host tensors, which stand for device memory, are never packed."""
+    if op == Adasum or cpu_placement != _HOST:  # Adasum's result is not elementwise
+        return None
+    return packed_groups.queue(
+        tensors,
+        name,
+        (name, len(tensors), op, prescale_factor, postscale_factor, process_set.process_set_id),
+        lambda flat, flat_name: _allreduce_request(
+            flat, flat, flat_name, op, prescale_factor, postscale_factor, process_set
+        ),
+        lambda members: each(members, name, op, prescale_factor, postscale_factor, process_set),
+        _handles,
+        in_place,
+    )
+
+
 def grouped_allreduce_async(
     tensors,
     average=None,
@@ -329,6 +349,17 @@ def grouped_allreduce_async(
     process_set=global_process_set,
 ) -> int:
     op = _resolve_op(op, average)
+    tensors = list(tensors)
+    handle = _queue_packed(
+        tensors, name, op, prescale_factor, postscale_factor, process_set, _grouped_allreduce_each, False
+    )
+    if handle is not None:
+        return handle
+    return _grouped_allreduce_each(tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _grouped_allreduce_each(tensors, name, op, prescale_factor, postscale_factor, process_set) -> int:
+    """A grouped allreduce into new tensors as one core operation per member."""
     sources = [_contiguous(t) for t in tensors]
     outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
     handles = ops.submit_many(
@@ -391,6 +422,16 @@ def grouped_allreduce_async_(
 ) -> int:
     op = _resolve_op(op, average)
     tensors = list(tensors)
+    handle = _queue_packed(
+        tensors, name, op, prescale_factor, postscale_factor, process_set, _grouped_allreduce_each_, True
+    )
+    if handle is not None:
+        return handle
+    return _grouped_allreduce_each_(tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _grouped_allreduce_each_(tensors, name, op, prescale_factor, postscale_factor, process_set) -> int:
+    """An in-place grouped allreduce as one core operation per member."""
     handles = _queue_prepared_group(tensors, name, op, prescale_factor, postscale_factor, process_set)
     if handles is not None:
         return _handles.add(handles, lambda: tensors, keep_alive=tensors, reads_handles=False)

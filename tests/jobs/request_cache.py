@@ -8,7 +8,7 @@ from hvdjob import check, make
 
 import hvdlite.torch as hvd
 from hvdlite.common import ops
-from hvdlite.torch import core_ops
+from hvdlite.torch import core_ops, packed_groups
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -50,8 +50,8 @@ def each_call(step):
     total = sum(others(lambda r: make(r, ("x", step), (5, 3), torch.float32)))
     check(f"grouped step {step}", grouped[0], total)
     check(f"grouped member 1 step {step}", grouped[1], total[0])
-    # In place, under one name, on new tensors each call: served from the group's prepared batch until the
-    # members' shapes change, then from one prepared anew; a strided member sends the call down the general path.
+    # In place, under one name, on new tensors each call: packed into the group's buffer until the members'
+    # shapes change, then into one laid out anew; a strided member is copied in and out by torch.
     width = 2 + step // 100
 
     def members(r):
@@ -92,8 +92,9 @@ if len(ops._prepared) != size_after_warmup:
     raise AssertionError(
         f"the request cache grew from {size_after_warmup} to {len(ops._prepared)} entries over {CALLS - 5} calls"
     )
-if sorted(key[:2] for key in core_ops._group_batches) != [("cache.grouped_", 3)]:
-    raise AssertionError(f"prepared groups: {sorted(core_ops._group_batches)}")
+packed = sorted(key[:2] for key in packed_groups._groups)
+if packed != [("cache.grouped", 2), ("cache.grouped_", 3), ("cache.grouped_", 4)] or core_ops._group_batches:
+    raise AssertionError(f"packed groups: {packed}; member-by-member batches: {sorted(core_ops._group_batches)}")
 for i, (out, copy) in enumerate(held):
     check(f"result {i} unchanged by later calls", out, copy)
 count += 1
