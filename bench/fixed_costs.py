@@ -676,6 +676,14 @@ def headline(data):
             f"a collective per tensor costs {linearity['by_k']['4096']['median']:.2f}x as much at 4,096 tensors in "
             f"flight as at {linearity['base_k']:,}"
         )
+    grouped = next(
+        (row for row in summary["per_tensor"] if row["k"] == 1024 and "gloo_fused_over_grouped" in row), None
+    )
+    if grouped:
+        parts.append(
+            f"`grouped_allreduce_` of 1,024 tensors at {results_file.times(grouped['gloo_fused_over_grouped'])} the "
+            "speed of gloo's one allreduce of the same bytes"
+        )
     small = next((row for row in summary["latency"] if "mpi_over_hvdlite" in row), None)
     if small:
         parts.append(f"{small['bytes']} B allreduce {results_file.times(small['mpi_over_hvdlite'])} Open MPI's speed")
