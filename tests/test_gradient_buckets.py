@@ -3,7 +3,7 @@ gradient they meet ends as a one-process reference on the global batch would hav
 reducing during backward and all at once in step()."""
 
 import pytest
-from multiproc import run_job_module
+from multiproc import run_job_function, run_job_module
 
 
 @pytest.mark.timeout(200)
@@ -16,3 +16,8 @@ def test_buckets_match_one_process_on_every_kind_of_gradient(np, during_backward
 @pytest.mark.timeout(200)
 def test_buckets_taking_every_parameter_at_once_match_one_process():
     run_job_module("gradient_buckets.py", np=2, args=["0", "dense"], timeout=150)
+
+
+@pytest.mark.timeout(150)
+def test_models_that_differ_only_in_a_bucketed_layout_fail_naming_the_parameter():
+    run_job_function("bucket_layouts", np=2, timeout=120)

@@ -254,12 +254,15 @@ class PreparedBatch:
     - start(): all of them, in place or not, writing their addresses into the requests (one caller at a time: the
       owner serialises), with one call into the core for a single operation.
 
-    requests: request()'s tuples, named, without splits; their buffer addresses are only placeholders."""
+    requests: request()'s tuples, named, without splits; their buffer addresses are only placeholders. layouts: for
+    each, the digest of the tensors packed in its buffer (hvdlite_request.layout), or 0."""
 
-    def __init__(self, requests: Sequence[tuple]):
+    def __init__(self, requests: Sequence[tuple], layouts: Optional[Sequence[int]] = None):
         self.count = len(requests)
         self._structs = ffi.new("hvdlite_request[]", max(1, self.count))
         self._buffers = [_fill(self._structs[i], r) for i, r in enumerate(requests)]
+        for i, layout in enumerate(layouts or ()):
+            self._structs[i].layout = layout
         self._handles = ffi.new("int64_t[]", max(1, self.count))
         self._queued: List[int] = []  # core handles queued by submit_one()/submit_many() since wait_all()
 

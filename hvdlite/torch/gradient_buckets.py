@@ -19,6 +19,8 @@ from typing import Callable, Dict, List, Sequence
 import torch
 
 from hvdlite.common import basics, ops
+from hvdlite.common.errors import HvdliteError, MismatchError
+from hvdlite.torch import packed_groups
 
 
 def _core_setting(name: str, default: int) -> int:
@@ -141,7 +143,10 @@ class GradientBuckets:
             ops.describe_members(name, [names[id(p)] for p in bucket.members])
         requests = [request_for(b.flat, name) for name, b in zip(bucket_names, self.buckets)]
         requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
-        self._batch = ops.PreparedBatch(requests)
+        # Ranks must agree on how each bucket is laid out, not only on its size (packed_groups.layout_digest).
+        layouts = [packed_groups.layout_digest(b.members, packable=True) for b in self.buckets]
+        self._batch = ops.PreparedBatch(requests, layouts)
+        self._bucket_names, self._names, self._request_for = bucket_names, names, request_for
         self._large_queued: Dict[int, bool] = {}
         self.parameter_count = len(self._slot) + len(self.large)  # parameters laid out
         self.stale = False
@@ -225,7 +230,31 @@ class GradientBuckets:
             for bucket in self.buckets:
                 if bucket.queued:
                     bucket.unpack()
+        except MismatchError as e:
+            self._raise_member_mismatch(e)
+            raise
         finally:
             for bucket in self.buckets:
                 bucket.reset()
             self._large_queued.clear()
+
+    def _raise_member_mismatch(self, error: MismatchError) -> None:
+        """After a bucket failed because its gradients are laid out differently on some rank (the ranks' models
+        differ), every rank reduces that bucket's gradients one by one under their parameters' names, so that the
+        error names the parameter, the ranks and the shapes. Returns if the bucket is not the one named."""
+        message = str(error)
+        for name, bucket in zip(self._bucket_names, self.buckets):
+            if bucket.queued and f"'{name}'" in message:
+                works = [g.contiguous() for g in bucket.grads]
+                handles = ops.submit_many(
+                    [self._request_for(w, self._names[id(p)]) for p, w in zip(bucket.members, works)]
+                )
+                first = None
+                for handle in handles:  # wait for every one before raising: none is left using the gradients
+                    try:
+                        ops.wait_and_release(handle, works)
+                    except HvdliteError as member_error:
+                        first = first or member_error
+                if first is not None:
+                    raise first from error
+                return
