@@ -8,7 +8,9 @@ docs/architecture.md, "Output buffers").
 """
 
 import functools
+import hashlib
 import itertools
+import struct
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -141,6 +143,18 @@ def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
     return entry
 
 
+def layout_digest(shapes: Sequence[Sequence[int]], dtypes: Sequence[str] = ()) -> int:
+    """hvdlite_request.layout for tensors of these shapes (and these dtype names, when they differ) packed one
+    after another into one buffer: a non-zero 64-bit BLAKE2b digest, the same on every rank and in every process."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(b"mixed" if dtypes else b"packed")
+    for shape, dtype in itertools.zip_longest(shapes, dtypes):
+        if dtype is not None:
+            h.update(dtype.encode())
+        h.update(struct.pack(f"<q{len(shape)}q", len(shape), *shape))
+    return int.from_bytes(h.digest(), "little") or 1
+
+
 def packed_request(request: tuple, layout: int) -> tuple:
     """prepared()'s entry for an allreduce of several tensors packed into one buffer, built apart from the cache
     (whose structs other callers share): its struct carries the digest of the members' layout, which ranks must
@@ -179,9 +193,9 @@ def submit_prepared(entry: tuple, input_ptr: int, output_ptr: int) -> int:
     return handle
 
 
-def submit_many(requests: Sequence[tuple]) -> List[int]:
+def submit_many(requests: Sequence[tuple], layouts: Sequence[int] = ()) -> List[int]:
     """Queues several operations atomically: either all are queued or none is, so a grouped collective with one
-    bad member leaves nothing half-submitted."""
+    bad member leaves nothing half-submitted. layouts: for each, hvdlite_request.layout (default 0)."""
     count = len(requests)
     if count == 0:
         return []
@@ -192,6 +206,8 @@ def submit_many(requests: Sequence[tuple]) -> List[int]:
         if entry[2] != request[4] or entry[3] != request[5]:
             struct = structs[i]
             struct.input, struct.output = ffi.cast("void*", request[4]), ffi.cast("void*", request[5])
+    for i, layout in enumerate(layouts):
+        structs[i].layout = layout
     handles = ffi.new("int64_t[]", count)
     check(lib.hvdlite_enqueue_many(structs, count, handles))
     return ffi.unpack(handles, count)

@@ -85,6 +85,7 @@ class Collective:
         "with_splits",
         "hint",
         "in_place",
+        "layout",
     )
 
     def __init__(
@@ -99,6 +100,7 @@ class Collective:
         with_splits=False,
         hint="",
         in_place=False,
+        layout=0,
     ):
         self.op, self.name, self.reduce_op = op, name, reduce_op
         self.prescale, self.postscale, self.root_rank = float(prescale), float(postscale), root_rank
@@ -106,6 +108,8 @@ class Collective:
         # in_place: the input is a buffer that only this collective reads (a fusion buffer made by tf.concat):
         # allreduce/broadcast write the result into it and hand the same memory back to TensorFlow.
         self.in_place = in_place
+        # layout: the digest of the tensors packed into the input (ops.layout_digest), which ranks must agree on.
+        self.layout = layout
 
     @property
     def n_inputs(self) -> int:
@@ -189,7 +193,7 @@ def start(collectives: Sequence[Collective], *arrays) -> list:
         )
         prepared.append((c, key, source, output))
     try:
-        handles = ops.submit_many([key for _, key, _, _ in prepared])
+        handles = ops.submit_many([key for _, key, _, _ in prepared], [c.layout for c, _, _, _ in prepared])
     except hvd_errors.HvdliteError as e:
         raise as_tf_error(e) from None
     return [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
@@ -312,7 +316,7 @@ class CallSite:
             layout.append(None if in_place else total)
             if not in_place:
                 total += -(-source.nbytes // _ALIGN) * _ALIGN
-        entry = (ops.PreparedBatch(requests), layout, total)
+        entry = (ops.PreparedBatch(requests, [c.layout for c in self.collectives]), layout, total)
         if len(self._templates) >= self._TEMPLATE_LIMIT:
             self._templates.clear()
         self._templates[signature] = entry

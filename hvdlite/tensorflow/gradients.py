@@ -149,10 +149,13 @@ class GradientReducer:
         reduce_op = ops.core_reduce_op(self.op)
         collectives, inputs, dtypes, shapes = [], [], [], []
         for (group, dtype), members in buckets.items():
+            layout = 0  # ranks must agree on how the buffer is laid out, not only on its size, where shapes are known
             if len(members) == 1:
                 buffer = members[0][1]
             else:
                 buffer = tf.concat([tf.reshape(w, [-1]) for _, w, _ in members], axis=0)
+                if all(w.shape.is_fully_defined() for _, w, _ in members):
+                    layout = ops.layout_digest([w.shape.as_list() for _, w, _ in members])
             hint = (
                 f" (hvdlite fuses the {dtype.name} gradients of {len(members)} variable(s) into this buffer: "
                 "every rank must compute gradients, not None, for the same variables with the same shapes; "
@@ -169,6 +172,7 @@ class GradientReducer:
                     process_set_id=ps_id,
                     hint=hint,
                     in_place=len(members) > 1,
+                    layout=layout,
                 )
             )
             inputs.append(buffer)

@@ -20,7 +20,6 @@ import torch
 
 from hvdlite.common import basics, ops
 from hvdlite.common.errors import HvdliteError, MismatchError
-from hvdlite.torch import packed_groups
 
 
 def _core_setting(name: str, default: int) -> int:
@@ -143,8 +142,8 @@ class GradientBuckets:
             ops.describe_members(name, [names[id(p)] for p in bucket.members])
         requests = [request_for(b.flat, name) for name, b in zip(bucket_names, self.buckets)]
         requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
-        # Ranks must agree on how each bucket is laid out, not only on its size (packed_groups.layout_digest).
-        layouts = [packed_groups.layout_digest(b.members, packable=True) for b in self.buckets]
+        # Ranks must agree on how each bucket is laid out, not only on its size.
+        layouts = [ops.layout_digest(b.shapes) for b in self.buckets]
         self._batch = ops.PreparedBatch(requests, layouts)
         self._bucket_names, self._names, self._request_for = bucket_names, names, request_for
         self._large_queued: Dict[int, bool] = {}

@@ -16,25 +16,12 @@ group of two or more members that all live in host memory, unless the op is Adas
 elementwise).
 """
 
-import hashlib
-import struct
 from typing import Callable, Dict, List, Optional
 
 import torch
 
 from hvdlite.common import ops
 from hvdlite.common.errors import InvalidArgumentError, MismatchError
-
-
-def layout_digest(tensors: List[torch.Tensor], packable: bool) -> int:
-    """A non-zero 64-bit digest of the members' shapes (and dtypes, for a group that cannot be packed)."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(b"packed" if packable else b"unpackable")
-    for t in tensors:
-        if not packable:
-            h.update(str(t.dtype).encode())
-        h.update(struct.pack(f"<q{t.dim()}q", t.dim(), *t.shape))
-    return int.from_bytes(h.digest(), "little") or 1
 
 
 class PackedGroup:
@@ -53,8 +40,12 @@ class PackedGroup:
         if not self.packable:  # a member the core cannot take must fail here, before any rank waits for the group
             for t in {t.dtype: t for t in tensors}.values():
                 request_for(t, self.name)
-        self.entry = ops.packed_request(request_for(self.flat, self.name), layout_digest(tensors, self.packable))
+        self.entry = ops.packed_request(request_for(self.flat, self.name), self.digest())
         self.busy = False  # queued and not yet synchronized: another call of the group needs a buffer of its own
+
+    def digest(self) -> int:
+        """The members' layout as the core compares it (with their dtypes where they cannot share a buffer)."""
+        return ops.layout_digest(self.shapes, () if self.packable else [str(d) for d in self.dtypes])
 
     def fits(self, tensors: List[torch.Tensor]) -> Optional[list]:
         """The members' addresses if they match this layout and are contiguous host tensors; [] if they match but

@@ -110,6 +110,24 @@ with tf.GradientTape() as tape:
 ga, gb = hvd.DistributedGradientTape(tape).gradient(loss, [a, b], unconnected_gradients=tf.UnconnectedGradients.ZERO)
 same("zero-filled unconnected", gb, [1.0 / N], 1e-7)
 
+# Models that differ between ranks in a way the fused buffer's size does not show ([2, 3] against [3, 2]): the
+# buffer carries a digest of its layout, so every rank fails instead of averaging unrelated elements, eagerly and
+# in a graph.
+w, c = tf.Variable(tf.ones([2, 3] if R == 0 else [3, 2])), tf.Variable([1.0])
+for graph in (False, True):
+
+    def gradient():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w) + tf.reduce_sum(c)
+        return hvd.DistributedGradientTape(tape).gradient(loss, [w, c])
+
+    try:
+        (tf.function(gradient) if graph else gradient)()
+    except tf.errors.FailedPreconditionError as e:
+        assert "layouts of the packed tensors" in str(e) and "same shapes" in str(e), str(e)
+    else:
+        raise SystemExit(f"gradients of differently shaped variables accepted (graph={graph})")
+
 # tf.compat.v1 optimizer: compute_gradients averages
 v = tf.Variable([0.0, 0.0])
 opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
