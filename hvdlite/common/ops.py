@@ -519,6 +519,10 @@ class HandleTable:
         self._results[handle] = result
         return handle
 
+    def pending(self, handle: Optional[int]) -> bool:
+        """Whether an add() handle is still to be synchronized (its buffers may be in use)."""
+        return handle in self._pending
+
     def poll(self, handle: int) -> bool:
         if handle in self._results:
             return lib.hvdlite_poll(handle) != 0

@@ -41,7 +41,7 @@ class PackedGroup:
             for t in {t.dtype: t for t in tensors}.values():
                 request_for(t, self.name)
         self.entry = ops.packed_request(request_for(self.flat, self.name), self.digest())
-        self.busy = False  # queued and not yet synchronized: another call of the group needs a buffer of its own
+        self.handle = None  # the last call's: until it is synchronized, another call needs a buffer of its own
 
     def digest(self) -> int:
         """The members' layout as the core compares it (with their dtypes where they cannot share a buffer)."""
@@ -77,7 +77,7 @@ def queue(
     if len(tensors) < 2:
         return None
     group = _groups.get(key) if name is not None else None
-    pointers = None if group is None or group.busy else group.fits(tensors)
+    pointers = None if group is None or handles.pending(group.handle) else group.fits(tensors)
     if pointers is None:
         if not all(t.is_cpu for t in tensors):
             return None
@@ -86,7 +86,7 @@ def queue(
         except InvalidArgumentError:  # an unsupported dtype, say: the member-by-member route names the member
             return None
         pointers = group.fits(tensors)
-        if name is not None and (key not in _groups or not _groups[key].busy):
+        if name is not None and (key not in _groups or not handles.pending(_groups[key].handle)):
             if len(_groups) >= _GROUP_LIMIT:
                 _groups.clear()
             _groups[key] = group
@@ -97,10 +97,8 @@ def queue(
             torch._foreach_copy_(group.views, tensors)
     flat_ptr = group.flat.data_ptr()
     handle = ops.submit_prepared(group.entry, flat_ptr, flat_ptr)
-    group.busy = True
 
     def finish():
-        group.busy = False
         if not group.packable:  # every rank has these dtypes: the members go one by one
             return handles.synchronize(fallback(tensors))
         if not in_place:  # (empty_like: a third of torch.empty's cost with a shape and a dtype)
@@ -119,7 +117,7 @@ def queue(
     def recover(error: MismatchError):
         # The ranks' members differ: every rank got this error and repeats the group member by member, which
         # names what differs (or succeeds, where only the packing differed).
-        group.busy = False
         return handles.synchronize(fallback(tensors))
 
-    return handles.add([handle], finish, keep_alive=(tensors, group), reads_handles=False, recover=recover)
+    group.handle = handles.add([handle], finish, keep_alive=(tensors, group), reads_handles=False, recover=recover)
+    return group.handle
