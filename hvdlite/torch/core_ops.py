@@ -321,22 +321,26 @@ def _group_names(name, count):
     return [None] * count if name is None else [f"{name}.{i}" for i in range(count)]
 
 
-def _queue_packed(tensors, name, op, prescale_factor, postscale_factor, process_set, each, in_place):
-    """packed_groups.queue() for a grouped allreduce of host tensors (None: the group goes member by member, through
-    each); the fake-CUDA tests' host tensors, which stand for device memory, are never packed."""
-    if op == Adasum or cpu_placement != _HOST:  # Adasum's result is not elementwise
-        return None
-    return packed_groups.queue(
-        tensors,
-        name,
-        (name, len(tensors), op, prescale_factor, postscale_factor, process_set.process_set_id),
-        lambda flat, flat_name: _allreduce_request(
-            flat, flat, flat_name, op, prescale_factor, postscale_factor, process_set
-        ),
-        lambda members: each(members, name, op, prescale_factor, postscale_factor, process_set),
-        _handles,
-        in_place,
-    )
+def _grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor, process_set, in_place: bool) -> int:
+    """A grouped allreduce of host tensors as one packed operation (packed_groups), else member by member; the
+    fake-CUDA tests' host tensors, which stand for device memory, are never packed."""
+    tensors = list(tensors)
+    each = _grouped_allreduce_each_ if in_place else _grouped_allreduce_each
+    if op != Adasum and cpu_placement == _HOST:  # (Adasum's result is not elementwise)
+        handle = packed_groups.queue(
+            tensors,
+            name,
+            (name, len(tensors), op, prescale_factor, postscale_factor, process_set.process_set_id),
+            lambda flat, flat_name: _allreduce_request(
+                flat, flat, flat_name, op, prescale_factor, postscale_factor, process_set
+            ),
+            lambda members: each(members, name, op, prescale_factor, postscale_factor, process_set),
+            _handles,
+            in_place,
+        )
+        if handle is not None:
+            return handle
+    return each(tensors, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_async(
@@ -349,13 +353,7 @@ def grouped_allreduce_async(
     process_set=global_process_set,
 ) -> int:
     op = _resolve_op(op, average)
-    tensors = list(tensors)
-    handle = _queue_packed(
-        tensors, name, op, prescale_factor, postscale_factor, process_set, _grouped_allreduce_each, False
-    )
-    if handle is not None:
-        return handle
-    return _grouped_allreduce_each(tensors, name, op, prescale_factor, postscale_factor, process_set)
+    return _grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor, process_set, False)
 
 
 def _grouped_allreduce_each(tensors, name, op, prescale_factor, postscale_factor, process_set) -> int:
@@ -421,13 +419,7 @@ def grouped_allreduce_async_(
     process_set=global_process_set,
 ) -> int:
     op = _resolve_op(op, average)
-    tensors = list(tensors)
-    handle = _queue_packed(
-        tensors, name, op, prescale_factor, postscale_factor, process_set, _grouped_allreduce_each_, True
-    )
-    if handle is not None:
-        return handle
-    return _grouped_allreduce_each_(tensors, name, op, prescale_factor, postscale_factor, process_set)
+    return _grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor, process_set, True)
 
 
 def _grouped_allreduce_each_(tensors, name, op, prescale_factor, postscale_factor, process_set) -> int:
