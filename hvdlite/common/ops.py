@@ -478,9 +478,8 @@ class HandleTable:
     def __init__(self):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._pending: Dict[
-            int, tuple
-        ] = {}  # add(): -n -> (core handles, finish, keep_alive, reads_handles, recover)
+        # add(): -n -> (core handles, finish, keep_alive, reads_handles, recover)
+        self._pending: Dict[int, tuple] = {}
         self._results: Dict[int, object] = {}  # add_result(): core handle -> what synchronize() returns
         self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 

@@ -93,8 +93,9 @@ def queue(
     if group.packable:
         if pointers:
             ops.gather_bytes(group.flat.data_ptr(), pointers, group.nbytes)
-        else:  # a strided member: torch copies element by element
-            torch._foreach_copy_(group.views, tensors)
+        else:  # a strided member: torch copies element by element (outside autograd, as the core's copies are)
+            with torch.no_grad():
+                torch._foreach_copy_(group.views, tensors)
     flat_ptr = group.flat.data_ptr()
     handle = ops.submit_prepared(group.entry, flat_ptr, flat_ptr)
 
@@ -111,7 +112,8 @@ def queue(
         if pointers:
             ops.scatter_bytes(flat_ptr, pointers, group.nbytes)
         else:
-            torch._foreach_copy_(tensors, group.views)
+            with torch.no_grad():
+                torch._foreach_copy_(tensors, group.views)
         return tensors
 
     def recover(error: MismatchError):

@@ -53,7 +53,7 @@ group = [member(i, s, torch.float64) for i, s in enumerate(shapes)]
 hvd.grouped_allreduce_(group, op=hvd.Sum)
 assert all(torch.equal(group[i], summed(i, s, torch.float64)) for i, s in enumerate(shapes))
 
-strided = [member(0, (4, 3)).t(), member(1, (6,))[::2]]
+strided = [member(0, (4, 3)).t().requires_grad_(), member(1, (6,))[::2]]
 expected = [summed(0, (4, 3)).t(), summed(1, (6,))[::2]]
 hvd.grouped_allreduce_(strided, name="grp.strided", op=hvd.Sum)
 assert all(torch.equal(t, e) for t, e in zip(strided, expected)), strided
