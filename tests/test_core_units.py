@@ -151,6 +151,23 @@ def test_handle_table_synchronize_unknown_handle():
         table.synchronize(h)
 
 
+shapes_strategy = st.lists(st.lists(st.integers(0, 6), max_size=3).map(tuple), min_size=1, max_size=5)
+
+
+@given(shapes_strategy, shapes_strategy)
+def test_layout_digests_differ_where_layouts_do(a, b):
+    """The digest packed tensors carry is non-zero, equal for equal layouts (also across torch.Size and lists),
+    and differs for different ones, whether or not their sizes agree: [2, 3] against [3, 2], a dimension of 1
+    more or less, the members' order, their dtypes."""
+    digest = ops.layout_digest
+    assert digest(a) != 0 and digest(a) == digest([torch.Size(s) for s in a]) == digest([list(s) for s in a])
+    assert (digest(a) == digest(b)) == (a == b)
+    assert digest(a, ["float32"] * len(a)) != digest(a)
+    assert digest([(2, 3)]) != digest([(3, 2)]) and digest([(6,)]) != digest([(6, 1)])
+    if len(a) > 1 and a[0] != a[1]:
+        assert digest(a) != digest([a[1], a[0], *a[2:]])
+
+
 # ------------------------------------------------------------------------------------------------ size-1 job
 
 

@@ -79,6 +79,16 @@ group = [member(i, s) for i, s in enumerate(shapes)]
 hvd.grouped_allreduce_(group, name="grp.max", op=hvd.Max)
 assert all(torch.equal(group[i], member(i, s, r=size - 1)) for i, s in enumerate(shapes))
 
+# A process set of ranks 0 and 1: the packed operation is the set's.
+pair = hvd.add_process_set([0, 1])
+if rank in (0, 1):
+    for step in range(2):
+        group = [member(i, s) for i, s in enumerate(shapes)]
+        hvd.grouped_allreduce_(group, name="grp.pair", op=hvd.Sum, process_set=pair)
+        for i, s in enumerate(shapes):
+            assert torch.equal(group[i], member(i, s, r=0) + member(i, s, r=1)), (step, i)
+hvd.remove_process_set(pair)
+
 # Several dtypes in one group cannot share a buffer: the group still reduces, member by member.
 group = [member(0, (3,)), member(1, (2,), torch.float64), member(2, (4,), torch.int32)]
 hvd.grouped_allreduce_(group, name="grp.mixed", op=hvd.Sum)
