@@ -117,8 +117,8 @@ def queue(
         return tensors
 
     def recover(error: MismatchError):
-        # The ranks' members differ: every rank got this error and repeats the group member by member, which
-        # names what differs (or succeeds, where only the packing differed).
+        # The ranks' members differ: every rank got this error and repeats the group member by member, whose
+        # error names the member, the ranks and what differs.
         return handles.synchronize(fallback(tensors))
 
     group.handle = handles.add([handle], finish, keep_alive=(tensors, group), reads_handles=False, recover=recover)
