@@ -20,6 +20,7 @@ import torch
 
 from hvdlite.common import basics, ops
 from hvdlite.common.errors import HvdliteError, MismatchError
+from hvdlite.torch.flat_layout import FlatLayout
 
 
 def _core_setting(name: str, default: int) -> int:
@@ -36,12 +37,9 @@ def _core_setting(name: str, default: int) -> int:
 class _Bucket:
     def __init__(self, members: List[torch.Tensor], dtype: torch.dtype):
         self.members = members  # parameters, in the order their gradients are laid out
-        numels = [p.numel() for p in members]
-        self.flat = torch.empty(sum(numels), dtype=dtype)
-        self.views = [v.view(p.shape) for v, p in zip(self.flat.split(numels), members)]
-        self.shapes = [p.shape for p in members]
+        self.layout = FlatLayout([p.shape for p in members], dtype)
+        self.flat, self.shapes = self.layout.flat, self.layout.shapes
         self.dtypes = [p.dtype for p in members]
-        self.nbytes = ops.ffi.new("int64_t[]", [n * self.flat.element_size() for n in numels])
         self.reset()
 
     def reset(self) -> None:
@@ -80,23 +78,17 @@ class _Bucket:
 
     def pack(self, grads: List[torch.Tensor]) -> bool:
         """Copies this step's gradients into the flat buffer; False (and nothing copied) if one is sparse."""
-        if all(g.is_contiguous() for g in grads):  # (a sparse tensor is not)
-            pointers = [g.data_ptr() for g in grads]
-            ops.gather_bytes(self.flat.data_ptr(), pointers, self.nbytes)
-        elif any(g.is_sparse for g in grads):
+        pointers = FlatLayout.addresses(grads)  # (None for a sparse tensor, which is not contiguous)
+        if pointers is None and any(g.is_sparse for g in grads):
             return False
-        else:  # strided gradients (channels_last, say): torch copies them element by element
-            pointers = None
-            torch._foreach_copy_(self.views, grads)
+        self.layout.pack(grads, pointers)  # (strided gradients, channels_last say, are copied by torch)
         self.grads, self.pointers = grads, pointers
         return True
 
     def unpack(self) -> None:
-        """Copies the reduced flat buffer back into the gradients it was packed from."""
-        if self.pointers is not None:  # the gradients hold their memory until reset()
-            ops.scatter_bytes(self.flat.data_ptr(), self.pointers, self.nbytes)
-        else:
-            torch._foreach_copy_(self.grads, self.views)
+        """Copies the reduced flat buffer back into the gradients it was packed from (which hold their memory until
+        reset())."""
+        self.layout.unpack(self.grads, self.pointers)
 
 
 class GradientBuckets:
@@ -143,7 +135,7 @@ class GradientBuckets:
         requests = [request_for(b.flat, name) for name, b in zip(bucket_names, self.buckets)]
         requests += [request_for(p.detach(), names[id(p)]) for p in self.large]
         # Ranks must agree on how each bucket is laid out, not only on its size.
-        layouts = [ops.layout_digest(b.shapes) for b in self.buckets]
+        layouts = [b.layout.digest() for b in self.buckets]
         self._batch = ops.PreparedBatch(requests, layouts)
         self._bucket_names, self._names, self._request_for = bucket_names, names, request_for
         self._large_queued: Dict[int, bool] = {}

@@ -22,30 +22,30 @@ import torch
 
 from hvdlite.common import ops
 from hvdlite.common.errors import InvalidArgumentError, MismatchError
+from hvdlite.torch.flat_layout import FlatLayout
 
 
 class PackedGroup:
     """One group's flat buffer and request, for one layout of its members: their dtype and shapes."""
 
     def __init__(self, tensors: List[torch.Tensor], name: Optional[str], request_for: Callable):
-        self.dtype = tensors[0].dtype
-        self.packable = all(t.dtype is self.dtype for t in tensors)
+        dtype = tensors[0].dtype
+        self.packable = all(t.dtype is dtype for t in tensors)
         self.dtypes = [t.dtype for t in tensors]
         self.shapes = [t.shape for t in tensors]
-        numels = [t.numel() for t in tensors] if self.packable else [0]
-        self.flat = torch.empty(sum(numels), dtype=self.dtype)
-        self.views = [v.view(s) for v, s in zip(self.flat.split(numels), self.shapes)] if self.packable else []
-        self.nbytes = ops.ffi.new("int64_t[]", [n * self.flat.element_size() for n in numels])
+        self.layout = FlatLayout(self.shapes if self.packable else [], dtype)
         self.name = None if name is None else f"{name}.packed"
         if not self.packable:  # a member the core cannot take must fail here, before any rank waits for the group
             for t in {t.dtype: t for t in tensors}.values():
                 request_for(t, self.name)
-        self.entry = ops.packed_request(request_for(self.flat, self.name), self.digest())
+        self.entry = ops.packed_request(request_for(self.layout.flat, self.name), self.digest())
         self.handle = None  # the last call's: until it is synchronized, another call needs a buffer of its own
 
     def digest(self) -> int:
         """The members' layout as the core compares it (with their dtypes where they cannot share a buffer)."""
-        return ops.layout_digest(self.shapes, () if self.packable else [str(d) for d in self.dtypes])
+        if self.packable:
+            return self.layout.digest()
+        return ops.layout_digest(self.shapes, [str(d) for d in self.dtypes])
 
     def fits(self, tensors: List[torch.Tensor]) -> Optional[list]:
         """The members' addresses if they match this layout and are contiguous host tensors; [] if they match but
@@ -90,13 +90,10 @@ def queue(
             if len(_groups) >= _GROUP_LIMIT:
                 _groups.clear()
             _groups[key] = group
+    layout = group.layout
     if group.packable:
-        if pointers:
-            ops.gather_bytes(group.flat.data_ptr(), pointers, group.nbytes)
-        else:  # a strided member: torch copies element by element (outside autograd, as the core's copies are)
-            with torch.no_grad():
-                torch._foreach_copy_(group.views, tensors)
-    flat_ptr = group.flat.data_ptr()
+        layout.pack(tensors, pointers or None)
+    flat_ptr = layout.flat.data_ptr()
     handle = ops.submit_prepared(group.entry, flat_ptr, flat_ptr)
 
     def finish():
@@ -107,13 +104,9 @@ def queue(
                 outputs = [torch.empty_like(t) for t in tensors]
             else:
                 outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-            ops.scatter_bytes(flat_ptr, [o.data_ptr() for o in outputs], group.nbytes)
+            layout.unpack(outputs, [o.data_ptr() for o in outputs])
             return outputs
-        if pointers:
-            ops.scatter_bytes(flat_ptr, pointers, group.nbytes)
-        else:
-            with torch.no_grad():
-                torch._foreach_copy_(tensors, group.views)
+        layout.unpack(tensors, pointers or None)
         return tensors
 
     def recover(error: MismatchError):
