@@ -151,6 +151,21 @@ def test_handle_table_synchronize_unknown_handle():
         table.synchronize(h)
 
 
+def test_handle_table_counts_a_handle_pending_until_its_synchronize_returns():
+    """A packed group reuses its buffer only when its last call is not pending: that must hold while the
+    synchronize() of that call still waits or copies the results out of the buffer, not only before it starts."""
+    table = ops.HandleTable()
+    seen = []
+    h = table.add([], lambda: seen.append(table.pending(h)) or "result")
+    assert table.pending(h)
+    assert table.synchronize(h) == "result"
+    assert seen == [True] and not table.pending(h)
+    failing = table.add([], lambda: seen.append(table.pending(failing)) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        table.synchronize(failing)
+    assert seen == [True, True] and not table.pending(failing)
+
+
 shapes_strategy = st.lists(st.lists(st.integers(0, 6), max_size=3).map(tuple), min_size=1, max_size=5)
 
 

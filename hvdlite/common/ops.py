@@ -480,6 +480,7 @@ class HandleTable:
         self._ids = itertools.count(1)
         # add(): -n -> (core handles, finish, keep_alive, reads_handles, recover)
         self._pending: Dict[int, tuple] = {}
+        self._finishing: set = set()  # add() handles whose synchronize() is waiting or running finish()
         self._results: Dict[int, object] = {}  # add_result(): core handle -> what synchronize() returns
         self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 
@@ -519,8 +520,8 @@ class HandleTable:
         return handle
 
     def pending(self, handle: Optional[int]) -> bool:
-        """Whether an add() handle is still to be synchronized (its buffers may be in use)."""
-        return handle in self._pending
+        """Whether an add() handle's buffers may still be in use: until its synchronize() has returned or raised."""
+        return handle in self._pending or handle in self._finishing
 
     def poll(self, handle: int) -> bool:
         if handle in self._results:
@@ -546,6 +547,13 @@ class HandleTable:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
             entry = self._pending.pop(handle)
+            self._finishing.add(handle)
+        try:
+            return self._synchronize_entry(handle, entry)
+        finally:
+            self._finishing.discard(handle)
+
+    def _synchronize_entry(self, handle: int, entry: tuple):
         core_handles, finish, _, reads_handles, recover = entry
         error = None
         released = False

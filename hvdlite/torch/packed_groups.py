@@ -39,7 +39,7 @@ class PackedGroup:
             for t in {t.dtype: t for t in tensors}.values():
                 request_for(t, self.name)
         self.entry = ops.packed_request(request_for(self.layout.flat, self.name), self.digest())
-        self.handle = None  # the last call's: until it is synchronized, another call needs a buffer of its own
+        self.handle = None  # the last call's: until its synchronize() returns, another call needs a buffer of its own
 
     def digest(self) -> int:
         """The members' layout as the core compares it (with their dtypes where they cannot share a buffer)."""
