@@ -58,3 +58,9 @@ def test_tf_function_error_classes_single_process():
 @pytest.mark.timeout(200)
 def test_call_sites_follow_new_buffers_and_shapes():
     run("tf_call_sites")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("np", [2, 3])
+def test_grouped_allreduces_travel_packed_and_fail_naming_the_member(np):
+    run("tf_packed_groups", np=np)

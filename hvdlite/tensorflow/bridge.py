@@ -14,7 +14,9 @@ The collectives' public wrappers are in mpi_ops; the object collectives and call
 functions at the end of this file, which skip TensorFlow altogether.
 """
 
+import json
 import math
+import re
 import threading
 from typing import List, Sequence
 
@@ -86,6 +88,7 @@ class Collective:
         "hint",
         "in_place",
         "layout",
+        "members",
     )
 
     def __init__(
@@ -101,6 +104,7 @@ class Collective:
         hint="",
         in_place=False,
         layout=0,
+        members=(),
     ):
         self.op, self.name, self.reduce_op = op, name, reduce_op
         self.prescale, self.postscale, self.root_rank = float(prescale), float(postscale), root_rank
@@ -108,8 +112,9 @@ class Collective:
         # in_place: the input is a buffer that only this collective reads (a fusion buffer made by tf.concat):
         # allreduce/broadcast write the result into it and hand the same memory back to TensorFlow.
         self.in_place = in_place
-        # layout: the digest of the tensors packed into the input (ops.layout_digest), which ranks must agree on.
-        self.layout = layout
+        # layout: the digest of the tensors packed into the input (ops.layout_digest), which ranks must agree on;
+        # members: those tensors as (name, shape, dtype name), to say which one differs when ranks disagree.
+        self.layout, self.members = layout, tuple(members)
 
     @property
     def n_inputs(self) -> int:
@@ -199,21 +204,63 @@ def start(collectives: Sequence[Collective], *arrays) -> list:
     return [(c, h, source, output) for (c, _, source, output), h in zip(prepared, handles)]
 
 
+def _member_mismatch(c: Collective, error: hvd_errors.MismatchError) -> hvd_errors.HvdliteError:
+    """The error for packed members that ranks lay out differently. Every rank of the set got the core's error
+    for the packed buffer c, so each gathers every rank's members and names the first that differs, the ranks and
+    what differs, as the core names a tensor of its own; the core's error where the members agree."""
+    stem = None if c.name is None else f"{c.name}.members"
+    mine = np.frombuffer(json.dumps([rank(), [list(m) for m in c.members]]).encode(), dtype=np.uint8)
+    lengths, gathered = (
+        execute(
+            (Collective(OP_ALLGATHER, None if stem is None else f"{stem}.{part}", process_set_id=c.process_set_id),),
+            a,
+        )[0]
+        for part, a in (("length", np.array([mine.size], dtype=np.int64)), ("data", mine))
+    )
+    ranks, offset = {}, 0
+    for n in lengths.tolist():
+        who, members = json.loads(gathered[offset : offset + n].tobytes())
+        ranks[who] = members
+        offset += n
+
+    def mismatch(what, subject, value):
+        groups = {}
+        for r in sorted(ranks):
+            groups.setdefault(value(ranks[r]), []).append(r)
+        described = "; ".join(
+            f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {v}" for v, rs in groups.items()
+        )
+        return hvd_errors.MismatchError(f"Mismatched {what} for {subject}: {described}.")
+
+    if len({len(m) for m in ranks.values()}) > 1:
+        group = "an unnamed group" if c.name is None else f"group '{re.sub(r'[.]packed(?=[.]grad$|$)', '', c.name)}'"
+        return mismatch("numbers of tensors", group, len)
+    for i, (name, _, _) in enumerate(c.members):
+        subject = f"tensor '{name}'" if name else f"tensor {i} of those packed together"
+        for what, field in (("data types", 2), ("shapes", 1)):
+            if len({str(m[i][field]) for m in ranks.values()}) > 1:
+                return mismatch(what, subject, lambda m, i=i, field=field: str(m[i][field]))
+    return error
+
+
 def finish(pending: list) -> List[np.ndarray]:
     """Waits for what start() enqueued; returns the outputs in order."""
-    error = None
+    failed = None  # (collective, error) of the first that failed
     try:
         for c, handle, _, _ in pending:  # wait for all, even after a failure: the core may still use our buffers
             try:
                 ops.wait(handle)
             except hvd_errors.HvdliteError as e:
-                error = error or as_tf_error(e, c.hint)
+                failed = failed or (c, e)
     except BaseException:  # interrupted (Ctrl-C, a signal handler): the buffers stay alive until the core is done
         ops.abandon([handle for _, handle, _, _ in pending], keep_alive=pending)
         raise
     try:
-        if error is not None:
-            raise error
+        if failed is not None:
+            c, e = failed
+            if c.members and isinstance(e, hvd_errors.MismatchError):
+                e = _member_mismatch(c, e)
+            raise as_tf_error(e, c.hint)
         results = []
         for c, handle, source, output in pending:
             if c.op == OP_JOIN:
@@ -266,7 +313,7 @@ class CallSite:
         templates, layout, total = entry
         # The outputs of the collectives that do not reduce in place share one allocation, each aligned.
         block = base = None
-        if total:
+        if total is not None:
             block = np.empty(total + _ALIGN, dtype=np.uint8)
             base = (-block.ctypes.data) % _ALIGN
         outputs = []
@@ -316,6 +363,8 @@ class CallSite:
             layout.append(None if in_place else total)
             if not in_place:
                 total += -(-source.nbytes // _ALIGN) * _ALIGN
+        if all(slot is None for slot in layout):
+            total = None
         entry = (ops.PreparedBatch(requests, [c.layout for c in self.collectives]), layout, total)
         if len(self._templates) >= self._TEMPLATE_LIMIT:
             self._templates.clear()

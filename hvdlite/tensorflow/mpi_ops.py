@@ -86,17 +86,26 @@ def _allreduce_scale(op, prescale, postscale, process_set):
     return (1.0 / bridge.process_set_size(process_set) if op == Average else 1.0) * prescale * postscale
 
 
-def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set, what="allreduce"):
-    """Differentiable allreduce of several dense tensors in one bridge call (the core fuses them)."""
+def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set, what="allreduce", packed_name=None):
+    """Differentiable allreduce of several dense tensors in one bridge call. Two or more whose shapes are known
+    when traced travel packed, as one operation (_reduce_packed)."""
     ps_id = bridge.process_set_id(process_set)
     reduce_op = ops.core_reduce_op(op)
+    packed = len(tensors) > 1 and op != Adasum and all(t.shape.is_fully_defined() for t in tensors)
+
+    def reduce(xs, names, packed_name, what):
+        def collective(name, **packing):
+            return bridge.Collective(
+                OP_ALLREDUCE, name, reduce_op, prescale, postscale, process_set_id=ps_id, **packing
+            )
+
+        if not packed:
+            return bridge.call([collective(n) for n in names], xs, [x.dtype for x in xs], [x.shape for x in xs], what)
+        return _reduce_packed(xs, names, packed_name, collective, what)
 
     @tf.custom_gradient
     def forward(*xs):
-        collectives = [
-            bridge.Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id) for n in names
-        ]
-        outs = bridge.call(collectives, xs, [x.dtype for x in xs], [x.shape for x in xs], what)
+        outs = reduce(xs, names, packed_name, what)
 
         def grad(*dys):
             if op not in (Average, Sum):
@@ -105,15 +114,37 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, process_set,
                 )
             dys = [tf.zeros_like(x) if dy is None else tf.convert_to_tensor(dy) for x, dy in zip(xs, dys)]
             grad_names = [None if n is None else f"{n}.grad" for n in names]
-            back = [
-                bridge.Collective(OP_ALLREDUCE, n, reduce_op, prescale, postscale, process_set_id=ps_id)
-                for n in grad_names
-            ]
-            return bridge.call(back, dys, [d.dtype for d in dys], [d.shape for d in dys], f"gradient of {what}")
+            return reduce(
+                dys, grad_names, None if packed_name is None else f"{packed_name}.grad", f"gradient of {what}"
+            )
 
         return outs, grad
 
     return list(forward(*tensors))
+
+
+def _reduce_packed(xs, names, packed_name, collective, what):
+    """Allreduces tensors of known shapes as one operation: concatenated into one buffer, reduced, split again.
+    The operation carries the digest of the members' shapes, which the core compares across ranks as it compares
+    shapes; where ranks disagree, the error names the member that differs (bridge._member_mismatch). Members of
+    several dtypes cannot share a buffer: an empty operation whose digest includes the dtypes goes first, then
+    the members one by one."""
+    shapes = [x.shape.as_list() for x in xs]
+    dtypes = [x.dtype for x in xs]
+    members = [(n, s, d.name) for n, s, d in zip(names, shapes, dtypes)]
+    if all(d == dtypes[0] for d in dtypes):
+        flat = tf.concat([tf.reshape(x, [-1]) for x in xs], axis=0)
+        packed_op = collective(packed_name, in_place=True, layout=ops.layout_digest(shapes), members=members)
+        (reduced,) = bridge.call([packed_op], [flat], [flat.dtype], [flat.shape], what)
+        pieces = tf.split(reduced, [x.shape.num_elements() for x in xs])
+        return [tf.reshape(p, s) for p, s in zip(pieces, shapes)]
+    marker = tf.zeros([0], dtype=dtypes[0])
+    digest = ops.layout_digest(shapes, [d.name for d in dtypes])
+    (agreed,) = bridge.call(
+        [collective(packed_name, layout=digest, members=members)], [marker], [dtypes[0]], [[0]], what
+    )
+    with tf.control_dependencies([agreed]):  # every rank has these dtypes: the members go one by one
+        return bridge.call([collective(n) for n in names], xs, dtypes, [x.shape for x in xs], what)
 
 
 def _check_sparse(op, prescale, postscale) -> None:
@@ -219,6 +250,7 @@ def grouped_allreduce(
     if dense:
         for i in dense:
             bridge.check_dtype(compressed[i][0], names[i])
+        group = _op_name("HorovodGroupedAllreduce", values[dense[0]], name, ignore_name_scope)
         reduced = _grouped_allreduce_raw(
             [compressed[i][0] for i in dense],
             [names[i] for i in dense],
@@ -227,6 +259,7 @@ def grouped_allreduce(
             postscale_factor,
             process_set,
             "grouped_allreduce",
+            None if group is None else f"{group}.packed",
         )
         for i, r in zip(dense, reduced):
             results[i] = compression.decompress(r, compressed[i][1])

@@ -46,6 +46,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
             1.0,
             self.process_set,
             "SyncBatchNormalization",
+            f"{name}.packed",
         )
         mean = total / count
         variance = tf.maximum(squares / count - tf.square(mean), 0.0)
