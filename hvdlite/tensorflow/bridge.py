@@ -209,19 +209,8 @@ def _member_mismatch(c: Collective, error: hvd_errors.MismatchError) -> hvd_erro
     for the packed buffer c, so each gathers every rank's members and names the first that differs, the ranks and
     what differs, as the core names a tensor of its own; the core's error where the members agree."""
     stem = None if c.name is None else f"{c.name}.members"
-    mine = np.frombuffer(json.dumps([rank(), [list(m) for m in c.members]]).encode(), dtype=np.uint8)
-    lengths, gathered = (
-        execute(
-            (Collective(OP_ALLGATHER, None if stem is None else f"{stem}.{part}", process_set_id=c.process_set_id),),
-            a,
-        )[0]
-        for part, a in (("length", np.array([mine.size], dtype=np.int64)), ("data", mine))
-    )
-    ranks, offset = {}, 0
-    for n in lengths.tolist():
-        who, members = json.loads(gathered[offset : offset + n].tobytes())
-        ranks[who] = members
-        offset += n
+    mine = json.dumps([rank(), [list(m) for m in c.members]]).encode()
+    ranks = dict(json.loads(payload) for payload in allgather_bytes(mine, stem, c.process_set_id))
 
     def mismatch(what, subject, value):
         groups = {}
@@ -515,8 +504,20 @@ def np_broadcast(array: np.ndarray, root_rank: int, name: str, process_set) -> n
     )[0]
 
 
-def np_allgather(array: np.ndarray, name: str, process_set) -> np.ndarray:
-    return execute((Collective(OP_ALLGATHER, name, process_set_id=process_set_id(process_set)),), array)[0]
+def allgather_bytes(payload: bytes, name, set_id: int) -> List[bytes]:
+    """Every rank's payload, in rank order of the set: an allgather of the lengths, then one of the bytes.
+    name None: unnamed, so the calls are told apart by their order."""
+    lengths, gathered = (
+        execute(
+            (Collective(OP_ALLGATHER, None if name is None else f"{name}.{part}", process_set_id=set_id),), array
+        )[0]
+        for part, array in (
+            ("length", np.array([len(payload)], dtype=np.int64)),
+            ("data", np.frombuffer(payload, dtype=np.uint8)),
+        )
+    )
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    return [gathered[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(lengths))]
 
 
 def np_allreduce(array: np.ndarray, name: str, op, process_set) -> np.ndarray:

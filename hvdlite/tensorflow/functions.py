@@ -134,13 +134,7 @@ def broadcast_object_fn(root_rank: int = 0, session=None, name: str = None, proc
 def allgather_object(obj: Any, session=None, name: str = None, process_set=global_process_set) -> List[Any]:
     """Returns the list of every rank's obj, in rank order of the process set."""
     name = name or "object"
-    payload = _dumps(obj)
-    lengths = bridge.np_allgather(
-        np.array([payload.size], dtype=np.int64), f"allgather_object.{name}.length", process_set
+    gathered = bridge.allgather_bytes(
+        cloudpickle.dumps(obj), f"allgather_object.{name}", bridge.process_set_id(process_set)
     )
-    gathered = bridge.np_allgather(payload, f"allgather_object.{name}.data", process_set)
-    out, offset = [], 0
-    for n in lengths.tolist():
-        out.append(cloudpickle.loads(gathered[offset : offset + n].tobytes()))
-        offset += n
-    return out
+    return [cloudpickle.loads(payload) for payload in gathered]
