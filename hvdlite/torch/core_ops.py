@@ -85,6 +85,8 @@ def _dtype_code(tensor: torch.Tensor, name: Optional[str]) -> int:
 
 
 def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    """tensor, or a contiguous copy. The empty_like of what it returns is contiguous too, and torch's default
+    preserve_format makes it for less than naming contiguous_format does."""
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
@@ -215,7 +217,7 @@ def allreduce_async(
 ) -> int:
     op = _resolve_op(op, average)
     source = _contiguous(tensor)
-    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    output = torch.empty_like(source)
     h = ops.submit(_allreduce_request(source, output, name, op, prescale_factor, postscale_factor, process_set))
     return _handles.add_result(h, output, keep_alive=source)
 
@@ -311,7 +313,7 @@ def allreduce_(
 def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process_set):
     """The reduced copy of tensor, waited for: the synchronous, non-differentiable allreduce (a metric, a loss)."""
     source = _contiguous(tensor)
-    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    output = torch.empty_like(source)
     key = _allreduce_request(source, output, name, op, prescale_factor, postscale_factor, process_set)
     ops.run(key, (source, output))
     return output
@@ -359,7 +361,7 @@ def grouped_allreduce_async(
 def _grouped_allreduce_each(tensors, name, op, prescale_factor, postscale_factor, process_set) -> int:
     """A grouped allreduce into new tensors as one core operation per member."""
     sources = [_contiguous(t) for t in tensors]
-    outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
+    outputs = [torch.empty_like(s) for s in sources]
     handles = ops.submit_many(
         [
             _allreduce_request(s, o, n, op, prescale_factor, postscale_factor, process_set)
@@ -667,7 +669,7 @@ def _broadcast_request(tensor, output, root_rank, name, process_set) -> tuple:
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
     source = _contiguous(tensor)
-    output = torch.empty_like(source, memory_format=torch.contiguous_format)
+    output = torch.empty_like(source)
     h = ops.submit(_broadcast_request(source, output, root_rank, name, process_set))
     return _handles.add_result(h, output, keep_alive=source)
 

@@ -72,8 +72,8 @@ def allreduce(
         # A named metric's steady state: the request allreduce_ prepares for the name, run into a new output.
         if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
             known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
-            if known is not None:
-                output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
+                output = torch.empty_like(tensor)
                 _run_prepared(known, (tensor, output), tensor.data_ptr(), output.data_ptr())
                 return output
     op = _resolve_op(op, average)
