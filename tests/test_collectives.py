@@ -148,7 +148,7 @@ def test_repeated_inplace_allreduce_takes_no_stale_request(np):
 @pytest.mark.timeout(120)
 def test_request_cache_keeps_one_entry_per_name_whatever_the_buffers():
     result = run_job(job_source("request_cache"), np=2, timeout=100)
-    assert_job_ok(result, 2, min_count=300 * 9 + 1 + 3)
+    assert_job_ok(result, 2, min_count=300 * 12 + 1 + 3)
 
 
 # The ring's reduction reads incoming bytes in place: streams shifted by stray bytes, on shared memory (ring

@@ -93,8 +93,9 @@ def request(
 # is never written, since another thread may be submitting it. A key is an operation on a named tensor
 # (prepared()), or one an adapter derives from what the caller passed (hashing fewer fields and translating
 # nothing is what a metric averaged every step pays for). Values: (struct, the buffers it points into, the input
-# and output addresses it was built with, *facts). Unnamed requests and those with splits change from call to call
-# and are built each time instead.
+# and output addresses it was built with, *facts). An unnamed request is cached too, under what it asks for: the
+# core names it anew each time it is queued, not in the struct. Requests with splits change from call to call and
+# are built each time instead.
 _prepared: Dict[object, tuple] = {}
 _PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
 cached = _prepared.get  # prepared()'s entry under a key, or None
@@ -127,7 +128,7 @@ def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
     under key when the request is named and has no splits; the addresses are those the struct holds, which may
     not be the request's (submit it with the request's own: submit_prepared, run_prepared). facts: what the entry
     is compared by before it is reused. By default the key is the request without its addresses."""
-    if not request[1] or request[11] is not None:
+    if request[11] is not None:
         struct = _new_request()
         return (struct, _fill(struct, request), request[4], request[5], *facts)
     if key is None:

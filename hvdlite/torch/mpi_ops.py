@@ -68,9 +68,13 @@ def allreduce(
 ):
     """Reduces tensor over every rank of process_set and returns the result (default op: Average).
     Differentiable when tensor requires grad: the gradient is allreduced with the same op."""
-    if name is not None and average is None and compression is Compression.none and not _is_compiling():
-        # A named metric's steady state: the request allreduce_ prepares for the name, run into a new output.
+    if average is None and compression is Compression.none and not _is_compiling():
+        # A metric's steady state. Named: the request allreduce_ prepares for the name, run into a new output.
         if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
+            if name is None:
+                return _allreduce_sync(
+                    tensor, None, Average if op is None else op, prescale_factor, postscale_factor, process_set
+                )
             known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
             if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
                 output = torch.empty_like(tensor)

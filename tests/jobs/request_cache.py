@@ -1,8 +1,8 @@
 # Job script: the Python request cache (hvdlite.common.ops) keeps one entry per named request, whatever buffers the
 # calls hand it. Out-of-place results are new tensors every call, metrics are often new tensors every step, and an
 # allgathered tensor may change length: each call must reduce into the right buffers, and the cache must grow with
-# the distinct requests only, not with the number of calls. A request with splits must never be served from an
-# entry built without them.
+# the distinct requests only, not with the number of calls; unnamed requests too, which the core names anew on each
+# call. A request with splits must never be served from an entry built without them.
 import torch
 from hvdjob import check, make
 
@@ -76,7 +76,17 @@ def each_call(step):
     check(f"shared name out of place step {step}", hvd.allreduce(y, name="cache.shared", op=op), want)
     check(f"shared name input left alone step {step}", y, ys[me])
     check(f"shared name in place step {step}", hvd.allreduce_(y, name="cache.shared", op=op), want)
-    count += 9
+    # Unnamed: the core names each call anew, so one cached request per kind of call serves them all.
+    check(f"unnamed out of place step {step}", hvd.allreduce(x * 1, op=hvd.Sum), total)
+    unnamed_metric = torch.tensor([float(me + step)])
+    hvd.allreduce_(unnamed_metric, op=hvd.Sum)
+    check(f"unnamed metric step {step}", unnamed_metric, torch.tensor([float(sum(r + step for r in range(n)))]))
+    check(
+        f"unnamed allgather step {step}",
+        hvd.allgather(torch.full((rows, 2), float(me), dtype=torch.float32)),
+        torch.cat([torch.full((rows, 2), float(r)) for r in range(n)]),
+    )
+    count += 12
     return kept
 
 
@@ -92,6 +102,8 @@ if len(ops._prepared) != size_after_warmup:
     raise AssertionError(
         f"the request cache grew from {size_after_warmup} to {len(ops._prepared)} entries over {CALLS - 5} calls"
     )
+if not any(isinstance(key, tuple) and key[1] is None for key in ops._prepared):
+    raise AssertionError("no unnamed request was cached: each unnamed call builds its request anew")
 packed = sorted(key[:2] for key in packed_groups._groups)
 if packed != [("cache.grouped", 2), ("cache.grouped_", 3), ("cache.grouped_", 4)] or core_ops._group_batches:
     raise AssertionError(f"packed groups: {packed}; member-by-member batches: {sorted(core_ops._group_batches)}")
