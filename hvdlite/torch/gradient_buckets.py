@@ -65,16 +65,19 @@ class _Bucket:
         """Every member's gradient (zeros where a rank has none this step), or None when one does not fit."""
         grads = [p.grad for p in self.members]
         try:
-            shapes = [g.shape for g in grads]
+            fit = self._all_fit(grads)
         except AttributeError:  # no gradient on this rank this step: contribute zeros so others do not wait
             for i, g in enumerate(grads):
                 if g is None:
                     p = self.members[i]
                     grads[i] = p.grad = torch.zeros_like(p)
-            shapes = [g.shape for g in grads]
-        if shapes != self.shapes or [g.dtype for g in grads] != self.dtypes:
-            return None
-        return grads
+            fit = self._all_fit(grads)
+        return grads if fit else None
+
+    def _all_fit(self, grads) -> bool:
+        # Shape by shape, none kept: a list of thousands of shapes would live through the collector's young passes
+        # and move on to the old generation, bringing on full collections of the whole heap every few steps.
+        return all(g.shape == s and g.dtype is d for g, s, d in zip(grads, self.shapes, self.dtypes))
 
     def pack(self, grads: List[torch.Tensor]) -> bool:
         """Copies this step's gradients into the flat buffer; False (and nothing copied) if one is sparse."""

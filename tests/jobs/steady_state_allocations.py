@@ -2,7 +2,8 @@
 with LD_PRELOAD). argv: K, steps. A step runs K named 1 KB allreduces, after warm-up steps that negotiate and cache
 every name, in four ways: through the core's C ABI alone (submit each, then wait for and release each), through
 hvdlite.torch's asynchronous calls (allreduce_async_ each, then synchronize each: a DistributedOptimizer's
-pattern), through its synchronous hvd.allreduce_, and as one named grouped_allreduce_. Prints the allocations per
+pattern), through its synchronous hvd.allreduce_, as one named grouped_allreduce_, and as a DistributedOptimizer
+step of K parameters whose gradients persist. Prints the allocations per
 operation of each way, counted on both of the rank's threads (the caller's and the background thread), and the
 Python garbage collections each way set off per step: objects kept alive per tensor for a step make the collector
 run passes over the whole heap, a cost that grows faster than the tensor count."""
@@ -49,6 +50,20 @@ def grouped_step():
     hvd.grouped_allreduce_(tensors, name="model.gradients")
 
 
+parameters = [torch.nn.Parameter(torch.zeros(256)) for _ in range(k)]
+for p in parameters:
+    p.grad = torch.full((256,), float(rank + 1))
+optimizer = hvd.DistributedOptimizer(
+    torch.optim.SGD(parameters, lr=0.0), named_parameters=[(f"{n}.parameter", p) for n, p in zip(names, parameters)]
+)
+
+
+def optimizer_step():
+    # The gradients persist (zero_grad(set_to_none=False) between steps), so a step makes no tensor of its own:
+    # only what DistributedOptimizer keeps per parameter would set off collections.
+    optimizer.step()
+
+
 collections = [0]
 gc.callbacks.append(lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "start")))
 
@@ -68,11 +83,12 @@ def per_operation(step):
     return counted / (steps * k), collected / steps
 
 
-ways = (core_step, async_step, sync_step, grouped_step)
+ways = (core_step, async_step, sync_step, grouped_step, optimizer_step)
 counts, passes = {}, {}
 for way in ways:
     counts[way.__name__[: -len("_step")]], passes[way.__name__[: -len("_step")]] = per_operation(way)
 average = (size + 1) / 2  # the average of 1, ..., size, and of that again
 assert all(bool((t == average).all()) for t in (tensors[0], tensors[-1])), tensors[0][:4]
+assert all(bool((p.grad == average).all()) for p in (parameters[0], parameters[-1])), parameters[0].grad[:4]
 print(f"ALLOCATIONS rank={rank} k={k} " + " ".join(f"{way}={n:.2f}" for way, n in counts.items()), flush=True)
 print(f"COLLECTIONS rank={rank} k={k} " + " ".join(f"{way}={n:.2f}" for way, n in passes.items()), flush=True)
