@@ -125,7 +125,7 @@ def _fill(struct, key: tuple) -> tuple:
 
 def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
     """(hvdlite_request*, buffers, input address, output address, *facts) for a request tuple, from the cache
-    under key when the request is named and has no splits; the addresses are those the struct holds, which may
+    under key when the request has no splits; the addresses are those the struct holds, which may
     not be the request's (submit it with the request's own: submit_prepared, run_prepared). facts: what the entry
     is compared by before it is reused. By default the key is the request without its addresses."""
     if request[11] is not None:

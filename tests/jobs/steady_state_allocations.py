@@ -1,6 +1,6 @@
 """C++ heap allocations of steady-state collectives, counted by hvdlite_core/tests/count_allocations.cc (loaded
 with LD_PRELOAD). argv: K, steps. A step runs K named 1 KB allreduces, after warm-up steps that negotiate and cache
-every name, in four ways: through the core's C ABI alone (submit each, then wait for and release each), through
+every name, in five ways: through the core's C ABI alone (submit each, then wait for and release each), through
 hvdlite.torch's asynchronous calls (allreduce_async_ each, then synchronize each: a DistributedOptimizer's
 pattern), through its synchronous hvd.allreduce_, as one named grouped_allreduce_, and as a DistributedOptimizer
 step of K parameters whose gradients persist. Prints the allocations per
@@ -59,7 +59,7 @@ optimizer = hvd.DistributedOptimizer(
 
 
 def optimizer_step():
-    # The gradients persist (zero_grad(set_to_none=False) between steps), so a step makes no tensor of its own:
+    # The gradients persist from step to step (as with zero_grad(set_to_none=False)), so a step makes no tensor:
     # only what DistributedOptimizer keeps per parameter would set off collections.
     optimizer.step()
 
