@@ -7,6 +7,7 @@ from multiproc import run_job_module
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("np", [2, 3])
-def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains(np):
-    run_job_module("compiled.py", np=np, timeout=360)
+def test_collectives_compile_without_graph_breaks_and_a_compiled_model_trains():
+    # Two ranks: what compiling adds does not depend on their number (the ranks' allgathered rows already differ,
+    # the broadcast's root is not rank 0). Three or more run the same collectives eagerly in test_collectives.
+    run_job_module("compiled.py", np=2, timeout=360)
