@@ -6,15 +6,15 @@ the last checkpoint.
 argv: FRAMEWORK OUT_DIR MAX_EPOCHS, FRAMEWORK torch or keras. The job trains until OUT_DIR/stop exists, then to the
 end of that epoch (at most MAX_EPOCHS). Every worker appends JSON lines to OUT_DIR/<attempt>-<worker id>.log, where
 attempt is 100 times CHAOS_ATTEMPT (which bench/chaos.py raises at each launch of the whole job) plus hvdlite-run's
-restart count: "start" once, "round" after each (re)initialisation, "batch" as each step starts (the step's
-number, the attempt and elastic round, the epoch, the samples this rank trains on) and "done" with the final
-weights.
+restart count: "start" once, "round" after each (re)initialisation, "resume" as each round starts training
+(the steps its state holds), "batch" as each step starts (the step's number, the attempt and elastic round, the
+epoch, the samples this rank trains on) and "done" with the final weights.
 
 argv: --replay FRAMEWORK OUT_DIR. The reference: one process runs, step by step, the batches that the last
 (attempt, round) to run each step logged, on the same model and data, averaging the ranks' gradients as the
 allreduce does, and prints the steps and the final weights as JSON. A later round resumes from the last commit, so
 the steps an earlier one ran from there on are superseded, whether or not the job ran them again before it
-stopped."""
+stopped: a job resumed from a checkpoint at an epoch's end, after the chaos, may stop without running a step."""
 
 import json
 import os
@@ -34,9 +34,9 @@ LEARNING_RATE = 0.01
 
 def logged_steps(out_dir):
     """step -> (attempt, round, {rank: sample indices}, size): the steps behind the final weights. Each (attempt,
-    round) resumes from the last commit, so from the first step it logs on, it supersedes what earlier ones ran,
-    including steps it never reached because the job stopped first."""
-    runs = {}  # (attempt, round) -> (size, {step: {rank: indices}})
+    round) resumes from the last commit, so from the step after the one it resumed at (its "resume" entries), it
+    supersedes what earlier ones ran, including steps it never reached because the job stopped first."""
+    runs = {}  # (attempt, round) -> [size, first step, {step: {rank: indices}}]
     for name in sorted(os.listdir(out_dir)):
         if not name.endswith(".log"):
             continue
@@ -46,13 +46,15 @@ def logged_steps(out_dir):
                     e = json.loads(line)
                 except ValueError:  # a worker killed while writing leaves half a line
                     continue
-                if e["event"] != "batch":
+                if e["event"] not in ("resume", "batch"):
                     continue
-                size, ran = runs.setdefault((e["attempt"], e["round"]), (e["size"], {}))
-                ran.setdefault(e["batches"], {})[e["rank"]] = e["indices"]
+                run = runs.setdefault((e["attempt"], e["round"]), [e["size"], None, {}])
+                step = e["batches"] + 1 if e["event"] == "resume" else e["batches"]
+                run[1] = step if run[1] is None else min(run[1], step)
+                if e["event"] == "batch":
+                    run[2].setdefault(step, {})[e["rank"]] = e["indices"]
     steps = {}
-    for (attempt, round_), (size, ran) in sorted(runs.items()):
-        resumed_at = min(ran)
+    for (attempt, round_), (size, resumed_at, ran) in sorted(runs.items()):
         steps = {step: kept for step, kept in steps.items() if step < resumed_at}
         steps.update((step, (attempt, round_, ranks, size)) for step, ranks in ran.items())
     return steps
@@ -82,6 +84,14 @@ class WorkerLog:
     def __call__(self, **event):
         with open(self.path, "a") as f:
             f.write(json.dumps(dict(event, pid=os.getpid(), time=time.time(), attempt=self.attempt)) + "\n")
+
+
+def log_resume(log, hvd, state):
+    """As a round starts training: the steps its (synced) state holds. The round supersedes the steps earlier ones
+    ran from there on, even when it runs none itself."""
+    from hvdlite.common.elastic import current_round
+
+    log(event="resume", batches=state.batches, round=current_round(), rank=hvd.rank(), size=hvd.size())
 
 
 def stop_requested(out_dir, hvd, state):
@@ -159,6 +169,7 @@ def torch_main(out_dir, max_epochs, log):
 
     @hvd.elastic.run
     def train(state):
+        log_resume(log, hvd, state)
         while state.epoch < state.last_epoch:
             for batch_idx, (x, y, indices) in enumerate(loader):
                 # Logged before the step's gradients leave this worker: a step whose allreduce failed somewhere is
@@ -295,6 +306,7 @@ def keras_main(out_dir, max_epochs, log):
 
     @hvd.elastic.run
     def train(state):
+        log_resume(log, hvd, state)
         # One fit() an epoch: a round re-formed mid-epoch goes on from the committed sample, at the new size.
         while state.epoch < state.last_epoch:
             steps = epoch_steps(state.epoch, state.consumed, hvd.rank(), hvd.size())

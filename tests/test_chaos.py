@@ -71,3 +71,10 @@ def test_the_replay_keeps_only_the_steps_behind_the_final_weights(tmp_path, monk
         9: (100, 0),
     }
     assert [indices for _, indices in chaos_task.replay_steps(str(tmp_path))][-1] == [[100, 0, 9, 0], [100, 0, 9, 1]]
+
+    # Killed again; resumed from the checkpoint of step 8, at an epoch's end, after the chaos: it stopped at once.
+    with open(tmp_path / "200-w0.log", "w") as f:
+        for rank in range(2):
+            event = {"event": "resume", "batches": 8, "attempt": 200, "round": 0, "rank": rank, "size": 2}
+            f.write(json.dumps(event) + "\n")
+    assert sorted(chaos_task.logged_steps(str(tmp_path))) == list(range(1, 9))
