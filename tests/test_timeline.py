@@ -31,6 +31,17 @@ def test_timeline_records_negotiation_and_fused_execution(tmp_path):
     assert by_tensor["grad.1"][1].startswith("ALLREDUCE")
     assert by_tensor["gathered"] == ["NEGOTIATE_allgather", "ALLGATHER (ring)"]  # 32 bytes: the ring
     assert all(e["ts"] >= 0 for e in spans)
+    # Unnamed allreduces of one kind: the first is negotiated, the rest served by the response cache (a cached
+    # 8-byte allreduce travels inside the negotiation exchange), each on the row of the name the core gave it.
+    phases = {}
+    for e in spans:
+        phases.setdefault(rows[e["pid"]], []).append(e["ph"])
+    unnamed = sorted((r for r in by_tensor if r.startswith("allreduce.noname.")), key=lambda r: int(r.split(".")[-1]))
+    assert len(unnamed) == 10, sorted(by_tensor)
+    for row in unnamed:
+        assert by_tensor[row][0] == "NEGOTIATE_allreduce" and len(by_tensor[row]) == 2, (row, by_tensor[row])
+        assert phases[row] == ["B", "E", "B", "E"], (row, phases[row])
+    assert [by_tensor[row][1] for row in unnamed[1:]] == ["ALLREDUCE (eager)"] * 9, {r: by_tensor[r] for r in unnamed}
 
 
 @pytest.mark.timeout(120)

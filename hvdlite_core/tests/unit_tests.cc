@@ -227,6 +227,43 @@ static void test_cache() {
   CHECK(stamped.stamp_at(sa) == 0);
   CHECK(stamped.put(resp("b", 4), &displaced) == sa && stamped.stamp_at(sa) != first &&
         stamped.stamp_at(sa) != second);
+
+  // Unnamed operations: cached under what they carry, whatever number the core gave them, apart from users' names.
+  ResponseCache unnamed(8);
+  Request u1 = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "allreduce.noname.1");
+  u1.unnamed = true;
+  CHECK(unnamed.lookup(u1, 0, &position) == ResponseCache::Lookup::kMiss);
+  Response ru = resp("allreduce.noname.1", 4);
+  ru.unnamed = true;
+  const int pu = unnamed.put(ru, &displaced);
+  CHECK(unnamed.at(pu).name == "allreduce.noname(float32 [4] Sum)");
+  Request u2 = u1;
+  u2.name = "allreduce.noname.2";
+  CHECK(unnamed.lookup(u2, 0, &position) == ResponseCache::Lookup::kHit && position == pu);
+  Request u_wide = req(0, OpType::kAllreduce, DType::kFloat32, {5}, "allreduce.noname.3");
+  u_wide.unnamed = true;
+  CHECK(unnamed.lookup(u_wide, 0, &position) == ResponseCache::Lookup::kMiss);  // another key, not a conflict
+  Request u_max = u2;
+  u_max.reduce_op = ReduceOp::kMax;
+  CHECK(unnamed.lookup(u_max, 0, &position) == ResponseCache::Lookup::kMiss);
+  Request named_alike = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "allreduce.noname(float32 [4] Sum)");
+  CHECK(unnamed.lookup(named_alike, 0, &position) == ResponseCache::Lookup::kMiss);
+  CHECK(unnamed.put(ru, &displaced) == pu && displaced == pu);  // the next of the same kind replaces it in place
+  // Allgather: rows may differ by member; a member's own rows must match what was cached for it.
+  Response gathered = resp("allgather.noname.4", 6);
+  gathered.op = OpType::kAllgather;
+  gathered.shape = {6, 3};
+  gathered.first_dims = {2, 4};
+  gathered.unnamed = true;
+  const int pg = unnamed.put(gathered, &displaced);
+  CHECK(unnamed.at(pg).name == "allgather.noname(float32 [*, 3])");
+  Request g1 = req(1, OpType::kAllgather, DType::kFloat32, {4, 3}, "allgather.noname.5");
+  g1.unnamed = true;
+  CHECK(unnamed.lookup(g1, 1, &position) == ResponseCache::Lookup::kHit && position == pg);
+  CHECK(unnamed.lookup(g1, 0, &position) == ResponseCache::Lookup::kConflict && position == pg);
+  unnamed.erase(pg);
+  CHECK(unnamed.lookup(g1, 1, &position) == ResponseCache::Lookup::kMiss);
+  CHECK(unnamed.lookup(u2, 0, &position) == ResponseCache::Lookup::kHit);
 }
 
 static void test_eager_layout() {

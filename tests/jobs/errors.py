@@ -1,6 +1,8 @@
 # Job script: error reporting (>= 2 ranks). Before init: NotInitializedError. Mismatches: MismatchError on every
 # rank naming the tensor, the ranks and both values; after each error the next collectives still work.
 # Local argument errors: InvalidArgumentError / HvdliteError on the offending rank only.
+import time
+
 import torch
 from hvdjob import CheckFailure, check, check_backend, expect_raises, reduce_reference
 
@@ -147,6 +149,40 @@ for cached in (False, True):
         lambda: hvd.allgather(torch.ones(2, 3 if me == 0 else 4), name="mm.agshape" + suffix),
         ["mm.agshape" + suffix, "rank 0: 2-d, rows of [3]", f"{others}: 2-d, rows of [4]"],
     )
+
+# unnamed: the core numbers them per kind in call order and caches them by what they carry; with both forms
+# already cached each rank's submission is a cache hit, at a different position on the last rank, and the error
+# must still come at once, not when the stall limits (seconds) send the hits to the coordinator
+PROMPTLY = 10.0
+for warm in (False, True):
+    suffix = " (both forms cached)" if warm else ""
+    if warm:
+        for _ in range(3):
+            hvd.allreduce(torch.ones(3), op=hvd.Sum)
+            hvd.allreduce(torch.ones(4), op=hvd.Sum)
+            hvd.broadcast(torch.ones(3), 0)
+            hvd.broadcast(torch.ones(3), 1)
+    began = time.monotonic()
+    expect_mismatch(
+        f"unnamed shape mismatch{suffix}",
+        lambda: hvd.allreduce(torch.ones(shape), op=hvd.Sum),
+        ["allreduce.noname.", "shape", f"{firsts}: [3]", f"{last}: [4]"],
+    )
+    expect_mismatch(
+        f"unnamed root mismatch{suffix}",
+        lambda: hvd.broadcast(torch.ones(3), 1 if me == 0 else 0),
+        ["broadcast.noname.", "root rank", "rank 0: 1", f"{others}: 0"],
+    )
+    if time.monotonic() - began > PROMPTLY:
+        raise CheckFailure(f"unnamed mismatches{suffix} took {time.monotonic() - began:.1f} s to be reported")
+    # two in flight, submitted in another order on rank 0: each rank's first is the other's second
+    first, second = (torch.ones(4), torch.ones(3)) if me == 0 else (torch.ones(3), torch.ones(4))
+    handles = [hvd.allreduce_async(first, op=hvd.Sum), hvd.allreduce_async(second, op=hvd.Sum)]
+    for h in handles:
+        expect_raises(f"unnamed order mismatch{suffix}", hvd.MismatchError, hvd.synchronize, h, match=["shape"])
+    still_works()
+check("unnamed after the mismatches", hvd.allreduce(torch.ones(4), op=hvd.Sum), torch.full((4,), float(n)))
+ok()
 
 expect_mismatch(
     "reducescatter shape mismatch",

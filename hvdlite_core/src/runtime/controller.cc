@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 #include "collectives/algorithms.h"
 #include "common/log.h"
@@ -81,7 +82,9 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
     ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
-    if (cache_enabled_ && q.cacheable) found = look_up(entry, &position);
+    bool may_hit = cache_enabled_ && q.cacheable;
+    if (q.unnamed && unnamed_[class_of(q.process_set, q.op)].pending++ > 0) may_hit = false;
+    if (may_hit) found = look_up(entry, &position);
     if (found != ResponseCache::Lookup::kHit) {
       if (found == ResponseCache::Lookup::kConflict) conflicts.push_back(position);
       requests.push_back(q);
@@ -109,9 +112,19 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   // Only positions up to the highest occupied one are exchanged; that bound is the same on every rank.
   const size_t positions = cache_.occupied_end();
   const size_t words = (positions + 63) / 64;
-  const size_t bit_words = 1 + 2 * words;
+  update_position_masks(words);
+  // Unnamed operations in flight that do not wait as hits keep their classes' cached positions from serving anyone.
+  for (const auto& [klass, mine] : unnamed_) {
+    if (mine.pending <= (mine.hit >= 0 ? 1 : 0)) continue;
+    auto cached = class_words_.find(klass);
+    if (cached == class_words_.end()) continue;
+    for_each_bit(cached->second, positions, [&](size_t p) { conflicts.push_back(static_cast<int>(p)); });
+  }
+  // The vote on unnamed positions (whether every member holds a hit of the position's class somewhere) is exchanged
+  // only while the cache holds some: whether it does is the same on every rank.
+  const bool vote_unnamed = !class_words_.empty();
+  const size_t bit_words = 1 + (vote_unnamed ? 3 : 2) * words;
   if (cache_enabled_) eager_.update(cache_, config_.eager_allreduce_bytes);
-  update_outsiders(words);
   bits_.assign(bit_words, ~0ull);
   bits_.resize(bit_words + eager_.words(), 0);
   char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
@@ -128,6 +141,15 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
     const uint64_t hits = w < hit_words_.size() ? hit_words_[w] : 0;
     bits_[1 + words + w] = hits | outsider_words_[w];
   }
+  if (vote_unnamed) {
+    for (size_t w = 0; w < words; ++w) bits_[1 + 2 * words + w] = ~unnamed_words_[w] | outsider_words_[w];
+    for (const auto& [klass, mine] : unnamed_) {
+      if (mine.hit < 0) continue;
+      auto held = class_words_.find(klass);
+      if (held == class_words_.end()) continue;
+      for (size_t w = 0; w < words && w < held->second.size(); ++w) bits_[1 + 2 * words + w] |= held->second[w];
+    }
+  }
   for (const EagerSegment& segment : eager_.segments()) {  // the others' segments stay zero
     const TensorEntry* hit = hit_at(segment.position);
     if (!hit) continue;
@@ -139,7 +161,9 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   const uint64_t any = ~bits_[0] & kFlagWordMask;
   bool any_conflict = false;
   for (size_t w = 0; w < words; ++w) {
-    const uint64_t conflicted = ~bits_[1 + w];
+    // Split: every member holds a hit of this unnamed position's class, not all of them here.
+    const uint64_t split = vote_unnamed ? unnamed_words_[w] & bits_[1 + 2 * words + w] & ~bits_[1 + words + w] : 0;
+    const uint64_t conflicted = ~bits_[1 + w] | split;
     if (conflicted == 0) continue;
     for_each_bit(&conflicted, std::min<size_t>(64, positions - w * 64), [&](size_t b) {
       const int p = static_cast<int>(w * 64 + b);
@@ -148,7 +172,9 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
         requests.push_back(hit->request);
         index_pending(hit);
       }
-      cache_.erase(p);
+      // An unnamed operation's entry stays: it still describes what it carries, and the coordinator's answer
+      // replaces it if that changed. Erased, alternating forms of one class would each miss in turn.
+      if (!(unnamed_words_[w] & (1ull << b))) cache_.erase(p);
     });
   }
 
@@ -202,6 +228,9 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
 
 ResponseCache::Lookup Controller::look_up(const TensorEntry& entry, int* position) {
   const int member = member_index(entry.request.process_set);
+  if (entry.request.unnamed) {  // its name never repeats: found by what it carries
+    return cache_.lookup(ResponseCache::key_of(entry.request), entry.request, member, position);
+  }
   NameRecord* record = entry.name_record;
   if (record && record->cache_stamp != 0 && cache_.stamp_at(record->cache_position) == record->cache_stamp) {
     *position = record->cache_position;
@@ -223,6 +252,7 @@ void Controller::add_hit(int position, TensorEntry* entry) {
     hit_words_.resize((hit_entries_.size() + 63) / 64, 0);
   }
   if (!hit_entries_[p]) ++hit_count_;
+  if (entry->request.unnamed) unnamed_[class_of(entry->request.process_set, entry->request.op)].hit = position;
   hit_entries_[p] = entry;
   hit_words_[p / 64] |= 1ull << (p % 64);
 }
@@ -235,6 +265,7 @@ TensorEntry* Controller::hit_at(int position) const {
 TensorEntry* Controller::drop_hit(int position) {
   TensorEntry* entry = hit_at(position);
   if (!entry) return nullptr;
+  if (entry->request.unnamed) unnamed_[class_of(entry->request.process_set, entry->request.op)].hit = -1;
   const size_t p = static_cast<size_t>(position);
   hit_entries_[p] = nullptr;
   hit_words_[p / 64] &= ~(1ull << (p % 64));
@@ -243,23 +274,33 @@ TensorEntry* Controller::drop_hit(int position) {
 }
 
 void Controller::clear_hits() {
+  for (auto& [klass, mine] : unnamed_) mine.hit = -1;
   std::fill(hit_entries_.begin(), hit_entries_.end(), nullptr);
   std::fill(hit_words_.begin(), hit_words_.end(), 0);
   hit_count_ = 0;
 }
 
-void Controller::update_outsiders(size_t words) {
+void Controller::update_position_masks(size_t words) {
   const uint64_t generation = cache_.generation(), version = sets_.version();
   if (outsider_words_.size() == words && generation == outsider_generation_ && version == outsider_sets_version_)
     return;
   outsider_generation_ = generation;
   outsider_sets_version_ = version;
   outsider_words_.assign(words, 0);
+  unnamed_words_.assign(words, 0);
+  class_words_.clear();
   for (size_t p = 0; p < cache_.occupied_end(); ++p) {
     const int position = static_cast<int>(p);
     if (!cache_.occupied(position)) continue;
-    const int32_t set = cache_.at(position).process_set;
-    if (set != 0 && member_index(set) < 0) outsider_words_[p / 64] |= 1ull << (p % 64);
+    const Response& cached = cache_.at(position);
+    const uint64_t bit = 1ull << (p % 64);
+    if (cached.process_set != 0 && member_index(cached.process_set) < 0) outsider_words_[p / 64] |= bit;
+    if (cached.unnamed) {
+      unnamed_words_[p / 64] |= bit;
+      std::vector<uint64_t>& of_class = class_words_[class_of(cached.process_set, cached.op)];
+      of_class.resize(words, 0);
+      of_class[p / 64] |= bit;
+    }
   }
 }
 
@@ -273,8 +314,17 @@ bool Controller::stalled_hit(const TensorEntry& entry, Clock::time_point now) co
 
 void Controller::remember(const std::vector<Response>& responses) {
   if (!cache_enabled_) return;
-  for (const Response& r : responses) {
-    if (!r.cacheable || r.is_error) continue;
+  // Of several unnamed responses in the list that carry the same, only the last is kept: each would replace the one
+  // before (a burst of unnamed operations of one kind would otherwise rewrite its position once per operation).
+  std::vector<bool> replaced(responses.size(), false);
+  std::unordered_set<std::string> later;
+  for (size_t i = responses.size(); i-- > 0;) {
+    const Response& r = responses[i];
+    if (r.unnamed && r.cacheable && !r.is_error) replaced[i] = !later.insert(ResponseCache::key_of(r)).second;
+  }
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    if (!r.cacheable || r.is_error || replaced[i]) continue;
     int displaced = -1;
     cache_.put(r, &displaced);
     if (displaced < 0) continue;
@@ -368,11 +418,19 @@ TensorEntry* Controller::take_pending(const Response& response) {
     by_key_.erase(it);
   }
   --pending_count_;
+  forget_unnamed(*entry);
   return entry;
+}
+
+void Controller::forget_unnamed(const TensorEntry& entry) {
+  if (!entry.request.unnamed) return;
+  auto it = unnamed_.find(class_of(entry.request.process_set, entry.request.op));
+  if (it != unnamed_.end() && --it->second.pending <= 0) unnamed_.erase(it);
 }
 
 void Controller::return_pending(TensorEntry* entry) {
   ++pending_count_;
+  if (entry->request.unnamed) ++unnamed_[class_of(entry->request.process_set, entry->request.op)].pending;
   index_pending(entry);
 }
 
@@ -385,6 +443,7 @@ std::vector<TensorEntry*> Controller::take_all_pending() {
   }
   by_key_.clear();
   clear_hits();
+  unnamed_.clear();
   pending_count_ = 0;
   return live;
 }

@@ -87,9 +87,28 @@ class Controller {
   TensorEntry* hit_at(int position) const;  // this rank's entry awaiting at position, or nullptr
   TensorEntry* drop_hit(int position);      // the same, no longer awaiting
   void clear_hits();
-  // Positions this rank votes yes for without submitting: cached tensors of process sets it is not in. Recomputed
-  // only when the cache's contents or the process sets change.
-  void update_outsiders(size_t words);
+  // Positions this rank votes yes for without submitting: cached tensors of process sets it is not in; and where
+  // the cache holds unnamed operations, by class. Recomputed only when the cache's contents or the process sets
+  // change.
+  void update_position_masks(size_t words);
+
+  // Unnamed operations are numbered per class (process set, operation) in call order, so every rank's n-th of a
+  // class is the same operation. While it is this rank's only one of its class in flight, it may wait as a hit on
+  // the cached response of what it carries: all members holding a hit there are then at the same n, because each
+  // class's operations complete together everywhere. Otherwise (several in flight, a miss, a hit sent back) it
+  // goes to the coordinator by its name, and this rank marks its class's cached positions as conflicting until
+  // then, so that no other rank waits on a hit for it (a conflict sends the hits at an unnamed position to the
+  // coordinator but keeps the entry). Members whose hits of one class lie at different positions (they carry
+  // different things) are found by a second vote and sent to the coordinator too, which names what differs, as it
+  // would have at once without the cache.
+  struct UnnamedClass {
+    int pending = 0;  // this rank's operations of the class held here
+    int hit = -1;     // the cache position its hit waits at, if one does
+  };
+  static uint64_t class_of(int32_t process_set, OpType op) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(process_set)) << 8) | static_cast<uint64_t>(op);
+  }
+  void forget_unnamed(const TensorEntry& entry);  // a pending entry leaves (executed, failed)
 
   // Pending entries (the queue's, held here between drain and execution) are found in one of three ways,
   // exclusively: by key while they await the coordinator (by_key_), by cache position while they are hits
@@ -110,6 +129,9 @@ class Controller {
   std::vector<TensorEntry*> hit_entries_;  // by position: that hit's entry
   size_t hit_count_ = 0;
   std::vector<uint64_t> outsider_words_;
+  std::vector<uint64_t> unnamed_words_;                              // positions of unnamed operations
+  std::unordered_map<uint64_t, std::vector<uint64_t>> class_words_;  // the same by class
+  std::unordered_map<uint64_t, UnnamedClass> unnamed_;               // this rank's, by class
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
   Clock::time_point last_hit_stall_check_;

@@ -94,6 +94,7 @@ struct TensorEntry {
     request.ranks.clear();
     request.name.clear();
     request.cacheable = defaults.cacheable;
+    request.unnamed = defaults.unnamed;
     request.on_device = defaults.on_device;
     request.device = defaults.device;
     request.waited_seconds = defaults.waited_seconds;

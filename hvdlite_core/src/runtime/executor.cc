@@ -27,28 +27,30 @@ int64_t row_elements(const std::vector<int64_t>& shape) {
 
 // Ends the tensor's negotiation span and covers its execution, for the timeline. The span is written when the
 // collective has run, so that its label can say what ran (set_activity): the plan the backend executed, not a
-// second guess at it.
+// second guess at it. The row is the submitted request's name: a cached response of an unnamed operation carries
+// the name of what it carries, not the one the negotiation span began under.
 class TimelineSpan {
  public:
-  // tensor must outlive the span; an empty name (a response this rank did not submit) records nothing.
-  TimelineSpan(Timeline& timeline, const std::string& tensor, std::string activity) : timeline_(timeline) {
-    if (!timeline_.enabled() || tensor.empty()) return;
-    tensor_ = &tensor;
+  // entry: this rank's submission (copied from, not kept), or nullptr (a response this rank did not submit):
+  // then nothing is recorded.
+  TimelineSpan(Timeline& timeline, const TensorEntry* entry, std::string activity) : timeline_(timeline) {
+    if (!timeline_.enabled() || !entry) return;
+    tensor_ = entry->request.name;
     activity_ = std::move(activity);
     start_ = std::chrono::steady_clock::now();
-    timeline_.end(tensor);
+    timeline_.end(tensor_);
   }
-  bool recording() const { return tensor_ != nullptr; }
+  bool recording() const { return !tensor_.empty(); }
   void set_activity(std::string activity) { activity_ = std::move(activity); }
   ~TimelineSpan() {
-    if (!tensor_ || !timeline_.enabled()) return;
-    timeline_.begin(*tensor_, activity_, start_);
-    timeline_.end(*tensor_);
+    if (tensor_.empty() || !timeline_.enabled()) return;
+    timeline_.begin(tensor_, activity_, start_);
+    timeline_.end(tensor_);
   }
 
  private:
   Timeline& timeline_;
-  const std::string* tensor_ = nullptr;
+  std::string tensor_;
   std::string activity_;
   std::chrono::steady_clock::time_point start_;
 };
@@ -136,7 +138,7 @@ void Executor::finish_eager(const std::vector<EagerResult>& results) {
     const Response& r = *done.response;
     TensorEntry* entry = controller_.take_pending(r);
     if (!entry) continue;  // not reached: every rank had submitted it
-    TimelineSpan span(timeline_, r.name, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
+    TimelineSpan span(timeline_, entry, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
     copy_scaled(r.dtype, entry->output, done.data, static_cast<size_t>(element_count(r.shape)),
                 effective_postscale(r, n));
     queue_.finish(entry, Status::Ok());
@@ -148,8 +150,7 @@ void Executor::run_single(const Response& r) {
   // Described only for the timeline: building the text cost more than a cached 8-byte allreduce's bookkeeping.
   std::string activity;
   if (timeline_.enabled()) activity = upper(op_name(r.op));
-  static const std::string kNoTensor;
-  TimelineSpan span(timeline_, e ? r.name : kNoTensor, activity);
+  TimelineSpan span(timeline_, e, activity);
   if (r.is_error) {
     if (e) queue_.finish(e, Status(static_cast<StatusCode>(r.error_code), r.error));
     return;
@@ -236,8 +237,7 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   std::vector<std::unique_ptr<TimelineSpan>> spans;
   const std::string fused = timeline_.enabled() ? "ALLREDUCE (fused x" + std::to_string(group.size()) : "";
   for (size_t i = 0; i < group.size(); ++i) {
-    if (entries[i] && timeline_.enabled())
-      spans.emplace_back(new TimelineSpan(timeline_, group[i]->name, fused + ")"));
+    if (entries[i] && timeline_.enabled()) spans.emplace_back(new TimelineSpan(timeline_, entries[i], fused + ")"));
   }
   char* buffer = fusion_buffer(total * esize);
   for (size_t i = 0; i < group.size(); ++i) {
@@ -294,14 +294,14 @@ void Executor::run_on_device(const std::vector<const Response*>& group) {
       const std::string plane = gpu_->staged(head, *comm) ? "STAGED_" : "NCCL_";
       const std::string activity = plane + upper(op_name(head.op)) +
                                    (group.size() > 1 ? " (fused x" + std::to_string(group.size()) + ")" : "");
-      for (const Response* r : group) {
-        timeline_.end(r->name);
-        timeline_.begin(r->name, activity);
+      for (const TensorEntry& e : entries) {  // the rows the negotiation spans began on (TimelineSpan)
+        timeline_.end(e.request.name);
+        timeline_.begin(e.request.name, activity);
       }
     }
     gpu_->run(*comm, group, entries);  // the entries finish when the device is done
   } catch (const Error& error) {
-    for (const Response* r : group) timeline_.end(r->name);
+    for (const TensorEntry& e : entries) timeline_.end(e.request.name);
     if (is_transport_failure(error)) {  // fatal: the runtime fails them with every other pending entry
       taken.clear();
       queue_.take_spare(taken, entries.size());

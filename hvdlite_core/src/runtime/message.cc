@@ -1,6 +1,7 @@
 #include "runtime/message.h"
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 
 namespace hvdlite {
@@ -33,6 +34,7 @@ void Request::write(WireWriter& w) const {
   w.put_vector(ranks);
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
+  w.put<uint8_t>(unnamed ? 1 : 0);
   w.put<uint8_t>(on_device ? 1 : 0);
   w.put<double>(waited_seconds);
   w.put<uint64_t>(layout);
@@ -81,6 +83,7 @@ Request Request::Read(WireReader& r) {
   q.ranks = r.get_vector<int32_t>();
   q.name = r.get_string();
   q.cacheable = r.get<uint8_t>() != 0;
+  q.unnamed = r.get<uint8_t>() != 0;
   q.on_device = r.get<uint8_t>() != 0;
   q.waited_seconds = r.get<double>();
   q.layout = r.get<uint64_t>();
@@ -104,6 +107,7 @@ void Response::write(WireWriter& w) const {
   w.put_vector(ranks);
   w.put_string(name);
   w.put<uint8_t>(cacheable ? 1 : 0);
+  w.put<uint8_t>(unnamed ? 1 : 0);
   w.put<uint8_t>(on_device ? 1 : 0);
   w.put<uint64_t>(layout);
 }
@@ -126,6 +130,7 @@ Response Response::Read(WireReader& r) {
   s.ranks = r.get_vector<int32_t>();
   s.name = r.get_string();
   s.cacheable = r.get<uint8_t>() != 0;
+  s.unnamed = r.get<uint8_t>() != 0;
   s.on_device = r.get<uint8_t>() != 0;
   s.layout = r.get<uint64_t>();
   return s;
@@ -144,8 +149,9 @@ Response Response::Failure(const Request& about, int32_t code, std::string messa
 }
 
 bool Response::matches(const Request& q, int member_index) const {
-  if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.name != name ||
-      q.on_device != on_device) {
+  // An unnamed request's name is its own; what it carries is compared below.
+  if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.unnamed != unnamed ||
+      (!unnamed && q.name != name) || q.on_device != on_device) {
     return false;
   }
   switch (op) {
@@ -165,6 +171,60 @@ bool Response::matches(const Request& q, int member_index) const {
     default:
       return false;
   }
+}
+
+namespace {
+
+std::string unnamed_cache_name(OpType op, DType dtype, ReduceOp reduce_op, int32_t root_rank, double prescale,
+                               double postscale, const std::vector<int64_t>& shape, bool on_device, uint64_t layout) {
+  // Rows of an allgather or alltoall may differ by member: only the other dimensions are the same everywhere.
+  const bool by_rows = op == OpType::kAllgather || op == OpType::kAlltoall;
+  std::string name(op_name(op));
+  name += ".noname(";
+  name += dtype_name(dtype);
+  name += " [";
+  char number[32];
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) name += ", ";
+    if (i == 0 && by_rows) {
+      name += '*';
+      continue;
+    }
+    name.append(number, std::to_chars(number, number + sizeof number, shape[i]).ptr);
+  }
+  name += ']';
+  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
+    name += ' ';
+    name += reduce_op_name(reduce_op);
+    if (prescale != 1.0 || postscale != 1.0) {
+      name += " scaled ";
+      name.append(number, std::to_chars(number, number + sizeof number, prescale).ptr);
+      name += ' ';
+      name.append(number, std::to_chars(number, number + sizeof number, postscale).ptr);
+    }
+    if (layout != 0) {
+      name += " packed ";
+      name.append(number, std::to_chars(number, number + sizeof number, layout, 16).ptr);
+    }
+  } else if (op == OpType::kBroadcast) {
+    name += " from ";
+    name.append(number, std::to_chars(number, number + sizeof number, root_rank).ptr);
+  }
+  if (on_device) name += " on device";
+  name += ')';
+  return name;
+}
+
+}  // namespace
+
+std::string unnamed_cache_name(const Request& q) {
+  return unnamed_cache_name(q.op, q.dtype, q.reduce_op, q.root_rank, q.prescale, q.postscale, q.shape, q.on_device,
+                            q.layout);
+}
+
+std::string unnamed_cache_name(const Response& r) {
+  return unnamed_cache_name(r.op, r.dtype, r.reduce_op, r.root_rank, r.prescale, r.postscale, r.shape, r.on_device,
+                            r.layout);
 }
 
 int64_t element_count(const std::vector<int64_t>& shape) {

@@ -44,7 +44,10 @@ struct Request {
   std::vector<int64_t> shape;
   std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
   std::string name;
-  bool cacheable = true;      // false for auto-named tensors: their names never repeat
+  bool cacheable = true;
+  // Named by the core (<op>.noname.<n>, a name that never repeats): cached under what it carries instead
+  // (unnamed_cache_name), since that is what repeats from call to call.
+  bool unnamed = false;
   bool on_device = false;     // CUDA memory (the NCCL data plane); negotiated, since every member must agree
   int32_t device = -1;        // this rank's CUDA device ordinal (local: ranks use different devices)
   double waited_seconds = 0;  // how long the submitter has had it when sent (stall ages count from there)
@@ -71,6 +74,7 @@ struct Response {
   std::vector<int32_t> ranks;       // add/remove_process_set payload; join: {last rank to join}
   std::string name;
   bool cacheable = true;
+  bool unnamed = false;    // of unnamed requests: cached by unnamed_cache_name, whatever its name
   bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
   uint64_t layout = 0;     // allreduce of packed tensors: the digest every member submitted
   // Local, not sent: where the response cache put this copy of it (-1: not the cache's), so that a cached
@@ -84,6 +88,12 @@ struct Response {
   // Whether a request from `rank` matches this (cached) response, i.e. can reuse it.
   bool matches(const Request& request, int member_index) const;
 };
+
+// The name an unnamed operation's response is cached under: its operation and what every member submits alike
+// (allgather and alltoall rows may differ by member and are left out). Readable, as a failure of the cached operation
+// names it by it; the cache keys it apart from users' names (ResponseCache::key_of).
+std::string unnamed_cache_name(const Request& request);
+std::string unnamed_cache_name(const Response& response);
 
 int64_t element_count(const std::vector<int64_t>& shape);
 std::string shape_string(const std::vector<int64_t>& shape);

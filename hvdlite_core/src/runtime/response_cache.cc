@@ -14,11 +14,29 @@ int ResponseCache::lowest_free() const {
   return -1;
 }
 
-std::string ResponseCache::key(int32_t process_set, const std::string& name) { return entry_key(process_set, name); }
+namespace {
+std::string unnamed_key(int32_t process_set, const std::string& cache_name) {
+  return std::to_string(process_set) + "|" + cache_name;
+}
+}  // namespace
+
+std::string ResponseCache::key_of(const Request& request) {
+  return request.unnamed ? unnamed_key(request.process_set, unnamed_cache_name(request))
+                         : entry_key(request.process_set, request.name);
+}
+
+std::string ResponseCache::key_of(const Response& response) {
+  return response.unnamed ? unnamed_key(response.process_set, unnamed_cache_name(response))
+                          : entry_key(response.process_set, response.name);
+}
+
+std::string ResponseCache::key(const Response& cached) {
+  return cached.unnamed ? unnamed_key(cached.process_set, cached.name) : entry_key(cached.process_set, cached.name);
+}
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& request, int member_index, int* position) const {
   if (by_key_.empty()) return Lookup::kMiss;
-  return lookup(key(request.process_set, request.name), request, member_index, position);
+  return lookup(key_of(request), request, member_index, position);
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const std::string& key, const Request& request, int member_index,
@@ -32,7 +50,9 @@ ResponseCache::Lookup ResponseCache::lookup(const std::string& key, const Reques
 
 int ResponseCache::put(const Response& response, int* displaced) {
   *displaced = -1;
-  std::string k = key(response.process_set, response.name);
+  // An unnamed operation's response is kept under the name of what it carries: the next one that carries the same
+  // finds it, and a failure while running it names what it carries rather than a number that will not recur.
+  std::string k = key_of(response);
   auto it = by_key_.find(k);
   int position;
   if (it != by_key_.end()) {
@@ -57,6 +77,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_pos_[position] = recency_.begin();
   }
   auto placed = std::make_shared<Response>(response);
+  if (response.unnamed) placed->name = unnamed_cache_name(response);
   placed->cache_position = position;
   slots_[position] = std::move(placed);
   stamps_[position] = next_stamp_++;
@@ -68,7 +89,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
 
 void ResponseCache::erase(int position) {
   if (!occupied(position)) return;
-  by_key_.erase(key(slots_[position]->process_set, slots_[position]->name));
+  by_key_.erase(key(*slots_[position]));
   recency_.erase(recency_pos_[position]);
   slots_[position].reset();
   stamps_[position] = 0;

@@ -38,8 +38,13 @@ class ResponseCache {
   // kHit: the request matches the cached response at *position. kConflict: the name is cached with other
   // parameters (the entry must be invalidated everywhere). member_index: the submitter's index in the set.
   Lookup lookup(const Request& request, int member_index, int* position) const;
-  // The same with the request's key (entry_key) already built.
+  // The same with the request's key (key_of) already built.
   Lookup lookup(const std::string& key, const Request& request, int member_index, int* position) const;
+  // A request's key: entry_key(process set, name) for a named one; for an unnamed one, the key of what it carries
+  // (unnamed_cache_name), with a separator no entry_key has.
+  static std::string key_of(const Request& request);
+  // The key put() keeps a response under: key_of of the requests it matches.
+  static std::string key_of(const Response& response);
   bool occupied(int position) const {
     return static_cast<size_t>(position) < slots_.size() && slots_[position] != nullptr;
   }
@@ -50,14 +55,14 @@ class ResponseCache {
     return static_cast<size_t>(position) < stamps_.size() ? stamps_[position] : 0;
   }
   const std::shared_ptr<const Response>& shared_at(int position) const { return slots_[position]; }
-  // Inserts (or replaces the entry of the same name); returns the position. *displaced is the position whose
+  // Inserts (or replaces the entry of the same key); returns the position. *displaced is the position whose
   // previous entry was evicted to make room or replaced, or -1: ranks holding a hit on it must renegotiate.
   int put(const Response& response, int* displaced);
   void erase(int position);
   void touch(int position);
 
  private:
-  static std::string key(int32_t process_set, const std::string& name);
+  static std::string key(const Response& cached);  // key_of for the requests a cached response matches
   // The lowest free position: below the high-water mark from free_, else the next never-used one, else -1.
   int lowest_free() const;
   size_t capacity_;

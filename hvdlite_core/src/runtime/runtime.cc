@@ -144,7 +144,7 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
     out->name = "hvdlite.barrier";
     out->cacheable = false;
   } else {
-    out->cacheable = false;  // named when queued (TensorQueue::push), once the whole call is valid
+    out->unnamed = true;  // named when queued (TensorQueue::push), once the whole call is valid
   }
   // Built only for an error message: valid requests (every gradient, every step) never pay for it.
   auto subject = [&]() {

@@ -179,6 +179,7 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   r.shape = first.shape;
   r.ranks = first.ranks;
   r.name = first.name;
+  r.unnamed = first.unnamed;
   r.on_device = first.on_device;
   r.layout = first.layout;
   r.cacheable = first.cacheable && joined.empty() &&
