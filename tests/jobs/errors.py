@@ -282,6 +282,17 @@ for root in (n, -1, 10**6):
         root,
         name=f"badroot_.{root}",
     )
+# the form the core names unnamed collectives by is reserved: such a name in flight beside an unnamed one of that
+# number would be two collectives under one name
+expect_raises(
+    "a name of the unnamed form",
+    hvd.InvalidArgumentError,
+    hvd.allreduce,
+    torch.ones(2),
+    name="allreduce.noname.0",
+    match=["'allreduce.noname.0'", "unnamed allreduces", "another name"],
+)
+check("a name like it for another operation", hvd.allgather(torch.ones(1), name="allreduce.noname.0"), torch.ones(n))
 expect_raises(
     "alltoall splits too long",
     hvd.InvalidArgumentError,

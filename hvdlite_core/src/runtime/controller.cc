@@ -424,8 +424,9 @@ TensorEntry* Controller::take_pending(const Response& response) {
 
 void Controller::forget_unnamed(const TensorEntry& entry) {
   if (!entry.request.unnamed) return;
+  // Kept at zero rather than erased: the few classes a job uses would otherwise be allocated again each call.
   auto it = unnamed_.find(class_of(entry.request.process_set, entry.request.op));
-  if (it != unnamed_.end() && --it->second.pending <= 0) unnamed_.erase(it);
+  if (it != unnamed_.end() && it->second.pending > 0) --it->second.pending;
 }
 
 void Controller::return_pending(TensorEntry* entry) {
