@@ -102,7 +102,8 @@ for rep in range(REPS):
                 lambda out, e=expected, w=f"{name} rep {rep}": check(w, out, e),
             )
         )
-    # unnamed ones too (never cached): every rank submits them in the same relative order
+    # unnamed ones too, several in flight (so through the coordinator): every rank submits them in the same relative
+    # order
     unnamed = [make(r, ("unnamed", rep), (6,), torch.float32) for r in range(n)]
     # each rank submits in its own order, pausing at rank-dependent points so negotiation cycles differ
     order = ops[me * 7 % len(ops) :] + ops[: me * 7 % len(ops)]

@@ -165,6 +165,8 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
     const uint64_t split = vote_unnamed ? unnamed_words_[w] & bits_[1 + 2 * words + w] & ~bits_[1 + words + w] : 0;
     const uint64_t conflicted = ~bits_[1 + w] | split;
     if (conflicted == 0) continue;
+    // Not ready this cycle, even where every member voted a hit: the hits there go to the coordinator instead.
+    bits_[1 + words + w] &= ~conflicted;
     for_each_bit(&conflicted, std::min<size_t>(64, positions - w * 64), [&](size_t b) {
       const int p = static_cast<int>(w * 64 + b);
       any_conflict = true;
