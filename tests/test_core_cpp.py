@@ -56,7 +56,13 @@ def test_core_unit_tests(tmp_path):
     launcher = [] if os.environ.get("HVDLITE_NO_CCACHE") == "1" or not shutil.which("ccache") else ["ccache"]
     sources = [
         os.path.join(CORE, "tests", f)
-        for f in ("unit_tests.cc", "algorithm_choice_tests.cc", "transport_tests.cc", "queue_tests.cc")
+        for f in (
+            "unit_tests.cc",
+            "algorithm_choice_tests.cc",
+            "transport_tests.cc",
+            "queue_tests.cc",
+            "cache_tests.cc",
+        )
     ]
     sources += [os.path.join(CORE, "src", s) for s in SOURCES]
     objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]

@@ -46,6 +46,16 @@ void test_name_records() {
   std::vector<TensorEntry*> other;
   queue.drain(other);
 
+  // The core names unnamed operations "<op>.noname.<n>" and keeps no record of them: a user's name of that form
+  // for that operation is refused; an unnamed one is named and queued without a record.
+  CHECK(push_one(queue, "allreduce.noname.3").code() == StatusCode::kInvalidArgument);
+  CHECK(push_one(queue, "allreduce.noname.").ok() && push_one(queue, "broadcast.noname.3").ok());
+  std::vector<TensorEntry*> unnamed;
+  queue.take_spare(unnamed, 1);
+  CHECK(queue.push(unnamed, [](TensorEntry& e) { e.request.name = "allreduce.noname.3"; }).ok());
+  queue.drain(unnamed);
+  CHECK(unnamed.size() == 3 && unnamed[2]->request.name == "allreduce.noname.3" && !unnamed[2]->name_record);
+
   // A group repeating a name is refused whole, and leaves nothing in flight behind.
   std::vector<TensorEntry*> group;
   queue.take_spare(group, 2);
