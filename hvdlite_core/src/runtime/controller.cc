@@ -159,11 +159,10 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   exchange_bits(bit_words);
 
   const uint64_t any = ~bits_[0] & kFlagWordMask;
+  if (vote_unnamed) find_split_classes(words);
   bool any_conflict = false;
   for (size_t w = 0; w < words; ++w) {
-    // Split: every member holds a hit of this unnamed position's class, not all of them here.
-    const uint64_t split = vote_unnamed ? unnamed_words_[w] & bits_[1 + 2 * words + w] & ~bits_[1 + words + w] : 0;
-    const uint64_t conflicted = ~bits_[1 + w] | split;
+    const uint64_t conflicted = ~bits_[1 + w] | (vote_unnamed ? split_words_[w] : 0);
     if (conflicted == 0) continue;
     // Not ready this cycle, even where every member voted a hit: the hits there go to the coordinator instead.
     bits_[1 + words + w] &= ~conflicted;
@@ -280,6 +279,23 @@ void Controller::clear_hits() {
   std::fill(hit_entries_.begin(), hit_entries_.end(), nullptr);
   std::fill(hit_words_.begin(), hit_words_.end(), 0);
   hit_count_ = 0;
+}
+
+void Controller::find_split_classes(size_t words) {
+  // Every member holds one hit at most of a class: a class whose members all hold one, with no position where all
+  // of them do, is split.
+  split_words_.assign(words, 0);
+  const uint64_t* all_hit = bits_.data() + 1 + words;
+  const uint64_t* class_held = bits_.data() + 1 + 2 * words;
+  for (const auto& [klass, of_class] : class_words_) {
+    bool held = false, met = false;
+    for (size_t w = 0; w < words; ++w) {
+      held = held || (of_class[w] & class_held[w]) != 0;
+      met = met || (of_class[w] & all_hit[w]) != 0;
+    }
+    if (!held || met) continue;
+    for (size_t w = 0; w < words; ++w) split_words_[w] |= of_class[w];
+  }
 }
 
 void Controller::update_position_masks(size_t words) {

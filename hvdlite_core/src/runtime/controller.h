@@ -109,6 +109,9 @@ class Controller {
     return (static_cast<uint64_t>(static_cast<uint32_t>(process_set)) << 8) | static_cast<uint64_t>(op);
   }
   void forget_unnamed(const TensorEntry& entry);  // a pending entry leaves (executed, failed)
+  // split_words_: the positions of classes whose members all hold a hit of the class, not all at one position
+  // (from this cycle's exchanged votes).
+  void find_split_classes(size_t words);
 
   // Pending entries (the queue's, held here between drain and execution) are found in one of three ways,
   // exclusively: by key while they await the coordinator (by_key_), by cache position while they are hits
@@ -131,7 +134,8 @@ class Controller {
   std::vector<uint64_t> outsider_words_;
   std::vector<uint64_t> unnamed_words_;                              // positions of unnamed operations
   std::unordered_map<uint64_t, std::vector<uint64_t>> class_words_;  // the same by class
-  std::unordered_map<uint64_t, UnnamedClass> unnamed_;               // this rank's, by class
+  std::vector<uint64_t> split_words_;
+  std::unordered_map<uint64_t, UnnamedClass> unnamed_;  // this rank's, by class
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
   Clock::time_point last_hit_stall_check_;
