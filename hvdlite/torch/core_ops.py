@@ -206,6 +206,30 @@ def _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, proc
     return _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
+def _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set):
+    """The prepared request of an in-place allreduce of an unnamed contiguous host tensor, cached under what it
+    carries (the core names it the same way: decision 024), or None for any other tensor. A metric averaged every
+    step without a name takes this path on every call, instead of building and hashing a whole request tuple."""
+    if not (tensor.is_cpu and tensor.is_contiguous()):
+        return None
+    key = (
+        tensor.dtype,
+        tensor.shape,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set.process_set_id,
+        cpu_placement,
+    )
+    known = _cached(key)
+    if known is None:
+        request = _allreduce_request(
+            tensor, tensor, None, Average if op is None else op, prescale_factor, postscale_factor, process_set
+        )
+        known = ops.prepared(request, key)
+    return known
+
+
 def allreduce_async(
     tensor,
     average=None,
@@ -249,6 +273,10 @@ def allreduce_async_(
         ):
             return _submit_result(known, tensor, tensor.data_ptr())
         known = _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
+        if known is not None:
+            return _submit_result(known, tensor, tensor.data_ptr())
+    elif average is None:
+        known = _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set)
         if known is not None:
             return _submit_result(known, tensor, tensor.data_ptr())
     if average is not None:
@@ -295,6 +323,12 @@ def allreduce_(
             _run_prepared(known, tensor, pointer, pointer)
             return tensor
         known = _prepare_in_place(tensor, name, op, prescale_factor, postscale_factor, process_set)
+        if known is not None:
+            pointer = tensor.data_ptr()
+            _run_prepared(known, tensor, pointer, pointer)
+            return tensor
+    elif average is None:
+        known = _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set)
         if known is not None:
             pointer = tensor.data_ptr()
             _run_prepared(known, tensor, pointer, pointer)

@@ -32,6 +32,7 @@ from hvdlite.torch.core_ops import (
     _differentiable,
     _is_compiling,
     _prepared_for_name,
+    _prepared_unnamed,
     _resolve_op,
     _run_prepared,
     allgather_async,
@@ -72,10 +73,9 @@ def allreduce(
         # A metric's steady state. Named: the request allreduce_ prepares for the name, run into a new output.
         if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
             if name is None:
-                return _allreduce_sync(
-                    tensor, None, Average if op is None else op, prescale_factor, postscale_factor, process_set
-                )
-            known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
+                known = _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set)
+            else:
+                known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
             if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
                 output = torch.empty_like(tensor)
                 _run_prepared(known, (tensor, output), tensor.data_ptr(), output.data_ptr())
