@@ -96,6 +96,11 @@ def test_usage_errors():
     run("training_usage_errors")
 
 
+@pytest.mark.timeout(120)
+def test_a_new_optimizer_over_the_same_parameters_replaces_the_earlier_one():
+    run("training_rewrapped_optimizer")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["local", "mpi"])
 def test_mnist_example_trains_and_checkpoints(tmp_path, launcher):

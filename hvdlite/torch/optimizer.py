@@ -24,9 +24,11 @@ staleness=s lets each step's allreduce run during the next s steps and applies i
 import contextlib
 import time
 import warnings
+import weakref
 from typing import Dict, List, Optional
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
@@ -43,6 +45,41 @@ from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
 from hvdlite.torch.pending_gradients import BATCHED, DEFERRED, DenseReduction, FailedSubmission, SparseReduction
 from hvdlite.torch.staleness import BoundedStaleness
+
+# Each parameter's gradient hook, by parameter: the newest DistributedOptimizer over a parameter reduces it.
+_hooked: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _gradient_hook(optimizer):
+    """The hook that tells optimizer a parameter's gradient is final. It holds the optimizer weakly: a parameter
+    keeps its hooks in autograd's C++ state, out of the garbage collector's sight, so a hook holding the optimizer
+    would keep a discarded optimizer, its model and its buffers alive for good, still reducing on every backward."""
+    owner = weakref.ref(optimizer)
+
+    def on_gradient(p):
+        live = owner()
+        if live is not None:
+            live._hvd_on_grad(p)
+
+    return on_gradient
+
+
+def _hook_parameters(params, hook) -> list:
+    """Registers hook on each parameter, removing the hook an earlier DistributedOptimizer left there: two
+    optimizers reducing one parameter would both submit its gradient under its name every backward."""
+    handles = []
+    for p in params:
+        earlier = _hooked.get(p)
+        if earlier is not None:
+            earlier.remove()
+        handle = _hooked[p] = p.register_post_accumulate_grad_hook(hook)
+        handles.append(handle)
+    return handles
+
+
+def _remove_hooks(handles) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 class _DistributedOptimizer:
@@ -164,11 +201,8 @@ class _DistributedOptimizer:
             backward_policy.reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_note_hook_case()
-        self._hvd_hooks = (
-            [p.register_post_accumulate_grad_hook(self._hvd_on_grad) for p in self._hvd_params]
-            if self._hvd_member
-            else []
-        )
+        self._hvd_hooks = _hook_parameters(self._hvd_params, _gradient_hook(self)) if self._hvd_member else []
+        weakref.finalize(self, _remove_hooks, self._hvd_hooks)  # a discarded optimizer stops hearing of gradients
         self._hvd_sharded = None
         if shard_optimizer_state:
             for other, given in (
