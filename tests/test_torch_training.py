@@ -101,6 +101,12 @@ def test_a_new_optimizer_over_the_same_parameters_replaces_the_earlier_one():
     run("training_rewrapped_optimizer")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("during_backward", ["1", "0"])
+def test_parameter_groups_added_while_training_are_averaged(during_backward):
+    run("training_added_param_group", env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", ["local", "mpi"])
 def test_mnist_example_trains_and_checkpoints(tmp_path, launcher):

@@ -201,7 +201,8 @@ class _DistributedOptimizer:
             backward_policy.reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_note_hook_case()
-        self._hvd_hooks = _hook_parameters(self._hvd_params, _gradient_hook(self)) if self._hvd_member else []
+        self._hvd_hook = _gradient_hook(self)
+        self._hvd_hooks = _hook_parameters(self._hvd_params, self._hvd_hook) if self._hvd_member else []
         weakref.finalize(self, _remove_hooks, self._hvd_hooks)  # a discarded optimizer stops hearing of gradients
         self._hvd_sharded = None
         if shard_optimizer_state:
@@ -595,6 +596,41 @@ class _DistributedOptimizer:
         return not self._hvd_defers_every_gradient and any(
             left != self._hvd_passes for left in self._hvd_passes_left.values()
         )
+
+    def add_param_group(self, param_group) -> None:
+        """torch's add_param_group (unfreezing layers part way through training, say); the group's parameters are
+        averaged from the next step on, named by their position in param_groups, so every rank must add the same
+        groups in the same order."""
+        for option, given in (
+            ("a compressing reducer (PowerSGD, top-k)", self.gradient_reducer is not None),
+            ("sync_every (local SGD)", self.local_sgd is not None),
+            ("staleness", self.bounded_staleness is not None),
+            ("shard_optimizer_state", self._hvd_sharded is not None),
+        ):
+            if given:
+                raise NotImplementedError(f"add_param_group() is not supported with {option}")
+        if self._hvd_member and self._hvd_pending():
+            raise AssertionError(
+                "optimizer.add_param_group() was called after loss.backward() but before optimizer.step() or "
+                "optimizer.synchronize(): add parameter groups between steps"
+            )
+        before = sum(len(group["params"]) for group in self.param_groups)
+        super().add_param_group(param_group)  # torch refuses a parameter that another group has
+        added = self.param_groups[-1]["params"]
+        taken = set(self._hvd_names.values())
+        for position, p in enumerate(added, start=before):
+            name = f"allreduce.param.{position}"
+            if name in taken:
+                raise ValueError(f"the added parameter at position {position} would be named {name!r}, a name in use")
+            self._hvd_names[id(p)] = name
+            self._parameter_names[p] = name[len("allreduce.") :]
+        trained = [p for p in added if p.requires_grad]
+        self._hvd_params += trained
+        self._hvd_param_of.update((id(p), p) for p in trained)
+        self._hvd_passes_left.update((id(p), self._hvd_passes) for p in trained)
+        if self._hvd_member:
+            self._hvd_hooks += _hook_parameters(trained, self._hvd_hook)  # (the list the finalizer removes)
+        self._hvd_buckets = None  # laid out anew, with the new parameters, at the next step
 
     def zero_grad(self, set_to_none: bool = True):
         if self._hvd_member and self._hvd_pending():

@@ -1,0 +1,60 @@
+"""Unfreezing a layer part way through training: its parameters join the DistributedOptimizer through
+add_param_group, and from then on they are averaged like the rest (the ranks' weights stay equal and match one
+process on the global batch). Where add_param_group cannot be honoured, it says so."""
+
+import os
+
+import torch
+import torch.nn.functional as F
+from training_common import assert_same_everywhere, data, flat, hvd, make_model, shard
+
+during_backward = os.environ["HVDLITE_REDUCE_DURING_BACKWARD"] == "1"
+model, ref = make_model(), make_model()
+for m in (model, ref):
+    m[2].requires_grad_(False)
+opt = hvd.DistributedOptimizer(
+    torch.optim.SGD(model[0].parameters(), lr=0.1),
+    named_parameters=model[0].named_parameters(),
+    reduce_during_backward=during_backward,
+)
+ref_opt = torch.optim.SGD(ref[0].parameters(), lr=0.1)
+
+
+def train(steps, first_step):
+    for step in range(first_step, first_step + steps):
+        x, y = data(step)
+        opt.zero_grad()
+        F.cross_entropy(model(shard(x)), shard(y)).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        F.cross_entropy(ref(x), y).backward()
+        ref_opt.step()
+
+
+train(2, 0)
+for m, o in ((model, opt), (ref, ref_opt)):
+    m[2].requires_grad_(True)
+    o.add_param_group({"params": list(m[2].parameters()), "lr": 0.05})
+train(3, 2)
+assert_same_everywhere(model, "after unfreezing")
+assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
+
+# Between backward and step the gradients in flight would miss the new group: refused.
+extra = torch.nn.Parameter(torch.zeros(2))
+F.cross_entropy(model(shard(data(9)[0])), shard(data(9)[1])).backward()
+if during_backward:
+    try:
+        opt.add_param_group({"params": [extra]})
+    except AssertionError as e:
+        assert "add_param_group" in str(e), e
+    else:
+        raise SystemExit("add_param_group between backward and step was accepted")
+opt.step()
+
+stale = hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=0.1), staleness=1)
+try:
+    stale.add_param_group({"params": [extra]})
+except NotImplementedError as e:
+    assert "staleness" in str(e), e
+else:
+    raise SystemExit("add_param_group with staleness was accepted")
