@@ -178,6 +178,9 @@ class _DistributedOptimizer:
         self._hvd_sparse_as_dense = sparse_as_dense
         self._hvd_process_set = process_set
         self._hvd_params = [p for p in params if p.requires_grad]
+        # Frozen parameters, watched at each step: one that becomes trainable (a layer unfrozen part way through
+        # training) is taken in, where reducing only what was trainable at construction let the ranks drift apart.
+        self._hvd_frozen = [p for p in params if not p.requires_grad]
         self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
@@ -405,6 +408,8 @@ class _DistributedOptimizer:
 
     def synchronize(self) -> None:
         """Waits until every gradient is reduced (reducing, with zeros, those this rank did not produce)."""
+        if self._hvd_frozen and self._hvd_member:
+            self._hvd_take_unfrozen()
         if self._hvd_stepping_locally():
             return  # nothing to reduce: the parameters are averaged after the period's last step
         if not self._hvd_member:
@@ -597,10 +602,8 @@ class _DistributedOptimizer:
             left != self._hvd_passes for left in self._hvd_passes_left.values()
         )
 
-    def add_param_group(self, param_group) -> None:
-        """torch's add_param_group (unfreezing layers part way through training, say); the group's parameters are
-        averaged from the next step on, named by their position in param_groups, so every rank must add the same
-        groups in the same order."""
+    def _hvd_state_per_parameter(self) -> Optional[str]:
+        """The option, if any, whose state is laid out for the parameters given at construction."""
         for option, given in (
             ("a compressing reducer (PowerSGD, top-k)", self.gradient_reducer is not None),
             ("sync_every (local SGD)", self.local_sgd is not None),
@@ -608,7 +611,39 @@ class _DistributedOptimizer:
             ("shard_optimizer_state", self._hvd_sharded is not None),
         ):
             if given:
-                raise NotImplementedError(f"add_param_group() is not supported with {option}")
+                return option
+        return None
+
+    def _hvd_take_in(self, params) -> None:
+        """Reduces params (trainable now) from here on: hooked, and laid out in the buckets from the next step."""
+        self._hvd_params += params
+        self._hvd_param_of.update((id(p), p) for p in params)
+        self._hvd_passes_left.update((id(p), self._hvd_passes) for p in params)
+        if self._hvd_member:
+            self._hvd_hooks += _hook_parameters(params, self._hvd_hook)  # (the list the finalizer removes)
+        if self._hvd_buckets is not None:
+            self._hvd_buckets.stale = True  # this step they go alone; the next lays them out with the rest
+
+    def _hvd_take_unfrozen(self) -> None:
+        if not any(p.requires_grad for p in self._hvd_frozen):
+            return
+        unfrozen = [p for p in self._hvd_frozen if p.requires_grad]
+        option = self._hvd_state_per_parameter()
+        if option is not None:
+            raise NotImplementedError(
+                f"parameter {self._parameter_names[unfrozen[0]]!r} became trainable after DistributedOptimizer "
+                f"was created, which is not supported with {option}: create the optimizer after unfreezing"
+            )
+        self._hvd_frozen = [p for p in self._hvd_frozen if not p.requires_grad]
+        self._hvd_take_in(unfrozen)
+
+    def add_param_group(self, param_group) -> None:
+        """torch's add_param_group (unfreezing layers part way through training, say); the group's parameters are
+        averaged from the next step on, named by their position in param_groups, so every rank must add the same
+        groups in the same order."""
+        option = self._hvd_state_per_parameter()
+        if option is not None:
+            raise NotImplementedError(f"add_param_group() is not supported with {option}")
         if self._hvd_member and self._hvd_pending():
             raise AssertionError(
                 "optimizer.add_param_group() was called after loss.backward() but before optimizer.step() or "
@@ -624,13 +659,8 @@ class _DistributedOptimizer:
                 raise ValueError(f"the added parameter at position {position} would be named {name!r}, a name in use")
             self._hvd_names[id(p)] = name
             self._parameter_names[p] = name[len("allreduce.") :]
-        trained = [p for p in added if p.requires_grad]
-        self._hvd_params += trained
-        self._hvd_param_of.update((id(p), p) for p in trained)
-        self._hvd_passes_left.update((id(p), self._hvd_passes) for p in trained)
-        if self._hvd_member:
-            self._hvd_hooks += _hook_parameters(trained, self._hvd_hook)  # (the list the finalizer removes)
-        self._hvd_buckets = None  # laid out anew, with the new parameters, at the next step
+        self._hvd_frozen += [p for p in added if not p.requires_grad]
+        self._hvd_take_in([p for p in added if p.requires_grad])
 
     def zero_grad(self, set_to_none: bool = True):
         if self._hvd_member and self._hvd_pending():

@@ -1,6 +1,7 @@
-"""Unfreezing a layer part way through training: its parameters join the DistributedOptimizer through
-add_param_group, and from then on they are averaged like the rest (the ranks' weights stay equal and match one
-process on the global batch). Where add_param_group cannot be honoured, it says so."""
+"""Unfreezing a layer part way through training, both ways: its parameters join the DistributedOptimizer through
+add_param_group, or they were given to it frozen and are switched on with requires_grad_(True). From then on they
+are averaged like the rest (the ranks' weights stay equal and match one process on the global batch). Where that
+cannot be honoured, the optimizer says so."""
 
 import os
 
@@ -39,6 +40,23 @@ train(3, 2)
 assert_same_everywhere(model, "after unfreezing")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
 
+# Given to the optimizer frozen, then switched on: taken in at the next step.
+model, ref = make_model(seed=1), make_model(seed=1)
+for m in (model, ref):
+    m[2].requires_grad_(False)
+opt = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.1),
+    named_parameters=model.named_parameters(),
+    reduce_during_backward=during_backward,
+)
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+train(2, 10)
+for m in (model, ref):
+    m[2].requires_grad_(True)
+train(3, 12)
+assert_same_everywhere(model, "after switching a frozen layer on")
+assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
+
 # Between backward and step the gradients in flight would miss the new group: refused.
 extra = torch.nn.Parameter(torch.zeros(2))
 F.cross_entropy(model(shard(data(9)[0])), shard(data(9)[1])).backward()
@@ -58,3 +76,16 @@ except NotImplementedError as e:
     assert "staleness" in str(e), e
 else:
     raise SystemExit("add_param_group with staleness was accepted")
+frozen = make_model()
+frozen[2].requires_grad_(False)
+stale = hvd.DistributedOptimizer(
+    torch.optim.SGD(frozen.parameters(), lr=0.1), named_parameters=frozen.named_parameters(), staleness=1
+)
+frozen[2].requires_grad_(True)
+frozen(torch.randn(2, 6)).sum().backward()
+try:
+    stale.step()
+except NotImplementedError as e:
+    assert "'2.weight' became trainable" in str(e) and "staleness" in str(e), e
+else:
+    raise SystemExit("a parameter switched on under staleness was accepted")
