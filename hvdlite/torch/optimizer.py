@@ -427,6 +427,7 @@ class _DistributedOptimizer:
         errors = []
         began = time.perf_counter()
         all_batched = False  # every gradient went through the buckets
+        frozen_now = []  # parameters switched off since the last step: zeros this step, then no longer reduced
         try:
             handles = self._hvd_handles
             # A parameter without a gradient on this rank this step contributes zeros, so others do not wait (the
@@ -435,6 +436,8 @@ class _DistributedOptimizer:
                 for p in self._hvd_params:
                     if id(p) not in handles:
                         if p.grad is None:
+                            if not p.requires_grad:
+                                frozen_now.append(p)
                             p.grad = torch.zeros_like(p)
                         handles[id(p)] = DEFERRED
             buckets = self._hvd_bucketed()
@@ -474,6 +477,8 @@ class _DistributedOptimizer:
                 self._hvd_finish(p, pending)
             except Exception as e:  # noqa: BLE001 - wait for the rest, then re-raise the first
                 errors.append(e)
+        if frozen_now:
+            self._hvd_let_go(frozen_now)
         self._hvd_end_step()
         if errors:
             raise errors[0]
@@ -623,6 +628,25 @@ class _DistributedOptimizer:
             self._hvd_hooks += _hook_parameters(params, self._hvd_hook)  # (the list the finalizer removes)
         if self._hvd_buckets is not None:
             self._hvd_buckets.stale = True  # this step they go alone; the next lays them out with the rest
+
+    def _hvd_let_go(self, frozen) -> None:
+        """Stops reducing parameters switched off with requires_grad_(False), as every rank does at the same step.
+        Their zero gradients, sent this step so that no rank waited, are dropped again: the wrapped optimizer skips a
+        parameter without a gradient, where a zero one would still move it by momentum or weight decay."""
+        gone = {id(p) for p in frozen}
+        mine = {id(handle) for handle in self._hvd_hooks}
+        for p in frozen:
+            p.grad = None
+            del self._hvd_param_of[id(p)]
+            self._hvd_passes_left.pop(id(p), None)
+            hook = _hooked.get(p)
+            if hook is not None and id(hook) in mine:  # switched on again, it is taken in at that step
+                hook.remove()
+                del _hooked[p]
+        self._hvd_params = [p for p in self._hvd_params if id(p) not in gone]
+        self._hvd_frozen += frozen
+        if self._hvd_buckets is not None:
+            self._hvd_buckets.stale = True
 
     def _hvd_take_unfrozen(self) -> None:
         if not any(p.requires_grad for p in self._hvd_frozen):

@@ -1,7 +1,8 @@
 """Unfreezing a layer part way through training, both ways: its parameters join the DistributedOptimizer through
 add_param_group, or they were given to it frozen and are switched on with requires_grad_(True). From then on they
-are averaged like the rest (the ranks' weights stay equal and match one process on the global batch). Where that
-cannot be honoured, the optimizer says so."""
+are averaged like the rest (the ranks' weights stay equal and match one process on the global batch). Freezing one
+again stops it, momentum and weight decay included, as in one process. Where that cannot be honoured, the
+optimizer says so."""
 
 import os
 
@@ -55,6 +56,26 @@ for m in (model, ref):
     m[2].requires_grad_(True)
 train(3, 12)
 assert_same_everywhere(model, "after switching a frozen layer on")
+assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
+
+# Switched off again, with momentum: the layer stays where it is, as in one process, where a zero gradient
+# averaged in its place would keep moving it.
+model, ref = make_model(seed=2), make_model(seed=2)
+opt = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01),
+    named_parameters=model.named_parameters(),
+    reduce_during_backward=during_backward,
+)
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+train(2, 20)
+for m in (model, ref):
+    m[0].requires_grad_(False)
+train(2, 22)
+assert model[0].weight.grad is None
+for m in (model, ref):
+    m[0].requires_grad_(True)
+train(2, 24)
+assert_same_everywhere(model, "after switching a layer off and on")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()
 
 # Between backward and step the gradients in flight would miss the new group: refused.
