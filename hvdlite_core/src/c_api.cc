@@ -62,7 +62,7 @@ std::shared_ptr<Runtime> runtime_or_null() {
 }
 
 int not_initialized() {
-  return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvdlite init() first");
+  return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvd.init() first");
 }
 
 std::shared_ptr<HandleState> find_handle(int64_t id) { return g_handles.get(id); }
