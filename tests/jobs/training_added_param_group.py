@@ -8,7 +8,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from training_common import assert_same_everywhere, data, flat, hvd, make_model, shard
+from training_common import assert_same_everywhere, data, flat, hvd, make_model, shard, step_both
 
 during_backward = os.environ["HVDLITE_REDUCE_DURING_BACKWARD"] == "1"
 model, ref = make_model(), make_model()
@@ -24,13 +24,7 @@ ref_opt = torch.optim.SGD(ref[0].parameters(), lr=0.1)
 
 def train(steps, first_step):
     for step in range(first_step, first_step + steps):
-        x, y = data(step)
-        opt.zero_grad()
-        F.cross_entropy(model(shard(x)), shard(y)).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        F.cross_entropy(ref(x), y).backward()
-        ref_opt.step()
+        step_both(model, opt, ref, ref_opt, step)
 
 
 train(2, 0)

@@ -4,6 +4,7 @@ it joins the job."""
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import hvdlite.torch as hvd
 
@@ -37,3 +38,15 @@ def assert_same_everywhere(model, what):
     everyone = hvd.allgather(w.unsqueeze(0), name="check." + what)
     for r in range(N):
         assert torch.equal(everyone[r], w), f"{what}: rank {r} differs from rank {R}"
+
+
+def step_both(model, opt, ref, ref_opt, step):
+    """One step of the distributed model on this rank's shard of step's batch and of the single-process reference
+    on the whole of it."""
+    x, y = data(step)
+    opt.zero_grad()
+    F.cross_entropy(model(shard(x)), shard(y)).backward()
+    opt.step()
+    ref_opt.zero_grad()
+    F.cross_entropy(ref(x), y).backward()
+    ref_opt.step()

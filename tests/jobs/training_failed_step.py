@@ -8,7 +8,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from training_common import R, assert_same_everywhere, data, flat, hvd, make_model, shard
+from training_common import R, assert_same_everywhere, data, flat, hvd, make_model, shard, step_both
 
 model, ref = make_model(), make_model()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
@@ -30,11 +30,6 @@ else:
 hvd.init()
 model.load_state_dict(ref.state_dict())  # the failed step may have applied this rank's own gradients
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-opt.zero_grad()
-F.cross_entropy(model(shard(x)), shard(y)).backward()
-opt.step()
-ref_opt.zero_grad()
-F.cross_entropy(ref(x), y).backward()
-ref_opt.step()
+step_both(model, opt, ref, ref_opt, 0)
 assert_same_everywhere(model, "after-failure")
 assert torch.allclose(flat(model), flat(ref), atol=1e-5), (flat(model) - flat(ref)).abs().max()

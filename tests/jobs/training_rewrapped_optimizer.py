@@ -7,8 +7,7 @@ import gc
 import weakref
 
 import torch
-import torch.nn.functional as F
-from training_common import assert_same_everywhere, data, flat, hvd, make_model, shard
+from training_common import assert_same_everywhere, flat, hvd, make_model, step_both
 
 model, ref = make_model(), make_model()
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -26,13 +25,7 @@ def train(opt, steps, lr, first_step):
     for group in ref_opt.param_groups:
         group["lr"] = lr
     for step in range(first_step, first_step + steps):
-        x, y = data(step)
-        opt.zero_grad()
-        F.cross_entropy(model(shard(x)), shard(y)).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        F.cross_entropy(ref(x), y).backward()
-        ref_opt.step()
+        step_both(model, opt, ref, ref_opt, step)
 
 
 first = distributed(0.1)
