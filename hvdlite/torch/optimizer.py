@@ -680,6 +680,7 @@ class _DistributedOptimizer:
         for position, p in enumerate(added, start=before):
             name = f"allreduce.param.{position}"
             if name in taken:
+                self.param_groups.pop()  # as if never added
                 raise ValueError(f"the added parameter at position {position} would be named {name!r}, a name in use")
             self._hvd_names[id(p)] = name
             self._parameter_names[p] = name[len("allreduce.") :]
