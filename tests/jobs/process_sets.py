@@ -1,5 +1,7 @@
 # Job script: process sets (needs >= 3 ranks). Sets registered at init, added and removed at runtime,
 # collectives on overlapping sets (concurrently, with the same tensor names), and the error cases.
+import time
+
 import torch
 from hvdjob import CheckFailure, check, check_backend, even_rows, expect_raises, launched_size, make, reduce_reference
 
@@ -227,15 +229,19 @@ ok()
 
 # ---------------------------------------------------------------- removing a set while an op on it is pending
 # rank 0 submits an allreduce on A that rank 1 never submits; then every rank removes A: rank 0's operation
-# must fail (not hang).
+# must fail at once, not when the out-of-step timeout (HVDLITE_DESYNC_TIMEOUT_SECONDS, 30 s) notices it. The
+# other ranks' next collective is a cached one, which alone would never bring the coordinator a round.
 pending = None
 if me == 0:
     pending = hvd.allreduce_async(torch.ones(3), process_set=A, name="orphan")
 hvd.remove_process_set(A)
 if me == 0:
+    started = time.monotonic()
     expect_raises(
         "op pending on a removed set", hvd.InvalidArgumentError, hvd.synchronize, pending, match=["orphan", "removed"]
     )
+    if time.monotonic() - started > 10:
+        raise CheckFailure(f"the op pending on a removed set failed only after {time.monotonic() - started:.1f} s")
 check("global allreduce at the end", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))
 ok()
 

@@ -128,10 +128,10 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   bits_.assign(bit_words, ~0ull);
   bits_.resize(bit_words + eager_.words(), 0);
   char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
-  // The coordinator forces a round trip when a stalled tensor is due to fail: in a typical hang nobody submits
+  // The coordinator forces a round trip when a waiting tensor is due to fail: in a typical hang nobody submits
   // anything new, and the error responses still have to reach the members.
-  const bool stall_due = rank_ == 0 && coordinator_.stall_deadline_passed(now);
-  uint64_t flags = (requests.empty() && !stall_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
+  const bool failure_due = rank_ == 0 && coordinator_.round_due(now);
+  uint64_t flags = (requests.empty() && !failure_due ? 0 : kFlagRequests) | (want_shutdown ? kFlagShutdown : 0) |
                    (joined_ ? kFlagJoined : 0);
   bits_[0] = ~flags & kFlagWordMask;
   for (int p : conflicts) bits_[1 + p / 64] &= ~(1ull << (p % 64));

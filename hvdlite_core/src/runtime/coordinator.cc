@@ -39,6 +39,7 @@ void Coordinator::ingest(const Request& request) {
 }
 
 std::vector<Response> Coordinator::decide() {
+  decided_sets_version_ = sets_.version();
   std::vector<Response> out;
   std::vector<std::string> still_waiting;
   for (const std::string& key : arrival_order_) {
@@ -148,7 +149,10 @@ void Coordinator::report_out_of_step(std::vector<Response>& out) {
   arrival_order_.swap(keep);
 }
 
-bool Coordinator::stall_deadline_passed(Clock::time_point now) {
+bool Coordinator::round_due(Clock::time_point now) {
+  // A collective waiting on a process set removed since the last round fails in decide(), and nothing else may
+  // ever bring a round: its other members never submit it.
+  if (!arrival_order_.empty() && sets_.version() != decided_sets_version_) return true;
   if (now - last_stall_check_ < std::chrono::milliseconds(100)) return false;
   last_stall_check_ = now;
   bool due = false;

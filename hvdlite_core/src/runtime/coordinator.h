@@ -24,8 +24,9 @@ class Coordinator {
   // This round's responses: complete collectives in arrival order, a join once every rank joined, the failures
   // of collectives out of step or stalled, and one abort that carries every aborting rank's reason.
   std::vector<Response> decide();
-  // Every cycle: logs stall warnings; true when some tensor is due to fail as stalled or out of step.
-  bool stall_deadline_passed(Clock::time_point now);
+  // Every cycle: logs stall warnings; true when some waiting tensor is due to fail: stalled, out of step, or on a
+  // process set removed since the last round.
+  bool round_due(Clock::time_point now);
 
  private:
   struct Submissions {
@@ -50,6 +51,7 @@ class Coordinator {
   std::vector<Request> aborts_;  // kAbort requests of this round, in rank order
   int last_joined_ = -1;
   std::chrono::steady_clock::time_point last_stall_check_;
+  uint64_t decided_sets_version_ = 0;  // the process sets' version when decide() last ran
 };
 
 }  // namespace hvdlite
