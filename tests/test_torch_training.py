@@ -52,11 +52,9 @@ def test_skip_synchronize_with_gradient_clipping_and_fp16_compression():
 
 
 @pytest.mark.timeout(200)
-def test_unused_parameters_on_some_ranks_do_not_hang():
-    run(
-        "training_unused_parameters",
-        np=3,
-    )
+@pytest.mark.parametrize("during_backward", ["1", "0"])
+def test_parameters_unused_on_some_ranks_are_averaged_and_on_every_rank_left_alone(during_backward):
+    run("training_unused_parameters", np=3, env={"HVDLITE_REDUCE_DURING_BACKWARD": during_backward})
 
 
 @pytest.mark.timeout(200)

@@ -40,6 +40,7 @@ from hvdlite.torch import (
     gradient_reducers,
     mpi_ops,
     sharded_state,
+    unused_parameters,
 )
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
@@ -207,6 +208,9 @@ class _DistributedOptimizer:
         self._hvd_hook = _gradient_hook(self)
         self._hvd_hooks = _hook_parameters(self._hvd_params, self._hvd_hook) if self._hvd_member else []
         weakref.finalize(self, _remove_hooks, self._hvd_hooks)  # a discarded optimizer stops hearing of gradients
+        # Named after its first parameter: two optimizers (a GAN's) keep apart in the core's cache.
+        first = self._hvd_names[id(self._hvd_params[0])] if self._hvd_params else "none"
+        self._hvd_unused = unused_parameters.UnusedParameters(f"unused.{first}", process_set)
         self._hvd_sharded = None
         if shard_optimizer_state:
             for other, given in (
@@ -216,8 +220,6 @@ class _DistributedOptimizer:
                 if given:
                     raise ValueError(f"shard_optimizer_state and {other} cannot be combined")
             if self._hvd_member:  # a rank outside the set steps every parameter itself, as without sharding
-                # Named after its first parameter: two sharded optimizers (a GAN's) keep apart in the core's cache.
-                first = self._hvd_names[id(self._hvd_params[0])] if self._hvd_params else "none"
                 self._hvd_sharded = sharded_state.ShardedState(
                     self, self._hvd_params, process_set, f"sharded.{first}"
                 )
@@ -428,6 +430,8 @@ class _DistributedOptimizer:
         began = time.perf_counter()
         all_batched = False  # every gradient went through the buckets
         frozen_now = []  # parameters switched off since the last step: zeros this step, then no longer reduced
+        lacking = []  # parameters without a gradient on this rank this step: zeros this step
+        unused = None  # the exchange that finds those without one on any rank
         try:
             handles = self._hvd_handles
             # A parameter without a gradient on this rank this step contributes zeros, so others do not wait (the
@@ -436,10 +440,10 @@ class _DistributedOptimizer:
                 for p in self._hvd_params:
                     if id(p) not in handles:
                         if p.grad is None:
-                            if not p.requires_grad:
-                                frozen_now.append(p)
+                            (lacking if p.requires_grad else frozen_now).append(p)
                             p.grad = torch.zeros_like(p)
                         handles[id(p)] = DEFERRED
+            unused = self._hvd_unused.submit(len(lacking))
             buckets = self._hvd_bucketed()
             if buckets is not None:
                 # Everything not queued during backward, through the buckets in one call; what does not fit them
@@ -476,6 +480,11 @@ class _DistributedOptimizer:
             try:
                 self._hvd_finish(p, pending)
             except Exception as e:  # noqa: BLE001 - wait for the rest, then re-raise the first
+                errors.append(e)
+        if unused is not None:
+            try:
+                self._hvd_unused.finish(unused, self._hvd_params, lacking)
+            except Exception as e:  # noqa: BLE001 - e.g. a peer failed: raised with the others
                 errors.append(e)
         if frozen_now:
             self._hvd_let_go(frozen_now)

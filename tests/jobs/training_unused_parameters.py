@@ -1,30 +1,46 @@
 """A parameter unused on some ranks in a step does not hang the exchange: its gradient is averaged with zeros
-where it had none."""
+where it had none. One unused on every rank keeps no gradient, as under DDP, so that momentum and weight decay
+leave it alone as they do in a single process."""
 
 import torch
 import torch.nn as nn
 from training_common import N, R, assert_same_everywhere, hvd
 
+LR, DECAY = 1.0, 0.1
 
-class TwoHeads(nn.Module):
+
+class ThreeHeads(nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.body, self.head_a, self.head_b = nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+        self.body = nn.Linear(4, 4)
+        self.heads = nn.ModuleList(nn.Linear(4, 1) for _ in range(3))
 
-    def forward(self, x, use_b):
-        h = self.body(x)
-        return self.head_b(h) if use_b else self.head_a(h)
+    def forward(self, x, head):
+        return self.heads[head](self.body(x))
 
 
-model = TwoHeads()
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), named_parameters=model.named_parameters())
-before = model.head_b.weight.detach().clone()
+model = ThreeHeads()
+sgd = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9, weight_decay=DECAY)
+opt = hvd.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
 x = torch.ones(2, 4)
-g0 = model.body(x).detach().sum(0)  # rank 0's gradient of sum(head_b(h)) w.r.t. head_b.weight
-opt.zero_grad()
-model(x, use_b=(R == 0)).sum().backward()  # head_b gets a gradient on rank 0 only
-opt.step()
-assert_same_everywhere(model, "unused")
-expected = before - 1.0 * g0 / N  # average of rank 0's gradient and zeros from the others
-assert torch.allclose(model.head_b.weight.detach(), expected, atol=1e-6), (model.head_b.weight, expected)
+# Step 1: head 1 is used on rank 0 only, head 2 on no rank. Step 2: head 2 on rank N - 1 only, head 1 on none.
+for step, (used_by, unused) in enumerate([((1, 0), 2), ((2, N - 1), 1)]):
+    head, user = used_by
+    others = [h for h in range(3) if h not in (head, unused)]
+    before = [p.detach().clone() for p in model.heads[head].parameters()]
+    idle = [p.detach().clone() for p in model.heads[unused].parameters()]
+    g = [t.detach() for t in torch.autograd.grad(model(x, head).sum(), list(model.heads[head].parameters()))]
+    opt.zero_grad()
+    model(x, head if R == user else others[0]).sum().backward()
+    opt.step()
+    assert_same_everywhere(model, f"unused.{step}")
+    for p in model.heads[unused].parameters():
+        assert p.grad is None, f"step {step}: head {unused}, used on no rank, got a gradient"
+    for p, was in zip(model.heads[unused].parameters(), idle):
+        assert torch.equal(p.detach(), was), f"step {step}: head {unused}, used on no rank, moved"
+    if step == 0:  # (the first step of momentum SGD: the update is the gradient with weight decay added)
+        for p, was, mine in zip(model.heads[head].parameters(), before, g):
+            expected = was - LR * (mine / N + DECAY * was)  # rank `user`'s gradient averaged with zeros
+            assert torch.allclose(p.detach(), expected, atol=1e-6), (step, p, expected)
+            assert p.grad is not None
