@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <sstream>
+#include <string_view>
 
 namespace hvdlite {
 
@@ -13,6 +14,21 @@ const char* op_name(OpType op) {
   int i = static_cast<int>(op);
   if (op == OpType::kAbort) return "abort";
   return (i >= 0 && i < kNumOpTypes) ? names[i] : "unknown";
+}
+
+namespace {
+constexpr std::string_view kAutoNameInfix = ".noname.";
+}  // namespace
+
+std::string auto_name(OpType op, int64_t n) {
+  return std::string(op_name(op)).append(kAutoNameInfix).append(std::to_string(n));
+}
+
+bool has_auto_name_form(OpType op, const std::string& name) {
+  const std::string_view op_text = op_name(op);
+  const std::string_view text = name;
+  return text.size() > op_text.size() + kAutoNameInfix.size() && text.substr(0, op_text.size()) == op_text &&
+         text.substr(op_text.size(), kAutoNameInfix.size()) == kAutoNameInfix;
 }
 
 const char* reduce_op_name(ReduceOp op) {

@@ -27,6 +27,10 @@ enum class OpType : int32_t {
 };
 constexpr int kNumOpTypes = 9;  // operations the C ABI accepts (kAbort is not one)
 const char* op_name(OpType op);
+// What the core names an unnamed collective: "<op>.noname.<n>", n counting per (process set, op) in submission
+// order. A caller's name of that form is refused: it could meet one the core gave.
+std::string auto_name(OpType op, int64_t n);
+bool has_auto_name_form(OpType op, const std::string& name);
 
 // Values are the C ABI's hvdlite_reduce_op.
 enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4, kAdasum = 5 };

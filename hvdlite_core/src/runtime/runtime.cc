@@ -369,7 +369,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   // in the same order agree on them, even when other sets run unnamed collectives in between.
   Status status = queue_.push(entries, [this](TensorEntry& entry) {
     int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
-    entry.request.name = std::string(op_name(entry.request.op)) + ".noname." + std::to_string(n);
+    entry.request.name = auto_name(entry.request.op, n);
   });
   if (!status.ok()) {
     release_events();

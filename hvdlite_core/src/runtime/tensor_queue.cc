@@ -1,19 +1,6 @@
 #include "runtime/tensor_queue.h"
 
-#include <cstring>
-
 namespace hvdlite {
-
-namespace {
-// "<op>.noname.<n>": what the core names an unnamed collective (Runtime::enqueue).
-bool auto_named_form(const Request& q) {
-  static constexpr char kInfix[] = ".noname.";
-  const char* op = op_name(q.op);
-  const size_t op_length = std::strlen(op);
-  return q.name.size() > op_length + sizeof kInfix - 1 && q.name.compare(0, op_length, op) == 0 &&
-         q.name.compare(op_length, sizeof kInfix - 1, kInfix) == 0;
-}
-}  // namespace
 
 TensorQueue::~TensorQueue() {
   for (TensorEntry* entry : queue_) delete entry;
@@ -48,7 +35,9 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
       } else if (grouped) {
         repeated = !new_names.insert(key).second;
       }
-      if (!record && auto_named_form(entry.request)) {  // checked once per name: a refused one is never recorded
+      if (!record &&
+          has_auto_name_form(entry.request.op,
+                             entry.request.name)) {  // checked once per name: a refused one is never recorded
         return Status(StatusCode::kInvalidArgument,
                       "the name '" + entry.request.name + "' has the form the core gives unnamed " +
                           op_name(entry.request.op) + "s; give the collective another name, or none");
@@ -70,7 +59,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
     for (size_t i = 0; i < entries.size(); ++i) {
       TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) {
-        // No record: the name never repeats, and no user's name can take its form (auto_named_form).
+        // No record: the name never repeats, and no user's name can take its form (has_auto_name_form).
         name_unnamed(entry);
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       } else {
