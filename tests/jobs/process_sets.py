@@ -228,20 +228,35 @@ for s in singles:
 ok()
 
 # ---------------------------------------------------------------- removing a set while an op on it is pending
-# rank 0 submits an allreduce on A that rank 1 never submits; then every rank removes A: rank 0's operation
-# must fail at once, not when the out-of-step timeout (HVDLITE_DESYNC_TIMEOUT_SECONDS, 30 s) notices it. The
-# other ranks' next collective is a cached one, which alone would never bring the coordinator a round.
-pending = None
+# rank 0 submits allreduces on A that rank 1 never submits, one new and one cached (run by both before, so that
+# it waits on the cache); then every rank removes A: both of rank 0's operations must fail at once, not when the
+# out-of-step timeout (HVDLITE_DESYNC_TIMEOUT_SECONDS, 30 s) notices them, nor run on the removed set. The other
+# ranks' next collective is a cached one, which alone would never bring the coordinator a round.
+if A.included():
+    for _ in range(2):
+        check(
+            "cached on A",
+            hvd.allreduce(torch.ones(3), op=hvd.Sum, process_set=A, name="orphan.cached"),
+            2 * torch.ones(3),
+        )
+pending = []
 if me == 0:
-    pending = hvd.allreduce_async(torch.ones(3), process_set=A, name="orphan")
+    pending = [
+        hvd.allreduce_async(torch.ones(3), op=hvd.Sum, process_set=A, name=name)
+        for name in ("orphan", "orphan.cached")
+    ]
 hvd.remove_process_set(A)
-if me == 0:
+for handle, name in zip(pending, ("orphan", "orphan.cached")):
     started = time.monotonic()
     expect_raises(
-        "op pending on a removed set", hvd.InvalidArgumentError, hvd.synchronize, pending, match=["orphan", "removed"]
+        f"{name}, pending on a removed set",
+        hvd.InvalidArgumentError,
+        hvd.synchronize,
+        handle,
+        match=[name, "removed"],
     )
     if time.monotonic() - started > 10:
-        raise CheckFailure(f"the op pending on a removed set failed only after {time.monotonic() - started:.1f} s")
+        raise CheckFailure(f"{name}, pending on a removed set, failed only after {time.monotonic() - started:.1f} s")
 check("global allreduce at the end", hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))
 ok()
 

@@ -65,6 +65,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   outcome.peer_failure.clear();
   outcome.idle = false;
   unready_all();
+  if (sets_.version() != cache_sets_version_) forget_removed_sets();
   std::vector<Request> requests;
   requests.swap(resend_);
   if (want_shutdown && !abort_reason.empty()) {
@@ -328,6 +329,21 @@ bool Controller::stalled_hit(const TensorEntry& entry, Clock::time_point now) co
     if (l > 0 && (limit <= 0 || l < limit)) limit = l;
   }
   return limit > 0 && std::chrono::duration<double>(now - entry.enqueued).count() > limit;
+}
+
+void Controller::forget_removed_sets() {
+  cache_sets_version_ = sets_.version();
+  for (size_t p = 0; p < cache_.occupied_end(); ++p) {
+    const int position = static_cast<int>(p);
+    if (!cache_.occupied(position)) continue;
+    const int32_t set = cache_.at(position).process_set;
+    if (set == 0 || sets_.get(set)) continue;
+    if (TensorEntry* hit = drop_hit(position)) {
+      resend_.push_back(hit->request);
+      index_pending(hit);
+    }
+    cache_.erase(position);
+  }
 }
 
 void Controller::remember(const std::vector<Response>& responses) {

@@ -69,6 +69,11 @@ class Controller {
   // Step 3: this rank's requests to the coordinator and its ordered responses back (rank 0 runs coordinator_).
   std::vector<Response> coordinate(const std::vector<Request>& mine);
   void remember(const std::vector<Response>& responses);
+  // Every rank removes a process set at the same point of the response order, and then erases the set's cached
+  // responses: on a removed set every rank would count as an outsider and vote yes, so a hit still waiting there
+  // would run on a set that no longer exists. Such a hit goes to the coordinator, which fails it as removed.
+  void forget_removed_sets();
+  uint64_t cache_sets_version_ = 0;  // the process sets' version forget_removed_sets() last saw
   // A cache hit waiting longer than the shortest of STALL_CHECK, STALL_SHUTDOWN and DESYNC_TIMEOUT.
   bool stalled_hit(const TensorEntry& entry, Clock::time_point now) const;
 
