@@ -170,10 +170,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
     for_each_bit(&conflicted, std::min<size_t>(64, positions - w * 64), [&](size_t b) {
       const int p = static_cast<int>(w * 64 + b);
       any_conflict = true;
-      if (TensorEntry* hit = drop_hit(p)) {
-        requests.push_back(hit->request);
-        index_pending(hit);
-      }
+      send_hit_back(p, requests);
       // An unnamed operation's entry stays: it still describes what it carries, and the coordinator's answer
       // replaces it if that changed. Erased, alternating forms of one class would each miss in turn.
       if (!(unnamed_words_[w] & (1ull << b))) cache_.erase(p);
@@ -275,6 +272,13 @@ TensorEntry* Controller::drop_hit(int position) {
   return entry;
 }
 
+void Controller::send_hit_back(int position, std::vector<Request>& requests) {
+  if (TensorEntry* hit = drop_hit(position)) {
+    requests.push_back(hit->request);
+    index_pending(hit);
+  }
+}
+
 void Controller::clear_hits() {
   for (auto& [klass, mine] : unnamed_) mine.hit = -1;
   std::fill(hit_entries_.begin(), hit_entries_.end(), nullptr);
@@ -338,10 +342,7 @@ void Controller::forget_removed_sets() {
     if (!cache_.occupied(position)) continue;
     const int32_t set = cache_.at(position).process_set;
     if (set == 0 || sets_.get(set)) continue;
-    if (TensorEntry* hit = drop_hit(position)) {
-      resend_.push_back(hit->request);
-      index_pending(hit);
-    }
+    send_hit_back(position, resend_);
     cache_.erase(position);
   }
 }
@@ -361,11 +362,7 @@ void Controller::remember(const std::vector<Response>& responses) {
     if (!r.cacheable || r.is_error || replaced[i]) continue;
     int displaced = -1;
     cache_.put(r, &displaced);
-    if (displaced < 0) continue;
-    if (TensorEntry* hit = drop_hit(displaced)) {
-      resend_.push_back(hit->request);
-      index_pending(hit);
-    }
+    if (displaced >= 0) send_hit_back(displaced, resend_);
   }
 }
 

@@ -73,7 +73,6 @@ class Controller {
   // responses: on a removed set every rank would count as an outsider and vote yes, so a hit still waiting there
   // would run on a set that no longer exists. Such a hit goes to the coordinator, which fails it as removed.
   void forget_removed_sets();
-  uint64_t cache_sets_version_ = 0;  // the process sets' version forget_removed_sets() last saw
   // A cache hit waiting longer than the shortest of STALL_CHECK, STALL_SHUTDOWN and DESYNC_TIMEOUT.
   bool stalled_hit(const TensorEntry& entry, Clock::time_point now) const;
 
@@ -91,6 +90,8 @@ class Controller {
   void add_hit(int position, TensorEntry* entry);
   TensorEntry* hit_at(int position) const;  // this rank's entry awaiting at position, or nullptr
   TensorEntry* drop_hit(int position);      // the same, no longer awaiting
+  // This rank's hit at position, if any, no longer awaits there: its request goes to the coordinator instead.
+  void send_hit_back(int position, std::vector<Request>& requests);
   void clear_hits();
   // Positions this rank votes yes for without submitting: cached tensors of process sets it is not in; and where
   // the cache holds unnamed operations, by class. Recomputed only when the cache's contents or the process sets
@@ -143,6 +144,7 @@ class Controller {
   std::unordered_map<uint64_t, UnnamedClass> unnamed_;  // this rank's, by class
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
+  uint64_t cache_sets_version_ = 0;  // the process sets' version forget_removed_sets() last saw
   Clock::time_point last_hit_stall_check_;
   std::vector<Request> resend_;  // hits whose cache entry was displaced
   std::string key_scratch_;      // take_pending's key, reused
