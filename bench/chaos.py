@@ -308,10 +308,14 @@ class Chaos:
             self.lift(record, index)
         with open(os.path.join(self.out_dir, "stop"), "w"):
             pass
+        stop_at = time.time()
         try:
             self.job.wait(timeout=600)
         except subprocess.TimeoutExpired:
             self.kill_job()
+        print(
+            f"{stop_at - self.launches[0]:7.1f} s  stop requested; the job exited {time.time() - stop_at:.1f} s later"
+        )
         self.measure_recovery()
         return self.job.returncode
 
@@ -327,7 +331,7 @@ def shm_entries():
     return {name for name in os.listdir("/dev/shm") if "hvdlite" in name}
 
 
-def check(chaos, code, shm_before):
+def check(chaos, code):
     """The invariant's failures, in words (empty: it held)."""
     failures = []
     if chaos.ended_early is not None:
@@ -346,6 +350,7 @@ def check(chaos, code, shm_before):
         failures.append("no worker finished")
     elif len({tuple(e["weights"]) for e in done}) != 1:
         failures.append("the workers finished with different weights")
+    replay_started = time.time()
     replayed = subprocess.run(
         [sys.executable, os.path.join(HERE, "chaos_task.py"), "--replay", chaos.args.framework, chaos.out_dir],
         capture_output=True,
@@ -353,6 +358,7 @@ def check(chaos, code, shm_before):
         timeout=600,
         env=dict(os.environ, PYTHONPATH=ROOT),
     )
+    print(f"the replay took {time.time() - replay_started:.1f} s", flush=True)
     reference = None
     if replayed.returncode != 0:
         failures.append("the replay failed: " + (replayed.stderr or replayed.stdout)[-2000:])
@@ -370,7 +376,9 @@ def check(chaos, code, shm_before):
     for host in chaos.cluster.hosts:
         if chaos.cluster.job_processes(host):
             failures.append(f"processes left on {host.address}: {chaos.cluster.job_processes(host)}")
-    left = shm_entries() - shm_before
+    # The segments of this run's launches (each names its own): another chaos run may share the machine.
+    jobs = {e["job"] for log in logs.values() for e in log if e["event"] == "start" and e.get("job")}
+    left = {name for name in shm_entries() if any(job in name for job in jobs)}
     if left:
         failures.append(f"shared memory left in /dev/shm: {sorted(left)}")
     for record in chaos.faults:
@@ -463,12 +471,11 @@ def main():
         cluster = start_cluster(workdir, count=args.hosts)
     except ClusterUnavailable as exc:
         raise SystemExit(f"bench/chaos.py: cannot create the test hosts: {exc}")
-    shm_before = shm_entries()
     chaos = Chaos(args, cluster, workdir)
     summary = None
     try:
         code = chaos.run()
-        failures, reference = check(chaos, code, shm_before)
+        failures, reference = check(chaos, code)
         summary = report(chaos, failures, reference, args)
     finally:
         chaos.kill_job()

@@ -248,15 +248,19 @@ def keras_replay(out_dir):
 
     features, targets, model = keras_data_and_model()
     optimizer = keras.optimizers.SGD(LEARNING_RATE)
+
+    @tf.function  # traced once for each count of ranks: eager steps made the replay take longer than a round
+    def replay_step(inputs, outputs):
+        grads = [tf.zeros_like(v) for v in model.trainable_variables]
+        for x, y in zip(inputs, outputs):
+            with tf.GradientTape() as tape:
+                loss = keras.losses.MeanSquaredError()(y, model(x, training=True)) + sum(model.losses)
+            grads = [total + g for total, g in zip(grads, tape.gradient(loss, model.trainable_variables))]
+        optimizer.apply_gradients([(total / len(inputs), v) for total, v in zip(grads, model.trainable_variables)])
+
     count = 0
     for count, ranks in replay_steps(out_dir):
-        grads = [tf.zeros_like(v) for v in model.trainable_variables]
-        for indices in ranks:
-            with tf.GradientTape() as tape:
-                predictions = model(features[indices], training=True)
-                loss = keras.losses.MeanSquaredError()(targets[indices], predictions) + sum(model.losses)
-            grads = [total + g for total, g in zip(grads, tape.gradient(loss, model.trainable_variables))]
-        optimizer.apply_gradients([(total / len(ranks), v) for total, v in zip(grads, model.trainable_variables)])
+        replay_step([features[indices] for indices in ranks], [targets[indices] for indices in ranks])
     return count, keras_weights(model)
 
 
@@ -338,7 +342,7 @@ FRAMEWORKS = {"torch": (torch_main, torch_replay), "keras": (keras_main, keras_r
 def main():
     framework, out_dir, max_epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     log = WorkerLog(out_dir)
-    log(event="start")
+    log(event="start", job=os.environ.get("HVDLITE_JOB_ID"))  # names this launch's shared memory
     hvd, state, weights = FRAMEWORKS[framework][0](out_dir, max_epochs, log)
     log(event="done", rank=hvd.rank(), size=hvd.size(), batches=state.batches, weights=weights)
 
