@@ -424,6 +424,31 @@ def test_under_the_elastic_driver_a_lost_job_resumes_from_its_checkpoint(torch_r
     assert _weights(out) == torch_reference
 
 
+def test_a_resumed_job_keeps_its_checkpoint_when_the_rank_0_that_loaded_it_is_lost(torch_reference, tmp_path):
+    """Rank 0 reads the checkpoint and hands it on in its first sync: lost in between, the next round's rank 0 (a
+    survivor that never synced) loads it in its place, where the job would otherwise start again from step 0."""
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:2\n")
+    discover.chmod(0o755)
+    args, out = _torch_command(
+        tmp_path, "--host-discovery-script", str(discover), "--blacklist-cooldown-range", "1", "2"
+    )
+    step = random.randint(1, TORCH_STEPS - 1)
+    job = LiveJob(args, env={"PAUSE_AT": f"{step} after"})
+    try:
+        assert _stopped_process(job), job.output()
+        _kill_whole_job(job)
+    finally:
+        job.close()
+    job.finish()
+    result = run_launcher(args, timeout=120, env={"LOSE_AT_FIRST_SYNC": "w0"})
+    assert result.returncode == 0, result.stderr
+    assert "worker w0 (rank 0 on localhost) exited with code 9" in result.stderr, result.stderr
+    # Rank 0 prints START; its worker (the output's prefix) is w1 here.
+    assert re.findall(r"^\[\d+\]<stdout>: START (\d+)$", result.stdout, re.M) == [str(step)], result.stdout
+    assert _weights(out) == torch_reference
+
+
 def test_max_restarts_starts_a_failed_job_again_from_its_checkpoint(torch_reference, tmp_path):
     args, out = _torch_command(tmp_path, "--max-restarts", "1")
     result = run_launcher(args + ["25"], timeout=120)  # rank 1 of the first attempt exits 3 at step 25

@@ -169,7 +169,7 @@ class State:
         self._saved: Dict[str, Any] = {}
         self._commits = 0  # numbers the checkpoints; kept in them and broadcast by sync()
         self._checkpoints: Optional[checkpoint.CheckpointSettings] = None
-        self._resumed = False
+        self._synced = False  # sync() has completed once: the state is the job's, no longer this process's own
         for key, value in kwargs.items():
             setattr(self, key, value)
         self._save_attributes()
@@ -196,12 +196,11 @@ class State:
         self._checkpoints = settings
 
     def resume_from_checkpoint(self) -> Optional[int]:
-        """On rank 0, once per state: loads the newest checkpoint that verifies into the live objects (sync()
-        then hands it to the other ranks). Returns its commit number; None when nothing was loaded."""
-        if self._checkpoints is None or self._resumed:
-            return None
-        self._resumed = True
-        if self._rank() != 0:
+        """On rank 0, until a sync() has completed: loads the newest checkpoint that verifies into the live objects
+        (sync() then hands it to the other ranks). Returns its commit number; None when nothing was loaded. Not
+        just on the first call: if the rank 0 that loaded it is lost before handing it on, the next round's rank 0
+        (a survivor that never synced) must load it in turn, or the job would start again from nothing."""
+        if self._checkpoints is None or self._synced or self._rank() != 0:
             return None
         directory = self._checkpoints.directory
         checkpoint.remove_partial_writes(directory)
@@ -245,6 +244,7 @@ class State:
         for key, value in values.items():
             setattr(self, key, value)
         self._save_attributes()
+        self._synced = True
 
     def _save_attributes(self) -> None:
         self._saved = {key: copy.deepcopy(getattr(self, key)) for key in self._known}
@@ -281,11 +281,11 @@ def run_fn(
         state.use_checkpoints(
             checkpoint.CheckpointSettings.resolve(checkpoint_dir, checkpoint_every, checkpoint_keep)
         )
-        state.resume_from_checkpoint()
         skip_sync = False
         while True:
             try:
                 if not skip_sync:
+                    state.resume_from_checkpoint()
                     state.sync()
                 return func(state, *args, **kwargs)
             except HvdliteError as error:

@@ -8,7 +8,9 @@ argv: OUT_DIR [CRASH_STEP]. Rank 0 prints "START <step>" when train() begins (th
 CRASH_STEP, rank 1 of the first attempt (HVDLITE_RESTART_COUNT 0) exits abruptly at that step.
 
 PAUSE_AT="<step> before|after" (environment): rank 0 stops itself (SIGSTOP) at that step, before or after its
-commit, for the test to kill the whole job there; steps take milliseconds, too short to aim a kill from outside."""
+commit, for the test to kill the whole job there; steps take milliseconds, too short to aim a kill from outside.
+LOSE_AT_FIRST_SYNC=<worker id> (environment, elastic jobs): that worker exits abruptly as it starts its first sync
+as rank 0, after it loaded the checkpoint and before it handed it on."""
 
 import json
 import os
@@ -72,6 +74,15 @@ def train(state):
 
 
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0)
+if os.environ.get("LOSE_AT_FIRST_SYNC", "-") == os.environ.get("HVDLITE_WORKER_ID"):
+    sync = state.sync
+
+    def sync_unless_rank_0():
+        if hvd.rank() == 0:
+            os._exit(9)
+        sync()
+
+    state.sync = sync_unless_rank_0
 train(state)
 if hvd.rank() == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
