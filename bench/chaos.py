@@ -30,10 +30,10 @@ epoch, and the invariant is checked:
 - every fault is logged with its time to recover: the longest time without a step starting on any worker from it
   to the next fault (a step that meets the fault fails; the re-formed job starts the next one).
 
-Exit 0 only when the invariant held. The work directory (the launchers' output, the workers' logs) is removed
-unless the invariant failed or some fault held the job up for over 30 s. The report (faults by kind, recovered,
-time to recover, steps run again after a rollback) goes to stdout and --out-dir/chaos.json; a failure prints the
-command that replays its seed.
+Exit 0 only when the invariant held. The work directory is removed; where the invariant failed or some fault held
+the job up for over 30 s, the launchers' output and the workers' logs are kept in --out-dir/chaos-logs. The report
+(faults by kind, recovered, time to recover, steps run again after a rollback) goes to stdout and
+--out-dir/chaos.json; a failure prints the command that replays its seed.
 """
 
 import argparse
@@ -483,10 +483,15 @@ def main():
     slow = [r for r in chaos.faults if (r["stall_s"] or 0) > SLOW_RECOVERY_SECONDS]
     if summary["invariant"] != "held" or slow:
         # Kept for a diagnosis: the launchers' output and the workers' logs (the fault times above are from the
-        # first launch).
-        print(f"the workers' logs and the launcher's output: {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+        # first launch); not the rest of the work folder, which holds the test hosts' keys.
+        kept = os.path.join(args.out_dir, "chaos-logs")
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(chaos.out_dir, kept)
+        for name in os.listdir(workdir):
+            if name.startswith("launcher-"):
+                shutil.copy(os.path.join(workdir, name), kept)
+        print(f"the workers' logs and the launchers' output: {kept}")
+    shutil.rmtree(workdir, ignore_errors=True)
     if summary["invariant"] != "held":
         sys.exit(1)
 

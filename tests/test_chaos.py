@@ -1,13 +1,15 @@
-"""Two minutes of bench/chaos.py under a fixed seed, for each framework: elastic training (PyTorch, Keras fit) on 3
-network-namespace hosts x 2 slots while every kind of fault arrives every 4-10 s (CI's version of the chaos hour,
-docs/faults.md). The job must finish with the weights of a fault-free replay of its committed steps and leave
-nothing behind; the test fails, not skips, when the machine cannot create the hosts."""
+"""Two minutes of bench/chaos.py under a fixed seed, for both frameworks at once: elastic training (PyTorch, Keras
+fit) on 3 network-namespace hosts x 2 slots while every kind of fault arrives every 4-10 s (CI's version of the
+chaos hour, docs/faults.md). The job must finish with the weights of a fault-free replay of its committed steps and
+leave nothing behind; the test fails, not skips, when the machine cannot create the hosts."""
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -26,6 +28,7 @@ def chaos_runs(request, tmp_path_factory):
     frameworks = sorted(
         {item.callspec.params["framework"] for item in request.session.items if item.originalname == CHAOS_TEST}
     )
+    work_dirs_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "hvdlite-chaos-*")))
     runs = {}
     for framework in frameworks:
         out = tmp_path_factory.mktemp("chaos-" + framework)
@@ -48,6 +51,8 @@ def chaos_runs(request, tmp_path_factory):
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 process.kill()
+    # Logs worth keeping go to the run's out-dir; the work folder, with the test hosts' keys, goes.
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "hvdlite-chaos-*"))) == work_dirs_before
 
 
 @pytest.mark.timeout(900)
