@@ -9,7 +9,8 @@ from compression_common import R, hvd, same_everywhere
 
 torch.manual_seed(0)
 teacher = nn.Linear(32, 10)
-test_x = torch.randn(512, 32, generator=torch.Generator().manual_seed(99))
+# Enough test points that the accuracy's sampling noise stays well inside the margin.
+test_x = torch.randn(4096, 32, generator=torch.Generator().manual_seed(99))
 test_y = teacher(test_x).argmax(1)
 
 
@@ -36,7 +37,9 @@ def train(label, compression, passes):
 reference = {passes: train(f"reference{passes}", hvd.Compression.none, passes)[0] for passes in (1, 2)}
 for kind, passes in (("powersgd", 1), ("topk", 1), ("powersgd", 2)):
     compression = {
-        "powersgd": hvd.Compression.powersgd(rank=2, start_iter=5),
+        # Rank 4 still sends under half the numbers. At rank 2 the gap to uncompressed training moves by several
+        # points from one seed or CPU to the next, so the bound would judge chance, not the compressor.
+        "powersgd": hvd.Compression.powersgd(rank=4, start_iter=5),
         "topk": hvd.Compression.topk(ratio=0.1, start_iter=5),
     }[kind]
     accuracy, opt = train(f"{kind}{passes}", compression, passes)
