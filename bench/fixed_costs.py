@@ -15,7 +15,11 @@ tables give the median and the worst round, and ratios are taken within a round.
   allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
   grouped_allreduce_ (hvdlite-grouped); and
   the same bytes already fused into one tensor, one torch.distributed gloo allreduce (gloo-fused), the floor a
-  framework that fuses before the call pays. The figure is the step's time divided by K: flat when the cost per
+  framework that fuses before the call pays. Beside them, in hvdlite's job but exchanging nothing, the least any
+  collective per tensor does on each rank (touch-floor): a Python call per tensor that checks its cached facts and
+  reads its address, as allreduce_async_'s steady state does, then one pass that reads every tensor's 1 KB into a
+  flat buffer. How that floor grows with K is the growth no per-tensor API escapes on the machine: the caches
+  missing each tensor's scattered state. The figure is the step's time divided by K: flat when the cost per
   tensor does not grow with the number of tensors in flight.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
@@ -51,7 +55,8 @@ LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
 LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
-CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused"]
+CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
+HVDLITE_JOB_PEERS = {"touch-floor"}  # not hvdlite's collectives, but run in its job for the barrier
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
 KERAS_PEERS = ["keras-hvdlite"]
 KERAS_VARIABLES = [10, 100, 400]
@@ -144,6 +149,8 @@ def worker(peer, ks):
                 for h in handles:
                     hvd.synchronize(h)
 
+        elif peer == "touch-floor":
+            step = touch_floor_step(tensors, names)
         else:
 
             def step():
@@ -153,6 +160,31 @@ def worker(peer, ks):
         if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
             raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
     return hvd.rank(), hvd.size(), results
+
+
+def touch_floor_step(tensors, names):
+    """A step of the least a collective per tensor does on its own rank: a call per tensor that finds its cached
+    facts by name, compares them and reads the tensor's address (allreduce_async_'s steady state without the
+    core), then one pass in the core that reads each tensor's data into a flat buffer. Nothing is exchanged."""
+    import torch
+
+    from hvdlite.common import ops
+
+    facts = {name: (tensor.dtype, tensor.shape) for tensor, name in zip(tensors, names)}
+    flat = torch.empty(len(tensors) * TENSOR_FLOATS)
+    sizes = ops.ffi.new("int64_t[]", [TENSOR_FLOATS * 4] * len(tensors))
+
+    def touch(tensor, name):
+        known = facts[name]
+        if known[0] is tensor.dtype and known[1] == tensor.shape and tensor.is_cpu and tensor.is_contiguous():
+            return tensor.data_ptr()
+        raise SystemExit(f"touch-floor: {name} changed")
+
+    def step():
+        addresses = [touch(t, n) for t, n in zip(tensors, names)]
+        ops.gather_bytes(flat.data_ptr(), addresses, sizes)
+
+    return step
 
 
 class ManyParameters:
@@ -403,7 +435,7 @@ def launch(peer, np_, out_path, ks, script=None):
         ),
     )
     me = [sys.executable, script or os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if "hvdlite" in peer:
+    if "hvdlite" in peer or peer in HVDLITE_JOB_PEERS:
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=1800).returncode
     if peer == "mpi":
@@ -538,7 +570,7 @@ def summarize(rounds, ks):
         )
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
-    for peer in ("hvdlite-async", "hvdlite-grouped"):
+    for peer in ("hvdlite-async", "hvdlite-grouped", "touch-floor"):
         present = [rd for rd in rounds if peer in rd]
         if not present:
             continue
@@ -584,18 +616,24 @@ def report_lines(summary):
             lines.append("| " + " | ".join(cells) + " |")
     if summary["per_tensor"]:
         linearity = summary["linearity"].get("hvdlite-async", {})
-        lines += [
-            "",
+        floor = summary["linearity"].get("touch-floor")  # absent from results kept from before it ran
+        peers = CURVE_PEERS if floor else [peer for peer in CURVE_PEERS if peer != "touch-floor"]
+        base = linearity.get("base_k", "-")
+        header = (
             "| K tensors of 1 KB | hvdlite async + synchronize, us a tensor | hvdlite grouped, us a tensor | "
-            "gloo, one fused allreduce, us a tensor | gloo time / hvdlite async time | gloo time / hvdlite grouped "
-            f"time | async per tensor / at K={linearity.get('base_k', '-')} |",
-            "|---|---|---|---|---|---|---|",
-        ]
+            "gloo, one fused allreduce, us a tensor | "
+            + ("each tensor touched, nothing exchanged (the floor), us a tensor | " if floor else "")
+            + f"gloo time / hvdlite async time | gloo time / hvdlite grouped time | async per tensor / at K={base} |"
+            + (f" floor per tensor / at K={base} |" if floor else "")
+        )
+        lines += ["", header, "|---" * header.count(" | ") + "|---|"]
         for row in summary["per_tensor"]:
-            cells = [str(row["k"])] + [_cell(row.get(peer), 1e6) for peer in CURVE_PEERS]
+            cells = [str(row["k"])] + [_cell(row.get(peer), 1e6) for peer in peers]
             cells.append(_cell(row.get("gloo_fused_over_async"), suffix="x"))
             cells.append(_cell(row.get("gloo_fused_over_grouped"), suffix="x"))
             cells.append(_cell(linearity.get("by_k", {}).get(str(row["k"]))))
+            if floor:
+                cells.append(_cell(floor["by_k"].get(str(row["k"]))))
             lines.append("| " + " | ".join(cells) + " |")
     if summary["optimizer"]:
         lines += [
@@ -672,10 +710,14 @@ def headline(data):
         parts.append(added)
     linearity = summary["linearity"].get("hvdlite-async", {})
     if "4096" in linearity.get("by_k", {}):
-        parts.append(
+        growth = (
             f"a collective per tensor costs {linearity['by_k']['4096']['median']:.2f}x as much at 4,096 tensors in "
             f"flight as at {linearity['base_k']:,}"
         )
+        floor = summary["linearity"].get("touch-floor", {}).get("by_k", {}).get("4096")
+        if floor:
+            growth += f" (touching each tensor alone, nothing exchanged: {floor['median']:.2f}x)"
+        parts.append(growth)
     grouped = next(
         (row for row in summary["per_tensor"] if row["k"] == 1024 and "gloo_fused_over_grouped" in row), None
     )
