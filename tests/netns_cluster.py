@@ -3,8 +3,11 @@
 Each host is a network namespace joined to a bridge in the root namespace by a veth pair, with an address
 10.123.<net>.<10+i>/24 (the launcher reaches them from 10.123.<net>.1 on the bridge) and its own OpenSSH
 server on port 2222 with host keys, authorized key and config generated in a temporary directory. The
-namespaces share the filesystem (and so the virtualenv) with the test. Needs root, iproute2 and
-openssh-server; :func:`start_cluster` raises :class:`ClusterUnavailable` with the reason otherwise.
+namespaces share the filesystem (and so the virtualenv) with the test, except root's home: each host sees it
+through its own copy-on-write overlay, as a real host has its own. Logins run root's rc files there, and a host
+the tests kill mid-login (a simulated crash) must not leave a lock in this machine's home that every later login
+waits on (pyenv's rehash lock does that). Needs root, iproute2 and openssh-server; :func:`start_cluster` raises
+:class:`ClusterUnavailable` with the reason otherwise.
 
 Names carry this process's pid so that concurrent test runs on one machine do not collide; :meth:`stop`
 kills everything running in the namespaces and deletes them.
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -142,9 +147,22 @@ class Cluster:
                     ]
                 )
             )
+        home = pwd.getpwuid(0).pw_dir
+        layers = os.path.join(self.workdir, "home_%s" % host.alias)
+        os.makedirs(os.path.join(layers, "upper"))
+        os.makedirs(os.path.join(layers, "work"))
+        # unshare and sh exec in turn, so the listener keeps the pid we start. Without overlayfs the host
+        # shares this machine's home, as before, and says so in its log.
+        overlay = "lowerdir=%s,upperdir=%s/upper,workdir=%s/work" % (home, layers, layers)
+        start = "mount -t overlay overlay -o %s %s || echo 'test host: home not overlaid' >&2; exec %s" % (
+            shlex.quote(overlay),
+            shlex.quote(home),
+            " ".join(shlex.quote(arg) for arg in (SSHD, "-D", "-e", "-f", config)),
+        )
         log = open(os.path.join(self.workdir, "sshd_%s.log" % host.alias), "wb")
         host.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", config],
+            ["ip", "netns", "exec", host.namespace, "unshare", "--mount", "--propagation", "private"]
+            + ["sh", "-c", start],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

@@ -32,6 +32,23 @@ def namespace_of(pid: int) -> str:
     ).stdout.strip()
 
 
+@pytest.mark.timeout(60)
+def test_each_test_host_writes_to_its_own_home(cluster):
+    # The tests kill hosts mid-login; a lock an rc file takes in this machine's home would stall every later login.
+    marker = "~/.hvdlite-home-probe-" + uuid.uuid4().hex
+    a, b = cluster.hosts
+
+    def on(host, command):
+        return subprocess.run(
+            ["ssh", "-F", cluster.ssh_config, host.alias, command], capture_output=True, text=True, timeout=30
+        )
+
+    wrote = on(a, "touch %s && test -e %s" % (marker, marker))
+    assert wrote.returncode == 0, wrote.stderr
+    assert on(b, "test -e " + marker).returncode == 1
+    assert not os.path.exists(os.path.expanduser(marker))
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["addresses", "aliases-and-interfaces", "local-and-remote"])
 def test_collectives_across_two_hosts_over_ssh(cluster, tmp_path, how):
