@@ -159,16 +159,23 @@ HVDLITE_EXPORT int hvdlite_size(void) {
   return rt ? rt->size() : -1;
 }
 
-HVDLITE_EXPORT int64_t hvdlite_submit(const hvdlite_request* request) {
+namespace {
+// slot_home: the caller's own request, where request is a copy of it.
+int64_t submit_one(const hvdlite_request* request, uint64_t* slot_home) {
   int64_t handle = 0;
   const int status = guarded([&] {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request) return fail(StatusCode::kInvalidArgument, "null request");
-    return report(rt->enqueue(request, 1, &handle));
+    return report(rt->enqueue(request, 1, &handle, nullptr, slot_home ? &slot_home : nullptr));
   });
   return status == HVDLITE_OK ? handle : -static_cast<int64_t>(status);
 }
+
+uint64_t* slot_of(const hvdlite_request& request) { return const_cast<uint64_t*>(&request.name_slot); }
+}  // namespace
+
+HVDLITE_EXPORT int64_t hvdlite_submit(const hvdlite_request* request) { return submit_one(request, nullptr); }
 
 namespace {
 // The request with its buffers replaced, copied on the stack (the core copies it again when it queues it).
@@ -183,7 +190,7 @@ hvdlite_request at_buffers(const hvdlite_request& request, uintptr_t input, uint
 HVDLITE_EXPORT int64_t hvdlite_submit_at(const hvdlite_request* request, uintptr_t input, uintptr_t output) {
   if (!request) return hvdlite_submit(nullptr);
   const hvdlite_request moved = at_buffers(*request, input, output);
-  return hvdlite_submit(&moved);
+  return submit_one(&moved, slot_of(*request));
 }
 
 HVDLITE_EXPORT int hvdlite_enqueue_many(const hvdlite_request* requests, int32_t count, int64_t* handles_out) {
@@ -206,14 +213,17 @@ HVDLITE_EXPORT int hvdlite_enqueue_batch(const hvdlite_request* templates, const
       return fail(StatusCode::kInvalidArgument, "invalid batch");
     }
     thread_local std::vector<hvdlite_request> requests;  // reused: an optimizer submits a batch every step
+    thread_local std::vector<uint64_t*> slot_homes;
     requests.clear();
+    slot_homes.clear();
     for (int32_t i = 0; i < count; ++i) {
       hvdlite_request r = templates[indices[i]];
       r.input = reinterpret_cast<const void*>(buffers[i]);
       r.output = reinterpret_cast<void*>(buffers[i]);
       requests.push_back(r);
+      slot_homes.push_back(slot_of(templates[indices[i]]));
     }
-    return report(rt->enqueue(requests.data(), count, handles_out));
+    return report(rt->enqueue(requests.data(), count, handles_out, nullptr, slot_homes.data()));
   });
 }
 
@@ -307,14 +317,15 @@ HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, doub
   });
 }
 
-HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) {
+namespace {
+int64_t run_one(const hvdlite_request* request, uint64_t* slot_home) {
   int64_t live = 0;
   const int status = guarded([&] {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request) return fail(StatusCode::kInvalidArgument, "null request");
     std::shared_ptr<HandleState> state;
-    Status queued = rt->enqueue(request, 1, nullptr, &state);
+    Status queued = rt->enqueue(request, 1, nullptr, &state, slot_home ? &slot_home : nullptr);
     if (!queued.ok()) return report(queued);
     const bool finished = rt->wait(*state, int64_t{HVDLITE_WAIT_SLICE_MS} * 1000);
     // Still running, or failed: only now does the operation need a handle, for the caller to wait on or to read
@@ -326,11 +337,14 @@ HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) {
   g_last_run = result;
   return result;
 }
+}  // namespace
+
+HVDLITE_EXPORT int64_t hvdlite_run(const hvdlite_request* request) { return run_one(request, nullptr); }
 
 HVDLITE_EXPORT int64_t hvdlite_run_at(const hvdlite_request* request, uintptr_t input, uintptr_t output) {
   if (!request) return hvdlite_run(nullptr);
   const hvdlite_request moved = at_buffers(*request, input, output);
-  return hvdlite_run(&moved);
+  return run_one(&moved, slot_of(*request));
 }
 
 HVDLITE_EXPORT int64_t hvdlite_last_run(void) { return g_last_run; }

@@ -1,6 +1,7 @@
 // Unit tests of an operation's bookkeeping: the tensor queue's name records (a name in flight is refused again, on
-// its own or within a group, and stays refused when the records of finished names are swept) and the handle
-// table's ids. Run from unit_tests.cc's main (tests/test_core_cpp.py builds the files into one binary).
+// its own or within a group, and stays refused when the records of finished names are swept; a caller's kept
+// request finds its record by the token the queue gave it) and the handle table's ids. Run from unit_tests.cc's main
+// (tests/test_core_cpp.py builds the files into one binary).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -14,23 +15,28 @@ using namespace hvdlite;
 
 namespace {
 
-Status push_one(TensorQueue& queue, const std::string& name, int32_t process_set = 0) {
+// slot: the caller's kept token for the name (hvdlite_request.name_slot), read and updated as the runtime does.
+Status push_one(TensorQueue& queue, const std::string& name, int32_t process_set = 0, uint64_t* slot = nullptr) {
   std::vector<TensorEntry*> batch;
   queue.take_spare(batch, 1);
   batch[0]->request.name = name;
   batch[0]->request.process_set = process_set;
+  batch[0]->name_slot = slot ? *slot : 0;
+  batch[0]->name_slot_home = slot;
   Status status = queue.push(batch, [](TensorEntry&) {});
   queue.recycle(batch);  // refused: still ours
   return status;
 }
 
-// Pushes, drains and finishes one operation under name.
-void run_through(TensorQueue& queue, const std::string& name) {
-  CHECK(push_one(queue, name).ok());
+// Pushes, drains and finishes one operation under name; returns the record it had.
+const NameRecord* run_through(TensorQueue& queue, const std::string& name, uint64_t* slot = nullptr) {
+  CHECK(push_one(queue, name, 0, slot).ok());
   std::vector<TensorEntry*> drained;
   queue.drain(drained);
   CHECK(drained.size() == 1);
+  const NameRecord* record = drained[0]->name_record;
   for (TensorEntry* entry : drained) queue.finish(entry, Status::Ok());
+  return record;
 }
 
 }  // namespace
@@ -94,6 +100,39 @@ void test_name_records() {
   queue.recycle(reused);
   run_through(queue, "kept");  // finished: the name may be used again
   queue.finish(other[0], Status::Ok());
+}
+
+void test_name_slots() {
+  TensorQueue queue;
+  // The first push gives the caller a token; handed back, it finds the same record, and the token stays as it was.
+  uint64_t grad = 0, other = 0;
+  const NameRecord* first = run_through(queue, "grad", &grad);
+  CHECK(grad != 0);
+  const uint64_t given = grad;
+  CHECK(run_through(queue, "grad", &grad) == first && grad == given);
+  // A name in flight is refused through its token as through its name.
+  CHECK(push_one(queue, "grad", 0, &grad).ok());
+  std::vector<TensorEntry*> held;
+  queue.drain(held);
+  CHECK(!push_one(queue, "grad", 0, &grad).ok() && !push_one(queue, "grad").ok());
+  queue.finish(held[0], Status::Ok());
+  // A token handed back with another name (a caller that renamed its request) is not that name's: the other
+  // name gets a record and a token of its own.
+  other = grad;
+  const NameRecord* renamed = run_through(queue, "weights", &other);
+  CHECK(renamed != first && other != grad);
+  // Swept records are reused for new names under a new generation: an old token then finds nothing, and its
+  // name gets a record again, with a new token.
+  for (int i = 0; i < 40000; ++i) run_through(queue, "once." + std::to_string(i));
+  const uint64_t stale = grad;
+  const NameRecord* again = run_through(queue, "grad", &grad);
+  CHECK(again && grad != stale && grad != 0);
+  CHECK(push_one(queue, "grad", 0, &grad).ok());  // and the new token holds the name in flight
+  held.clear();
+  queue.drain(held);
+  uint64_t copy = stale;
+  CHECK(!push_one(queue, "grad", 0, &copy).ok());  // the stale token, looked up by name, finds it in flight too
+  queue.finish(held[0], Status::Ok());
 }
 
 void test_handle_table() {

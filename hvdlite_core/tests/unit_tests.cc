@@ -48,6 +48,7 @@ void test_messages();
 void test_orphaned_inboxes();
 // In queue_tests.cc.
 void test_name_records();
+void test_name_slots();
 void test_handle_table();
 // In cache_tests.cc.
 void test_cache();
@@ -577,6 +578,7 @@ static void test_huge_page_promotion() {
 int main() {
   test_validation();
   test_name_records();
+  test_name_slots();
   test_handle_table();
   test_cache();
   test_eager_layout();

@@ -51,6 +51,11 @@ struct HandleState {
 // step is hashed once per operation (when queued) and found from its entry after that. Owned by the tensor queue;
 // an entry points at its name's record while it is in flight, and the record outlives it.
 struct NameRecord {
+  // The record's place in the queue's table and the count of names that held it: together the token a caller's
+  // kept request carries (hvdlite_request.name_slot), refused once the record is swept and reused.
+  uint32_t slot = 0;
+  uint32_t generation = 1;
+  size_t key_hash = 0;     // of its key: a token handed back with another name finds no record
   bool in_flight = false;  // under the queue's lock
   uint64_t batch = 0;      // the last grouped submission that named it (TensorQueue::push), under the queue's lock
   // Where the response cache held this name when last looked up, and that slot's stamp then: still valid while
@@ -68,9 +73,11 @@ struct TensorEntry {
   void* ready = nullptr;        // CUDA memory: an event recorded on stream at enqueue; the data plane's stream waits
                                 // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
-  Clock::time_point enqueued;         // set by Runtime::enqueue, for the timeline and the stall checks
-  std::string key;                    // entry_key(process set, name), set once when queued (TensorQueue::push)
-  NameRecord* name_record = nullptr;  // set with key
+  Clock::time_point enqueued;          // set by Runtime::enqueue, for the timeline and the stall checks
+  std::string key;                     // entry_key(process set, name), set once when queued (TensorQueue::push)
+  NameRecord* name_record = nullptr;   // set with key
+  uint64_t name_slot = 0;              // the caller's token for its name's record (hvdlite_request.name_slot)
+  uint64_t* name_slot_home = nullptr;  // where the caller keeps it, written when the name gets a new record
 
   // Back to a new entry's state, but keeping what its strings and vectors have allocated: the queue reuses the
   // entries of finished operations, so that a steady state of named tensors allocates no name, shape or key.
@@ -79,7 +86,7 @@ struct TensorEntry {
     // added to either struct changes its size and stops the build here (the suite's build: libstdc++ on x86-64)
     // until it is reset below too.
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-    static_assert(sizeof(Request) == 144 && sizeof(TensorEntry) == 264, "reset the new field below");
+    static_assert(sizeof(Request) == 144 && sizeof(TensorEntry) == 280, "reset the new field below");
 #endif
     const Request defaults;
     request.rank = defaults.rank;
@@ -108,6 +115,8 @@ struct TensorEntry {
     enqueued = Clock::time_point();
     key.clear();
     name_record = nullptr;
+    name_slot = 0;
+    name_slot_home = nullptr;
   }
 };
 

@@ -315,7 +315,7 @@ __attribute__((noinline)) EnqueueScratch& this_thread_enqueue_scratch() {
 }  // namespace
 
 Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                        std::shared_ptr<HandleState>* first_state_out) {
+                        std::shared_ptr<HandleState>* first_state_out, uint64_t* const* slot_homes) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
   // tensors allocates no entry, name, shape or key here.
@@ -341,6 +341,9 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     if (!status.ok()) return status;
     entry.input = requests[i].input;
     entry.output = requests[i].output;
+    // The ABI's one write into the caller's request (TensorQueue::push), into memory the caller owns.
+    entry.name_slot_home = slot_homes ? slot_homes[i] : const_cast<uint64_t*>(&requests[i].name_slot);
+    entry.name_slot = __atomic_load_n(entry.name_slot_home, __ATOMIC_RELAXED);
     // Results in the caller's buffers (a gradient's allreduce, a broadcast): a reused state. The others carry an
     // output the core owns, freed with a state that is not kept for reuse.
     const bool in_callers_buffers = entry.request.op == OpType::kAllreduce || entry.request.op == OpType::kBroadcast;

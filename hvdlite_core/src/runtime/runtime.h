@@ -33,9 +33,10 @@ class Runtime {
   // Validates every request, then queues all of them or none (grouped collectives are atomic).
   // first_state_out (optional): the first operation's state, for a caller that waits on it at once. handles_out
   // may then be null: the operations get no handle (hvdlite_run registers one only when it must
-  // return it).
+  // return it). slot_homes (optional): for each request, the caller's kept request whose name_slot the core
+  // updates, where requests are copies of it; by default the requests' own.
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                 std::shared_ptr<HandleState>* first_state_out = nullptr);
+                 std::shared_ptr<HandleState>* first_state_out = nullptr, uint64_t* const* slot_homes = nullptr);
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of

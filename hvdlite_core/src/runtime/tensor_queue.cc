@@ -1,6 +1,14 @@
 #include "runtime/tensor_queue.h"
 
+#include <functional>
+
 namespace hvdlite {
+
+namespace {
+uint64_t token_of(const NameRecord& record) {
+  return uint64_t{record.generation} << 32 | (uint64_t{record.slot} + 1);
+}
+}  // namespace
 
 TensorQueue::~TensorQueue() {
   for (TensorEntry* entry : queue_) delete entry;
@@ -21,12 +29,17 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
     const uint64_t batch = grouped ? ++batches_ : 0;
     std::unordered_set<std::string_view> new_names;
     found_.assign(entries.size(), nullptr);
+    key_hashes_.assign(entries.size(), 0);
     for (size_t i = 0; i < entries.size(); ++i) {
       const TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) continue;
       const std::string& key = entry.key;
-      auto it = names_.find(key);
-      NameRecord* record = it != names_.end() ? &it->second : nullptr;
+      key_hashes_[i] = std::hash<std::string>{}(key);
+      NameRecord* record = record_by_slot(entry.name_slot, key_hashes_[i]);
+      if (!record) {
+        auto it = names_.find(key);
+        record = it != names_.end() ? &records_[it->second] : nullptr;
+      }
       found_[i] = record;
       bool repeated = false;
       if (grouped && record) {
@@ -63,7 +76,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
         name_unnamed(entry);
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       } else {
-        entry.name_record = mark_in_flight(entry.key, found_[i]);
+        entry.name_record = mark_in_flight(entry, key_hashes_[i], found_[i]);
       }
       if (i >= first_recent) recent_.submitted(entry);
       queue_.push_back(&entry);
@@ -101,9 +114,36 @@ void TensorQueue::drain(std::vector<TensorEntry*>& out) {
   queued_.store(0, std::memory_order_release);
 }
 
-NameRecord* TensorQueue::mark_in_flight(const std::string& key, NameRecord* known) {
-  NameRecord* record = known ? known : &names_[key];
+NameRecord* TensorQueue::record_by_slot(uint64_t slot, size_t key_hash) {
+  if (slot == 0) return nullptr;
+  const uint64_t index = (slot & 0xffffffffu) - 1;
+  if (index >= records_.size()) return nullptr;
+  NameRecord& record = records_[index];
+  return record.generation == slot >> 32 && record.key_hash == key_hash ? &record : nullptr;
+}
+
+NameRecord* TensorQueue::mark_in_flight(TensorEntry& entry, size_t key_hash, NameRecord* known) {
+  NameRecord* record = known;
+  if (!record) {
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(records_.size());
+      records_.emplace_back();
+    }
+    record = &records_[slot];
+    record->slot = slot;
+    record->key_hash = key_hash;
+    names_.emplace(entry.key, slot);
+  }
   record->in_flight = true;
+  // Written only when it changes, so that a kept request's steady state leaves the caller's memory alone. Relaxed
+  // and atomic: threads that share a kept request may queue it at once (all but one are then refused).
+  const uint64_t token = token_of(*record);
+  if (entry.name_slot_home && entry.name_slot != token)
+    __atomic_store_n(entry.name_slot_home, token, __ATOMIC_RELAXED);
   return record;
 }
 
@@ -114,7 +154,18 @@ void TensorQueue::clear_in_flight(TensorEntry& entry) {
 
 void TensorQueue::sweep_names() {
   for (auto it = names_.begin(); it != names_.end();) {
-    it = it->second.in_flight ? std::next(it) : names_.erase(it);
+    NameRecord& record = records_[it->second];
+    if (record.in_flight) {
+      ++it;
+      continue;
+    }
+    // A new generation: tokens callers still hold for the old name find nothing here and look their name up.
+    const uint32_t slot = record.slot, generation = record.generation + 1;
+    record = NameRecord();
+    record.slot = slot;
+    record.generation = generation;
+    free_slots_.push_back(slot);
+    it = names_.erase(it);
   }
   // Twice what is left: names in flight are never swept, so a table mostly in flight is not swept on every push.
   sweep_at_ = std::max<size_t>(1 << 14, 2 * names_.size());

@@ -6,6 +6,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string_view>
@@ -62,8 +63,11 @@ class TensorQueue {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  // The record of a key, made if it has none; its name is marked in flight.
-  NameRecord* mark_in_flight(const std::string& key, NameRecord* known);
+  // The record an entry's token (TensorEntry::name_slot) names, if it is still that name's; else null.
+  NameRecord* record_by_slot(uint64_t slot, size_t key_hash);
+  // The record of a key, made if it has none; its name is marked in flight and a new record's token is written
+  // where the entry's caller keeps it.
+  NameRecord* mark_in_flight(TensorEntry& entry, size_t key_hash, NameRecord* known);
   static void clear_in_flight(TensorEntry& entry);
   void keep_spare(TensorEntry* entry);  // under the lock
   // Forgets the records of names not in flight once there are many (unnamed operations get a new name each).
@@ -71,10 +75,16 @@ class TensorQueue {
 
   std::vector<TensorEntry*> queue_;
   std::atomic<size_t> queued_{0};  // queue_.size(), written under the lock
-  // Node-based: a record never moves, so entries hold pointers to it.
-  std::unordered_map<std::string, NameRecord> names_;
+  // Records never move (a deque grows at its end), so entries hold pointers to them. A caller's kept request
+  // finds its record by slot, in the order it submits, with no hashing of its name and no walk through scattered
+  // hash nodes: that walk cost most of a submission once thousands of names are in flight. names_ finds the
+  // slot of a name submitted without a token.
+  std::deque<NameRecord> records_;
+  std::vector<uint32_t> free_slots_;  // of swept records, reused with their generation advanced
+  std::unordered_map<std::string, uint32_t> names_;
   size_t sweep_at_ = 1 << 14;       // names_.size() at which the next sweep_names runs
   std::vector<NameRecord*> found_;  // push's records of the batch, reused
+  std::vector<size_t> key_hashes_;  // and their keys' hashes
   uint64_t batches_ = 0;            // grouped submissions so far (NameRecord::batch)
   // Finished entries, reused rather than freed, so that a steady state allocates nothing here. Stays below the
   // most operations ever in flight at once.
