@@ -1,7 +1,7 @@
 // Unit tests of an operation's bookkeeping: the tensor queue's name records (a name in flight is refused again, on
 // its own or within a group, and stays refused when the records of finished names are swept; a caller's kept
-// request finds its record by the token the queue gave it) and the handle table's ids. Run from unit_tests.cc's main
-// (tests/test_core_cpp.py builds the files into one binary).
+// request finds its record by the token the queue gave it) and the handle table's ids, in its window and apart. Run
+// from unit_tests.cc's main (tests/test_core_cpp.py builds the files into one binary).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -165,4 +165,28 @@ void test_handle_table() {
   }
   std::sort(seen.begin(), seen.end());
   CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+
+  // A handle held while many later ones come and go leaves the window for the map, and is still found there; the
+  // window itself stays within its bound, and ids found in it after it grew are the right ones.
+  HandleTable windowed(64);
+  auto held = std::make_shared<HandleState>();
+  const int64_t kept = windowed.add(held);
+  std::vector<int64_t> live;
+  std::vector<std::shared_ptr<HandleState>> states;
+  for (int i = 0; i < 50; ++i) {
+    states.push_back(std::make_shared<HandleState>());
+    live.push_back(windowed.add(states.back()));
+  }
+  for (size_t i = 0; i < live.size(); ++i) CHECK(windowed.get(live[i]) == states[i]);
+  CHECK(windowed.held_apart() == 0);
+  for (int64_t id : live) windowed.release(id);
+  for (int i = 0; i < 1000; ++i) windowed.release(windowed.add(a));
+  CHECK(windowed.held_apart() == 1 && windowed.get(kept) == held);
+  // Released out of order: the later ones are found until released, the earlier one is gone.
+  const int64_t first = windowed.add(a), second = windowed.add(b);
+  windowed.release(second);
+  CHECK(windowed.get(first) == a && !windowed.get(second));
+  windowed.release(first);
+  windowed.release(kept);
+  CHECK(windowed.held_apart() == 0 && !windowed.get(kept) && !windowed.get(first));
 }

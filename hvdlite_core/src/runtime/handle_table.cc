@@ -1,5 +1,7 @@
 #include "runtime/handle_table.h"
 
+#include <algorithm>
+
 namespace hvdlite {
 
 namespace {
@@ -44,44 +46,62 @@ std::shared_ptr<HandleState> fresh_handle_state() {
   return state;
 }
 
-void HandleTable::insert(int64_t id, std::shared_ptr<HandleState> state) {
-  if (spare_.empty()) {
-    states_.emplace(id, std::move(state));
-    return;
+void HandleTable::pop_front() {
+  std::shared_ptr<HandleState>& oldest = ring_[head_];
+  if (oldest) stragglers_.emplace(first_id_, std::move(oldest));
+  head_ = (head_ + 1) & mask_;
+  ++first_id_;
+  --count_;
+}
+
+void HandleTable::insert(std::shared_ptr<HandleState> state) {
+  if (count_ == ring_.size()) {
+    if (ring_.size() < window_bound_) {
+      // Grown in order, oldest first, so ids keep their offsets from first_id_.
+      std::vector<std::shared_ptr<HandleState>> grown(
+          std::min(window_bound_, std::max<size_t>(64, 2 * ring_.size())));
+      for (size_t i = 0; i < count_; ++i) grown[i] = std::move(ring_[(head_ + i) & mask_]);
+      ring_.swap(grown);
+      head_ = 0;
+      mask_ = ring_.size() - 1;
+    } else {
+      pop_front();
+    }
   }
-  States::node_type node = std::move(spare_.back());
-  spare_.pop_back();
-  node.key() = id;
-  node.mapped() = std::move(state);
-  states_.insert(std::move(node));  // ids are never reused: always placed
+  ring_[(head_ + count_) & mask_] = std::move(state);
+  ++count_;
 }
 
 void HandleTable::erase(int64_t id) {
-  States::node_type node = states_.extract(id);
-  if (node.empty()) return;
-  node.mapped().reset();
-  spare_.push_back(std::move(node));
+  if (id >= first_id_ && id < first_id_ + static_cast<int64_t>(count_)) {
+    at(id).reset();
+    while (count_ > 0 && !ring_[head_]) pop_front();
+    return;
+  }
+  if (!stragglers_.empty()) stragglers_.erase(id);
 }
 
 int64_t HandleTable::add(std::shared_ptr<HandleState> state) {
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t id = next_id_++;
-  insert(id, std::move(state));
+  const int64_t id = first_id_ + static_cast<int64_t>(count_);
+  insert(std::move(state));
   return id;
 }
 
 void HandleTable::add_many(const std::vector<std::shared_ptr<HandleState>>& states, int64_t* ids_out) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < states.size(); ++i) {
-    ids_out[i] = next_id_++;
-    insert(ids_out[i], states[i]);
+    ids_out[i] = first_id_ + static_cast<int64_t>(count_);
+    insert(states[i]);
   }
 }
 
 std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = states_.find(id);
-  return it == states_.end() ? nullptr : it->second;
+  if (id >= first_id_ && id < first_id_ + static_cast<int64_t>(count_)) return at(id);
+  if (id <= 0 || id >= first_id_ || stragglers_.empty()) return nullptr;
+  auto it = stragglers_.find(id);
+  return it == stragglers_.end() ? nullptr : it->second;
 }
 
 void HandleTable::release(int64_t id) {

@@ -16,22 +16,39 @@ namespace hvdlite {
 // for operations without a core-owned output: a kept state would hold that memory until its reuse.
 std::shared_ptr<HandleState> fresh_handle_state();
 
+// Ids are handed out in order and a training step releases them in about the order it made them, so the live ids
+// lie in a window [first_id_, first_id_ + count_) kept in a ring and visited in order. A hash table's scattered nodes
+// cost a cache miss or three a lookup once thousands of operations are in flight. A handle still held when the
+// window reaches its bound (never released, or kept across many steps) moves to a map, so a forgotten handle holds
+// one entry there rather than the window's whole length behind it.
 class HandleTable {
  public:
+  // window_bound: the most ids the window spans (a power of two, at least 64) before its oldest live ones move to
+  // the map.
+  explicit HandleTable(size_t window_bound = size_t{1} << 16) : window_bound_(window_bound) {}
   int64_t add(std::shared_ptr<HandleState> state);
   void add_many(const std::vector<std::shared_ptr<HandleState>>& states, int64_t* ids_out);  // under one lock
   std::shared_ptr<HandleState> get(int64_t id);
   void release(int64_t id);
   void release_many(const int64_t* ids, int32_t count);  // under one lock
+  size_t held_apart() {                                  // handles moved out of the window, for tests
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stragglers_.size();
+  }
 
  private:
-  using States = std::unordered_map<int64_t, std::shared_ptr<HandleState>>;
-  void insert(int64_t id, std::shared_ptr<HandleState> state);  // under mutex_
-  void erase(int64_t id);                                       // under mutex_
+  void insert(std::shared_ptr<HandleState> state);  // under mutex_; its id is first_id_ + count_
+  void erase(int64_t id);                           // under mutex_
+  std::shared_ptr<HandleState>& at(int64_t id) {
+    return ring_[(head_ + static_cast<size_t>(id - first_id_)) & mask_];
+  }
+  void pop_front();  // the window's oldest slot, to the map if still held
   std::mutex mutex_;
-  States states_;
-  std::vector<States::node_type> spare_;  // released handles' nodes, reused: a steady state allocates none
-  int64_t next_id_ = 1;
+  const size_t window_bound_;
+  std::vector<std::shared_ptr<HandleState>> ring_;  // capacity a power of two, grown up to window_bound_
+  size_t head_ = 0, count_ = 0, mask_ = 0;
+  int64_t first_id_ = 1;
+  std::unordered_map<int64_t, std::shared_ptr<HandleState>> stragglers_;
 };
 
 }  // namespace hvdlite
