@@ -1,6 +1,6 @@
 """Builds and runs the core's C++ unit tests (validation, response cache, eager layout, fusion plan, dtypes, HMAC,
-out-of-step detection, the lost-peer report, receiving in place, copy_bytes, the huge-page buffer and promotion, and
-the algorithm choice's rules and tuned table)."""
+out-of-step detection, the lost-peer report, the handshake's verdicts, receiving in place, copy_bytes, the
+huge-page buffer and promotion, and the algorithm choice's rules and tuned table)."""
 
 import concurrent.futures
 import os
@@ -31,6 +31,8 @@ SOURCES = [
     "choice/select.cc",
     "collectives/algorithm_names.cc",
     "transport/channel.cc",
+    "transport/handshake.cc",
+    "transport/socket_util.cc",
     "transport/shm_channel.cc",
     "transport/progress.cc",
     "transport/shm_segment.cc",

@@ -156,8 +156,13 @@ def test_strangers_are_rejected_and_the_job_completes(tmp_path):
     assert results == {"garbage": True, "wrong_secret": True, "hang_up": True}, (results, output)
     for rank in (0, 1):
         assert "[%d]<stdout>: OK %d\n" % (rank, rank) in job.stdout, output
-    # Rank 0's core says why it dropped each stranger.
+    # Rank 0's core says why it dropped each stranger. The wrong secret's verdict races rank 1: rank 0 hears the
+    # stranger only once it has every rank's address, and cuts the handshakes still running short when rank 1 has
+    # connected, which it says so. The verdict itself is checked without the race in the core's unit tests.
     rejected = [text for text in job.stderr if text.startswith("[0]<stderr>:") and "rejected a connection" in text]
     assert len(rejected) >= 2, output
-    assert any("failed authentication (wrong job secret)" in text for text in rejected), output
+    assert any(
+        "failed authentication (wrong job secret)" in text or "cut short: every rank had connected" in text
+        for text in rejected
+    ), output
     assert any("did not speak hvdlite" in text for text in rejected), output

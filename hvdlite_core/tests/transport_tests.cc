@@ -1,8 +1,10 @@
-// Unit tests of the shared-memory transport: receiving in place from the ring, and small messages beside it. Run
+// Unit tests of the transport: receiving in place from the shared-memory ring, small messages beside it, and the
+// connection handshake's verdicts on a stranger. Run
 // from unit_tests.cc's main (tests/test_core_cpp.py builds the files into one binary).
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,11 +12,13 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.h"
 #include "common/status.h"
 #include "transport/channel.h"
+#include "transport/handshake.h"
 #include "transport/progress.h"
 #include "transport/shm_channel.h"
 #include "transport/shm_segment.h"
@@ -183,4 +187,49 @@ void test_orphaned_inboxes() {
   CHECK(still >= 0);
   if (still >= 0) ::close(still);
   live.unlink();
+}
+
+void test_handshake_verdicts() {
+  // The listener's verdict on a connector that holds another job's secret, and on one that sends noise: the reason
+  // each stranger is dropped with (the data-plane listener logs it).
+  const HandshakeKeys ours{std::vector<uint8_t>(32, 7), "job.0"};
+  const HandshakeKeys theirs{std::vector<uint8_t>(32, 8), "job.0"};
+  auto verdict = [&](auto stranger) {
+    int fds[2];
+    CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    std::thread other([&] { stranger(fds[1]); });
+    std::string error;
+    try {
+      handshake_accept(fds[0], 0, ours, Clock::now() + std::chrono::seconds(5));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ::shutdown(fds[0], SHUT_RDWR);
+    other.join();
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return error;
+  };
+  const std::string wrong_secret = verdict([&](int fd) {
+    try {
+      handshake_connect(fd, 1, 0, theirs, Clock::now() + std::chrono::seconds(5));
+    } catch (const Error&) {  // the listener hangs up without an answer
+    }
+  });
+  CHECK(wrong_secret.find("failed authentication (wrong job secret)") != std::string::npos);
+  const std::string noise = verdict([](int fd) {
+    char hello[24], junk[60];
+    std::memset(junk, 'x', sizeof junk);
+    CHECK(::read(fd, hello, sizeof hello) == static_cast<ssize_t>(sizeof hello));
+    CHECK(::write(fd, junk, sizeof junk) == static_cast<ssize_t>(sizeof junk));
+  });
+  CHECK(noise.find("did not speak hvdlite") != std::string::npos);
+  // The same secret passes, and each side learns the other's rank.
+  int fds[2];
+  CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  std::thread connector([&] { handshake_connect(fds[1], 1, 0, ours, Clock::now() + std::chrono::seconds(5)); });
+  CHECK(handshake_accept(fds[0], 0, ours, Clock::now() + std::chrono::seconds(5)) == 1);
+  connector.join();
+  ::close(fds[0]);
+  ::close(fds[1]);
 }

@@ -45,6 +45,7 @@ void test_allreduce_table();
 // In transport_tests.cc.
 void test_receive_in_place();
 void test_messages();
+void test_handshake_verdicts();
 void test_orphaned_inboxes();
 // In queue_tests.cc.
 void test_name_records();
@@ -596,6 +597,7 @@ int main() {
   test_allreduce_table();
   test_receive_in_place();
   test_messages();
+  test_handshake_verdicts();
   test_orphaned_inboxes();
   test_copy_bytes();
   test_huge_page_buffer();

@@ -136,13 +136,22 @@ void Mesh::accept_all(Clock::time_point deadline) {
   std::vector<std::thread> workers;
   int expected = size() - 1 - rank_;
   auto finish = [&] {
+    std::set<int> cut_short;
     {
       std::lock_guard<std::mutex> lock(mutex);
       for (int fd : in_progress) ::shutdown(fd, SHUT_RDWR);  // unblocks their handshakes at once
+      cut_short = in_progress;
     }
     for (std::thread& t : workers) t.join();
-    for (const Outcome& o : outcomes)
-      if (o.peer >= 0) ::close(o.fd);  // authenticated but not taken
+    // Strangers still in their handshake, or rejected since the last look, are said too: none is dropped silently.
+    for (const Outcome& o : outcomes) {
+      if (o.peer >= 0) {
+        ::close(o.fd);  // authenticated but not taken
+      } else {
+        HVD_LOG(kWarning, "rejected a connection to the data-plane listener: "
+                              << o.error << (cut_short.count(o.fd) ? " (cut short: every rank had connected)" : ""));
+      }
+    }
   };
   while (expected > 0) {
     std::vector<Outcome> ready;
