@@ -1,8 +1,8 @@
 """Build and packaging for hvdlite.
 
-The C++ core (hvdlite_core/) is compiled into one shared library placed inside the `hvdlite` package. It is
-loaded at run time through cffi's ABI mode, so nothing is compiled against Python, PyTorch or TensorFlow: one
-build works with any framework version. Only a C++17 compiler is needed.
+The C++ core (hvdlite_core/) is compiled into one shared library placed inside the `hvdlite` package, and beside it
+cffi's compiled binding to that library's C interface (`hvdlite._hvdlite_binding`, CPython's stable ABI). Nothing is
+compiled against PyTorch or TensorFlow: one build works with any framework version. A C++17 compiler is needed.
 
 Framework requirements are the ranges the code supports (docs/install.md says what sets each lower bound); the exact
 versions that tests and examples run with are in constraints.txt, which the Makefile passes to pip.
@@ -33,6 +33,10 @@ MANYLINUX_ARCHES = ("x86_64", "aarch64")
 # The MPI plugin is compiled where it runs, against that machine's MPI (hvdlite/common/mpi_plugin.py): an
 # installed package carries its source.
 MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("mpi_plugin.cc", "mpi_plugin_abi.h")]
+# The compiled binding is C that cffi writes from hvdlite.h at build time (hvdlite/common/binding.py reads the same
+# declarations), built against CPython's stable ABI of this version and later.
+BINDING_SOURCE = os.path.join("build", "binding", "_hvdlite_binding.c")
+BINDING_LIMITED_API = "0x03090000"
 
 
 def compile_in_parallel(compiler, jobs):
@@ -93,8 +97,37 @@ def use_zig(compiler, arch):
     compiler.set_executables(**{k: v for k, v in executables.items() if k in compiler.executables})
 
 
+def write_binding_source(path):
+    """cffi's API-mode C for the core's interface: each call is a direct C call, where ABI mode's generic call
+    through libffi costs about 0.2 us more, paid by every collective."""
+    import importlib.util
+
+    import cffi
+
+    # By path: the package itself is not importable before it is built.
+    module = os.path.join(HERE, "hvdlite", "common", "declarations.py")
+    spec = importlib.util.spec_from_file_location("declarations", module)
+    declarations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(declarations)
+    ffi = cffi.FFI()
+    ffi.cdef(declarations.declarations(os.path.join(HERE, HEADER)))
+    ffi.set_source("hvdlite._hvdlite_binding", '#include "hvdlite.h"')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    staging = path + ".new"
+    ffi.emit_c_code(staging)
+    with open(staging) as new:
+        fresh = new.read()
+    if os.path.exists(path):
+        with open(path) as old:
+            if old.read() == fresh:  # unchanged: keep its time, so that it is not compiled again
+                os.remove(staging)
+                return
+    os.replace(staging, path)
+
+
 class BuildCore(build_ext):
-    """Compiles the core as a plain shared library (no Python module init) and ships the C header with it."""
+    """Compiles the core as a plain shared library (no Python module init), then the compiled binding linked to it,
+    and ships the C header with them."""
 
     def build_extensions(self):
         compiler = self.compiler
@@ -116,10 +149,16 @@ class BuildCore(build_ext):
         jobs = int(os.environ.get("HVDLITE_BUILD_JOBS") or min(2, os.cpu_count() or 1))
         if jobs > 1:
             compile_in_parallel(compiler, jobs)
+        if binding in self.extensions:
+            write_binding_source(os.path.join(HERE, BINDING_SOURCE))
+            # Linked by file name from where the core was just built; found at run time beside the binding.
+            binding.library_dirs = [os.path.dirname(self.get_ext_fullpath(core.name))]
         super().build_extensions()
         for ext in self.extensions:
             target_dir = os.path.dirname(self.get_ext_fullpath(ext.name))
             os.makedirs(target_dir, exist_ok=True)
+            if ext is not core:
+                continue
             shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(target_dir, "hvdlite.h"))
             if not self.inplace:  # a source checkout compiles the plugin from hvdlite_core/ itself
                 plugin_dir = os.path.join(target_dir, "mpi_plugin")
@@ -136,13 +175,18 @@ class BuildCore(build_ext):
             staging = target + ".tmp"
             shutil.copyfile(built, staging)
             os.replace(staging, target)
-            shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(os.path.dirname(target), "hvdlite.h"))
+        shutil.copyfile(os.path.join(HERE, HEADER), os.path.join(HERE, "hvdlite", "hvdlite.h"))
 
     def get_ext_filename(self, ext_name):
-        # A plain library, not a CPython extension: no interpreter tag in its name (the wheel is py3-none).
-        return os.path.join(*ext_name.split(".")) + ".so"
+        # Called with the full name or its last part. The core is a plain library, not a CPython extension: no
+        # interpreter tag in its name. The binding holds to the stable ABI: any CPython 3 since 3.9 imports it.
+        last = ext_name.split(".")[-1]
+        suffix = ".abi3.so" if last == binding.name.split(".")[-1] else ".so"
+        return os.path.join(*ext_name.split(".")) + suffix
 
     def get_export_symbols(self, ext):
+        if ext is not core:
+            return super().get_export_symbols(ext)
         return []  # not a Python extension module: no PyInit_ symbol to export
 
 
@@ -173,10 +217,24 @@ core = Extension(
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True) + [os.path.join(CORE, "exports.map")],
 )
 
+binding = Extension(
+    "hvdlite._hvdlite_binding",
+    sources=[BINDING_SOURCE],
+    include_dirs=[os.path.join(CORE, "include")],
+    define_macros=[("Py_LIMITED_API", BINDING_LIMITED_API)],
+    py_limited_api=True,
+    libraries=[":_hvdlite_core.so"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN"],
+    depends=[HEADER],
+)
+# The manylinux wheel serves every Python 3 with the core alone, bound through cffi's ABI mode at run time.
+EXTENSIONS = [core] if MANYLINUX_ARCH else [core, binding]
+
 
 class PlatformWheel(bdist_wheel):
-    """The wheel is tagged py3-none-<platform>: the core is a plain C library loaded through cffi's ABI mode, so
-    one wheel serves every Python 3 version on its platform, but not another platform."""
+    """The manylinux wheel is tagged py3-none-<platform>: the core is a plain C library, bound through cffi's ABI
+    mode, so one wheel serves every Python 3 version on its platform. A wheel built with the compiled binding
+    needs CPython's stable ABI: cp39-abi3-<platform>."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -185,7 +243,7 @@ class PlatformWheel(bdist_wheel):
     def get_tag(self):
         if MANYLINUX_ARCH:  # both names of the policy: pip before 20.3 knows only the older one
             return ("py3", "none", "manylinux_2_17_{0}.manylinux2014_{0}".format(MANYLINUX_ARCH))
-        return ("py3", "none") + tuple(super().get_tag()[2:])
+        return ("cp39", "abi3") + tuple(super().get_tag()[2:])
 
 
 # Lower bounds: the oldest release with every API hvdlite uses (docs/install.md lists them).
@@ -222,7 +280,7 @@ setup(
     # launcher side by side) and install as hvdlite.runner, the name Horovod users import (horovod.runner).
     packages=find_packages(include=["hvdlite", "hvdlite.*"]) + ["hvdlite.runner"],
     package_dir={"hvdlite.runner": "launcher"},
-    ext_modules=[core],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": BuildCore, "bdist_wheel": PlatformWheel},
     python_requires=">=3.9",
     install_requires=["cffi>=1.15", "cloudpickle>=2.0", "numpy>=1.26", "PyYAML>=5.1"],

@@ -7,6 +7,8 @@ input. See tests/jobs/*.py for the cases.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hvdjob import assert_job_ok
 from multiproc import job_source, run_job
@@ -70,6 +72,19 @@ SWEEPS = [
         3,
         None,
         {"HVDLITE_SMALL_MESSAGE_BYTES": str(1 << 30), "HVDLITE_SPIN_MICROSECONDS": "20"},
+        "small",
+    ),
+    # the core named by its file: bound through cffi's ABI mode, as the manylinux wheel is, not the compiled module
+    (
+        "abi-binding-np2",
+        2,
+        None,
+        {
+            "HVDLITE_CORE_LIBRARY": os.path.join(
+                os.path.dirname(os.path.dirname(__file__)), "hvdlite", "_hvdlite_core.so"
+            ),
+            "EXPECT_BINDING": "abi",
+        },
         "small",
     ),
 ]

@@ -23,6 +23,7 @@ from hvdjob import (
 )
 
 import hvdlite.torch as hvd
+from hvdlite.common import binding
 
 LEVEL = sys.argv[1] if len(sys.argv) > 1 else "full"
 FULL = LEVEL == "full"
@@ -50,6 +51,10 @@ if expect_transport:
         assert int(info["shm_peers"]) == n - 1 and int(info["tcp_peers"]) == 0, info
     else:
         raise AssertionError(f"unknown EXPECT_TRANSPORT {expect_transport}")
+
+# A source build binds the core through cffi's compiled module; the sweep that names another core file takes the
+# ABI-mode fallback the manylinux wheel uses.
+assert binding.mode == os.environ.get("EXPECT_BINDING", "compiled"), binding.mode
 
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 DTYPES = ALL_DTYPES
