@@ -8,7 +8,9 @@ the header stays the single source of truth.
 """
 
 import glob
+import importlib.util
 import os
+import sys
 
 import cffi
 
@@ -28,17 +30,28 @@ def _find(patterns, what):
     raise ImportError(f"hvdlite: cannot find {what}; was the package built? (pip install -e . compiles the core)")
 
 
+def _compiled_binding():
+    """The compiled module beside this package's core, loaded from its file: an import by name could find another
+    checkout's (an editable install's finder maps the name), bound to that checkout's core."""
+    paths = sorted(glob.glob(os.path.join(_PACKAGE_DIR, "_hvdlite_binding.*so")))
+    if not paths:
+        return None
+    name = "hvdlite._hvdlite_binding"
+    spec = importlib.util.spec_from_file_location(name, paths[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
 def _load():
     # Before the core reads its configuration: CUDA and NCCL from pip wheels, for CUDA tensors (NCCL data plane).
     export_wheel_libraries()
     library = os.environ.get("HVDLITE_CORE_LIBRARY")
     if not library:
-        try:
-            from hvdlite import _hvdlite_binding
-        except ImportError:
-            pass
-        else:
-            return _hvdlite_binding.ffi, _hvdlite_binding.lib, "compiled"
+        compiled = _compiled_binding()
+        if compiled is not None:
+            return compiled.ffi, compiled.lib, "compiled"
         library = _find([os.path.join(_PACKAGE_DIR, "_hvdlite_core.so")], "the core library (_hvdlite_core.so)")
     header = _find([os.path.join(_PACKAGE_DIR, "hvdlite.h"), _REPO_HEADER], "hvdlite.h")
     ffi = cffi.FFI()
