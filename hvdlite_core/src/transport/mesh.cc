@@ -129,18 +129,19 @@ void Mesh::accept_all(Clock::time_point deadline) {
     int fd;
     int peer;  // -1: failed
     std::string error;
+    bool cut_short;  // still in its handshake when the listener stopped
   };
   std::mutex mutex;
   std::vector<Outcome> outcomes;
   std::set<int> in_progress;
+  bool stopping = false;  // under mutex: set with the shutdown of every handshake still in progress
   std::vector<std::thread> workers;
   int expected = size() - 1 - rank_;
   auto finish = [&] {
-    std::set<int> cut_short;
     {
       std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
       for (int fd : in_progress) ::shutdown(fd, SHUT_RDWR);  // unblocks their handshakes at once
-      cut_short = in_progress;
     }
     for (std::thread& t : workers) t.join();
     // Strangers still in their handshake, or rejected since the last look, are said too: none is dropped silently.
@@ -149,7 +150,7 @@ void Mesh::accept_all(Clock::time_point deadline) {
         ::close(o.fd);  // authenticated but not taken
       } else {
         HVD_LOG(kWarning, "rejected a connection to the data-plane listener: "
-                              << o.error << (cut_short.count(o.fd) ? " (cut short: every rank had connected)" : ""));
+                              << o.error << (o.cut_short ? " (cut short: every rank had connected)" : ""));
       }
     }
   };
@@ -188,13 +189,15 @@ void Mesh::accept_all(Clock::time_point deadline) {
     }
     auto handshake_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
     workers.emplace_back([&, fd, handshake_deadline] {
-      Outcome outcome{fd, -1, ""};
+      Outcome outcome{fd, -1, "", false};
       try {
         outcome.peer = handshake_accept(fd, rank_, keys_, handshake_deadline);
       } catch (const Error& e) {
         outcome.error = e.what();
       }
       std::lock_guard<std::mutex> lock(mutex);
+      // Decided here, by the outcome itself: the kernel may already have given this fd's number to a later stranger.
+      outcome.cut_short = stopping && outcome.peer < 0;
       in_progress.erase(fd);
       if (outcome.peer < 0) ::close(fd);
       outcomes.push_back(outcome);
