@@ -431,3 +431,17 @@ def test_torch_distributed_optimizer_refuses_horovods_adasum_optimizer():
             named_parameters=model.named_parameters(),
             op=hvd_torch.Adasum,
         )
+
+
+# ------------------------------------------------------------------------------------------------ binding
+
+
+def test_a_compiled_binding_that_cannot_load_leaves_abi_mode_to_serve(tmp_path, monkeypatch):
+    from hvdlite.common import binding
+
+    assert binding.mode == "compiled"  # a source build's
+    (tmp_path / "_hvdlite_binding.abi3.so").write_bytes(b"not a shared library")
+    monkeypatch.setattr(binding, "_PACKAGE_DIR", str(tmp_path))
+    assert binding._compiled_binding() is None
+    (tmp_path / "_hvdlite_binding.abi3.so").unlink()
+    assert binding._compiled_binding() is None

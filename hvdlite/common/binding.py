@@ -38,8 +38,11 @@ def _compiled_binding():
         return None
     name = "hvdlite._hvdlite_binding"
     spec = importlib.util.spec_from_file_location(name, paths[0])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        module = importlib.util.module_from_spec(spec)  # an extension module is loaded here
+        spec.loader.exec_module(module)
+    except ImportError:  # built for another interpreter, or against a core it no longer matches: ABI mode serves
+        return None
     sys.modules[name] = module
     return module
 
