@@ -55,9 +55,14 @@ build: $(VENV)/.created
 system-packages:
 	tools/system-packages.sh
 
+# The suite's two lanes side by side (tests/conftest.py), then the tests that need the machine alone. Both runs
+# always run; make fails if either failed or found no test.
 test: system-packages
 	$(MAKE) --no-print-directory $(VENV)/.installed-dev build
-	$(PY) -m pytest -q -ra --durations=25
+	status=0; \
+	$(PY) -m pytest -q -ra --durations=25 -n 2 -m "not bench and not alone" || status=$$?; \
+	$(PY) -m pytest -q -ra --durations=5 -m "alone" || status=$$?; \
+	exit $$status
 
 wheel:
 	$(MAKE) --no-print-directory $(VENV)/.installed-wheel

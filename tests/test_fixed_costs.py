@@ -11,6 +11,9 @@ import re
 import pytest
 from multiproc import run_job
 
+# Alone (tests/conftest.py): a ratio of timings, which another job's bursts on the same cores would skew.
+pytestmark = pytest.mark.alone
+
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "per_tensor_cost.py")
 LINEAR_ENOUGH = 2.0
 

@@ -8,6 +8,9 @@ import re
 import pytest
 from multiproc import run_job
 
+# Alone (tests/conftest.py): it counts context switches and times the wake-up after a pause.
+pytestmark = pytest.mark.alone
+
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "idle_cycles.py")
 
 

@@ -89,3 +89,10 @@ def test_with_everything_installed_it_is_silent():
     # The suite itself runs on a machine where the check passed (make test ran it first).
     result = subprocess.run([SCRIPT], capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_waiting_lane_names_test_files_that_exist():
+    import conftest
+
+    for name in conftest.WAITING_LANE:
+        assert os.path.exists(os.path.join(REPO, "tests", name)), f"{name} is in the waiting lane but not in tests/"

@@ -28,6 +28,9 @@ import pytest
 from hvdjob import prelude
 from multiproc import run_job
 
+# Alone (tests/conftest.py): it compares every /dev/shm entry before and after.
+pytestmark = pytest.mark.alone
+
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "soak.py")
 OPS = int(os.environ.get("HVDLITE_SOAK_OPS", "30000"))
 

@@ -1,4 +1,5 @@
-"""`make wheel`'s tool run in the background for test_packaging.py, started when the session has collected it.
+"""`make wheel`'s tool run in the background for test_packaging.py, started with the first test of the lane that
+runs it (tests/conftest.py).
 
 The build takes minutes, most of them Zig compiling libc++ for each target, while most of the suite leaves a core
 idle as its jobs start up and wait on each other. Run at the lowest priority from the session's start, the build
