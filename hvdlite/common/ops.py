@@ -7,6 +7,7 @@ until the adapter allocates a framework tensor of the reported shape and copies 
 docs/architecture.md, "Output buffers").
 """
 
+import array
 import functools
 import hashlib
 import itertools
@@ -262,13 +263,21 @@ def run_prepared(entry: tuple, keep_alive, input_ptr: int, output_ptr: int) -> N
     wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
 
 
-def gather_bytes(destination: int, sources: Sequence[int], nbytes) -> None:
-    """Packs len(sources) buffers, nbytes[i] bytes each (a list or a cffi int64_t array), one after another at the
-    address destination: many small tensors into one flat buffer at memcpy speed."""
+def address_array(addresses: Sequence[int]):
+    """The addresses as the cffi uintptr_t array gather_bytes and scatter_bytes take: a list passed to them is
+    converted on every call, which costs more than the copy of a small tensor, so a caller that packs and unpacks
+    the same buffers converts once. (Through array.array: half the cost of cffi's own conversion.)"""
+    return ffi.from_buffer("uintptr_t[]", array.array("Q", addresses))
+
+
+def gather_bytes(destination: int, sources, nbytes) -> None:
+    """Packs len(sources) buffers (their addresses: a list, or address_array()'s), nbytes[i] bytes each (a list
+    or a cffi int64_t array), one after another at the address destination: many small tensors into one flat
+    buffer at memcpy speed."""
     check(lib.hvdlite_gather_bytes(ffi.cast("void*", destination), sources, nbytes, len(sources)))
 
 
-def scatter_bytes(source: int, destinations: Sequence[int], nbytes) -> None:
+def scatter_bytes(source: int, destinations, nbytes) -> None:
     """The reverse of gather_bytes: unpacks the flat buffer at source into the buffers at destinations."""
     check(lib.hvdlite_scatter_bytes(ffi.cast("void*", source), destinations, nbytes, len(destinations)))
 

@@ -5,7 +5,7 @@ core's (hvdlite_gather_bytes and hvdlite_scatter_bytes) where the tensors are co
 small CPU tensors pay a dispatch each. Strided tensors are copied by torch, element by element.
 """
 
-from typing import List, Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -25,13 +25,14 @@ class FlatLayout:
         return ops.layout_digest(self.shapes)
 
     @staticmethod
-    def addresses(tensors: Sequence[torch.Tensor]) -> Optional[List[int]]:
-        """The tensors' data addresses, or None if one is not contiguous."""
+    def addresses(tensors: Sequence[torch.Tensor]):
+        """The tensors' data addresses (ops.address_array()'s, for pack and unpack), or None if one is not
+        contiguous."""
         if all(t.is_contiguous() for t in tensors):
-            return [t.data_ptr() for t in tensors]
+            return ops.address_array([t.data_ptr() for t in tensors])
         return None
 
-    def pack(self, tensors: Sequence[torch.Tensor], addresses: Optional[List[int]]) -> None:
+    def pack(self, tensors: Sequence[torch.Tensor], addresses) -> None:
         """Copies tensors (whose addresses() are given) into the flat buffer."""
         if addresses is not None:
             ops.gather_bytes(self.flat.data_ptr(), addresses, self.nbytes)
@@ -39,7 +40,7 @@ class FlatLayout:
             with torch.no_grad():
                 torch._foreach_copy_(self.views, list(tensors))
 
-    def unpack(self, tensors: Sequence[torch.Tensor], addresses: Optional[List[int]]) -> None:
+    def unpack(self, tensors: Sequence[torch.Tensor], addresses) -> None:
         """Copies the flat buffer back into tensors (whose addresses() are given)."""
         if addresses is not None:
             ops.scatter_bytes(self.flat.data_ptr(), addresses, self.nbytes)

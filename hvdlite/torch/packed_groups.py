@@ -47,9 +47,9 @@ class PackedGroup:
             return self.layout.digest()
         return ops.layout_digest(self.shapes, [str(d) for d in self.dtypes])
 
-    def fits(self, tensors: List[torch.Tensor]) -> Optional[list]:
-        """The members' addresses if they match this layout and are contiguous host tensors; [] if they match but
-        one is strided; None if they do not match."""
+    def fits(self, tensors: List[torch.Tensor]):
+        """The members' addresses (ops.address_array()'s) if they match this layout and are contiguous host tensors;
+        [] if they match but one is strided; None if they do not match."""
         pointers = []
         for t, dtype, shape in zip(tensors, self.dtypes, self.shapes):
             if not t.is_cpu or t.dtype is not dtype or t.shape != shape:
@@ -59,7 +59,7 @@ class PackedGroup:
                     pointers.append(t.data_ptr())
                 else:
                     pointers = None
-        return [] if pointers is None else pointers
+        return [] if pointers is None else ops.address_array(pointers)
 
 
 # Named groups' packed operations, under (name, member count, op, scale factors, process set id).
