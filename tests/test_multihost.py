@@ -286,6 +286,8 @@ def allreduce_activities(timeline_path: str) -> dict:
     return activities(load(timeline_path), "ALLREDUCE")
 
 
+# Alone: a speed ratio of two runs, each a fraction of a second at 16 MB, which the other lane's jobs would skew.
+@pytest.mark.alone
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("per_host", [2, 4])
 def test_hierarchical_allreduce_on_a_slow_link_is_faster_and_runs_by_default(cluster, tmp_path, per_host):
