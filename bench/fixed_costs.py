@@ -31,7 +31,9 @@ tables give the median and the worst round, and ratios are taken within a round.
   plain optimizer, in the same job (keras-hvdlite). Beside it, the same fit with a plain optimizer whose step
   passes the gradients, concatenated as hvdlite fuses them, through one tf.numpy_function that only meets the other
   ranks at a counter in shared memory: what synchronizing the ranks once a step costs by itself on this machine,
-  with no data exchanged and no library involved, the floor of any synchronous data-parallel step.
+  with no data exchanged and no library involved, the floor of any synchronous data-parallel step. Then the same
+  three for a custom training loop (one tf.function a step) whose gradients come from
+  hvdlite.tensorflow.DistributedGradientTape, a plain tf.GradientTape, and a plain one met at the barrier.
 """
 
 import argparse
@@ -266,12 +268,14 @@ class GPT:
 
 
 def keras_worker():
-    """Per-step time of Keras model.fit with and without hvdlite's DistributedOptimizer, by variable count."""
+    """Per-step time of Keras model.fit with and without hvdlite's DistributedOptimizer, and of a custom training
+    loop with and without DistributedGradientTape, by variable count."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import numpy as np
     import tensorflow as tf
 
+    import hvdlite.tensorflow as hvd_tf
     import hvdlite.tensorflow.keras as hvd
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -287,39 +291,85 @@ def keras_worker():
             if batch_index >= warmup:
                 self.times.append(time.perf_counter() - self.started)
 
+    def fit_run(model):
+        def run(times):
+            clock = StepClock()
+            clock.times = times
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
+
+        return run
+
     rng = np.random.default_rng(hvd.rank())
     x = rng.random((steps + warmup) * batch * 16, dtype=np.float32).reshape(-1, 16)
     y = rng.random(x.shape, dtype=np.float32)
     barrier = SharedCounterBarrier(hvd)
 
+    def met_at_barrier(grads):
+        """The gradients, concatenated as hvdlite fuses them, through the bare barrier and split back."""
+        grads = list(grads)
+        fused = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+        fused = tf.numpy_function(barrier, [fused], [fused.dtype], stateful=True)[0]
+        pieces = tf.split(fused, [g.shape.num_elements() for g in grads])
+        return [tf.reshape(p, g.shape) for p, g in zip(pieces, grads)]
+
     class BarrierSGD(keras.optimizers.SGD):
         def apply(self, grads, trainable_variables=None):
-            grads = list(grads)
-            fused = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
-            fused = tf.numpy_function(barrier, [fused], [fused.dtype], stateful=True)[0]
-            pieces = tf.split(fused, [g.shape.num_elements() for g in grads])
-            return super().apply([tf.reshape(p, g.shape) for p, g in zip(pieces, grads)], trainable_variables)
+            return super().apply(met_at_barrier(grads), trainable_variables)
 
     optimizers = {
         "local": lambda: keras.optimizers.SGD(0.001),
         "barrier": lambda: BarrierSGD(0.001),
         "distributed": lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)),
     }
+    # A custom training loop's step, one tf.function call: the gradients of a plain tape, of
+    # hvdlite.tensorflow.DistributedGradientTape, or of a plain tape met at the bare barrier.
+    tapes = {
+        "tape_local": lambda tape: tape,
+        "tape_barrier": lambda tape: tape,
+        "tape_distributed": hvd_tf.DistributedGradientTape,
+    }
+    batches = [
+        (tf.constant(x[i * batch : (i + 1) * batch]), tf.constant(y[i * batch : (i + 1) * batch]))
+        for i in range(steps + warmup)
+    ]
+
+    def custom_loop(model, wrap, met):
+        optimizer = keras.optimizers.SGD(0.001)
+
+        @tf.function
+        def step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(features) - labels))
+            tape = wrap(tape)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply(met(grads) if met else grads, model.trainable_variables)
+
+        def run(times):
+            for index, (features, labels) in enumerate(batches):
+                started = time.perf_counter()
+                step(features, labels)
+                if index >= warmup:
+                    times.append(time.perf_counter() - started)
+
+        return run
+
     results = []
     for variables in (int(v) for v in os.environ["HVDLITE_BENCH_KERAS_VARIABLES"].split(",")):
-        models, times = {}, {}
-        for variant, make_optimizer in optimizers.items():
+        runs, times = {}, {}
+        for variant in list(optimizers) + list(tapes):
             keras.utils.set_random_seed(0)
             model = keras.Sequential([keras.Input((16,))] + [keras.layers.Dense(16) for _ in range(variables // 2)])
-            model.compile(make_optimizer(), "mse")
-            models[variant], times[variant] = model, []
+            times[variant] = []
+            if variant in optimizers:
+                model.compile(optimizers[variant](), "mse")
+                runs[variant] = fit_run(model)
+            else:
+                runs[variant] = custom_loop(model, tapes[variant], met_at_barrier if "barrier" in variant else None)
         # The variants take turns, several times: the machine's slow spells (seconds long) hit each alike.
         for _ in range(turns):
-            for variant, model in models.items():
-                clock = StepClock()
-                clock.times = times[variant]
+            for variant, run in runs.items():
                 hvd.barrier()
-                model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[clock])
+                run(times[variant])
         timed = {variant: statistics.median(t) for variant, t in times.items()}
         results.append({"variables": len(model.trainable_variables), **timed})
     return hvd.rank(), hvd.size(), results
@@ -555,19 +605,20 @@ def summarize(rounds, ks):
     keras_runs = [rd["keras-hvdlite"] for rd in rounds if "keras-hvdlite" in rd]
     for variables in sorted({r["variables"] for runs in keras_runs for r in runs}):
         runs = [next(r for r in rs if r["variables"] == variables) for rs in keras_runs]
-        out["keras"].append(
-            {
-                "variables": variables,
-                "local": spread([r["local"] for r in runs]),
-                "distributed": spread([r["distributed"] for r in runs]),
-                "added": spread([r["distributed"] - r["local"] for r in runs]),
-                **(
-                    {"barrier_added": spread([r["barrier"] - r["local"] for r in runs])}
-                    if all("barrier" in r for r in runs)
-                    else {}
-                ),
-            }
-        )
+        row = {"variables": variables}
+        for prefix in (
+            "",
+            "tape_",
+        ):  # model.fit with DistributedOptimizer; a custom loop with DistributedGradientTape
+            local, distributed, barrier = prefix + "local", prefix + "distributed", prefix + "barrier"
+            if not all(distributed in r for r in runs):
+                continue
+            row[local] = spread([r[local] for r in runs])
+            row[distributed] = spread([r[distributed] for r in runs])
+            row[prefix + "added"] = spread([r[distributed] - r[local] for r in runs])
+            if all(barrier in r for r in runs):
+                row[prefix + "barrier_added"] = spread([r[barrier] - r[local] for r in runs])
+        out["keras"].append(row)
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
     for peer in ("hvdlite-async", "hvdlite-grouped", "touch-floor"):
@@ -674,6 +725,17 @@ def report_lines(summary):
             keys = ("local", "distributed", "added", "barrier_added")
             cells = [str(row["variables"])] + [_cell(row.get(key), 1e3, 3) for key in keys]
             lines.append("| " + " | ".join(cells) + " |")
+    if any("tape_added" in row for row in summary.get("keras") or []):
+        lines += [
+            "",
+            "| custom loop, variables | plain tf.GradientTape step (ms) | DistributedGradientTape step (ms) | "
+            "added by DistributedGradientTape (ms) | added by a bare shared-memory barrier in the step (ms) |",
+            "|---|---|---|---|---|",
+        ]
+        for row in summary["keras"]:
+            keys = ("tape_local", "tape_distributed", "tape_added", "tape_barrier_added")
+            cells = [str(row["variables"])] + [_cell(row.get(key), 1e3, 3) for key in keys]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -707,6 +769,8 @@ def headline(data):
         added = f"Keras adds {keras[100]['added']['median'] * 1e3:.2f} ms a step at 100 variables"
         if "barrier_added" in keras[100]:
             added += f" (a bare barrier in the step {keras[100]['barrier_added']['median'] * 1e3:.2f} ms)"
+        if "tape_added" in keras[100]:
+            added += f", DistributedGradientTape {keras[100]['tape_added']['median'] * 1e3:.2f} ms"
         parts.append(added)
     linearity = summary["linearity"].get("hvdlite-async", {})
     if "4096" in linearity.get("by_k", {}):

@@ -441,6 +441,8 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert [row["variables"] for row in summary["keras"]] == [4]
     assert 0 < summary["keras"][0]["local"]["median"] < summary["keras"][0]["distributed"]["median"] < 1
     assert summary["keras"][0]["barrier_added"]["median"] < 1
+    assert 0 < summary["keras"][0]["tape_local"]["median"] < summary["keras"][0]["tape_distributed"]["median"] < 1
+    assert summary["keras"][0]["tape_barrier_added"]["median"] < 1
     table = (tmp_path / "fixed_costs.md").read_text()
     assert (
         table.startswith("`python bench/fixed_costs.py")
@@ -450,6 +452,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     )
     assert "37 parameter tensors" in table and "| Keras fit, variables |" in table and "| 4 |" in table
     assert "added by a bare shared-memory barrier in the step (ms) |" in table
+    assert "| custom loop, variables |" in table and "added by DistributedGradientTape (ms) |" in table
     assert "floor per tensor / at K=128 |" in table
     assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
