@@ -714,26 +714,21 @@ def report_lines(summary):
         cells += [_cell(gpt.get(peer, {}).get("added"), 1e3) for peer in OPTIMIZER_PEERS]
         cells.append(_cell(gpt.get("opt-hvdlite", {}).get("barrier_added"), 1e3))
         lines.append("| " + " | ".join(cells) + " |")
-    if summary.get("keras"):
+    keras_tables = (
+        ("", "Keras fit", "plain optimizer", "DistributedOptimizer"),
+        ("tape_", "custom loop", "plain tf.GradientTape", "DistributedGradientTape"),
+    )
+    for prefix, what, plain, distributed in keras_tables:
+        if not any(prefix + "added" in row for row in summary.get("keras") or []):
+            continue
         lines += [
             "",
-            "| Keras fit, variables | plain optimizer step (ms) | DistributedOptimizer step (ms) | "
-            "added by DistributedOptimizer (ms) | added by a bare shared-memory barrier in the step (ms) |",
+            f"| {what}, variables | {plain} step (ms) | {distributed} step (ms) | added by {distributed} (ms) | "
+            "added by a bare shared-memory barrier in the step (ms) |",
             "|---|---|---|---|---|",
         ]
         for row in summary["keras"]:
-            keys = ("local", "distributed", "added", "barrier_added")
-            cells = [str(row["variables"])] + [_cell(row.get(key), 1e3, 3) for key in keys]
-            lines.append("| " + " | ".join(cells) + " |")
-    if any("tape_added" in row for row in summary.get("keras") or []):
-        lines += [
-            "",
-            "| custom loop, variables | plain tf.GradientTape step (ms) | DistributedGradientTape step (ms) | "
-            "added by DistributedGradientTape (ms) | added by a bare shared-memory barrier in the step (ms) |",
-            "|---|---|---|---|---|",
-        ]
-        for row in summary["keras"]:
-            keys = ("tape_local", "tape_distributed", "tape_added", "tape_barrier_added")
+            keys = (prefix + "local", prefix + "distributed", prefix + "added", prefix + "barrier_added")
             cells = [str(row["variables"])] + [_cell(row.get(key), 1e3, 3) for key in keys]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
