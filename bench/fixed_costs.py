@@ -606,10 +606,8 @@ def summarize(rounds, ks):
     for variables in sorted({r["variables"] for runs in keras_runs for r in runs}):
         runs = [next(r for r in rs if r["variables"] == variables) for rs in keras_runs]
         row = {"variables": variables}
-        for prefix in (
-            "",
-            "tape_",
-        ):  # model.fit with DistributedOptimizer; a custom loop with DistributedGradientTape
+        # model.fit with DistributedOptimizer (no prefix); a custom loop with DistributedGradientTape ("tape_").
+        for prefix in ("", "tape_"):
             local, distributed, barrier = prefix + "local", prefix + "distributed", prefix + "barrier"
             if not all(distributed in r for r in runs):
                 continue
