@@ -138,7 +138,7 @@ def test_operation_pending_at_shutdown_fails_with_aborted_error():
     synchronize() raises InvalidArgumentError('operation failed with status 2') instead of AbortedError.
     """
     result = run_job(job_source("errors_pending_at_shutdown"), np=2, timeout=40)
-    assert_job_ok(result, 2)
+    assert_job_ok(result, 2, min_count=2)  # the last line of each rank: its second part passed too
 
 
 # ------------------------------------------------------------------------------------------------ found bugs

@@ -27,4 +27,6 @@ for label, settings in (
         opt.zero_grad()
         net(torch.randn(4, 64)).pow(2).sum().backward()
         opt.step()
+    # Staleness leaves the last steps' averages in flight: a rank leaving first would stop its peer's last step.
+    opt.drain()
 hvd.stop_timeline()

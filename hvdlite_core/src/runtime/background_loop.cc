@@ -1,6 +1,9 @@
 // The background loop: the steps every cycle takes (drain, negotiate and validate, fuse, execute, complete), who
 // runs a cycle (this thread, or a caller waiting on a handle, whoever holds progress_mutex_), and when this thread
 // sleeps between cycles.
+#include <algorithm>
+#include <sstream>
+
 #include "common/log.h"
 #include "runtime/runtime.h"
 
@@ -48,6 +51,25 @@ bool Runtime::long_idle() const {
          config_.idle_cycle_time_ms > executor_->tuner().cycle_time_ms();
 }
 
+// Why this rank is leaving, for the other ranks' errors: the abort reason if it failed; otherwise, if operations
+// it submitted are still pending, their names, since a peer that then submits its side of them is stopped instead
+// of completing them (a rank that left without waiting, e.g. with bounded staleness's averages not drained).
+std::string Runtime::leaving_note(const std::vector<TensorEntry*>& fresh) const {
+  if (!abort_reason_.empty()) return abort_reason_;
+  std::vector<std::string> names = controller_->pending_names();
+  for (const TensorEntry* e : fresh) names.push_back(e->request.name);
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  constexpr size_t kNamed = 4;
+  std::ostringstream note;
+  note << "rank " << rank_ << " shut hvdlite down with " << names.size() << " of its operations still pending (";
+  for (size_t i = 0; i < names.size() && i < kNamed; ++i) note << (i ? ", " : "") << names[i];
+  if (names.size() > kNamed) note << ", and " << names.size() - kNamed << " more";
+  note << "): every rank must wait for the operations it submits (synchronize them, or drain() an optimizer "
+          "with staleness) before it shuts down";
+  return note.str();
+}
+
 std::string Runtime::lost_peers_note() { return mesh_ ? mesh_->lost_peers_report() : ""; }
 
 void Runtime::announce_progress() {
@@ -71,7 +93,7 @@ bool Runtime::run_cycle() {
     // on every rank, with mismatches turned into errors that name the ranks.
     const bool leaving = shutdown_requested_.load();
     Controller::Outcome& outcome = outcome_;
-    controller_->negotiate(fresh, leaving, leaving ? abort_reason_ : std::string(), outcome);
+    controller_->negotiate(fresh, leaving, leaving ? leaving_note(fresh) : std::string(), outcome);
     idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
     // 4-6. Fuse, run on the backend and complete the handles (executor.h).

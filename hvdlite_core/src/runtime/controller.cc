@@ -480,4 +480,16 @@ std::vector<TensorEntry*> Controller::take_all_pending() {
   return live;
 }
 
+std::vector<std::string> Controller::pending_names() const {
+  std::vector<std::string> names;
+  for (const auto& kv : by_key_) names.push_back(kv.second->request.name);
+  for (const TensorEntry* hit : hit_entries_) {
+    if (hit) names.push_back(hit->request.name);
+  }
+  for (int p : ready_positions_) {
+    if (ready_[p].entry) names.push_back(ready_[p].entry->request.name);
+  }
+  return names;
+}
+
 }  // namespace hvdlite

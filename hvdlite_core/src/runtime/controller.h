@@ -56,6 +56,8 @@ class Controller {
   void return_pending(TensorEntry* entry);
   // Every pending entry, removed (for failing them all at shutdown or on a fatal error).
   std::vector<TensorEntry*> take_all_pending();
+  // The names of this rank's pending entries, without removing them (for the note a leaving rank sends).
+  std::vector<std::string> pending_names() const;
   bool joined() const { return joined_; }
   void clear_joined() { joined_ = false; }
 

@@ -60,6 +60,7 @@ class Runtime {
   // One drain-negotiate-execute cycle; the caller holds progress_mutex_. False once the runtime stopped.
   bool run_cycle();
   bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
+  std::string leaving_note(const std::vector<TensorEntry*>& fresh) const;  // the reason sent with shutdown
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
   // The NCCL data plane's limits, for a request on CUDA memory (marks it on_device).
