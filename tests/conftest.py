@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import shutil
 import sys
@@ -102,3 +103,18 @@ def pytest_runtest_setup(item):
     if _wheels_lane is not None and lane(item.nodeid) == _wheels_lane:
         _wheels_lane = None
         wheel_build.start()
+
+
+# The time each lane's tests took (set-up, call and tear-down), summed in the controlling process from the
+# workers' reports: the suite takes as long as its longer lane, so this says which to move a file out of.
+_lane_seconds: collections.Counter = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    _lane_seconds[lane(report.nodeid)] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if getattr(config.option, "numprocesses", None):
+        lanes = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(_lane_seconds.items()))
+        terminalreporter.write_line(f"time in each lane: {lanes}")
