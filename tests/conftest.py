@@ -51,12 +51,14 @@ def run_job():
 
 # Two lanes, which make test runs side by side (pytest-xdist, -n 2). Most of the waiting lane's time is jobs waiting
 # (out peer timeouts, restarts, ssh logins, Spark's and Ray's start-up) while a core stays idle, so those files
-# share the machine with the rest of the suite; the Adasum sweep joins them so that the two lanes take about as long
-# (the suite takes as long as its longer lane). Each lane runs its tests one after another, in the usual order.
+# share the machine with the rest of the suite; the Adasum and algorithm-table sweeps join them so that the two lanes
+# take about as long (the suite takes as long as its longer lane). Each lane runs its tests one after another, in
+# the usual order.
 # Tests that need the machine to themselves (timing bounds, every /dev/shm entry) are marked `alone` and run
 # afterwards in a serial pytest run.
 WAITING_LANE = {
     "test_adasum.py",
+    "test_algorithm_table.py",
     "test_chaos.py",
     "test_checkpoints.py",
     "test_elastic.py",
