@@ -512,7 +512,9 @@ class HandleTable:
         # add(): -n -> (core handles, finish, keep_alive, reads_handles, recover)
         self._pending: Dict[int, tuple] = {}
         self._finishing: set = set()  # add() handles whose synchronize() is waiting or running finish()
-        self._results: Dict[int, object] = {}  # add_result(): core handle -> what synchronize() returns
+        # add_result(): core handle -> what synchronize() returns. Public: a framework's hottest submission path
+        # stores into it directly, as submit_result() does.
+        self.results: Dict[int, object] = {}
         self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 
     def add(
@@ -538,7 +540,7 @@ class HandleTable:
         returned.)"""
         if keep_alive is not None:
             self._inputs[core_handle] = keep_alive
-        self._results[core_handle] = result
+        self.results[core_handle] = result
         return core_handle
 
     def submit_result(self, entry: tuple, result, pointer: int) -> int:
@@ -547,7 +549,7 @@ class HandleTable:
         handle = _submit(entry[0]) if entry[2] == pointer else _submit_at(entry[0], pointer, pointer)
         if handle < 0:
             check(-handle)
-        self._results[handle] = result
+        self.results[handle] = result
         return handle
 
     def pending(self, handle: Optional[int]) -> bool:
@@ -555,25 +557,28 @@ class HandleTable:
         return handle in self._pending or handle in self._finishing
 
     def poll(self, handle: int) -> bool:
-        if handle in self._results:
+        if handle in self.results:
             return lib.hvdlite_poll(handle) != 0
         with self._lock:
             core_handles = self._pending[handle][0]
         return all(lib.hvdlite_poll(h) != 0 for h in core_handles)
 
     def synchronize(self, handle: int):
-        result = self._results.pop(handle, _NO_RESULT)
+        """Waits for an asynchronous operation and returns its result (raises its error)."""
+        result = self.results.pop(handle, _NO_RESULT)
         if result is not _NO_RESULT:  # add_result()'s: the core handle itself
             try:
                 status = _finish(handle)  # finished well within the slice: one call, released
             except BaseException:
-                self._results[handle] = result  # interrupted: pending under the same handle, as add()'s entries
+                self.results[handle] = result  # interrupted: pending under the same handle, as add()'s entries
                 raise
             if status == 0:
                 if self._inputs:
                     self._inputs.pop(handle, None)
                 return result
             return self._synchronize_result(handle, result, status)
+        if callable(handle):  # a framework's composite handle (a sparse allreduce's) waits for its own parts
+            return handle()
         with self._lock:
             if handle not in self._pending:
                 raise ValueError(f"unknown or already synchronized handle {handle}")
@@ -617,7 +622,7 @@ class HandleTable:
             if status == _TIMEOUT_STATUS:
                 status = wait_status(core)
         except BaseException:
-            self._results[core] = result  # interrupted: pending under the same handle, as for add()'s entries
+            self.results[core] = result  # interrupted: pending under the same handle, as for add()'s entries
             raise
         self._inputs.pop(core, None)
         try:
