@@ -243,24 +243,34 @@ def run(request: tuple, keep_alive) -> None:
 
 
 def run_prepared(entry: tuple, keep_alive, input_ptr: int, output_ptr: int) -> None:
-    """run() for an entry of the cache (prepared()'s return) on the buffers at these addresses."""
+    """run() for an entry of the cache (prepared()'s return) on the buffers at these addresses. (A framework's
+    hottest synchronous path writes this out, with the same two helpers for what is not its steady state.)"""
     try:
         if entry[2] == input_ptr and entry[3] == output_ptr:
             live = _run(entry[0])
         else:
             live = _run_at(entry[0], input_ptr, output_ptr)
     except BaseException:
-        # A signal handler's exception (Ctrl-C, an alarm) surfaces as the call returns, before its value is
-        # stored: the operation may still be running on the caller's buffers.
-        live = lib.hvdlite_last_run()
-        if live > 0:
-            abandon([live], keep_alive)
+        run_interrupted(keep_alive)
         raise
-    if live == 0:
-        return  # finished, and the core needed no handle for it
+    if live != 0:  # 0: finished, and the core needed no handle for it
+        run_unfinished(live, keep_alive)
+
+
+def run_interrupted(keep_alive) -> None:
+    """For a run interrupted by a signal handler's exception (Ctrl-C, an alarm), which surfaces as the call
+    returns, before its value is stored: the operation may still be running on the caller's buffers."""
+    live = lib.hvdlite_last_run()
+    if live > 0:
+        abandon([live], keep_alive)
+
+
+def run_unfinished(live: int, keep_alive) -> None:
+    """For a run's nonzero return: refused at enqueue (negative), or still running after the wait slice or
+    failed (a handle, its error on it)."""
     if live < 0:
-        check(-live)  # refused at enqueue
-    wait_and_release(live, keep_alive)  # still running after the slice, or failed: its error is on the handle
+        check(-live)
+    wait_and_release(live, keep_alive)
 
 
 def address_array(addresses: Sequence[int]):

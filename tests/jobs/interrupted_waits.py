@@ -75,6 +75,10 @@ if me == 1:
     # 4. and inside the first slice: allreduce_ is then still in its one call that enqueues and waits, and the
     #    exception comes the moment that call returns
     interrupted_allreduce_(torch.full((2,), 1.5), "inplace-early", 0.02)
+    # 5. and on a name whose request is already prepared (allreduce_'s steady state, which runs it without a
+    #    helper), inside the first slice
+    assert hvd.allreduce_(torch.ones(4), name="inplace-steady", op=hvd.Sum).tolist() == [2.0] * 4
+    interrupted_allreduce_(torch.full((4,), 5.0), "inplace-steady", 0.02)
 else:
     time.sleep(3)
     assert hvd.allreduce(torch.ones(4), name="late", op=hvd.Sum).tolist() == [2.0] * 4
@@ -84,6 +88,9 @@ else:
     assert hvd.allreduce(torch.full((5,), 3.0), name="inplace-late", op=hvd.Sum).tolist() == [6.0] * 5
     time.sleep(1)
     assert hvd.allreduce(torch.full((2,), 1.5), name="inplace-early", op=hvd.Sum).tolist() == [3.0] * 2
+    assert hvd.allreduce_(torch.ones(4), name="inplace-steady", op=hvd.Sum).tolist() == [2.0] * 4
+    time.sleep(1)
+    assert hvd.allreduce(torch.full((4,), 5.0), name="inplace-steady", op=hvd.Sum).tolist() == [10.0] * 4
 # The abandoned synchronous allreduce finished in the background; later collectives work as usual.
 for step in range(20):
     assert hvd.allreduce(torch.ones(2) * step, name="after", op=hvd.Sum).tolist() == [2.0 * step] * 2
