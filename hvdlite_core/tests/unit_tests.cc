@@ -69,6 +69,19 @@ static void test_validation() {
   CHECK(!ok.is_error);
   CHECK(ok.shape == std::vector<int64_t>({4}));
   CHECK(ok.cacheable);
+  // Its element count travels with it, read back from the wire too; a response built by hand counts its shape.
+  CHECK(ok.elements == 4 && element_count(ok) == 4);
+  {
+    WireWriter w;
+    ok.write(w);
+    WireReader r(w.bytes().data(), w.bytes().size());
+    CHECK(element_count(Response::Read(r)) == 4);
+    Response by_hand;
+    by_hand.shape = {3, 5};
+    CHECK(by_hand.elements == -1 && element_count(by_hand) == 15);
+    // Counted before any check (a decoded message), a product that overflows or a negative dimension is unknown.
+    CHECK(element_count_or_unknown({int64_t{1} << 62, 4}) == -1 && element_count_or_unknown({2, -3}) == -1);
+  }
 
   // dtype mismatch names the tensor, the ranks and both values.
   Response bad = build_response(

@@ -19,12 +19,12 @@ ReduceKind reduce_kind(ReduceOp op) {
 
 bool EagerLayout::eligible(const Response& r) {
   return !r.is_error && r.op == OpType::kAllreduce && r.process_set == 0 && !r.on_device && r.joined.empty() &&
-         r.reduce_op != ReduceOp::kAdasum && element_count(r.shape) > 0;
+         r.reduce_op != ReduceOp::kAdasum && element_count(r) > 0;
 }
 
 namespace {
 size_t padded_bytes(const Response& r) {
-  return (static_cast<size_t>(element_count(r.shape)) * dtype_size(r.dtype) + 7) / 8 * 8;
+  return (static_cast<size_t>(element_count(r)) * dtype_size(r.dtype) + 7) / 8 * 8;
 }
 }  // namespace
 
@@ -71,8 +71,8 @@ void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
     if (index_of_[p] < 0) continue;
     const Response& r = cache.at(static_cast<int>(p));
     index_of_[p] = static_cast<int>(segments_.size());
-    segments_.push_back({static_cast<int>(p), bytes_, static_cast<size_t>(element_count(r.shape)), r.dtype,
-                         reduce_kind(r.reduce_op)});
+    segments_.push_back(
+        {static_cast<int>(p), bytes_, static_cast<size_t>(element_count(r)), r.dtype, reduce_kind(r.reduce_op)});
     bytes_ += padded_bytes(r);
   }
 }

@@ -118,9 +118,7 @@ void Executor::execute(const std::vector<std::shared_ptr<const Response>>& respo
   }
   // The autotuner's windows count every allreduce of the negotiated stream, member or not, eager ones too (a
   // window sized to a training step's gradients must close once per step): the same on every rank.
-  auto bytes_of = [](const Response& r) {
-    return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
-  };
+  auto bytes_of = [](const Response& r) { return element_count(r) * static_cast<int64_t>(dtype_size(r.dtype)); };
   int64_t allreduced = 0;
   for (const EagerResult& done : eager) allreduced += bytes_of(*done.response);
   for (const Response* r : responses_) {
@@ -139,8 +137,7 @@ void Executor::finish_eager(const std::vector<EagerResult>& results) {
     TensorEntry* entry = controller_.take_pending(r);
     if (!entry) continue;  // not reached: every rank had submitted it
     TimelineSpan span(timeline_, entry, timeline_.enabled() ? "ALLREDUCE (eager)" : "");
-    copy_scaled(r.dtype, entry->output, done.data, static_cast<size_t>(element_count(r.shape)),
-                effective_postscale(r, n));
+    copy_scaled(r.dtype, entry->output, done.data, static_cast<size_t>(element_count(r)), effective_postscale(r, n));
     queue_.finish(entry, Status::Ok());
   }
 }
@@ -196,7 +193,7 @@ void Executor::run_single(const Response& r) {
 }
 
 const char* Executor::run_allreduce(Communicator& comm, const Response& r, TensorEntry* e) {
-  const size_t count = static_cast<size_t>(element_count(r.shape));
+  const size_t count = static_cast<size_t>(element_count(r));
   const size_t bytes = count * dtype_size(r.dtype);
   const void* input;
   void* output;

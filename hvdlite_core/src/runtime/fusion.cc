@@ -12,7 +12,7 @@ bool compatible(const Response& a, const Response& b) {
          a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale;
 }
 
-int64_t bytes_of(const Response& r) { return element_count(r.shape) * static_cast<int64_t>(dtype_size(r.dtype)); }
+int64_t bytes_of(const Response& r) { return element_count(r) * static_cast<int64_t>(dtype_size(r.dtype)); }
 
 }  // namespace
 
@@ -69,7 +69,7 @@ void fused_layout(const std::vector<const Response*>& group, FusedLayout* layout
   layout->offsets.resize(group.size());
   layout->total = 0;
   for (size_t i = 0; i < group.size(); ++i) {
-    layout->counts[i] = static_cast<size_t>(element_count(group[i]->shape));
+    layout->counts[i] = static_cast<size_t>(element_count(*group[i]));
     layout->offsets[i] = layout->total;
     layout->total += layout->counts[i];
   }

@@ -141,6 +141,7 @@ Response Response::Read(WireReader& r) {
   s.prescale = r.get<double>();
   s.postscale = r.get<double>();
   s.shape = r.get_vector<int64_t>();
+  s.elements = element_count_or_unknown(s.shape);
   s.first_dims = r.get_vector<int64_t>();
   s.joined = r.get_vector<int32_t>();
   s.ranks = r.get_vector<int32_t>();
@@ -246,6 +247,14 @@ std::string unnamed_cache_name(const Response& r) {
 int64_t element_count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t element_count_or_unknown(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
 }
 

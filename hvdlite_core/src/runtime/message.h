@@ -72,6 +72,9 @@ struct Response {
   int32_t process_set = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  // element_count(shape), set where a response is built or read (-1: unknown, counted when asked): the cycle
+  // reads it for every tensor, and the shape's own memory is one more cache line away.
+  int64_t elements = -1;
   std::vector<int64_t> shape;       // the tensor shape (allgather/alltoall: of the first member; rows may differ)
   std::vector<int64_t> first_dims;  // allgather: rows of each member
   std::vector<int32_t> joined;      // global ranks that have joined and contribute zeros / nothing
@@ -100,6 +103,10 @@ std::string unnamed_cache_name(const Request& request);
 std::string unnamed_cache_name(const Response& response);
 
 int64_t element_count(const std::vector<int64_t>& shape);
+// The same, or -1 (unknown) where a dimension is negative or the product overflows: for what is counted before
+// anything has checked it (a message just decoded, requests being validated).
+int64_t element_count_or_unknown(const std::vector<int64_t>& shape);
+inline int64_t element_count(const Response& r) { return r.elements >= 0 ? r.elements : element_count(r.shape); }
 std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace hvdlite
