@@ -262,7 +262,7 @@ def allreduce_async_(
     process_set=global_process_set,
 ) -> int:
     # A gradient's steady state: as in allreduce_, and with the submission (HandleTable.submit_result), written
-    # out rather than in helpers, whose calls on this path would cost a tenth of the whole operation.
+    # out rather than in helpers, whose calls on this path would cost a twentieth of the whole operation.
     if name is not None and average is None:
         known = _cached(name)
         if (
