@@ -4,13 +4,15 @@
     python bench/fixed_costs.py --np 4 --rounds 5
     python bench/fixed_costs.py --ks 16,256,4096 --rounds 1 --out-dir /tmp/quick    # a quick look
 
-Two parts, each a 2-process job per peer; the peers take turns and the whole turn repeats --rounds times, so a slow
+Each part is a 2-process job per peer; the peers take turns and the whole turn repeats --rounds times, so a slow
 period of the shared machine hits every peer alike. Every figure is the median over iterations within a run; the
 tables give the median and the worst round, and ratios are taken within a round.
 
 - latency: one float32 sum allreduce of 8 B and of 1 KB, repeated. hvdlite through hvdlite.torch's allreduce_ with
   a named tensor (in place, as a metric averaged every step: hvdlite) and its allreduce (into a new tensor each
-  call: hvdlite-out), Open MPI through mpi4py's in-place Allreduce.
+  call: hvdlite-out), Open MPI through mpi4py's in-place Allreduce. All three run in one job started by mpirun,
+  taking turns in blocks of calls: a call of a few microseconds moves with the machine's state from second to
+  second, so only calls timed in the same seconds compare.
 - per tensor: K named tensors of 1 KB each, averaged as a DistributedOptimizer step averages gradients:
   allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
   grouped_allreduce_ (hvdlite-grouped); and
@@ -56,7 +58,11 @@ KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
-LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
+LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]  # the latency part's columns, all measured in one job:
+LATENCY_JOB = "latency"
+MPIRUN_PEERS = {"mpi", LATENCY_JOB}
+LATENCY_BLOCKS = 10  # timed blocks of each call a size, after a warm-up block
+LATENCY_BLOCK_ITERATIONS = 2000
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
 HVDLITE_JOB_PEERS = {"touch-floor"}  # not hvdlite's collectives, but run in its job for the barrier
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
@@ -82,39 +88,63 @@ def time_steps(step, barrier, steps):
     return statistics.median(times)
 
 
-def latency_loop(allreduce, barrier, make, iters=20000):
-    results = []
+def latency_blocks(calls, barrier, blocks=LATENCY_BLOCKS, iters=LATENCY_BLOCK_ITERATIONS):
+    """{name: median seconds of one call}: calls {name: fn} take turns in blocks of iters calls, the order rotating
+    each block, so that every one meets the machine's state of the same seconds; warm-up blocks first."""
+    times = {name: [] for name in calls}
+    order = list(calls)
+    for block in range(blocks + 1):
+        for name in order[block % len(order) :] + order[: block % len(order)]:
+            fn = calls[name]
+            barrier()
+            if block == 0:  # warm-up
+                for _ in range(iters):
+                    fn()
+                continue
+            for _ in range(iters):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def latency_worker():
+    """hvdlite (in place and into a new tensor) and Open MPI through mpi4py, in the same two processes started by
+    mpirun: across separate jobs the machine's state moved the figures by up to 2x, within one job both meet it."""
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+
+    import hvdlite.torch as hvd
+
+    torch.set_num_threads(1)
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    results = {peer: [] for peer in LATENCY_PEERS}
     for nbytes in LATENCY_BYTES:
-        tensor = make(max(1, nbytes // 4))
-        for _ in range(2000):
-            allreduce(tensor)
-        barrier()
-        times = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            allreduce(tensor)
-            times.append(time.perf_counter() - start)
-        results.append({"bytes": nbytes, "seconds": statistics.median(times)})
-    return results
+        tensor = torch.ones(max(1, nbytes // 4))
+        array = np.ones(max(1, nbytes // 4), dtype=np.float32)
+        medians = latency_blocks(
+            {
+                "hvdlite": lambda: hvd.allreduce_(tensor, name="latency", op=hvd.Sum),
+                "hvdlite-out": lambda: hvd.allreduce(tensor, name="latency", op=hvd.Sum),
+                "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
+            },
+            comm.Barrier,
+        )
+        for peer, seconds in medians.items():
+            results[peer].append({"bytes": nbytes, "seconds": seconds})
+    return hvd.rank(), hvd.size(), results
 
 
 def worker(peer, ks):
     if peer in KERAS_PEERS:
         return keras_worker()
+    if peer == LATENCY_JOB:
+        return latency_worker()
     import torch
 
     torch.set_num_threads(1)
-    if peer == "mpi":
-        import numpy as np
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-        results = latency_loop(
-            lambda a: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM),
-            comm.Barrier,
-            lambda n: np.ones(n, dtype=np.float32),
-        )
-        return comm.Get_rank(), comm.Get_size(), results
     if peer == "gloo-fused":
         import torch.distributed as dist
 
@@ -134,12 +164,6 @@ def worker(peer, ks):
     import hvdlite.torch as hvd
 
     hvd.init()
-    if peer in ("hvdlite", "hvdlite-out"):
-        allreduce = hvd.allreduce_ if peer == "hvdlite" else hvd.allreduce
-        results = latency_loop(
-            lambda t: allreduce(t, name="latency", op=hvd.Sum), hvd.barrier, lambda n: torch.ones(n)
-        )
-        return hvd.rank(), hvd.size(), results
     results = []
     for k in ks:
         tensors = [torch.ones(TENSOR_FLOATS) for _ in range(k)]
@@ -485,10 +509,10 @@ def launch(peer, np_, out_path, ks, script=None):
         ),
     )
     me = [sys.executable, script or os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if "hvdlite" in peer or peer in HVDLITE_JOB_PEERS:
+    if peer not in MPIRUN_PEERS and ("hvdlite" in peer or peer in HVDLITE_JOB_PEERS):
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=1800).returncode
-    if peer == "mpi":
+    if peer in MPIRUN_PEERS:
         extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
@@ -510,7 +534,11 @@ def run_rounds(peers, rounds_n, np_, out_dir, ks, script=None):
             if rc != 0:
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
-                this_round[peer] = json.load(f)
+                results = json.load(f)
+            if peer == LATENCY_JOB:  # one job, a column per call it timed
+                this_round.update(results)
+            else:
+                this_round[peer] = results
             os.remove(out_path)
         rounds.append(this_round)
     return rounds
@@ -831,7 +859,7 @@ def main():
     parser.add_argument("--ks", default=",".join(str(k) for k in KS), help="tensor counts, comma-separated")
     parser.add_argument(
         "--peers",
-        default=",".join(LATENCY_PEERS + CURVE_PEERS + OPTIMIZER_PEERS + KERAS_PEERS),
+        default=",".join([LATENCY_JOB] + CURVE_PEERS + OPTIMIZER_PEERS + KERAS_PEERS),
         help="which peers run (default: all available)",
     )
     parser.add_argument(
@@ -863,7 +891,9 @@ def main():
     ks = [int(k) for k in args.ks.split(",")]
     peers = []
     for peer in args.peers.split(","):
-        if available(peer) and (peer not in KERAS_PEERS or importlib.util.find_spec("keras")):
+        if available("mpi" if peer == LATENCY_JOB else peer) and (
+            peer not in KERAS_PEERS or importlib.util.find_spec("keras")
+        ):
             peers.append(peer)
         else:
             print(f"skipping {peer}: not installed")
