@@ -25,8 +25,9 @@ tables give the median and the worst round, and ratios are taken within a round.
   tensor does not grow with the number of tensors in flight.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
-  against DistributedDataParallel over gloo (opt-ddp), each also timed without any exchange in the same job (the
-  plain model and optimizer) to give what the exchange adds per parameter. Then the same on a small GPT-style
+  against DistributedDataParallel over gloo (opt-ddp), both in one job started by mpirun, taking turns in blocks
+  of steps, and the plain model and optimizer (no exchange) timed first in the same job, to give what each
+  exchange adds per parameter. Then the same on a small GPT-style
   transformer (--gpt-layers blocks, 16 parameter tensors each, 0 to leave it out).
 - keras: Keras 3 model.fit on a stack of Dense(16) layers with V variables (--keras-variables), one TensorFlow
   thread per process: the step with hvdlite.tensorflow.keras.DistributedOptimizer minus the same step with the
@@ -58,9 +59,10 @@ KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
-LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]  # the latency part's columns, all measured in one job:
+LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]  # the latency part's columns, all timed in one job
 LATENCY_JOB = "latency"
-MPIRUN_PEERS = {"mpi", LATENCY_JOB}
+OPTIMIZER_JOB = "optimizer"  # one job for both OPTIMIZER_PEERS
+MPIRUN_PEERS = {"mpi", LATENCY_JOB, OPTIMIZER_JOB}  # jobs mpirun starts: they time Open MPI, or two libraries
 LATENCY_BLOCKS = 10  # timed blocks of each call a size, after a warm-up block
 LATENCY_BLOCK_ITERATIONS = 2000
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
@@ -142,6 +144,8 @@ def worker(peer, ks):
         return keras_worker()
     if peer == LATENCY_JOB:
         return latency_worker()
+    if peer == OPTIMIZER_JOB:
+        return optimizer_worker()
     import torch
 
     torch.set_num_threads(1)
@@ -157,9 +161,6 @@ def worker(peer, ks):
         rank, size = dist.get_rank(), dist.get_world_size()
         dist.destroy_process_group()
         return rank, size, results
-
-    if peer in OPTIMIZER_PEERS:
-        return optimizer_worker(peer)
 
     import hvdlite.torch as hvd
 
@@ -426,34 +427,38 @@ class SharedCounterBarrier:
         return array
 
 
-def init_peer(ddp: bool):
-    """(rank, size, barrier, hvdlite.torch or None) for a worker of torch.distributed over gloo or of hvdlite."""
-    if ddp:
-        import torch.distributed as dist
+def init_both():
+    """(rank, size, hvdlite.torch) with torch.distributed's gloo group up beside hvdlite, in a job mpirun started:
+    DistributedOptimizer and DDP then take turns within the same processes."""
+    import torch.distributed as dist
+    from mpi4py import MPI
 
-        dist.init_process_group("gloo")
-        return dist.get_rank(), dist.get_world_size(), dist.barrier, None
     import hvdlite.torch as hvd
 
     hvd.init()
-    return hvd.rank(), hvd.size(), hvd.barrier, hvd
+    comm = MPI.COMM_WORLD
+    port = comm.bcast(29500 + os.getpid() % 1000 if comm.Get_rank() == 0 else None, root=0)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.Get_rank(), world_size=comm.Get_size()
+    )
+    return hvd.rank(), hvd.size(), hvd
 
 
-def exchange_step_times(build, loss, hvd, barrier, steps, floor=None):
-    """Median seconds of an SGD step of build()'s model on loss(model), without any exchange ("local") and with
-    DistributedOptimizer, or DDP where hvd is None ("distributed"). The local steps run first, by themselves: in
-    turns with distributed ones, they would also pay for the library's activity between steps, which belongs to
-    the exchange. floor (a SharedCounterBarrier): also the plain step meeting the other ranks there between
-    backward and the update ("barrier"), the least any synchronous exchange adds."""
+def exchange_step_times(build, loss, hvd, steps, floor=None):
+    """{peer: median seconds of an SGD step} of build()'s model on loss(model): without any exchange ("local"),
+    then hvd.DistributedOptimizer's step (opt-hvdlite) and DDP's over gloo (opt-ddp), "distributed", in blocks that
+    take turns, so that both meet the machine's state of the same seconds. The local steps run first, by
+    themselves: in turns with distributed ones, they would also pay for the libraries' activity between steps,
+    which belongs to the exchange. floor (a SharedCounterBarrier): also the plain step meeting the other ranks
+    there between backward and the update ("barrier", under opt-hvdlite), the least any synchronous exchange adds."""
     import torch
 
-    timed = {}
-    for variant in ("local", "barrier", "distributed") if floor else ("local", "distributed"):
+    def stepper(variant):
         model = build()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-        if variant == "distributed" and hvd is None:
+        if variant == "opt-ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
-        elif variant == "distributed":
+        elif variant == "opt-hvdlite":
             optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
         def step():
@@ -463,22 +468,44 @@ def exchange_step_times(build, loss, hvd, barrier, steps, floor=None):
                 floor(None)
             optimizer.step()
 
-        timed[variant] = time_steps(step, barrier, steps)
-    return timed
+        return step
+
+    local = {
+        variant: time_steps(stepper(variant), hvd.barrier, steps)
+        for variant in ("local", "barrier")[: 1 + bool(floor)]
+    }
+    turns = {peer: stepper(peer) for peer in OPTIMIZER_PEERS}
+    times = {peer: [] for peer in OPTIMIZER_PEERS}
+    blocks = 5
+    for block in range(blocks + 1):
+        for peer in OPTIMIZER_PEERS[block % 2 :] + OPTIMIZER_PEERS[: block % 2]:
+            hvd.barrier()
+            for i in range(max(3, steps // blocks)):
+                start = time.perf_counter()
+                turns[peer]()
+                if block > 0 or i >= 3:  # the first block's first steps warm up
+                    times[peer].append(time.perf_counter() - start)
+    out = {peer: {"local": local["local"], "distributed": statistics.median(times[peer])} for peer in OPTIMIZER_PEERS}
+    if floor:
+        out["opt-hvdlite"]["barrier"] = local["barrier"]
+    return out
 
 
-def optimizer_worker(peer):
+def optimizer_worker():
     import torch
+    import torch.distributed as dist
 
+    torch.set_num_threads(1)
     ks = [int(k) for k in os.environ["HVDLITE_BENCH_OPTIMIZER_KS"].split(",")]
-    rank, size, barrier, hvd = init_peer(peer == "opt-ddp")
+    rank, size, hvd = init_both()
     x = torch.randn(TENSOR_FLOATS)
-    results = []
+    results = {peer: [] for peer in OPTIMIZER_PEERS}
     for k in ks:
         timed = exchange_step_times(
-            lambda: ManyParameters.build(k), lambda model: model(x), hvd, barrier, max(25, min(100, 20000 // k))
+            lambda: ManyParameters.build(k), lambda model: model(x), hvd, max(25, min(100, 20000 // k))
         )
-        results.append({"k": k, **timed})
+        for peer in OPTIMIZER_PEERS:
+            results[peer].append({"k": k, **timed[peer]})
     layers = int(os.environ.get("HVDLITE_BENCH_GPT_LAYERS", GPT_LAYERS))
     if layers:
         inputs, targets = GPT.batch(rank)
@@ -486,12 +513,11 @@ def optimizer_worker(peer):
         def loss(model):
             return torch.nn.functional.cross_entropy(model(inputs).reshape(-1, GPT.VOCAB), targets)
 
-        floor = SharedCounterBarrier(hvd) if hvd is not None else None
-        timed = exchange_step_times(lambda: GPT.build(layers), loss, hvd, barrier, 20, floor)
+        timed = exchange_step_times(lambda: GPT.build(layers), loss, hvd, 20, SharedCounterBarrier(hvd))
         tensors = sum(1 for _ in GPT.build(layers).parameters())
-        results.append({"model": "gpt", "layers": layers, "tensors": tensors, **timed})
-    if hvd is None:
-        torch.distributed.destroy_process_group()
+        for peer in OPTIMIZER_PEERS:
+            results[peer].append({"model": "gpt", "layers": layers, "tensors": tensors, **timed[peer]})
+    dist.destroy_process_group()
     return rank, size, results
 
 
@@ -535,7 +561,7 @@ def run_rounds(peers, rounds_n, np_, out_dir, ks, script=None):
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
                 results = json.load(f)
-            if peer == LATENCY_JOB:  # one job, a column per call it timed
+            if peer in (LATENCY_JOB, OPTIMIZER_JOB):  # one job, a column per peer it timed
                 this_round.update(results)
             else:
                 this_round[peer] = results
@@ -859,7 +885,7 @@ def main():
     parser.add_argument("--ks", default=",".join(str(k) for k in KS), help="tensor counts, comma-separated")
     parser.add_argument(
         "--peers",
-        default=",".join([LATENCY_JOB] + CURVE_PEERS + OPTIMIZER_PEERS + KERAS_PEERS),
+        default=",".join([LATENCY_JOB] + CURVE_PEERS + [OPTIMIZER_JOB] + KERAS_PEERS),
         help="which peers run (default: all available)",
     )
     parser.add_argument(
@@ -891,7 +917,7 @@ def main():
     ks = [int(k) for k in args.ks.split(",")]
     peers = []
     for peer in args.peers.split(","):
-        if available("mpi" if peer == LATENCY_JOB else peer) and (
+        if available("mpi" if peer in MPIRUN_PEERS else peer) and (
             peer not in KERAS_PEERS or importlib.util.find_spec("keras")
         ):
             peers.append(peer)
