@@ -427,6 +427,19 @@ class SharedCounterBarrier:
         return array
 
 
+def init_peer(ddp: bool):
+    """(rank, size, barrier, hvdlite.torch or None) for a worker of torch.distributed over gloo or of hvdlite."""
+    if ddp:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        return dist.get_rank(), dist.get_world_size(), dist.barrier, None
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    return hvd.rank(), hvd.size(), hvd.barrier, hvd
+
+
 def init_both():
     """(rank, size, hvdlite.torch) with torch.distributed's gloo group up beside hvdlite, in a job mpirun started:
     DistributedOptimizer and DDP then take turns within the same processes."""
