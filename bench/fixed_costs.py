@@ -4,20 +4,20 @@
     python bench/fixed_costs.py --np 4 --rounds 5
     python bench/fixed_costs.py --ks 16,256,4096 --rounds 1 --out-dir /tmp/quick    # a quick look
 
-Each part is a 2-process job per peer; the peers take turns and the whole turn repeats --rounds times, so a slow
-period of the shared machine hits every peer alike. Every figure is the median over iterations within a run; the
-tables give the median and the worst round, and ratios are taken within a round.
+Each part but keras is one 2-process job that mpirun starts (--peers latency,curve,optimizer,keras-hvdlite), in
+which hvdlite and its peers take turns in blocks of calls or steps: a call of a few microseconds moves with the
+machine's state from second to second, so only figures timed in the same seconds compare. The jobs take turns too,
+and the whole turn repeats --rounds times. Every figure is the median over iterations within a run; the tables give
+the median and the worst round, and ratios are taken within a round.
 
 - latency: one float32 sum allreduce of 8 B and of 1 KB, repeated. hvdlite through hvdlite.torch's allreduce_ with
   a named tensor (in place, as a metric averaged every step: hvdlite) and its allreduce (into a new tensor each
-  call: hvdlite-out), Open MPI through mpi4py's in-place Allreduce. All three run in one job started by mpirun,
-  taking turns in blocks of calls: a call of a few microseconds moves with the machine's state from second to
-  second, so only calls timed in the same seconds compare.
+  call: hvdlite-out), Open MPI through mpi4py's in-place Allreduce.
 - per tensor: K named tensors of 1 KB each, averaged as a DistributedOptimizer step averages gradients:
   allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
   grouped_allreduce_ (hvdlite-grouped); and
   the same bytes already fused into one tensor, one torch.distributed gloo allreduce (gloo-fused), the floor a
-  framework that fuses before the call pays. Beside them, in hvdlite's job but exchanging nothing, the least any
+  framework that fuses before the call pays. Beside them, exchanging nothing, the least any
   collective per tensor does on each rank (touch-floor): a Python call per tensor that checks its cached facts and
   reads its address, as allreduce_async_'s steady state does, then one pass that reads every tensor's 1 KB into a
   flat buffer. How that floor grows with K is the growth no per-tensor API escapes on the machine: the caches
@@ -25,9 +25,8 @@ tables give the median and the worst round, and ratios are taken within a round.
   tensor does not grow with the number of tensors in flight.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
-  against DistributedDataParallel over gloo (opt-ddp), both in one job started by mpirun, taking turns in blocks
-  of steps, and the plain model and optimizer (no exchange) timed first in the same job, to give what each
-  exchange adds per parameter. Then the same on a small GPT-style
+  against DistributedDataParallel over gloo (opt-ddp), and the plain model and optimizer (no exchange) timed
+  first in the same job, to give what each exchange adds per parameter. Then the same on a small GPT-style
   transformer (--gpt-layers blocks, 16 parameter tensors each, 0 to leave it out).
 - keras: Keras 3 model.fit on a stack of Dense(16) layers with V variables (--keras-variables), one TensorFlow
   thread per process: the step with hvdlite.tensorflow.keras.DistributedOptimizer minus the same step with the
@@ -59,15 +58,14 @@ KS = [16, 64, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
-LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]  # the latency part's columns, all timed in one job
-LATENCY_JOB = "latency"
-OPTIMIZER_JOB = "optimizer"  # one job for both OPTIMIZER_PEERS
-MPIRUN_PEERS = {"mpi", LATENCY_JOB, OPTIMIZER_JOB}  # jobs mpirun starts: they time Open MPI, or two libraries
+LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
 LATENCY_BLOCKS = 10  # timed blocks of each call a size, after a warm-up block
 LATENCY_BLOCK_ITERATIONS = 2000
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
-HVDLITE_JOB_PEERS = {"touch-floor"}  # not hvdlite's collectives, but run in its job for the barrier
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
+LATENCY_JOB, CURVE_JOB, OPTIMIZER_JOB = "latency", "curve", "optimizer"
+# Jobs that mpirun starts, each timing its peers (the columns) in the same processes, taking turns.
+JOB_COLUMNS = {LATENCY_JOB: LATENCY_PEERS, CURVE_JOB: CURVE_PEERS, OPTIMIZER_JOB: OPTIMIZER_PEERS}
 KERAS_PEERS = ["keras-hvdlite"]
 KERAS_VARIABLES = [10, 100, 400]
 GPT_LAYERS = 16  # 16 parameter tensors a block: 261 tensors in all
@@ -146,47 +144,71 @@ def worker(peer, ks):
         return latency_worker()
     if peer == OPTIMIZER_JOB:
         return optimizer_worker()
+    if peer == CURVE_JOB:
+        return curve_worker(ks)
+    raise SystemExit(f"unknown peer {peer!r}")
+
+
+def curve_worker(ks):
+    """{peer: [{k, seconds a step}]} for CURVE_PEERS in one job that mpirun starts, taking turns in blocks of steps
+    at each K, each peer on tensors of its own."""
     import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
-    if peer == "gloo-fused":
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        results = []
-        for k in ks:
-            flat = torch.ones(k * TENSOR_FLOATS)
-            seconds = time_steps(lambda: dist.all_reduce(flat), dist.barrier, steps_for(k))
-            results.append({"k": k, "seconds": seconds})
-        rank, size = dist.get_rank(), dist.get_world_size()
-        dist.destroy_process_group()
-        return rank, size, results
-
-    import hvdlite.torch as hvd
-
-    hvd.init()
-    results = []
+    rank, size, hvd = init_both()
+    results = {peer: [] for peer in CURVE_PEERS}
     for k in ks:
-        tensors = [torch.ones(TENSOR_FLOATS) for _ in range(k)]
-        names = [f"k{k}.grad.{i}" for i in range(k)]
-        if peer == "hvdlite-async":
+        steps, kept = {}, {}
+        for peer in CURVE_PEERS:
+            if peer == "gloo-fused":
+                flat = torch.ones(k * TENSOR_FLOATS)
+                steps[peer] = lambda flat=flat: dist.all_reduce(flat)
+                continue
+            tensors = [torch.ones(TENSOR_FLOATS) for _ in range(k)]
+            names = [f"k{k}.{peer}.{i}" for i in range(k)]
+            kept[peer] = tensors
+            if peer == "hvdlite-async":
 
-            def step():
-                handles = [hvd.allreduce_async_(t, name=n) for t, n in zip(tensors, names)]
-                for h in handles:
-                    hvd.synchronize(h)
+                def step(tensors=tensors, names=names):
+                    handles = [hvd.allreduce_async_(t, name=n) for t, n in zip(tensors, names)]
+                    for h in handles:
+                        hvd.synchronize(h)
 
-        elif peer == "touch-floor":
-            step = touch_floor_step(tensors, names)
-        else:
+            elif peer == "touch-floor":
+                step = touch_floor_step(tensors, names)
+            else:
 
-            def step():
-                hvd.grouped_allreduce_(tensors, name=f"k{k}.group")
+                def step(tensors=tensors, k=k):
+                    hvd.grouped_allreduce_(tensors, name=f"k{k}.group")
 
-        results.append({"k": k, "seconds": time_steps(step, hvd.barrier, steps_for(k))})
-        if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
-            raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
-    return hvd.rank(), hvd.size(), results
+            steps[peer] = step
+        for peer, seconds in blocks_taking_turns(steps, hvd.barrier, steps_for(k)).items():
+            results[peer].append({"k": k, "seconds": seconds})
+        for peer, tensors in kept.items():
+            if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
+                raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
+    dist.destroy_process_group()
+    return rank, size, results
+
+
+def blocks_taking_turns(steps, barrier, count, blocks=5):
+    """{name: median seconds of a step}: steps {name: fn} each run count times (after 3 untimed), in up to blocks
+    blocks taking turns, the order rotating each block."""
+    order = list(steps)
+    for name in order:
+        for _ in range(3):
+            steps[name]()
+    blocks = max(1, min(blocks, count))
+    times = {name: [] for name in order}
+    for block in range(blocks):
+        for name in order[block % len(order) :] + order[: block % len(order)]:
+            barrier()
+            for _ in range(count // blocks):
+                start = time.perf_counter()
+                steps[name]()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def touch_floor_step(tensors, names):
@@ -548,10 +570,10 @@ def launch(peer, np_, out_path, ks, script=None):
         ),
     )
     me = [sys.executable, script or os.path.abspath(__file__), "--worker", peer, "--out", out_path]
-    if peer not in MPIRUN_PEERS and ("hvdlite" in peer or peer in HVDLITE_JOB_PEERS):
+    if peer not in JOB_COLUMNS and "hvdlite" in peer:
         cmd = [sys.executable, "-m", "hvdlite.runner.local", "-np", str(np_), "--"] + me
         return subprocess.run(cmd, env=env, timeout=1800).returncode
-    if peer in MPIRUN_PEERS:
+    if peer in JOB_COLUMNS:
         extra = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 else []
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"] + extra + me
@@ -574,7 +596,7 @@ def run_rounds(peers, rounds_n, np_, out_dir, ks, script=None):
                 raise SystemExit(f"{peer} run failed with exit code {rc}")
             with open(out_path) as f:
                 results = json.load(f)
-            if peer in (LATENCY_JOB, OPTIMIZER_JOB):  # one job, a column per peer it timed
+            if peer in JOB_COLUMNS:  # one job, a column per peer it timed
                 this_round.update(results)
             else:
                 this_round[peer] = results
@@ -898,7 +920,7 @@ def main():
     parser.add_argument("--ks", default=",".join(str(k) for k in KS), help="tensor counts, comma-separated")
     parser.add_argument(
         "--peers",
-        default=",".join([LATENCY_JOB] + CURVE_PEERS + [OPTIMIZER_JOB] + KERAS_PEERS),
+        default=",".join(list(JOB_COLUMNS) + KERAS_PEERS),
         help="which peers run (default: all available)",
     )
     parser.add_argument(
@@ -930,7 +952,7 @@ def main():
     ks = [int(k) for k in args.ks.split(",")]
     peers = []
     for peer in args.peers.split(","):
-        if available("mpi" if peer in MPIRUN_PEERS else peer) and (
+        if available("mpi" if peer in JOB_COLUMNS else peer) and (
             peer not in KERAS_PEERS or importlib.util.find_spec("keras")
         ):
             peers.append(peer)
