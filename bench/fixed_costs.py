@@ -59,7 +59,7 @@ LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
 LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
-LATENCY_BLOCKS = 10  # timed blocks of each call a size, after a warm-up block
+LATENCY_BLOCKS = 10  # turns of each call a size, after as many untimed calls as a turn makes
 LATENCY_BLOCK_ITERATIONS = 2000
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
@@ -76,36 +76,29 @@ def steps_for(k):
     return max(5, min(400, 40000 // k))
 
 
-def time_steps(step, barrier, steps):
-    for _ in range(3):
-        step()
-    barrier()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def latency_blocks(calls, barrier, blocks=LATENCY_BLOCKS, iters=LATENCY_BLOCK_ITERATIONS):
-    """{name: median seconds of one call}: calls {name: fn} take turns in blocks of iters calls, the order rotating
-    each block, so that every one meets the machine's state of the same seconds; warm-up blocks first."""
-    times = {name: [] for name in calls}
+def take_turns(calls, barrier, blocks, per_block, warmup=3):
+    """{name: median seconds of one call} for calls {name: fn}: warmup untimed calls of each, then blocks turns in
+    which each makes per_block timed calls, the order rotating each turn, so that all of them meet the machine's
+    state of the same seconds."""
     order = list(calls)
-    for block in range(blocks + 1):
+    for name in order:
+        for _ in range(warmup):
+            calls[name]()
+    times = {name: [] for name in order}
+    for block in range(blocks):
         for name in order[block % len(order) :] + order[: block % len(order)]:
-            fn = calls[name]
+            fn, timed = calls[name], times[name]
             barrier()
-            if block == 0:  # warm-up
-                for _ in range(iters):
-                    fn()
-                continue
-            for _ in range(iters):
+            for _ in range(per_block):
                 start = time.perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - start)
+                timed.append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def time_steps(step, barrier, steps):
+    """Median seconds of step() over steps calls, after 3 untimed."""
+    return take_turns({"step": step}, barrier, 1, steps)["step"]
 
 
 def latency_worker():
@@ -124,14 +117,12 @@ def latency_worker():
     for nbytes in LATENCY_BYTES:
         tensor = torch.ones(max(1, nbytes // 4))
         array = np.ones(max(1, nbytes // 4), dtype=np.float32)
-        medians = latency_blocks(
-            {
-                "hvdlite": lambda: hvd.allreduce_(tensor, name="latency", op=hvd.Sum),
-                "hvdlite-out": lambda: hvd.allreduce(tensor, name="latency", op=hvd.Sum),
-                "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
-            },
-            comm.Barrier,
-        )
+        calls = {
+            "hvdlite": lambda: hvd.allreduce_(tensor, name="latency", op=hvd.Sum),
+            "hvdlite-out": lambda: hvd.allreduce(tensor, name="latency", op=hvd.Sum),
+            "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
+        }
+        medians = take_turns(calls, comm.Barrier, LATENCY_BLOCKS, LATENCY_BLOCK_ITERATIONS, LATENCY_BLOCK_ITERATIONS)
         for peer, seconds in medians.items():
             results[peer].append({"bytes": nbytes, "seconds": seconds})
     return hvd.rank(), hvd.size(), results
@@ -183,32 +174,15 @@ def curve_worker(ks):
                     hvd.grouped_allreduce_(tensors, name=f"k{k}.group")
 
             steps[peer] = step
-        for peer, seconds in blocks_taking_turns(steps, hvd.barrier, steps_for(k)).items():
+        count = steps_for(k)
+        blocks = min(5, count)
+        for peer, seconds in take_turns(steps, hvd.barrier, blocks, count // blocks).items():
             results[peer].append({"k": k, "seconds": seconds})
         for peer, tensors in kept.items():
             if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
                 raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
     dist.destroy_process_group()
     return rank, size, results
-
-
-def blocks_taking_turns(steps, barrier, count, blocks=5):
-    """{name: median seconds of a step}: steps {name: fn} each run count times (after 3 untimed), in up to blocks
-    blocks taking turns, the order rotating each block."""
-    order = list(steps)
-    for name in order:
-        for _ in range(3):
-            steps[name]()
-    blocks = max(1, min(blocks, count))
-    times = {name: [] for name in order}
-    for block in range(blocks):
-        for name in order[block % len(order) :] + order[: block % len(order)]:
-            barrier()
-            for _ in range(count // blocks):
-                start = time.perf_counter()
-                steps[name]()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def touch_floor_step(tensors, names):
@@ -510,17 +484,8 @@ def exchange_step_times(build, loss, hvd, steps, floor=None):
         for variant in ("local", "barrier")[: 1 + bool(floor)]
     }
     turns = {peer: stepper(peer) for peer in OPTIMIZER_PEERS}
-    times = {peer: [] for peer in OPTIMIZER_PEERS}
-    blocks = 5
-    for block in range(blocks + 1):
-        for peer in OPTIMIZER_PEERS[block % 2 :] + OPTIMIZER_PEERS[: block % 2]:
-            hvd.barrier()
-            for i in range(max(3, steps // blocks)):
-                start = time.perf_counter()
-                turns[peer]()
-                if block > 0 or i >= 3:  # the first block's first steps warm up
-                    times[peer].append(time.perf_counter() - start)
-    out = {peer: {"local": local["local"], "distributed": statistics.median(times[peer])} for peer in OPTIMIZER_PEERS}
+    distributed = take_turns(turns, hvd.barrier, 5, max(3, steps // 5))
+    out = {peer: {"local": local["local"], "distributed": distributed[peer]} for peer in OPTIMIZER_PEERS}
     if floor:
         out["opt-hvdlite"]["barrier"] = local["barrier"]
     return out
