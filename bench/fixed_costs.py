@@ -922,7 +922,8 @@ def main():
         ):
             peers.append(peer)
         else:
-            print(f"skipping {peer}: not installed")
+            needs = "mpi4py and mpirun" if peer in JOB_COLUMNS else "its library"
+            print(f"skipping {peer}: {needs} not installed")
     rounds = run_rounds(peers, args.rounds, args.np, args.out_dir, ks)
     report(summarize(rounds, ks), args.rounds, args.np, ks, args.out_dir)
 
