@@ -79,6 +79,23 @@ if me == 1:
     #    helper), inside the first slice
     assert hvd.allreduce_(torch.ones(4), name="inplace-steady", op=hvd.Sum).tolist() == [2.0] * 4
     interrupted_allreduce_(torch.full((4,), 5.0), "inplace-steady", 0.02)
+    # 6. allreduce into a new tensor on a prepared name (its steady state also runs without a helper), inside the
+    #    first slice: the input and the output the caller never got stay held until the operation finishes
+    assert hvd.allreduce(torch.ones(4), name="new-steady", op=hvd.Sum).tolist() == [2.0] * 4
+    source = torch.full((4,), 7.0)
+    signal.setitimer(signal.ITIMER_REAL, 0.02)
+    try:
+        hvd.allreduce(source, name="new-steady", op=hvd.Sum)
+    except Alarm:
+        pass
+    else:
+        raise AssertionError("the alarm never interrupted allreduce into a new tensor")
+    assert core_ops.release_finished_abandoned() == 1
+    deadline = time.monotonic() + 10
+    while core_ops.release_finished_abandoned() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert core_ops.release_finished_abandoned() == 0
+    assert source.tolist() == [7.0] * 4  # the input is only read
 else:
     time.sleep(3)
     assert hvd.allreduce(torch.ones(4), name="late", op=hvd.Sum).tolist() == [2.0] * 4
@@ -91,6 +108,9 @@ else:
     assert hvd.allreduce_(torch.ones(4), name="inplace-steady", op=hvd.Sum).tolist() == [2.0] * 4
     time.sleep(1)
     assert hvd.allreduce(torch.full((4,), 5.0), name="inplace-steady", op=hvd.Sum).tolist() == [10.0] * 4
+    assert hvd.allreduce(torch.ones(4), name="new-steady", op=hvd.Sum).tolist() == [2.0] * 4
+    time.sleep(1)
+    assert hvd.allreduce(torch.full((4,), 7.0), name="new-steady", op=hvd.Sum).tolist() == [14.0] * 4
 # The abandoned synchronous allreduce finished in the background; later collectives work as usual.
 for step in range(20):
     assert hvd.allreduce(torch.ones(2) * step, name="after", op=hvd.Sum).tolist() == [2.0 * step] * 2
