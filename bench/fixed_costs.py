@@ -4,7 +4,7 @@
     python bench/fixed_costs.py --np 4 --rounds 5
     python bench/fixed_costs.py --ks 16,256,4096 --rounds 1 --out-dir /tmp/quick    # a quick look
 
-Each part but keras is one 2-process job that mpirun starts (--peers latency,curve,optimizer,keras-hvdlite), in
+Each part but keras is one job that mpirun starts (--peers latency,curve,optimizer,keras-hvdlite), in
 which hvdlite and its peers take turns in blocks of calls or steps: a call of a few microseconds moves with the
 machine's state from second to second, so only figures timed in the same seconds compare. The jobs take turns too,
 and the whole turn repeats --rounds times. Every figure is the median over iterations within a run; the tables give
@@ -479,10 +479,8 @@ def exchange_step_times(build, loss, hvd, steps, floor=None):
 
         return step
 
-    local = {
-        variant: time_steps(stepper(variant), hvd.barrier, steps)
-        for variant in ("local", "barrier")[: 1 + bool(floor)]
-    }
+    variants = ("local", "barrier") if floor else ("local",)
+    local = {variant: time_steps(stepper(variant), hvd.barrier, steps) for variant in variants}
     turns = {peer: stepper(peer) for peer in OPTIMIZER_PEERS}
     distributed = take_turns(turns, hvd.barrier, 5, max(3, steps // 5))
     out = {peer: {"local": local["local"], "distributed": distributed[peer]} for peer in OPTIMIZER_PEERS}

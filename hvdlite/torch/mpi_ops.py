@@ -80,8 +80,8 @@ def allreduce(
                 known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
             if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
                 output = torch.empty_like(tensor)
-                # ops.run_prepared written out, as in allreduce_: its frame would cost a twentieth of the call. The
-                # output is new, so the request runs at these addresses rather than those it was prepared with.
+                # ops.run_prepared written out, as in allreduce_: on this path a helper's frame is a visible share of
+                # the call. The output is new, so the request runs at these addresses, not those it was prepared with.
                 try:
                     live = _run_at(known[0], tensor.data_ptr(), output.data_ptr())
                 except BaseException:
