@@ -325,8 +325,17 @@ int64_t run_one(const hvdlite_request* request, uint64_t* slot_home) {
     if (!rt) return not_initialized();
     if (!request) return fail(StatusCode::kInvalidArgument, "null request");
     std::shared_ptr<HandleState> state;
-    Status queued = rt->enqueue(request, 1, nullptr, &state, slot_home ? &slot_home : nullptr);
-    if (!queued.ok()) return report(queued);
+    Runtime::Steady steady = Runtime::Steady::kTakeQueue;
+    if (rt->steady_candidate(*request)) {
+      Status failure;
+      steady = rt->run_steady(*request, slot_home ? slot_home : slot_of(*request), &state, &failure);
+      if (steady == Runtime::Steady::kDone) return static_cast<int>(HVDLITE_OK);
+      if (steady == Runtime::Steady::kFailed) return report(failure);
+    }
+    if (steady == Runtime::Steady::kTakeQueue) {
+      Status queued = rt->enqueue(request, 1, nullptr, &state, slot_home ? &slot_home : nullptr);
+      if (!queued.ok()) return report(queued);
+    }
     const bool finished = rt->wait(*state, int64_t{HVDLITE_WAIT_SLICE_MS} * 1000);
     // Still running, or failed: only now does the operation need a handle, for the caller to wait on or to read
     // the error from (a hash-table insert and erase less for the common case).

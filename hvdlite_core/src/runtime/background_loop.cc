@@ -92,8 +92,16 @@ bool Runtime::run_cycle() {
     // 2-3. Negotiate and validate (controller.h): which tensors every member of a set has submitted, in one order
     // on every rank, with mismatches turned into errors that name the ranks.
     const bool leaving = shutdown_requested_.load();
-    Controller::Outcome& outcome = outcome_;
-    controller_->negotiate(fresh, leaving, leaving ? leaving_note(fresh) : std::string(), outcome);
+    controller_->negotiate(fresh, leaving, leaving ? leaving_note(fresh) : std::string(), outcome_);
+  } catch (...) {
+    stop_for_exception();
+    return false;
+  }
+  return complete_cycle(outcome_);
+}
+
+bool Runtime::complete_cycle(Controller::Outcome& outcome) {
+  try {
     idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
     // 4-6. Fuse, run on the backend and complete the handles (executor.h).
@@ -109,16 +117,27 @@ bool Runtime::run_cycle() {
       return false;
     }
     return true;
+  } catch (...) {
+    stop_for_exception();
+  }
+  return false;
+}
+
+Status Runtime::stop_for_exception() {
+  Status status;
+  try {
+    throw;
   } catch (const Error& e) {
     std::string what = e.what() + lost_peers_note();
     std::string recent = queue_.recent_report(rank_);
     if (!recent.empty()) what += "; " + recent;
     HVD_LOG(kError, "background loop stopped: " << what);
-    fail_everything(Status(e.code(), "hvdlite cannot continue: " + what));
+    status = Status(e.code(), "hvdlite cannot continue: " + what);
   } catch (const std::exception& e) {
-    fail_everything(Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what()));
+    status = Status(StatusCode::kInternal, std::string("hvdlite internal error: ") + e.what());
   }
-  return false;
+  fail_everything(status);
+  return status;
 }
 
 }  // namespace hvdlite

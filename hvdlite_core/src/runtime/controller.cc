@@ -57,14 +57,18 @@ void Controller::exchange_bits(size_t bit_words) {
   });
 }
 
-void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown, const std::string& abort_reason,
-                           Outcome& outcome) {
+void Controller::begin_cycle(Outcome& outcome) {
   outcome.responses.clear();
   outcome.eager.clear();
   outcome.shutdown = false;
   outcome.peer_failure.clear();
   outcome.idle = false;
   unready_all();
+}
+
+void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown, const std::string& abort_reason,
+                           Outcome& outcome) {
+  begin_cycle(outcome);
   if (sets_.version() != cache_sets_version_) forget_removed_sets();
   std::vector<Request> requests;
   requests.swap(resend_);
@@ -158,7 +162,13 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
                 cache_.at(segment.position).prescale);
   }
   exchange_bits(bit_words);
+  read_votes(requests, positions, vote_unnamed, outcome);
+}
 
+void Controller::read_votes(std::vector<Request>& requests, size_t positions, bool vote_unnamed, Outcome& outcome) {
+  const size_t words = (positions + 63) / 64;
+  const size_t bit_words = 1 + (vote_unnamed ? 3 : 2) * words;
+  char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
   const uint64_t any = ~bits_[0] & kFlagWordMask;
   if (vote_unnamed) find_split_classes(words);
   bool any_conflict = false;

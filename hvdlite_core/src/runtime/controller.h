@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "hvdlite.h"
 #include "runtime/coordinator.h"
 #include "runtime/eager.h"
 #include "runtime/entry.h"
@@ -61,8 +62,30 @@ class Controller {
   bool joined() const { return joined_; }
   void clear_joined() { joined_ = false; }
 
+  // The steady lane (steady_lane.cc): a synchronous allreduce of a cached name that rides in the eager region,
+  // submitted while nothing else is pending on this rank, votes and completes without an entry, a queue or a
+  // handle. Its exchange is the same as a cycle's in which this rank's only hit is that tensor, so the other ranks
+  // cannot tell the two apart.
+  enum class LaneVote {
+    kNotTaken,  // the lane does not apply; nothing was exchanged
+    kDone,      // ready everywhere: the result is in q.output
+    kNotReady,  // exchanged, and nothing happened anywhere: the operation goes the usual way, as if just submitted
+    kOther,     // exchanged, and something else happened too: lane_adopt() must finish this cycle
+  };
+  // For the global process set's lane. allreduced_bytes: with kDone, what the autotuner counts.
+  LaneVote lane_vote(const hvdlite_request& q, int64_t* allreduced_bytes);
+  // After kOther: entry (the operation, now made an entry; null if it was refused) waits as the hit the lane voted,
+  // and the exchanged votes are read as a cycle reads them.
+  void lane_adopt(TensorEntry* entry, Outcome& outcome);
+
  private:
   int member_index(int process_set) const;
+  void begin_cycle(Outcome& outcome);  // clears the outcome and what the last cycle left
+  // The second half of a cycle: everything after the exchange of bits_, for a cycle over `positions` cache
+  // positions. requests: this rank's for the coordinator (hits sent back are added).
+  void read_votes(std::vector<Request>& requests, size_t positions, bool vote_unnamed, Outcome& outcome);
+  // The cache position a lane request's name was found at (by the token its kept request carries), or -1.
+  int lane_position(const hvdlite_request& q);
   // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
   // the same response, else by key (and the record remembers what was found).
   ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);
@@ -151,6 +174,17 @@ class Controller {
   std::vector<Request> resend_;  // hits whose cache entry was displaced
   std::string key_scratch_;      // take_pending's key, reused
   bool joined_ = false;
+
+  // The lane's memory of where each kept request's name lies in the cache, by its token's slot: the stamp says
+  // whether the position still holds the response found there.
+  struct LanePlace {
+    uint64_t token = 0;
+    int position = -1;
+    uint64_t stamp = 0;
+  };
+  std::vector<LanePlace> lane_places_;
+  int lane_voted_ = -1;              // the position the last kOther voted for
+  size_t lane_voted_positions_ = 0;  // and the cycle's bound
 
   Coordinator coordinator_;  // used on global rank 0 only
 };

@@ -27,6 +27,8 @@ class Coordinator {
   // Every cycle: logs stall warnings; true when some waiting tensor is due to fail: stalled, out of step, or on a
   // process set removed since the last round.
   bool round_due(Clock::time_point now);
+  // Whether some collective waits here for the other members' requests.
+  bool waiting() const { return !arrival_order_.empty(); }
 
  private:
   struct Submissions {

@@ -124,10 +124,11 @@ void Executor::execute(const std::vector<std::shared_ptr<const Response>>& respo
   for (const Response* r : responses_) {
     if (!r->is_error && r->op == OpType::kAllreduce) allreduced += bytes_of(*r);
   }
-  if (allreduced > 0) {
-    tuner_.record(allreduced,
-                  [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
-  }
+  if (allreduced > 0) count_allreduced(allreduced);
+}
+
+void Executor::count_allreduced(int64_t bytes) {
+  tuner_.record(bytes, [this](int32_t* choice) { backend_.broadcast(0, *sets_.get(0), choice, sizeof *choice, 0); });
 }
 
 void Executor::finish_eager(const std::vector<EagerResult>& results) {

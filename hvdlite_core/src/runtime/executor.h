@@ -28,6 +28,8 @@ class Executor {
   // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
   void abort_device_work(const Status& why);
   const Autotuner& tuner() const { return tuner_; }
+  // An allreduce finished outside execute() (the steady lane), counted where execute() would have counted it.
+  void count_allreduced(int64_t bytes);
 
  private:
   // Copies each eager result out (with the postscale) and finishes its entry.

@@ -16,12 +16,17 @@ std::string human_bytes(int64_t n) {
 
 void RecentOps::submitted(const TensorEntry& entry) {
   const Request& q = entry.request;
-  const int64_t bytes = element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype));
+  submitted(q.op, q.process_set, q.name.c_str(), element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype)),
+            entry.name_record);
+}
+
+void RecentOps::submitted(OpType kind, int32_t process_set, const char* name, int64_t bytes,
+                          const NameRecord* record) {
   Op& op = ring_[next_];
-  op.op = q.op;
-  op.process_set = q.process_set;
-  op.name.assign(q.name);
-  op.record = entry.name_record;
+  op.op = kind;
+  op.process_set = process_set;
+  op.name.assign(name);
+  op.record = record;
   op.bytes = bytes;
   op.state = "pending";
   next_ = (next_ + 1) % kKept;

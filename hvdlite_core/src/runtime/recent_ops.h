@@ -14,6 +14,7 @@ class RecentOps {
  public:
   static constexpr size_t kKept = 8;
   void submitted(const TensorEntry& entry);
+  void submitted(OpType op, int32_t process_set, const char* name, int64_t bytes, const NameRecord* record);
   void finished(const TensorEntry& entry, bool ok);
   // "last 3 collectives on rank 1, oldest first: allreduce 'a' (16 KB, done), ..." ("" when none yet).
   std::string report(int rank) const;

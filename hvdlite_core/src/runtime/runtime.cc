@@ -315,7 +315,8 @@ __attribute__((noinline)) EnqueueScratch& this_thread_enqueue_scratch() {
 }  // namespace
 
 Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                        std::shared_ptr<HandleState>* first_state_out, uint64_t* const* slot_homes) {
+                        std::shared_ptr<HandleState>* first_state_out, uint64_t* const* slot_homes,
+                        std::vector<TensorEntry*>* admitted) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
   // tensors allocates no entry, name, shape or key here.
@@ -370,10 +371,13 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
   for (const TensorEntry* entry : entries) states.push_back(entry->handle);
   // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
   // in the same order agree on them, even when other sets run unnamed collectives in between.
-  Status status = queue_.push(entries, [this](TensorEntry& entry) {
-    int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
-    entry.request.name = auto_name(entry.request.op, n);
-  });
+  Status status = queue_.push(
+      entries,
+      [this](TensorEntry& entry) {
+        int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
+        entry.request.name = auto_name(entry.request.op, n);
+      },
+      admitted);
   if (!status.ok()) {
     release_events();
     return status;
@@ -392,7 +396,8 @@ std::string Runtime::describe() const {
                      (promoter->stopped() ? " (stopped: the application moves its buffers);" : ";")
                : "huge_page_buffers=off (transparent huge pages are off);";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
-         chooser_.describe() + ";" + huge_pages + config_.Describe();
+         chooser_.describe() + ";" + huge_pages + "steady_lane_runs=" + std::to_string(steady_runs_.load()) +
+         ";steady_lane_adopted=" + std::to_string(steady_adopted_.load()) + ";" + config_.Describe();
 }
 
 }  // namespace hvdlite

@@ -35,8 +35,31 @@ class Runtime {
   // may then be null: the operations get no handle (hvdlite_run registers one only when it must
   // return it). slot_homes (optional): for each request, the caller's kept request whose name_slot the core
   // updates, where requests are copies of it; by default the requests' own.
+  // admitted (optional): the entries are marked in flight under their names but not queued; they are moved into
+  // it for the caller to hand to negotiation itself (the steady lane's adopted operation).
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
-                 std::shared_ptr<HandleState>* first_state_out = nullptr, uint64_t* const* slot_homes = nullptr);
+                 std::shared_ptr<HandleState>* first_state_out = nullptr, uint64_t* const* slot_homes = nullptr,
+                 std::vector<TensorEntry*>* admitted = nullptr);
+  // The steady lane (steady_lane.cc) for a synchronous operation: kDone, finished (its output written);
+  // kTakeQueue, nothing happened, enqueue and wait as usual; kAdopted, an ordinary operation now, *state to wait
+  // on; kFailed, with *failure. slot_home as for enqueue.
+  enum class Steady { kDone, kTakeQueue, kAdopted, kFailed };
+  Steady run_steady(const hvdlite_request& q, uint64_t* slot_home, std::shared_ptr<HandleState>* state,
+                    Status* failure);
+  // Whether a request may take the lane at all: the checks that need no lock. Larger ones than the eager region
+  // can hold never pay for trying.
+  bool steady_candidate(const hvdlite_request& q) const {
+    if (q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY || !q.name ||
+        q.name_slot == 0 || q.ndim < 0 || (q.ndim > 0 && !q.shape) || !q.input || !q.output || !dtype_valid(q.dtype))
+      return false;
+    int64_t bytes = dtype_size(static_cast<DType>(q.dtype));
+    for (int32_t d = 0; d < q.ndim; ++d) {
+      if (q.shape[d] < 0) return false;
+      bytes *= q.shape[d];
+      if (bytes > config_.eager_allreduce_bytes) return false;
+    }
+    return bytes <= config_.eager_allreduce_bytes;
+  }
   ProcessSetRegistry& process_sets() { return *sets_; }
   std::string describe() const;
   // Collective: leaves the job; every rank's pending operations fail. With a reason (the caller leaves because of
@@ -59,6 +82,12 @@ class Runtime {
   void background_loop();
   // One drain-negotiate-execute cycle; the caller holds progress_mutex_. False once the runtime stopped.
   bool run_cycle();
+  // A cycle's second half, after negotiation: execute the outcome, fail everything on a shutdown. False once the
+  // runtime stopped.
+  bool complete_cycle(Controller::Outcome& outcome);
+  // Inside a catch block: stops the runtime for the exception in flight (every pending operation fails) and
+  // returns the status they fail with.
+  Status stop_for_exception();
   bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
   std::string leaving_note(const std::vector<TensorEntry*>& fresh) const;  // the reason sent with shutdown
   void fail_everything(const Status& status);
@@ -100,6 +129,9 @@ class Runtime {
   Controller::Outcome outcome_;
   // Consecutive cycles in which nothing happened anywhere (written under progress_mutex_, read without it).
   std::atomic<int> idle_cycles_{0};
+  // What the steady lane did (describe()): operations it finished, and those it handed to a cycle.
+  std::atomic<uint64_t> steady_runs_{0};
+  std::atomic<uint64_t> steady_adopted_{0};
   std::thread thread_;
 };
 

@@ -15,7 +15,8 @@ TensorQueue::~TensorQueue() {
   for (TensorEntry* entry : spare_entries_) delete entry;
 }
 
-Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed) {
+Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed,
+                         std::vector<TensorEntry*>* admitted) {
   bool wake = false;
   for (TensorEntry* entry : entries) {
     if (!entry->request.name.empty()) entry_key_into(entry->key, entry->request.process_set, entry->request.name);
@@ -79,7 +80,10 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
         entry.name_record = mark_in_flight(entry, key_hashes_[i], found_[i]);
       }
       if (i >= first_recent) recent_.submitted(entry);
-      queue_.push_back(&entry);
+      if (admitted)
+        admitted->push_back(&entry);
+      else
+        queue_.push_back(&entry);
     }
     entries.clear();
     queued_.store(queue_.size(), std::memory_order_release);
@@ -91,6 +95,13 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
   // by the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a
   // futex wake, a context switch and a thread competing for the caller's core, more than a small allreduce itself.
   return Status::Ok();
+}
+
+void TensorQueue::note_submitted(const hvdlite_request& q) {
+  const int64_t elements = q.shape ? element_count(std::vector<int64_t>(q.shape, q.shape + q.ndim)) : 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  recent_.submitted(static_cast<OpType>(q.op), q.process_set_id, q.name ? q.name : "",
+                    elements * static_cast<int64_t>(dtype_size(static_cast<DType>(q.dtype))), nullptr);
 }
 
 void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_push) {

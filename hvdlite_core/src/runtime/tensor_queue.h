@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "hvdlite.h"
 #include "runtime/entry.h"
 #include "runtime/recent_ops.h"
 
@@ -31,7 +32,12 @@ class TensorQueue {
   // Entries without a name get one from name_unnamed, called under the queue lock once the batch is accepted,
   // so a refused batch never advances the counters that keep auto-names equal across ranks. Accepted, the
   // entries are in flight and `entries` is emptied; refused, they stay with the caller (recycle them).
-  Status push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed);
+  // admitted (optional): the accepted entries are moved there instead of into the queue, in flight all the same.
+  Status push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed,
+              std::vector<TensorEntry*>* admitted = nullptr);
+  // Records an operation that never became an entry (the steady lane's, when it fails) among the recent ones, as
+  // submitted and pending, for the report of where this rank was.
+  void note_submitted(const hvdlite_request& q);
   // Waits until something is queued, wake() is called, or timeout passes. push() wakes the waiter only when
   // wake_on_push is set (a long idle sleep); otherwise new work waits for the next cycle tick.
   void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);

@@ -1,0 +1,178 @@
+// The steady lane: a synchronous allreduce of a few bytes under a cached name, with nothing else pending on this
+// rank, runs as one exchange on the caller's thread, with no entry, queue, handle or cycle around it.
+//
+// Its exchange is the one a cycle would make with that tensor as this rank's only hit: flags clear, no conflicts,
+// the tensor's bit set, its prescaled input in its eager segment (runtime/eager.h). The other ranks, in the lane or
+// in a cycle, see the same words either way. Reading them back:
+//   - only that tensor became ready, and nothing else happened anywhere: the segment holds the reduction, copied
+//     out with the postscale (what the executor does for an eager result);
+//   - nothing happened anywhere: no rank acted on the vote, so the operation is submitted the usual way, as if it
+//     had just been called;
+//   - anything else (another rank's requests, a conflict, a join, a shutdown, other tensors ready): the operation
+//     becomes an entry waiting as the hit it voted, and the cycle's second half reads the exchanged words as it
+//     reads its own; from there it is an ordinary pending operation.
+// A transport failure stops the runtime as a cycle's would, and the operation fails with the same error.
+//
+// Not marked in flight under its name while in the lane: another thread that submits the same name in those
+// microseconds is not refused, where it would be while the operation waited in the queue.
+#include <cstring>
+
+#include "collectives/reduce_kernels.h"
+#include "runtime/controller.h"
+#include "runtime/runtime.h"
+
+namespace hvdlite {
+namespace {
+constexpr uint64_t kFlagWordMask = 0xffffffffull;  // as in controller.cc
+}  // namespace
+
+int Controller::lane_position(const hvdlite_request& q) {
+  // The token's slot and generation (TensorQueue): slots are dense, so a vector indexed by slot finds the place
+  // with no hashing; a token of another generation (the slot's record was swept and reused) looks the name up.
+  const uint64_t slot = (q.name_slot & 0xffffffffu) - 1;
+  if (slot < lane_places_.size()) {
+    const LanePlace& place = lane_places_[slot];
+    if (place.token == q.name_slot && place.stamp != 0 && cache_.stamp_at(place.position) == place.stamp)
+      return place.position;
+  }
+  if (slot > (1u << 24)) return -1;  // not a token the queue handed out
+  Request request;
+  request.op = OpType::kAllreduce;
+  request.dtype = static_cast<DType>(q.dtype);
+  request.shape.assign(q.shape, q.shape + q.ndim);
+  request.reduce_op = static_cast<ReduceOp>(q.reduce_op);
+  request.prescale = q.prescale_factor;
+  request.postscale = q.postscale_factor;
+  request.layout = q.layout;
+  request.name = q.name;
+  int position = -1;
+  if (cache_.lookup(request, member_index(0), &position) != ResponseCache::Lookup::kHit) return -1;
+  if (slot >= lane_places_.size()) lane_places_.resize(slot + 1);
+  lane_places_[slot] = {q.name_slot, position, cache_.stamp_at(position)};
+  return position;
+}
+
+Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* allreduced_bytes) {
+  // Nothing of this rank's may be waiting (it would vote too), nor anything that changes the cycle's first half.
+  if (!cache_enabled_ || pending_count_ != 0 || !resend_.empty() || joined_ || !class_words_.empty() ||
+      sets_.version() != cache_sets_version_)
+    return LaneVote::kNotTaken;
+  const int p = lane_position(q);
+  if (p < 0) return LaneVote::kNotTaken;
+  // The cached response still describes the call (what ResponseCache::lookup's match compares for an allreduce).
+  const Response& cached = cache_.at(p);
+  if (cached.is_error || cached.op != OpType::kAllreduce || cached.process_set != 0 || cached.on_device ||
+      cached.dtype != static_cast<DType>(q.dtype) || cached.reduce_op != static_cast<ReduceOp>(q.reduce_op) ||
+      cached.prescale != q.prescale_factor || cached.postscale != q.postscale_factor || cached.layout != q.layout ||
+      cached.shape.size() != static_cast<size_t>(q.ndim) ||
+      !std::equal(cached.shape.begin(), cached.shape.end(), q.shape) || std::strcmp(cached.name.c_str(), q.name) != 0)
+    return LaneVote::kNotTaken;
+  // The coordinator (rank 0) forces a round when a collective waiting there is due to fail: with one waiting, a
+  // cycle decides (round_due, which must run once a cycle).
+  if (rank_ == 0 && coordinator_.waiting()) return LaneVote::kNotTaken;
+  eager_.update(cache_, config_.eager_allreduce_bytes);
+  const EagerSegment* segment = eager_.find(p);
+  if (!segment) return LaneVote::kNotTaken;
+
+  unready_all();
+  const size_t positions = cache_.occupied_end();
+  const size_t words = (positions + 63) / 64;
+  update_position_masks(words);
+  const size_t bit_words = 1 + 2 * words;  // no unnamed positions are cached (class_words_ is empty)
+  bits_.assign(bit_words, ~0ull);
+  bits_.resize(bit_words + eager_.words(), 0);
+  bits_[0] = kFlagWordMask;  // no flags
+  for (size_t w = 0; w < words; ++w) bits_[1 + words + w] = outsider_words_[w];
+  const size_t word = static_cast<size_t>(p) / 64;
+  const uint64_t bit = 1ull << (p % 64);
+  bits_[1 + words + word] |= bit;
+  char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
+  copy_scaled(segment->dtype, eager_region + segment->offset, q.input, segment->count, cached.prescale);
+  exchange_bits(bit_words);
+
+  lane_voted_ = p;
+  lane_voted_positions_ = positions;
+  if ((~bits_[0] & kFlagWordMask) != 0) return LaneVote::kOther;
+  bool ready = false;
+  for (size_t w = 0; w < words; ++w) {
+    if (bits_[1 + w] != ~0ull) return LaneVote::kOther;  // a conflict somewhere
+    const uint64_t all = bits_[1 + words + w];
+    if (all == 0) continue;
+    if (w != word || all != bit) return LaneVote::kOther;  // other tensors ready
+    ready = true;
+  }
+  if (!ready) return LaneVote::kNotReady;
+  lane_voted_ = -1;
+  const int n = sets_.get(0)->size();
+  const double postscale = cached.reduce_op == ReduceOp::kAverage ? cached.postscale / n : cached.postscale;
+  copy_scaled(cached.dtype, q.output, eager_region + segment->offset, segment->count, postscale);
+  cache_.touch(p);
+  *allreduced_bytes = static_cast<int64_t>(segment->count * dtype_size(cached.dtype));
+  return LaneVote::kDone;
+}
+
+void Controller::lane_adopt(TensorEntry* entry, Outcome& outcome) {
+  begin_cycle(outcome);
+  if (entry) {
+    ++pending_count_;
+    add_hit(lane_voted_, entry);
+  }
+  lane_voted_ = -1;
+  std::vector<Request> requests;
+  read_votes(requests, lane_voted_positions_, false, outcome);
+}
+
+Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_home,
+                                    std::shared_ptr<HandleState>* state, Status* failure) {
+  std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
+  // Another thread is mid-cycle, or work waits in the queue: that cycle, not the lane, comes next.
+  if (!lock.owns_lock() || stopped_ || shutdown_requested_ || timeline_.enabled() || !queue_.empty())
+    return Steady::kTakeQueue;
+  Steady result = Steady::kTakeQueue;
+  try {
+    int64_t allreduced = 0;
+    switch (controller_->lane_vote(q, &allreduced)) {
+      case Controller::LaneVote::kNotTaken:
+        break;
+      case Controller::LaneVote::kNotReady:
+        last_cycle_ = Clock::now();
+        break;
+      case Controller::LaneVote::kDone:
+        executor_->count_allreduced(allreduced);
+        idle_cycles_.store(0);
+        last_cycle_ = Clock::now();
+        steady_runs_.fetch_add(1, std::memory_order_relaxed);
+        result = Steady::kDone;
+        break;
+      case Controller::LaneVote::kOther: {
+        // Now an ordinary operation: an entry, marked in flight under its name, waiting as the hit it voted.
+        std::vector<TensorEntry*> admitted;
+        uint64_t* const homes[1] = {slot_home};
+        const Status admitted_status = enqueue(&q, 1, nullptr, state, slot_home ? homes : nullptr, &admitted);
+        if (admitted_status.ok()) {
+          result = Steady::kAdopted;
+        } else {
+          // Refused (its name is in flight from another thread): its vote still counted where it was ready, and
+          // the other ranks' results have its contribution; the caller gets the refusal.
+          result = Steady::kFailed;
+          *failure = admitted_status;
+        }
+        steady_adopted_.fetch_add(1, std::memory_order_relaxed);
+        controller_->lane_adopt(admitted.empty() ? nullptr : admitted[0], outcome_);
+        last_cycle_ = Clock::now();
+        complete_cycle(outcome_);  // a failure there fails the adopted entry's handle too
+        break;
+      }
+    }
+  } catch (...) {
+    // Where the report of this rank's last collectives names it (pending), as it would have from the queue.
+    if (result != Steady::kAdopted) queue_.note_submitted(q);
+    *failure = stop_for_exception();
+    result = Steady::kFailed;
+  }
+  lock.unlock();
+  announce_progress();
+  return result;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,106 @@
+# Job script: the steady lane (hvdlite_core/src/runtime/steady_lane.cc), which runs a synchronous allreduce of a
+# cached small tensor as one exchange on the caller's thread. Every way out of it must give the right result: the
+# lane finishing the operation, the lane handing it to a cycle because another rank's cycle also brought new
+# requests (the operation is adopted as a pending entry), and a mismatch found while one rank is in the lane (an
+# error on every rank, and the name usable afterwards). argv: ROUNDS.
+import sys
+
+import torch
+from hvdjob import check, expect_raises, make, parse_build_info
+
+import hvdlite.torch as hvd
+
+hvd.init()
+n, me = hvd.size(), hvd.rank()
+rounds = int(sys.argv[1])
+count = 0
+
+
+def lane_counts():
+    """(operations the lane finished, operations it handed to a cycle) on this rank so far."""
+    info = parse_build_info(hvd.build_info())
+    return int(info["steady_lane_runs"]), int(info["steady_lane_adopted"])
+
+
+def expected(key, shape, op=hvd.Sum, pre=1.0, post=1.0):
+    inputs = torch.stack([make(r, key, shape, torch.float32) for r in range(n)])
+    if op == hvd.Min:
+        return inputs.min(dim=0).values
+    if op == hvd.Max:
+        return inputs.max(dim=0).values
+    return inputs.sum(dim=0) * pre * post / (n if op == hvd.Average else 1)
+
+
+# Warm-up: the first call of a name is negotiated and cached; the lane takes the ones after it.
+t = torch.zeros(2)
+for step in range(3):
+    t.copy_(make(me, ("warm", step), (2,), torch.float32))
+    hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+    check(f"warm-up {step}", t, expected(("warm", step), (2,)))
+    count += 1
+
+# Steady state, in place and into a new tensor, with every element-wise op and scale factors.
+runs_before, _ = lane_counts()
+cases = [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Min, 1.0, 1.0), (hvd.Max, 1.0, 1.0), (hvd.Sum, 2.0, 0.5)]
+calls = 0
+for step in range(rounds):
+    for i, (op, pre, post) in enumerate(cases):
+        key = ("steady", step, i)
+        t.copy_(make(me, key, (2,), torch.float32))
+        hvd.allreduce_(t, name=f"lane.{i}", op=op, prescale_factor=pre, postscale_factor=post)
+        check(
+            f"in place, op {op} pre {pre} post {post} step {step}", t, expected(key, (2,), op, pre, post), exact=False
+        )
+        out = hvd.allreduce(make(me, key, (2,), torch.float32), name=f"lane.new.{i}", op=op)
+        check(f"into a new tensor, op {op} step {step}", out, expected(key, (2,), op), exact=False)
+        calls += 2
+        count += 2
+runs_after, _ = lane_counts()
+# The ranks arrive at slightly different moments: a call whose exchange meets a peer's idle cycle goes the usual way.
+# Most must take the lane, or it is not the steady state's path.
+if runs_after - runs_before < calls // 4:
+    raise AssertionError(f"the lane finished {runs_after - runs_before} of {calls} steady-state calls")
+count += 1
+
+# Another rank's cycle brings new requests while this rank is in the lane: rank 0 is in the lane for "lane.sum"
+# while the others' cycle carries "lane.sum" and a new name of theirs; rank 0 submits the new name afterwards.
+for step in range(rounds):
+    fresh = torch.full((3,), float(me + step))
+    t.copy_(make(me, ("adopt", step), (2,), torch.float32))
+    if me == 0:
+        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+        handle = hvd.allreduce_async_(fresh, name=f"lane.fresh.{step}", op=hvd.Sum)
+    else:
+        handle = hvd.allreduce_async_(fresh, name=f"lane.fresh.{step}", op=hvd.Sum)
+        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+    hvd.synchronize(handle)
+    check(f"cached one beside new requests, step {step}", t, expected(("adopt", step), (2,)))
+    check(f"the new one, step {step}", fresh, torch.full((3,), float(sum(range(n)) + n * step)))
+    count += 2
+_, adopted = lane_counts()
+if me == 0 and adopted == 0:
+    raise AssertionError(f"in {rounds} rounds the lane never handed its operation to a cycle")
+count += 1
+
+# A mismatch met in the lane: rank 0 calls with the cached shape (and takes the lane), the others with another.
+for step in range(3):
+    shape = (2,) if me == 0 else (3,)
+    u = torch.ones(shape)
+    expect_raises(
+        f"shapes that differ under one cached name, step {step}",
+        Exception,
+        hvd.allreduce_,
+        u,
+        name="lane.sum",
+        op=hvd.Sum,
+        match=["lane.sum", "shape"],
+    )
+    count += 1
+    # Still usable, under the same name.
+    t.copy_(make(me, ("after", step), (2,), torch.float32))
+    hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+    check(f"after the mismatch, step {step}", t, expected(("after", step), (2,)))
+    count += 1
+
+print(f"OK {count} lane {lane_counts()}", flush=True)
+hvd.shutdown()
