@@ -45,23 +45,27 @@ def test_mismatch_and_argument_errors_on_mpi(np):
 # ------------------------------------------------------------------------------------------------ peer death
 
 
+# (id, np, host_ids, where the survivors wait: a new collective, or the steady lane of a cached small one)
 PEER_CASES = [
-    ("shm-np2", 2, None),
-    ("tcp-np2", 2, [0, 1]),
-    ("shm-np3", 3, None),
-    ("tcp-2hosts-np3", 3, [0, 1, 0]),
+    ("shm-np2", 2, None, "queued"),
+    ("tcp-np2", 2, [0, 1], "queued"),
+    ("shm-np3", 3, None, "queued"),
+    ("tcp-2hosts-np3", 3, [0, 1, 0], "queued"),
+    ("lane-shm-np2", 2, None, "lane"),
+    ("lane-shm-np3", 3, None, "lane"),
 ]
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", PEER_CASES, ids=[c[0] for c in PEER_CASES])
 def test_peer_death_is_reported_quickly(case):
-    _, np, host_ids = case
+    _, np, host_ids, waiting_in = case
     result = run_job(
         job_source("errors_peer_death"),
         np=np,
         host_ids=host_ids,
         env={"HVDLITE_PEER_TIMEOUT_SECONDS": "10"},
+        args=["lane"] if waiting_in == "lane" else [],
         timeout=40,
     )
     info = detail(result)
@@ -74,6 +78,8 @@ def test_peer_death_is_reported_quickly(case):
         assert kind in ("PeerError", "HvdliteTimeoutError"), info
         assert float(elapsed) < 10.0, f"rank {r} took {elapsed} s to notice the dead peer\n" + info
         assert message.strip("'\""), f"rank {r}: empty error message\n" + info
+        if waiting_in == "lane":  # the lane's operation never became an entry; the report still names it
+            assert "allreduce 'lane.steady' (8 B, pending)" in message, f"rank {r}\n" + info
     if np == 2:  # with two ranks the only peer rank 0 can be waiting on is the dead one
         assert re.search(r"rank 1\b", errors[0]), "rank 0's error should name the dead rank 1\n" + info
     after = ok_ranks(result.stdout, "AFTER")

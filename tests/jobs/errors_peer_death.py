@@ -1,8 +1,13 @@
 """Rank 1 exits with code 7 in the middle of collectives; each survivor prints the error it got and how long it
-took (PEERERR), what a collective after that raises (AFTER), and that shutdown() returns (SHUTDOWN)."""
+took (PEERERR), what a collective after that raises (AFTER), and that shutdown() returns (SHUTDOWN).
+
+argv: [lane]. By default the survivors wait in a new collective; with "lane" they loop a cached 8-byte allreduce,
+which takes the steady lane (hvdlite_core/src/runtime/steady_lane.cc), and the time counts from their last good
+call."""
 
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -11,15 +16,23 @@ import hvdlite.torch as hvd
 
 hvd.init()
 me = hvd.rank()
+lane = sys.argv[1:] == ["lane"]
 hvd.allreduce(torch.ones(4), name="warmup")
+t = torch.ones(2)
+for _ in range(200 if lane else 0):  # cached, and in the lane's steady state
+    hvd.allreduce_(t, name="lane.steady", op=hvd.Max)
 if me == 1:
-    time.sleep(1.0)  # let the others block in the allreduce below
+    if not lane:  # let the others block in the allreduce below; in the lane they are already waiting on its side
+        time.sleep(1.0)
     os._exit(7)
 # The starter SIGTERMs the other ranks as soon as rank 1 fails (and SIGKILLs them 5 s later): ignore SIGTERM so
 # that this rank can show what hvdlite reports.
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 start = time.monotonic()
 try:
+    while lane:
+        hvd.allreduce_(t, name="lane.steady", op=hvd.Max)
+        start = time.monotonic()
     hvd.allreduce(torch.ones(1000), name="blocked")
     print("NOERROR", flush=True)
 except hvd.HvdliteError as e:
