@@ -2,7 +2,8 @@
 # cached small tensor as one exchange on the caller's thread. Every way out of it must give the right result: the
 # lane finishing the operation, the lane handing it to a cycle because another rank's cycle also brought new
 # requests (the operation is adopted as a pending entry), and a mismatch found while one rank is in the lane (an
-# error on every rank, and the name usable afterwards). argv: ROUNDS.
+# error on every rank, and the name usable afterwards), and the lane left to cycles while the cache holds an unnamed
+# operation. argv: ROUNDS.
 import sys
 
 import torch
@@ -101,6 +102,32 @@ for step in range(3):
     hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
     check(f"after the mismatch, step {step}", t, expected(("after", step), (2,)))
     count += 1
+
+# An unnamed allreduce cached beside them: every cycle then votes on unnamed positions too, an exchange the lane
+# leaves to cycles, from the first call after the unnamed one is cached.
+# Rank 0 would take the lane while the others' cycles (something else of theirs is queued) carry that vote.
+runs_before, _ = lane_counts()
+side = torch.zeros(2)
+for step in range(rounds):
+    key = ("unnamed", step)
+    out = hvd.allreduce(make(me, key, (2,), torch.float32), op=hvd.Sum)
+    check(f"unnamed, step {step}", out, expected(key, (2,)))
+    t.copy_(make(me, ("beside unnamed", step), (2,), torch.float32))
+    side.fill_(me)
+    if me == 0:
+        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+        handle = hvd.allreduce_async_(side, name="lane.side", op=hvd.Sum)
+    else:
+        handle = hvd.allreduce_async_(side, name="lane.side", op=hvd.Sum)
+        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+    hvd.synchronize(handle)
+    check(f"named beside an unnamed one, step {step}", t, expected(("beside unnamed", step), (2,)))
+    check(f"the other ranks' queued one, step {step}", side, torch.full((2,), float(sum(range(n)))))
+    count += 3
+runs_after, _ = lane_counts()
+if runs_after - runs_before > 1:  # at most the first named call, before the unnamed one was cached
+    raise AssertionError(f"the lane ran {runs_after - runs_before} times while the cache held an unnamed operation")
+count += 1
 
 print(f"OK {count} lane {lane_counts()}", flush=True)
 hvd.shutdown()

@@ -54,8 +54,7 @@ int Controller::lane_position(const hvdlite_request& q) {
 
 Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* allreduced_bytes) {
   // Nothing of this rank's may be waiting (it would vote too), nor anything that changes the cycle's first half.
-  if (!cache_enabled_ || pending_count_ != 0 || !resend_.empty() || joined_ || !class_words_.empty() ||
-      sets_.version() != cache_sets_version_)
+  if (!cache_enabled_ || pending_count_ != 0 || !resend_.empty() || joined_ || sets_.version() != cache_sets_version_)
     return LaneVote::kNotTaken;
   const int p = lane_position(q);
   if (p < 0) return LaneVote::kNotTaken;
@@ -78,7 +77,9 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   const size_t positions = cache_.occupied_end();
   const size_t words = (positions + 63) / 64;
   update_position_masks(words);
-  const size_t bit_words = 1 + 2 * words;  // no unnamed positions are cached (class_words_ is empty)
+  // Unnamed operations in the cache add a vote of their own to every cycle's exchange: a cycle's, not the lane's.
+  if (!class_words_.empty()) return LaneVote::kNotTaken;
+  const size_t bit_words = 1 + 2 * words;
   bits_.assign(bit_words, ~0ull);
   bits_.resize(bit_words + eager_.words(), 0);
   bits_[0] = kFlagWordMask;  // no flags
@@ -135,6 +136,7 @@ Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_hom
       case Controller::LaneVote::kNotTaken:
         break;
       case Controller::LaneVote::kNotReady:
+        idle_cycles_.store(0);
         last_cycle_ = Clock::now();
         break;
       case Controller::LaneVote::kDone:
