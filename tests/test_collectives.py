@@ -133,13 +133,15 @@ def test_many_in_flight_fusion_and_cache(case):
     assert_job_ok(result, np, min_count=6 * 60)
 
 
-# Eager small allreduces (runtime/eager.h): the default budget (some small tensors ride along, the rest take the
-# usual path), a budget that holds them all, the path off, and TCP with a non-power-of-two job.
+# Eager small allreduces (runtime/eager.h): a budget the head alone holds (some small tensors ride along, the rest
+# take the usual path), the default budget that holds them all in the head and a tail that some cycles carry and
+# others not (runtime/vote_exchange.h), on shared memory and on TCP with a non-power-of-two job, and the path off.
 # (id, np, host_ids, env, expect_eager, budget)
 EAGER = [
-    ("default-np2", 2, None, {}, "on", 256),
-    ("all-fit-np3", 3, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "4096"}, "on", 4096),
-    ("all-fit-tcp-np3", 3, [0, 1, 2], {"HVDLITE_EAGER_ALLREDUCE_BYTES": "4096"}, "on", 4096),
+    ("head-only-np2", 2, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "256"}, "on", 256),
+    ("default-np2", 2, None, {}, "on", 4096),
+    ("default-np3", 3, None, {}, "on", 4096),
+    ("default-tcp-np3", 3, [0, 1, 2], {}, "on", 4096),
     ("off-np2", 2, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "0"}, "off", 0),
 ]
 

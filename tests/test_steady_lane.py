@@ -22,4 +22,4 @@ def test_steady_lane_results_hand_over_and_mismatch(case):
     _, np, host_ids = case
     rounds = 40
     result = run_job(job_source("steady_lane"), np=np, host_ids=host_ids, args=[str(rounds)], timeout=100)
-    assert_job_ok(result, np, min_count=3 + 10 * rounds + 1 + 2 * rounds + 1 + 6 + 3 * rounds + 1)
+    assert_job_ok(result, np, min_count=6 + 15 * rounds + 1 + 2 * rounds + 1 + 6 + 3 * rounds + 1)

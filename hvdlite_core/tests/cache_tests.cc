@@ -121,8 +121,8 @@ void test_cache() {
 }
 
 void test_eager_layout() {
-  // Eligible entries while they fit the budget, laid out in position order; the layout follows the cache's
-  // contents.
+  // Eligible entries while they fit the budget, laid out in position order (a budget the head holds); the layout
+  // follows the cache's contents.
   ResponseCache cache(8);
   int displaced = -1;
   cache.put(resp("a", 2), &displaced);                   // 8 bytes
@@ -205,9 +205,26 @@ void test_eager_layout() {
     }
   }
 
-  // The region reduces each segment with its own dtype and op.
-  std::vector<EagerSegment> segments = {{0, 0, 2, DType::kFloat32, ReduceKind::kSum},
-                                        {1, 8, 1, DType::kInt64, ReduceKind::kMax}};
+  // Past the head's 256 bytes the chosen make the tail: the head's in position order first, then the tail's
+  // smallest first (a rank sends the tail from its first to its last segment with data).
+  ResponseCache split(8);
+  split.put(resp("kb", 256), &displaced);       // 1 KB
+  split.put(resp("p", 2), &displaced);          // 8 bytes
+  split.put(resp("half", 100), &displaced);     // 400 bytes
+  split.put(resp("q", 60), &displaced);         // 240 bytes
+  split.put(resp("too big", 300), &displaced);  // 1,200 bytes: over what is left
+  EagerLayout tiered;
+  tiered.update(split, 2048);
+  CHECK(tiered.segments().size() == 4 && tiered.head_words() == 31 && tiered.words() == 31 + 50 + 128);
+  CHECK(tiered.find(1)->offset == 0 && tiered.find(3)->offset == 8);  // p, q: the head
+  CHECK(tiered.find(2)->offset == 248 && tiered.find(0)->offset == 648 && tiered.find(0)->bytes == 1024);
+  CHECK(!tiered.find(4));
+  tiered.update(split, 256);  // a budget the head holds: no tail
+  CHECK(tiered.segments().size() == 2 && tiered.words() == tiered.head_words());
+
+  // The region reduces each segment with its own dtype and op, those within the bytes asked for.
+  std::vector<EagerSegment> segments = {{0, 0, 8, 2, DType::kFloat32, ReduceKind::kSum},
+                                        {1, 8, 8, 1, DType::kInt64, ReduceKind::kMax}};
   alignas(8) char dst[16], src[16];
   float a[2] = {1.5f, 2.0f}, b[2] = {0.25f, -4.0f};
   int64_t x = 7, y = 9;
@@ -215,10 +232,14 @@ void test_eager_layout() {
   std::memcpy(dst + 8, &x, 8);
   std::memcpy(src, b, 8);
   std::memcpy(src + 8, &y, 8);
-  reduce_eager(segments, dst, src);
+  reduce_eager(segments, dst, src, 8, 16);
   float sum[2];
   int64_t most;
   std::memcpy(sum, dst, 8);
   std::memcpy(&most, dst + 8, 8);
-  CHECK(sum[0] == 1.75f && sum[1] == -2.0f && most == 9);
+  CHECK(sum[0] == 1.5f && most == 9);  // the first segment lies outside [8, 16)
+  reduce_eager(segments, dst, src, 0, 12);
+  std::memcpy(sum, dst, 8);
+  std::memcpy(&most, dst + 8, 8);
+  CHECK(sum[0] == 1.75f && sum[1] == -2.0f && most == 9);  // the second does not fit in [0, 12)
 }

@@ -30,7 +30,7 @@ for i, dtype in enumerate(ALL_DTYPES):
             continue
         pre, post = SCALES[(i + j) % 2] if dtype != torch.bool else (1.0, 1.0)
         specs.append((f"e.{dtype}.{opname}", ((i + j) % 3 + 1,), dtype, opname, pre, post))
-specs.append(("big", (1000,), torch.float32, "Sum", 1.0, 1.0))  # 4000 bytes: never in the eager region
+specs.append(("big", (5000,), torch.float32, "Sum", 1.0, 1.0))  # 20,000 bytes: more than any eager region
 
 # First (so that it takes cache position 0, inside any budget): a synchronous loop in place, as a training
 # loop's loss or metric, with a new value every step and one rank behind now and then. A result left over from a
@@ -94,7 +94,7 @@ if me == 0:
     else:
         assert "loss" in eager, sorted(eager)
         assert "late.metric" in eager, "a metric averaged every step stayed out of the region behind idle tensors"
-        assert "big" not in eager, "a 4000-byte tensor went through the eager region"
+        assert "big" not in eager, "a 20,000-byte tensor went through the eager region"
         # Some of the small tensors ride along whatever the budget; with a budget that holds them all (each padded
         # to 8 bytes) and the 16-byte loss, every one of them must have ridden at least once.
         small = [s for s in specs if s[0] != "big"]

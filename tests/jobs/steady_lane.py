@@ -32,13 +32,19 @@ def expected(key, shape, op=hvd.Sum, pre=1.0, post=1.0):
     return inputs.sum(dim=0) * pre * post / (n if op == hvd.Average else 1)
 
 
-# Warm-up: the first call of a name is negotiated and cached; the lane takes the ones after it.
+# Warm-up: the first call of a name is negotiated and cached; the lane takes the ones after it. A 1 KB tensor
+# rides in the eager region's tail, which an exchange carries only when every rank has data there
+# (runtime/vote_exchange.h); the 8-byte ones in its head.
 t = torch.zeros(2)
+kb = torch.zeros(256)
 for step in range(3):
     t.copy_(make(me, ("warm", step), (2,), torch.float32))
     hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
     check(f"warm-up {step}", t, expected(("warm", step), (2,)))
-    count += 1
+    kb.copy_(make(me, ("warm kb", step), (256,), torch.float32))
+    hvd.allreduce_(kb, name="lane.kb", op=hvd.Sum)
+    check(f"warm-up 1 KB {step}", kb, expected(("warm kb", step), (256,)), exact=False)
+    count += 2
 
 # Steady state, in place and into a new tensor, with every element-wise op and scale factors.
 runs_before, _ = lane_counts()
@@ -54,8 +60,13 @@ for step in range(rounds):
         )
         out = hvd.allreduce(make(me, key, (2,), torch.float32), name=f"lane.new.{i}", op=op)
         check(f"into a new tensor, op {op} step {step}", out, expected(key, (2,), op), exact=False)
-        calls += 2
-        count += 2
+        kb.copy_(make(me, key, (256,), torch.float32))
+        hvd.allreduce_(kb, name=f"lane.kb.{i}", op=op, prescale_factor=pre, postscale_factor=post)
+        check(
+            f"1 KB, op {op} pre {pre} post {post} step {step}", kb, expected(key, (256,), op, pre, post), exact=False
+        )
+        calls += 3
+        count += 3
 runs_after, _ = lane_counts()
 # The ranks arrive at slightly different moments: a call whose exchange meets a peer's idle cycle goes the usual way.
 # Most must take the lane, or it is not the steady state's path.
@@ -63,19 +74,22 @@ if runs_after - runs_before < calls // 4:
     raise AssertionError(f"the lane finished {runs_after - runs_before} of {calls} steady-state calls")
 count += 1
 
-# Another rank's cycle brings new requests while this rank is in the lane: rank 0 is in the lane for "lane.sum"
-# while the others' cycle carries "lane.sum" and a new name of theirs; rank 0 submits the new name afterwards.
+# Another rank's cycle brings new requests while this rank is in the lane: rank 0 is in the lane for a cached name
+# (every other step the 1 KB one in the tail) while the others' cycle carries it and a new name of theirs; rank 0
+# submits the new name afterwards.
 for step in range(rounds):
     fresh = torch.full((3,), float(me + step))
-    t.copy_(make(me, ("adopt", step), (2,), torch.float32))
+    cached, shape = (t, (2,)) if step % 2 == 0 else (kb, (256,))
+    cached.copy_(make(me, ("adopt", step), shape, torch.float32))
+    cached_name = "lane.sum" if step % 2 == 0 else "lane.kb"
     if me == 0:
-        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+        hvd.allreduce_(cached, name=cached_name, op=hvd.Sum)
         handle = hvd.allreduce_async_(fresh, name=f"lane.fresh.{step}", op=hvd.Sum)
     else:
         handle = hvd.allreduce_async_(fresh, name=f"lane.fresh.{step}", op=hvd.Sum)
-        hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+        hvd.allreduce_(cached, name=cached_name, op=hvd.Sum)
     hvd.synchronize(handle)
-    check(f"cached one beside new requests, step {step}", t, expected(("adopt", step), (2,)))
+    check(f"cached one beside new requests, step {step}", cached, expected(("adopt", step), shape), exact=False)
     check(f"the new one, step {step}", fresh, torch.full((3,), float(sum(range(n)) + n * step)))
     count += 2
 _, adopted = lane_counts()

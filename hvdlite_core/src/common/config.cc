@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <functional>
@@ -110,7 +111,8 @@ const std::vector<Knob>& knobs() {
                   "the same, once nothing has happened on any rank for a while (0: never lengthen)"),
       number_knob("CACHE_CAPACITY", &Config::cache_capacity, "response cache entries; 0 turns the cache off"),
       number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes,
-                  "cached allreduces up to this many bytes travel inside the negotiation exchange (0: off)"),
+                  "cached allreduces up to this many bytes in all travel inside the negotiation exchange (0: off; at "
+                  "most 16384)"),
       number_knob("STALL_CHECK_TIME_SECONDS", &Config::stall_warning_seconds,
                   "warn about a tensor some ranks have not submitted after this long (0: never)"),
       number_knob("STALL_SHUTDOWN_TIME_SECONDS", &Config::stall_shutdown_seconds,
@@ -221,6 +223,9 @@ Config Config::FromEnvironment() {
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   config.spin_microseconds_set = lookup("SPIN_MICROSECONDS") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
+  // A rank sends its eager tail before it knows whether the peer sends one (runtime/vote_exchange.h), so the tail
+  // must fit what a channel holds unread: a shared-memory ring holds at least 64 KB, a socket's buffers as much.
+  config.eager_allreduce_bytes = std::min<int64_t>(config.eager_allreduce_bytes, 16 << 10);
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;
 }

@@ -13,8 +13,8 @@ struct Config {
   double idle_cycle_time_ms = 10.0;               // IDLE_CYCLE_TIME: the same once nothing has happened on any rank
                                                   // for a while (0: never lengthen; runtime/background_loop.cc)
   int64_t cache_capacity = 65536;                 // CACHE_CAPACITY: response cache entries; 0 disables the cache
-  int64_t eager_allreduce_bytes = 256;            // EAGER_ALLREDUCE_BYTES: cached allreduces that fit ride on the
-                                                  // negotiation exchange (runtime/eager.h); 0: off
+  int64_t eager_allreduce_bytes = 4096;           // EAGER_ALLREDUCE_BYTES: cached allreduces that fit ride on the
+                                                  // negotiation exchange (runtime/eager.h); 0: off; 16 KB at most
   double stall_warning_seconds = 60.0;            // STALL_CHECK_TIME_SECONDS: report tensors some ranks lack
   double stall_shutdown_seconds = 0.0;            // STALL_SHUTDOWN_TIME_SECONDS: fail them after this (0: never)
   double desync_timeout_seconds = 30.0;           // DESYNC_TIMEOUT_SECONDS: fail collectives ranks wait on crosswise

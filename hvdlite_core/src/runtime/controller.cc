@@ -1,11 +1,13 @@
 #include "runtime/controller.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <unordered_set>
 
 #include "collectives/algorithms.h"
 #include "common/log.h"
+#include "runtime/vote_exchange.h"
 
 namespace hvdlite {
 namespace {
@@ -47,14 +49,39 @@ void Controller::exchange_bits(size_t bit_words) {
   Communicator* world = sets_.get(0);
   if (world->size() == 1) return;
   if (eager_.segments().empty()) {
-    allreduce_recursive_doubling(*world, bits_.data(), bits_.size(), DType::kInt64, ReduceKind::kBitwiseAnd);
+    allreduce_recursive_doubling(*world, bits_.data(), bit_words, DType::kInt64, ReduceKind::kBitwiseAnd);
     return;
   }
-  const std::vector<EagerSegment>& segments = eager_.segments();
-  allreduce_recursive_doubling(*world, bits_.data(), bits_.size() * 8, [&](void* dst, const void* src) {
-    reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, dst, src, bit_words);
-    reduce_eager(segments, static_cast<char*>(dst) + bit_words * 8, static_cast<const char*>(src) + bit_words * 8);
-  });
+  // Each reducer captures at most two words, which std::function keeps without allocating.
+  const size_t head_words = eager_.head_words();
+  exchange_votes(
+      *world, bits_.data(), bit_words + head_words, eager_.words() - head_words,
+      [this, bit_words](void* dst, const void* src) {
+        reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, dst, src, bit_words);
+        reduce_eager(eager_.segments(), static_cast<char*>(dst) + bit_words * 8,
+                     static_cast<const char*>(src) + bit_words * 8, 0, eager_.head_words() * 8);
+      },
+      [this](char* dst, const char* src, size_t from, size_t to) {
+        const size_t head = eager_.head_words() * 8;
+        reduce_eager(eager_.segments(), dst - head, src - head, head + from, head + to);
+      });
+}
+
+char* Controller::prepare_bits(size_t bit_words) {
+  // The tail is not cleared: a rank writes only the part it sends (write_tail), and nobody reads past what the
+  // exchange kept.
+  const size_t total = bit_words + eager_.words();
+  if (bits_.size() < total) bits_.resize(total);
+  std::fill_n(bits_.data(), bit_words, ~0ull);
+  std::fill_n(bits_.data() + bit_words, eager_.head_words(), 0);
+  return reinterpret_cast<char*>(bits_.data() + bit_words);
+}
+
+void Controller::write_tail(char* eager_region, size_t begin_bytes, size_t end_bytes) {
+  const size_t head = eager_.head_words() * 8;
+  if (end_bytes <= begin_bytes) return;
+  std::memset(eager_region + begin_bytes, 0, end_bytes - begin_bytes);
+  set_tail_window(bits_.data(), {(begin_bytes - head) / 8, (end_bytes - head) / 8});
 }
 
 void Controller::begin_cycle(Outcome& outcome) {
@@ -130,9 +157,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   const bool vote_unnamed = !class_words_.empty();
   const size_t bit_words = 1 + (vote_unnamed ? 3 : 2) * words;
   if (cache_enabled_) eager_.update(cache_, config_.eager_allreduce_bytes);
-  bits_.assign(bit_words, ~0ull);
-  bits_.resize(bit_words + eager_.words(), 0);
-  char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
+  char* const eager_region = prepare_bits(bit_words);
   // The coordinator forces a round trip when a waiting tensor is due to fail: in a typical hang nobody submits
   // anything new, and the error responses still have to reach the members.
   const bool failure_due = rank_ == 0 && coordinator_.round_due(now);
@@ -155,7 +180,17 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
       for (size_t w = 0; w < words && w < held->second.size(); ++w) bits_[1 + 2 * words + w] |= held->second[w];
     }
   }
-  for (const EagerSegment& segment : eager_.segments()) {  // the others' segments stay zero
+  // The others' segments stay zero; of the tail, this rank sends the part from its first to its last segment with
+  // data there.
+  const size_t head = eager_.head_words() * 8;
+  size_t tail_begin = SIZE_MAX, tail_end = 0;
+  for (const EagerSegment& segment : eager_.segments()) {
+    if (segment.offset < head || !hit_at(segment.position)) continue;
+    tail_begin = std::min(tail_begin, segment.offset);
+    tail_end = segment.offset + segment.bytes;
+  }
+  write_tail(eager_region, tail_begin, tail_end);
+  for (const EagerSegment& segment : eager_.segments()) {
     const TensorEntry* hit = hit_at(segment.position);
     if (!hit) continue;
     copy_scaled(segment.dtype, eager_region + segment.offset, hit->input, segment.count,

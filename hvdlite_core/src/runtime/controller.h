@@ -89,8 +89,14 @@ class Controller {
   // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
   // the same response, else by key (and the record remembers what was found).
   ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);
-  // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced.
+  // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced
+  // (its tail as far as every rank sent one: runtime/vote_exchange.h).
   void exchange_bits(size_t bit_words);
+  // Readies bits_ for a cycle's votes: bit_words of ones and the eager head zeroed. Returns the eager region.
+  char* prepare_bits(size_t bit_words);
+  // This rank sends the eager tail's bytes [begin_bytes, end_bytes) of the region: zeroed and announced (none when
+  // end_bytes <= begin_bytes).
+  void write_tail(char* eager_region, size_t begin_bytes, size_t end_bytes);
   // Step 3: this rank's requests to the coordinator and its ordered responses back (rank 0 runs coordinator_).
   std::vector<Response> coordinate(const std::vector<Request>& mine);
   void remember(const std::vector<Response>& responses);

@@ -61,19 +61,30 @@ void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
       candidates.emplace_back(idle(cache, position), padded_bytes(cache.at(position)), position);
   }
   std::sort(candidates.begin(), candidates.end());
-  size_t chosen_bytes = 0;
+  // index_of_ marks the chosen for the head or the tail; they are laid out below.
+  constexpr int kHead = -2, kTail = -3;
+  const size_t head_budget = static_cast<size_t>(std::min<int64_t>(budget_bytes, kEagerHeadBytes));
+  size_t chosen_bytes = 0, head_bytes = 0;
   for (const auto& [unused, padded, position] : candidates) {
     if (static_cast<int64_t>(chosen_bytes + padded) > budget_bytes) continue;  // a smaller idle one may fit
     chosen_bytes += padded;
-    index_of_[position] = 0;  // chosen; laid out below
+    const bool head = head_bytes + padded <= head_budget;
+    if (head) head_bytes += padded;
+    index_of_[position] = head ? kHead : kTail;
   }
-  for (size_t p = 0; p < index_of_.size(); ++p) {
-    if (index_of_[p] < 0) continue;
-    const Response& r = cache.at(static_cast<int>(p));
-    index_of_[p] = static_cast<int>(segments_.size());
-    segments_.push_back(
-        {static_cast<int>(p), bytes_, static_cast<size_t>(element_count(r)), r.dtype, reduce_kind(r.reduce_op)});
+  auto place = [&](int position) {
+    const Response& r = cache.at(position);
+    index_of_[position] = static_cast<int>(segments_.size());
+    segments_.push_back({position, bytes_, padded_bytes(r), static_cast<size_t>(element_count(r)), r.dtype,
+                         reduce_kind(r.reduce_op)});
     bytes_ += padded_bytes(r);
+  };
+  for (size_t p = 0; p < index_of_.size(); ++p) {
+    if (index_of_[p] == kHead) place(static_cast<int>(p));
+  }
+  head_bytes_ = bytes_;
+  for (const auto& [unused, padded, position] : candidates) {  // the tail smallest first
+    if (index_of_[position] == kTail) place(position);
   }
 }
 
@@ -82,8 +93,11 @@ const EagerSegment* EagerLayout::find(int position) const {
   return &segments_[index_of_[position]];
 }
 
-void reduce_eager(const std::vector<EagerSegment>& segments, char* dst, const char* src) {
-  for (const EagerSegment& s : segments) reduce_into(s.dtype, s.kind, dst + s.offset, src + s.offset, s.count);
+void reduce_eager(const std::vector<EagerSegment>& segments, char* dst, const char* src, size_t from, size_t to) {
+  for (const EagerSegment& s : segments) {
+    if (s.offset >= from && s.offset + s.bytes <= to)
+      reduce_into(s.dtype, s.kind, dst + s.offset, src + s.offset, s.count);
+  }
 }
 
 }  // namespace hvdlite

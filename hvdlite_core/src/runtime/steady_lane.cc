@@ -1,9 +1,9 @@
-// The steady lane: a synchronous allreduce of a few bytes under a cached name, with nothing else pending on this
-// rank, runs as one exchange on the caller's thread, with no entry, queue, handle or cycle around it.
+// The steady lane: a synchronous allreduce under a cached name that rides in the eager region, with nothing else
+// pending on this rank, runs as one exchange on the caller's thread, with no entry, queue, handle or cycle around it.
 //
 // Its exchange is the one a cycle would make with that tensor as this rank's only hit: flags clear, no conflicts,
-// the tensor's bit set, its prescaled input in its eager segment (runtime/eager.h). The other ranks, in the lane or
-// in a cycle, see the same words either way. Reading them back:
+// the tensor's bit set, its prescaled input in its eager segment (runtime/eager.h; in the tail, a window of that
+// segment alone). The other ranks, in the lane or in a cycle, see the same words either way. Reading them back:
 //   - only that tensor became ready, and nothing else happened anywhere: the segment holds the reduction, copied
 //     out with the postscale (what the executor does for an eager result);
 //   - nothing happened anywhere: no rank acted on the vote, so the operation is submitted the usual way, as if it
@@ -80,14 +80,14 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   // Unnamed operations in the cache add a vote of their own to every cycle's exchange: a cycle's, not the lane's.
   if (!class_words_.empty()) return LaneVote::kNotTaken;
   const size_t bit_words = 1 + 2 * words;
-  bits_.assign(bit_words, ~0ull);
-  bits_.resize(bit_words + eager_.words(), 0);
+  char* const eager_region = prepare_bits(bit_words);
   bits_[0] = kFlagWordMask;  // no flags
   for (size_t w = 0; w < words; ++w) bits_[1 + words + w] = outsider_words_[w];
   const size_t word = static_cast<size_t>(p) / 64;
   const uint64_t bit = 1ull << (p % 64);
   bits_[1 + words + word] |= bit;
-  char* const eager_region = reinterpret_cast<char*>(bits_.data() + bit_words);
+  if (segment->offset >= eager_.head_words() * 8)
+    write_tail(eager_region, segment->offset, segment->offset + segment->bytes);
   copy_scaled(segment->dtype, eager_region + segment->offset, q.input, segment->count, cached.prescale);
   exchange_bits(bit_words);
 
