@@ -2,8 +2,8 @@
 # cached small tensor as one exchange on the caller's thread. Every way out of it must give the right result: the
 # lane finishing the operation, the lane handing it to a cycle because another rank's cycle also brought new
 # requests (the operation is adopted as a pending entry), and a mismatch found while one rank is in the lane (an
-# error on every rank, and the name usable afterwards), and the lane left to cycles while the cache holds an unnamed
-# operation. argv: ROUNDS.
+# error on every rank, and the name usable afterwards), and the lane beside unnamed operations in the cache, whose
+# positions every exchange then votes on too. argv: ROUNDS.
 import sys
 
 import torch
@@ -117,10 +117,10 @@ for step in range(3):
     check(f"after the mismatch, step {step}", t, expected(("after", step), (2,)))
     count += 1
 
-# An unnamed allreduce cached beside them: every cycle then votes on unnamed positions too, an exchange the lane
-# leaves to cycles, from the first call after the unnamed one is cached.
-# Rank 0 would take the lane while the others' cycles (something else of theirs is queued) carry that vote.
-runs_before, _ = lane_counts()
+# An unnamed allreduce cached beside them: every exchange then carries a vote on unnamed positions too, which the
+# lane casts as a cycle with no unnamed hit would. Rank 0 is in the lane while the others' cycles (something else
+# of theirs is queued) carry that vote; and, at some steps, another rank's cycle holds the unnamed one while rank 0
+# is in the lane for a named one.
 side = torch.zeros(2)
 for step in range(rounds):
     key = ("unnamed", step)
@@ -137,10 +137,35 @@ for step in range(rounds):
     hvd.synchronize(handle)
     check(f"named beside an unnamed one, step {step}", t, expected(("beside unnamed", step), (2,)))
     check(f"the other ranks' queued one, step {step}", side, torch.full((2,), float(sum(range(n)))))
+    if step % 4 == 1:  # the unnamed one submitted by the others first: rank 0's lane meets their unnamed hit
+        key = ("unnamed first", step)
+        if me == 0:
+            t.copy_(make(me, key, (2,), torch.float32))
+            hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+            out = hvd.allreduce(make(me, ("unnamed second", step), (2,), torch.float32), op=hvd.Sum)
+        else:
+            handle = hvd.allreduce_async(make(me, ("unnamed second", step), (2,), torch.float32), op=hvd.Sum)
+            t.copy_(make(me, key, (2,), torch.float32))
+            hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+            out = hvd.synchronize(handle)
+        check(f"named while another rank's unnamed one waits, step {step}", t, expected(key, (2,)))
+        check(f"that unnamed one, step {step}", out, expected(("unnamed second", step), (2,)))
+        count += 2
     count += 3
+
+# With the unnamed one still cached, the steady state of named ones takes the lane as before.
+runs_before, _ = lane_counts()
+for step in range(rounds):
+    key = ("steady beside unnamed", step)
+    t.copy_(make(me, key, (2,), torch.float32))
+    hvd.allreduce_(t, name="lane.sum", op=hvd.Sum)
+    check(f"steady beside a cached unnamed one, step {step}", t, expected(key, (2,)))
+    count += 1
 runs_after, _ = lane_counts()
-if runs_after - runs_before > 1:  # at most the first named call, before the unnamed one was cached
-    raise AssertionError(f"the lane ran {runs_after - runs_before} times while the cache held an unnamed operation")
+if runs_after - runs_before < rounds // 4:
+    raise AssertionError(
+        f"with an unnamed operation cached, the lane finished {runs_after - runs_before} of {rounds}"
+    )
 count += 1
 
 print(f"OK {count} lane {lane_counts()}", flush=True)

@@ -191,6 +191,7 @@ class Controller {
   std::vector<LanePlace> lane_places_;
   int lane_voted_ = -1;              // the position the last kOther voted for
   size_t lane_voted_positions_ = 0;  // and the cycle's bound
+  bool lane_voted_unnamed_ = false;  // and whether it voted on unnamed positions
 
   Coordinator coordinator_;  // used on global rank 0 only
 };

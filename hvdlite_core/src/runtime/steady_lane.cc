@@ -77,12 +77,16 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   const size_t positions = cache_.occupied_end();
   const size_t words = (positions + 63) / 64;
   update_position_masks(words);
-  // Unnamed operations in the cache add a vote of their own to every cycle's exchange: a cycle's, not the lane's.
-  if (!class_words_.empty()) return LaneVote::kNotTaken;
-  const size_t bit_words = 1 + 2 * words;
+  // While the cache holds unnamed operations, every exchange carries a vote on their positions too; this rank has
+  // nothing pending, so no unnamed hit, and votes there as a cycle without one would.
+  const bool vote_unnamed = !class_words_.empty();
+  const size_t bit_words = 1 + (vote_unnamed ? 3 : 2) * words;
   char* const eager_region = prepare_bits(bit_words);
   bits_[0] = kFlagWordMask;  // no flags
   for (size_t w = 0; w < words; ++w) bits_[1 + words + w] = outsider_words_[w];
+  if (vote_unnamed) {
+    for (size_t w = 0; w < words; ++w) bits_[1 + 2 * words + w] = ~unnamed_words_[w] | outsider_words_[w];
+  }
   const size_t word = static_cast<size_t>(p) / 64;
   const uint64_t bit = 1ull << (p % 64);
   bits_[1 + words + word] |= bit;
@@ -93,7 +97,14 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
 
   lane_voted_ = p;
   lane_voted_positions_ = positions;
+  lane_voted_unnamed_ = vote_unnamed;
   if ((~bits_[0] & kFlagWordMask) != 0) return LaneVote::kOther;
+  if (vote_unnamed) {  // a class whose hits did not meet is a conflict (read_votes)
+    find_split_classes(words);
+    for (size_t w = 0; w < words; ++w) {
+      if (split_words_[w] != 0) return LaneVote::kOther;
+    }
+  }
   bool ready = false;
   for (size_t w = 0; w < words; ++w) {
     if (bits_[1 + w] != ~0ull) return LaneVote::kOther;  // a conflict somewhere
@@ -120,7 +131,7 @@ void Controller::lane_adopt(TensorEntry* entry, Outcome& outcome) {
   }
   lane_voted_ = -1;
   std::vector<Request> requests;
-  read_votes(requests, lane_voted_positions_, false, outcome);
+  read_votes(requests, lane_voted_positions_, lane_voted_unnamed_, outcome);
 }
 
 Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_home,
