@@ -2,34 +2,38 @@
 
 namespace hvdlite {
 
-PowerOfTwoFold::PowerOfTwoFold(Communicator& comm, void* buffer, size_t bytes, char* incoming,
-                               const BufferReducer& reduce)
-    : comm_(comm), bytes_(bytes) {
-  const int n = comm.size(), r = comm.rank();
-  while (p_ * 2 <= n) p_ *= 2;
-  rem_ = n - p_;
-  Progress& progress = comm.progress();
-  if (r >= 2 * rem_) {
-    virtual_rank_ = r - rem_;
+FoldShape::FoldShape(int n, int rank) {
+  while (p * 2 <= n) p *= 2;
+  rem = n - p;
+  if (rank >= 2 * rem) {
+    virtual_rank = rank - rem;
     return;
   }
-  if (r % 2 == 0) {
-    Transfer send = Transfer::Send(comm.channel(r + 1), buffer, bytes);
+  neighbour = rank % 2 == 0 ? rank + 1 : rank - 1;
+  if (rank % 2 == 1) virtual_rank = rank / 2;
+}
+
+PowerOfTwoFold::PowerOfTwoFold(Communicator& comm, void* buffer, size_t bytes, char* incoming,
+                               const BufferReducer& reduce)
+    : comm_(comm), bytes_(bytes), shape_(comm.size(), comm.rank()) {
+  if (shape_.neighbour < 0) return;
+  Progress& progress = comm.progress();
+  Channel* neighbour = comm.channel(shape_.neighbour);
+  if (!active()) {
+    Transfer send = Transfer::Send(neighbour, buffer, bytes);
     progress.run(&send, 1);
-    Transfer result = Transfer::Recv(comm.channel(r + 1), buffer, bytes);
+    Transfer result = Transfer::Recv(neighbour, buffer, bytes);
     progress.run(&result, 1);
     return;
   }
-  Transfer recv = Transfer::Recv(comm.channel(r - 1), incoming, bytes);
+  Transfer recv = Transfer::Recv(neighbour, incoming, bytes);
   progress.run(&recv, 1);
   reduce(buffer, incoming);
-  virtual_rank_ = r / 2;
 }
 
 void PowerOfTwoFold::finish(void* buffer) {
-  const int r = comm_.rank();
-  if (r < 2 * rem_) {  // odd member: return the result to the even neighbour that sat out
-    Transfer send = Transfer::Send(comm_.channel(r - 1), buffer, bytes_);
+  if (shape_.neighbour >= 0) {  // odd member: return the result to the even neighbour that sat out
+    Transfer send = Transfer::Send(comm_.channel(shape_.neighbour), buffer, bytes_);
     comm_.progress().run(&send, 1);
   }
 }

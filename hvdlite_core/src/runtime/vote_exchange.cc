@@ -4,6 +4,7 @@
 #include <string>
 
 #include "collectives/communicator.h"
+#include "collectives/power_of_two_fold.h"
 #include "common/status.h"
 
 namespace hvdlite {
@@ -22,36 +23,29 @@ class VoteExchange {
         reduce_fixed_(reduce_fixed),
         reduce_tail_(reduce_tail) {}
 
-  // Recursive doubling; with p the largest power of two <= n, the first 2(n - p) members pair up first, the even
-  // one of each pair handing its message to the odd one and getting the result back at the end
-  // (collectives/power_of_two_fold.h), so that the others run on a power of two.
+  // Recursive doubling, with the members beyond a power of two folded in first and answered last, as
+  // collectives/power_of_two_fold.h pairs them.
   void run() {
-    const int n = comm_.size(), r = comm_.rank();
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    const int rem = n - p;
-    int virtual_rank = r - rem;
-    if (r < 2 * rem) {
-      Channel* neighbour = comm_.channel(r % 2 == 0 ? r + 1 : r - 1);
-      if (r % 2 == 0) {
+    const FoldShape shape(comm_.size(), comm_.rank());
+    if (shape.neighbour >= 0) {
+      Channel* neighbour = comm_.channel(shape.neighbour);
+      if (shape.virtual_rank < 0) {  // sits out
         send(neighbour, false);
         receive(neighbour, mine_, false);
         return;
       }
       receive(neighbour, incoming_, false);
       combine();
-      virtual_rank = r / 2;
     }
-    for (int mask = 1; mask < p; mask <<= 1) {
-      const int partner = virtual_rank ^ mask;
-      Channel* peer = comm_.channel(partner < rem ? partner * 2 + 1 : partner + rem);
+    for (int mask = 1; mask < shape.p; mask <<= 1) {
+      Channel* peer = comm_.channel(shape.member(shape.virtual_rank ^ mask));
       // A fixed part that fits the channel's message path goes there, beside the stream that carries the window.
       const bool message = fixed_ <= peer->message_capacity();
       send(peer, message);
       receive(peer, incoming_, message);
       combine();
     }
-    if (r < 2 * rem) send(comm_.channel(r - 1), false);
+    if (shape.neighbour >= 0) send(comm_.channel(shape.neighbour), false);
   }
 
  private:
