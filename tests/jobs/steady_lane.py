@@ -89,7 +89,10 @@ for step in range(rounds):
         handle = hvd.allreduce_async_(fresh, name=f"lane.fresh.{step}", op=hvd.Sum)
         hvd.allreduce_(cached, name=cached_name, op=hvd.Sum)
     hvd.synchronize(handle)
-    check(f"cached one beside new requests, step {step}", cached, expected(("adopt", step), shape), exact=False)
+    # (the 1 KB sum's order of additions may differ from the reference's at 3 ranks)
+    check(
+        f"cached one beside new requests, step {step}", cached, expected(("adopt", step), shape), exact=shape == (2,)
+    )
     check(f"the new one, step {step}", fresh, torch.full((3,), float(sum(range(n)) + n * step)))
     count += 2
 _, adopted = lane_counts()
