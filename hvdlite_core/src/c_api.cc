@@ -262,8 +262,16 @@ HVDLITE_EXPORT int hvdlite_poll(int64_t handle) {
 namespace {
 int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
   return guarded([&] {
-    auto state = g_handles.get(handle);
-    if (!state) return unknown_handle(handle);
+    std::shared_ptr<HandleState> state;
+    if (release_on_success) {
+      // Most of a step's gradients have finished by the time they are synchronized: one lock, no wait.
+      const HandleTable::Outcome outcome = g_handles.release_if_done(handle, &state);
+      if (outcome == HandleTable::Outcome::kReleased) return static_cast<int>(HVDLITE_OK);
+      if (outcome == HandleTable::Outcome::kUnknown) return unknown_handle(handle);
+    } else {
+      state = g_handles.get(handle);
+      if (!state) return unknown_handle(handle);
+    }
     int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
     auto rt = runtime_or_null();
     bool finished;

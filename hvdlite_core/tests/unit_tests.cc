@@ -398,6 +398,18 @@ static void test_recent_ops() {
   other.name_record = &other_record;
   recent.finished(other, false);
   CHECK(contains(recent.report(3), "allreduce 'grad' (16 KB, pending)"));
+  // An operation without a record (an unnamed one) is found by its name among the kept ones.
+  TensorEntry unnamed;
+  unnamed.request = req(3, OpType::kBroadcast, DType::kFloat32, {2}, "noname.broadcast.4");
+  recent.submitted(unnamed);
+  recent.submitted(grad);
+  recent.finished(unnamed, true);
+  CHECK(contains(recent.report(3), "broadcast 'noname.broadcast.4' (8 B, done), allreduce 'grad' (16 KB, pending)"));
+  // A named operation is found through its record's place while it is the oldest kept.
+  recent.submitted(grad);
+  for (int i = 0; i < 7; ++i) recent.submitted(gather);
+  recent.finished(grad, false);
+  CHECK(contains(recent.report(3), "oldest first: allreduce 'grad' (16 KB, failed), allgather 'rows'"));
 }
 
 static void test_lost_peers() {

@@ -4,27 +4,6 @@ namespace hvdlite {
 
 bool dtype_valid(int32_t value) { return value >= 0 && value < kNumDTypes; }
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kBool:
-      return 1;
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kUInt16:
-    case DType::kInt16:
-      return 2;
-    case DType::kInt32:
-    case DType::kFloat32:
-      return 4;
-    case DType::kInt64:
-    case DType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
 const char* dtype_name(DType dtype) {
   static const char* const names[kNumDTypes] = {"uint8",   "int8",    "int32", "int64",  "float16", "bfloat16",
                                                 "float32", "float64", "bool",  "uint16", "int16"};

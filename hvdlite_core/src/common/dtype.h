@@ -22,7 +22,27 @@ enum class DType : int32_t {
 constexpr int kNumDTypes = 11;
 
 bool dtype_valid(int32_t value);
-size_t dtype_size(DType dtype);
+// Inline: every operation asks it several times (validation, the eager check, fusion, the recent operations).
+inline size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kBool:
+      return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kUInt16:
+    case DType::kInt16:
+      return 2;
+    case DType::kInt32:
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt64:
+    case DType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
 const char* dtype_name(DType dtype);
 bool dtype_is_floating(DType dtype);
 

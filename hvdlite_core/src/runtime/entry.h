@@ -55,9 +55,10 @@ struct NameRecord {
   // kept request carries (hvdlite_request.name_slot), refused once the record is swept and reused.
   uint32_t slot = 0;
   uint32_t generation = 1;
-  size_t key_hash = 0;     // of its key: a token handed back with another name finds no record
-  bool in_flight = false;  // under the queue's lock
-  uint64_t batch = 0;      // the last grouped submission that named it (TensorQueue::push), under the queue's lock
+  size_t key_hash = 0;      // of its key: a token handed back with another name finds no record
+  bool in_flight = false;   // under the queue's lock
+  uint64_t batch = 0;       // the last grouped submission that named it (TensorQueue::push), under the queue's lock
+  uint64_t recent_seq = 0;  // its newest place among the recent operations (RecentOps), under the queue's lock
   // Where the response cache held this name when last looked up, and that slot's stamp then: still valid while
   // the stamps agree (ResponseCache::stamp_at). Read and written only by the negotiating thread.
   int cache_position = -1;

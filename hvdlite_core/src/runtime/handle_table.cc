@@ -96,12 +96,33 @@ void HandleTable::add_many(const std::vector<std::shared_ptr<HandleState>>& stat
   }
 }
 
-std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (id >= first_id_ && id < first_id_ + static_cast<int64_t>(count_)) return at(id);
+std::shared_ptr<HandleState>* HandleTable::find(int64_t id) {
+  if (id >= first_id_ && id < first_id_ + static_cast<int64_t>(count_)) {
+    std::shared_ptr<HandleState>& slot = at(id);
+    return slot ? &slot : nullptr;
+  }
   if (id <= 0 || id >= first_id_ || stragglers_.empty()) return nullptr;
   auto it = stragglers_.find(id);
-  return it == stragglers_.end() ? nullptr : it->second;
+  return it == stragglers_.end() ? nullptr : &it->second;
+}
+
+std::shared_ptr<HandleState> HandleTable::get(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<HandleState>* slot = find(id);
+  return slot ? *slot : nullptr;
+}
+
+HandleTable::Outcome HandleTable::release_if_done(int64_t id, std::shared_ptr<HandleState>* state_out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<HandleState>* slot = find(id);
+  if (!slot) return Outcome::kUnknown;
+  const HandleState& state = **slot;
+  if (state.finished() && state.status.ok()) {
+    erase(id);
+    return Outcome::kReleased;
+  }
+  *state_out = *slot;
+  return Outcome::kPending;
 }
 
 void HandleTable::release(int64_t id) {

@@ -29,6 +29,11 @@ class HandleTable {
   int64_t add(std::shared_ptr<HandleState> state);
   void add_many(const std::vector<std::shared_ptr<HandleState>>& states, int64_t* ids_out);  // under one lock
   std::shared_ptr<HandleState> get(int64_t id);
+  // A handle whose operation has finished well is released here, under the same lock (kReleased); otherwise its
+  // state is handed out (kPending, or kUnknown with none). The caller of a finished gradient's synchronize then
+  // takes one lock and copies no state.
+  enum class Outcome { kReleased, kPending, kUnknown };
+  Outcome release_if_done(int64_t id, std::shared_ptr<HandleState>* state_out);
   void release(int64_t id);
   void release_many(const int64_t* ids, int32_t count);  // under one lock
   size_t held_apart() {                                  // handles moved out of the window, for tests
@@ -39,6 +44,7 @@ class HandleTable {
  private:
   void insert(std::shared_ptr<HandleState> state);  // under mutex_; its id is first_id_ + count_
   void erase(int64_t id);                           // under mutex_
+  std::shared_ptr<HandleState>* find(int64_t id);   // under mutex_; null when unknown
   std::shared_ptr<HandleState>& at(int64_t id) {
     return ring_[(head_ + static_cast<size_t>(id - first_id_)) & mask_];
   }

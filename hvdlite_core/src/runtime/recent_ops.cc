@@ -14,31 +14,44 @@ std::string human_bytes(int64_t n) {
 
 }  // namespace
 
-void RecentOps::submitted(const TensorEntry& entry) {
-  const Request& q = entry.request;
-  submitted(q.op, q.process_set, q.name.c_str(), element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype)),
-            entry.name_record);
-}
-
-void RecentOps::submitted(OpType kind, int32_t process_set, const char* name, int64_t bytes,
-                          const NameRecord* record) {
-  Op& op = ring_[next_];
+RecentOps::Op& RecentOps::place(OpType kind, int32_t process_set, int64_t bytes, const NameRecord* record) {
+  Op& op = ring_[submitted_ % kKept];
   op.op = kind;
   op.process_set = process_set;
-  op.name.assign(name);
   op.record = record;
   op.bytes = bytes;
   op.state = "pending";
-  next_ = (next_ + 1) % kKept;
+  ++submitted_;
   if (count_ < kKept) ++count_;
+  return op;
+}
+
+void RecentOps::submitted(const TensorEntry& entry) {
+  const Request& q = entry.request;
+  Op& op = place(q.op, q.process_set, element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype)),
+                 entry.name_record);
+  op.name = q.name;
+  if (entry.name_record) entry.name_record->recent_seq = submitted_;
+}
+
+void RecentOps::submitted(OpType kind, int32_t process_set, const char* name, int64_t bytes) {
+  place(kind, process_set, bytes, nullptr).name.assign(name);
 }
 
 void RecentOps::finished(const TensorEntry& entry, bool ok) {
+  const char* state = ok ? "done" : "failed";
+  if (const NameRecord* record = entry.name_record) {
+    // Its newest record, while still kept; a record is never swept while its name is in flight.
+    const uint64_t seq = record->recent_seq;
+    if (seq != 0 && submitted_ - seq < count_ && ring_[(seq - 1) % kKept].record == record)
+      ring_[(seq - 1) % kKept].state = state;
+    return;
+  }
   const Request& q = entry.request;
   for (size_t age = 0; age < count_; ++age) {
     Op& op = newest(age);
-    if (op.record == entry.name_record && op.process_set == q.process_set && op.name == q.name) {
-      op.state = ok ? "done" : "failed";
+    if (op.record == nullptr && op.process_set == q.process_set && op.name == q.name) {
+      op.state = state;
       return;
     }
   }

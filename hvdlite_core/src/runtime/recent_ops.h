@@ -14,7 +14,7 @@ class RecentOps {
  public:
   static constexpr size_t kKept = 8;
   void submitted(const TensorEntry& entry);
-  void submitted(OpType op, int32_t process_set, const char* name, int64_t bytes, const NameRecord* record);
+  void submitted(OpType op, int32_t process_set, const char* name, int64_t bytes);  // with no entry or record
   void finished(const TensorEntry& entry, bool ok);
   // "last 3 collectives on rank 1, oldest first: allreduce 'a' (16 KB, done), ..." ("" when none yet).
   std::string report(int rank) const;
@@ -25,20 +25,20 @@ class RecentOps {
     OpType op;
     int32_t process_set;
     std::string name;  // with process_set, the key: names repeat every step, the newest record is the live one
-    // The entry's name record when submitted: compared before the name, so that the many operations no longer
-    // among the kept ones cost a pointer comparison each, not a string comparison (the name is still compared:
-    // a swept record's memory may hold another name's later).
+    // The entry's name record when submitted. A named operation finds its place through the record's recent_seq,
+    // so that the many operations no longer among the kept ones cost one comparison each, not a walk.
     const NameRecord* record;
     int64_t bytes;
     const char* state;
   };
-  // A ring, oldest overwritten: a record's name string keeps its capacity, so recording allocates nothing once
-  // the ring has seen names as long.
-  Op& newest(size_t age) { return ring_[(next_ + kKept - 1 - age) % kKept]; }  // age 0: the newest
-  const Op& newest(size_t age) const { return ring_[(next_ + kKept - 1 - age) % kKept]; }
-  std::array<Op, kKept> ring_{};
-  size_t next_ = 0;   // where the next record goes
-  size_t count_ = 0;  // records kept (at most kKept)
+  // The next place in the ring, its name left to the caller: a record's name string keeps its capacity, so
+  // recording allocates nothing once the ring has seen names as long.
+  Op& place(OpType kind, int32_t process_set, int64_t bytes, const NameRecord* record);
+  Op& newest(size_t age) { return ring_[(submitted_ - 1 - age) % kKept]; }  // age 0: the newest
+  const Op& newest(size_t age) const { return ring_[(submitted_ - 1 - age) % kKept]; }
+  std::array<Op, kKept> ring_{};  // oldest overwritten
+  uint64_t submitted_ = 0;        // records made; the newest is at (submitted_ - 1) % kKept
+  size_t count_ = 0;              // records kept (at most kKept)
 };
 
 }  // namespace hvdlite

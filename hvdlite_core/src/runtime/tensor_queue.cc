@@ -29,10 +29,14 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
     const bool grouped = entries.size() > 1;
     const uint64_t batch = grouped ? ++batches_ : 0;
     std::unordered_set<std::string_view> new_names;
-    found_.assign(entries.size(), nullptr);
-    key_hashes_.assign(entries.size(), 0);
+    if (found_.size() < entries.size()) {  // grown only: a fill per push would cost a call per submission
+      found_.resize(entries.size());
+      key_hashes_.resize(entries.size());
+    }
     for (size_t i = 0; i < entries.size(); ++i) {
       const TensorEntry& entry = *entries[i];
+      found_[i] = nullptr;
+      key_hashes_[i] = 0;
       if (entry.request.name.empty()) continue;
       const std::string& key = entry.key;
       key_hashes_[i] = std::hash<std::string>{}(key);
@@ -66,7 +70,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
     }
     if (names_.size() + entries.size() > sweep_at_) {
       sweep_names();
-      std::fill(found_.begin(), found_.end(), nullptr);  // a swept record is gone: look them up again
+      std::fill(found_.begin(), found_.begin() + entries.size(), nullptr);  // swept records are gone: look again
     }
     // Only the last few of a batch can be among the recent operations a report shows.
     const size_t first_recent = entries.size() > RecentOps::kKept ? entries.size() - RecentOps::kKept : 0;
@@ -101,7 +105,7 @@ void TensorQueue::note_submitted(const hvdlite_request& q) {
   const int64_t elements = q.shape ? element_count(std::vector<int64_t>(q.shape, q.shape + q.ndim)) : 1;
   std::lock_guard<std::mutex> lock(mutex_);
   recent_.submitted(static_cast<OpType>(q.op), q.process_set_id, q.name ? q.name : "",
-                    elements * static_cast<int64_t>(dtype_size(static_cast<DType>(q.dtype))), nullptr);
+                    elements * static_cast<int64_t>(dtype_size(static_cast<DType>(q.dtype))));
 }
 
 void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_push) {
