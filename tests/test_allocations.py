@@ -1,7 +1,8 @@
 """A cached collective's steady state allocates nothing: every C++ heap allocation of a 2-rank job is counted
 (hvdlite_core/tests/count_allocations.cc, loaded with LD_PRELOAD) while it runs named 1 KB allreduces step after
 step, through the core's C ABI, hvdlite.torch's asynchronous calls, its synchronous allreduce_, one
-grouped_allreduce_ of them all and a DistributedOptimizer step (tests/jobs/steady_state_allocations.py). A count,
+grouped_allreduce_ of them all and a DistributedOptimizer step, and unnamed allreduce_ calls beside them
+(tests/jobs/steady_state_allocations.py). A count,
 not a time: it does not depend on the machine's load, and an allocation that creeps back into the per-tensor path
 (a copied name, a map node, a response copied out of the cache, a new handle state) fails it at once. Likewise the
 Python garbage collections those steps set off: Python objects kept per tensor through a step would make the
@@ -43,5 +44,5 @@ def test_steady_state_collectives_allocate_nothing(counter_library):
         assert len(lines) == 2, out
         for line in lines:
             figures = {way: float(n) for way, n in re.findall(r"(\w+)=([\d.]+)", line)}
-            assert set(figures) == {"core", "async", "sync", "grouped", "optimizer"}, line
+            assert set(figures) == {"core", "async", "sync", "grouped", "optimizer", "unnamed"}, line
             assert all(n <= most for n in figures.values()), out

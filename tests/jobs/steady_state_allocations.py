@@ -3,7 +3,8 @@ with LD_PRELOAD). argv: K, steps. A step runs K named 1 KB allreduces, after war
 every name, in five ways: through the core's C ABI alone (submit each, then wait for and release each), through
 hvdlite.torch's asynchronous calls (allreduce_async_ each, then synchronize each: a DistributedOptimizer's
 pattern), through its synchronous hvd.allreduce_, as one named grouped_allreduce_, and as a DistributedOptimizer
-step of K parameters whose gradients persist. Prints the allocations per
+step of K parameters whose gradients persist; and a sixth, a few unnamed synchronous allreduce_ calls a step (metrics
+averaged without a name, which the core names and caches by what they carry). Prints the allocations per
 operation of each way, counted on both of the rank's threads (the caller's and the background thread), and the
 Python garbage collections each way set off per step: objects kept alive per tensor for a step make the collector
 run passes over the whole heap, a cost that grows faster than the tensor count."""
@@ -46,6 +47,14 @@ def sync_step():
         hvd.allreduce_(t, name=n)
 
 
+UNNAMED_PER_STEP = 64
+
+
+def unnamed_step():
+    for t in tensors[:UNNAMED_PER_STEP]:
+        hvd.allreduce_(t)
+
+
 def grouped_step():
     hvd.grouped_allreduce_(tensors, name="model.gradients")
 
@@ -68,7 +77,7 @@ collections = [0]
 gc.callbacks.append(lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "start")))
 
 
-def per_operation(step):
+def per_operation(step, operations=k):
     """(C++ allocations per operation, garbage collections per step)."""
     # Warm-up: negotiation, the response cache, the Python side's caches, and the core's pools of entries and
     # handle states grown to the most operations this way has in flight at once (it varies from step to step).
@@ -80,13 +89,14 @@ def per_operation(step):
         step()
     counted, collected = allocations() - before, collections[0] - collected
     hvd.barrier()
-    return counted / (steps * k), collected / steps
+    return counted / (steps * operations), collected / steps
 
 
-ways = (core_step, async_step, sync_step, grouped_step, optimizer_step)
+ways = (core_step, async_step, sync_step, grouped_step, optimizer_step, unnamed_step)
 counts, passes = {}, {}
 for way in ways:
-    counts[way.__name__[: -len("_step")]], passes[way.__name__[: -len("_step")]] = per_operation(way)
+    operations = UNNAMED_PER_STEP if way is unnamed_step else k
+    counts[way.__name__[: -len("_step")]], passes[way.__name__[: -len("_step")]] = per_operation(way, operations)
 average = (size + 1) / 2  # the average of 1, ..., size, and of that again
 assert all(bool((t == average).all()) for t in (tensors[0], tensors[-1])), tensors[0][:4]
 assert all(bool((p.grad == average).all()) for p in (parameters[0], parameters[-1])), parameters[0].grad[:4]

@@ -273,7 +273,8 @@ void Controller::read_votes(std::vector<Request>& requests, size_t positions, bo
 ResponseCache::Lookup Controller::look_up(const TensorEntry& entry, int* position) {
   const int member = member_index(entry.request.process_set);
   if (entry.request.unnamed) {  // its name never repeats: found by what it carries
-    return cache_.lookup(ResponseCache::key_of(entry.request), entry.request, member, position);
+    ResponseCache::key_of_into(unnamed_key_, entry.request);
+    return cache_.lookup(unnamed_key_, entry.request, member, position);
   }
   NameRecord* record = entry.name_record;
   if (record && record->cache_stamp != 0 && cache_.stamp_at(record->cache_position) == record->cache_stamp) {

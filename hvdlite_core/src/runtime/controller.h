@@ -173,6 +173,7 @@ class Controller {
   std::unordered_map<uint64_t, std::vector<uint64_t>> class_words_;  // the same by class
   std::vector<uint64_t> split_words_;
   std::unordered_map<uint64_t, UnnamedClass> unnamed_;  // this rank's, by class
+  std::string unnamed_key_;                             // look_up's buffer for an unnamed request's cache key, reused
   uint64_t outsider_generation_ = ~0ull;
   uint64_t outsider_sets_version_ = ~0ull;
   uint64_t cache_sets_version_ = 0;  // the process sets' version forget_removed_sets() last saw

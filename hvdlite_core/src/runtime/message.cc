@@ -20,8 +20,9 @@ namespace {
 constexpr std::string_view kAutoNameInfix = ".noname.";
 }  // namespace
 
-std::string auto_name(OpType op, int64_t n) {
-  return std::string(op_name(op)).append(kAutoNameInfix).append(std::to_string(n));
+void auto_name_into(std::string& out, OpType op, int64_t n) {
+  char number[24];
+  out.assign(op_name(op)).append(kAutoNameInfix).append(number, std::to_chars(number, number + sizeof number, n).ptr);
 }
 
 bool has_auto_name_form(OpType op, const std::string& name) {
@@ -192,11 +193,12 @@ bool Response::matches(const Request& q, int member_index) const {
 
 namespace {
 
-std::string unnamed_cache_name(OpType op, DType dtype, ReduceOp reduce_op, int32_t root_rank, double prescale,
-                               double postscale, const std::vector<int64_t>& shape, bool on_device, uint64_t layout) {
+void append_unnamed_cache_name(std::string& name, OpType op, DType dtype, ReduceOp reduce_op, int32_t root_rank,
+                               double prescale, double postscale, const std::vector<int64_t>& shape, bool on_device,
+                               uint64_t layout) {
   // Rows of an allgather or alltoall may differ by member: only the other dimensions are the same everywhere.
   const bool by_rows = op == OpType::kAllgather || op == OpType::kAlltoall;
-  std::string name(op_name(op));
+  name += op_name(op);
   name += ".noname(";
   name += dtype_name(dtype);
   name += " [";
@@ -229,19 +231,26 @@ std::string unnamed_cache_name(OpType op, DType dtype, ReduceOp reduce_op, int32
   }
   if (on_device) name += " on device";
   name += ')';
-  return name;
 }
 
 }  // namespace
 
+void append_unnamed_cache_name(std::string& out, const Request& q) {
+  append_unnamed_cache_name(out, q.op, q.dtype, q.reduce_op, q.root_rank, q.prescale, q.postscale, q.shape,
+                            q.on_device, q.layout);
+}
+
 std::string unnamed_cache_name(const Request& q) {
-  return unnamed_cache_name(q.op, q.dtype, q.reduce_op, q.root_rank, q.prescale, q.postscale, q.shape, q.on_device,
-                            q.layout);
+  std::string name;
+  append_unnamed_cache_name(name, q);
+  return name;
 }
 
 std::string unnamed_cache_name(const Response& r) {
-  return unnamed_cache_name(r.op, r.dtype, r.reduce_op, r.root_rank, r.prescale, r.postscale, r.shape, r.on_device,
-                            r.layout);
+  std::string name;
+  append_unnamed_cache_name(name, r.op, r.dtype, r.reduce_op, r.root_rank, r.prescale, r.postscale, r.shape,
+                            r.on_device, r.layout);
+  return name;
 }
 
 int64_t element_count(const std::vector<int64_t>& shape) {

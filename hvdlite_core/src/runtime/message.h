@@ -29,7 +29,7 @@ constexpr int kNumOpTypes = 9;  // operations the C ABI accepts (kAbort is not o
 const char* op_name(OpType op);
 // What the core names an unnamed collective: "<op>.noname.<n>", n counting per (process set, op) in submission
 // order. A caller's name of that form is refused: it could meet one the core gave.
-std::string auto_name(OpType op, int64_t n);
+void auto_name_into(std::string& out, OpType op, int64_t n);  // into out's capacity: no allocation once warm
 bool has_auto_name_form(OpType op, const std::string& name);
 
 // Values are the C ABI's hvdlite_reduce_op.
@@ -100,6 +100,7 @@ struct Response {
 // (allgather and alltoall rows may differ by member and are left out). Readable, as a failure of the cached operation
 // names it by it; the cache keys it apart from users' names (ResponseCache::key_of).
 std::string unnamed_cache_name(const Request& request);
+void append_unnamed_cache_name(std::string& out, const Request& request);  // the same, appended to out
 std::string unnamed_cache_name(const Response& response);
 
 int64_t element_count(const std::vector<int64_t>& shape);

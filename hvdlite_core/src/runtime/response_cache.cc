@@ -1,6 +1,7 @@
 #include "runtime/response_cache.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "runtime/entry.h"
 
@@ -19,6 +20,17 @@ std::string unnamed_key(int32_t process_set, const std::string& cache_name) {
   return std::to_string(process_set) + "|" + cache_name;
 }
 }  // namespace
+
+void ResponseCache::key_of_into(std::string& out, const Request& request) {
+  if (!request.unnamed) {
+    entry_key_into(out, request.process_set, request.name);
+    return;
+  }
+  char number[16];
+  out.assign(number, std::to_chars(number, number + sizeof number, request.process_set).ptr);
+  out += '|';
+  append_unnamed_cache_name(out, request);
+}
 
 std::string ResponseCache::key_of(const Request& request) {
   return request.unnamed ? unnamed_key(request.process_set, unnamed_cache_name(request))

@@ -43,6 +43,7 @@ class ResponseCache {
   // A request's key: entry_key(process set, name) for a named one; for an unnamed one, the key of what it carries
   // (unnamed_cache_name), with a separator no entry_key has.
   static std::string key_of(const Request& request);
+  static void key_of_into(std::string& out, const Request& request);  // into out's capacity
   // The key put() keeps a response under: key_of of the requests it matches.
   static std::string key_of(const Response& response);
   bool occupied(int position) const {

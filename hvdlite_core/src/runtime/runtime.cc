@@ -375,7 +375,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
       entries,
       [this](TensorEntry& entry) {
         int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
-        entry.request.name = auto_name(entry.request.op, n);
+        auto_name_into(entry.request.name, entry.request.op, n);
       },
       admitted);
   if (!status.ok()) {
