@@ -16,8 +16,17 @@ int ResponseCache::lowest_free() const {
 }
 
 namespace {
+// "<process set>|": the start of an unnamed operation's key, a separator no entry_key has.
+void unnamed_key_prefix_into(std::string& out, int32_t process_set) {
+  char number[16];
+  out.assign(number, std::to_chars(number, number + sizeof number, process_set).ptr);
+  out += '|';
+}
+
 std::string unnamed_key(int32_t process_set, const std::string& cache_name) {
-  return std::to_string(process_set) + "|" + cache_name;
+  std::string key;
+  unnamed_key_prefix_into(key, process_set);
+  return key.append(cache_name);
 }
 }  // namespace
 
@@ -26,15 +35,14 @@ void ResponseCache::key_of_into(std::string& out, const Request& request) {
     entry_key_into(out, request.process_set, request.name);
     return;
   }
-  char number[16];
-  out.assign(number, std::to_chars(number, number + sizeof number, request.process_set).ptr);
-  out += '|';
+  unnamed_key_prefix_into(out, request.process_set);
   append_unnamed_cache_name(out, request);
 }
 
 std::string ResponseCache::key_of(const Request& request) {
-  return request.unnamed ? unnamed_key(request.process_set, unnamed_cache_name(request))
-                         : entry_key(request.process_set, request.name);
+  std::string key;
+  key_of_into(key, request);
+  return key;
 }
 
 std::string ResponseCache::key_of(const Response& response) {
