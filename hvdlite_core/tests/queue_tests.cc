@@ -23,7 +23,7 @@ Status push_one(TensorQueue& queue, const std::string& name, int32_t process_set
   batch[0]->request.process_set = process_set;
   batch[0]->name_slot = slot ? *slot : 0;
   batch[0]->name_slot_home = slot;
-  Status status = queue.push(batch, [](TensorEntry&) {});
+  Status status = queue.push(batch);
   queue.recycle(batch);  // refused: still ours
   return status;
 }
@@ -56,17 +56,32 @@ void test_name_records() {
   // for that operation is refused; an unnamed one is named and queued without a record.
   CHECK(push_one(queue, "allreduce.noname.3").code() == StatusCode::kInvalidArgument);
   CHECK(push_one(queue, "allreduce.noname.").ok() && push_one(queue, "broadcast.noname.3").ok());
+  // They are numbered per process set and operation, and one that finished unqueued (the steady lane) takes its
+  // number all the same.
+  auto push_unnamed = [&](OpType op, int32_t process_set) {
+    std::vector<TensorEntry*> one;
+    queue.take_spare(one, 1);
+    one[0]->request.name.clear();
+    one[0]->request.op = op;
+    one[0]->request.process_set = process_set;
+    CHECK(queue.push(one).ok());
+  };
+  push_unnamed(OpType::kAllreduce, 0);
+  queue.skip_unnamed(0, OpType::kAllreduce);
+  push_unnamed(OpType::kAllreduce, 1);
+  push_unnamed(OpType::kBroadcast, 0);
+  push_unnamed(OpType::kAllreduce, 0);
   std::vector<TensorEntry*> unnamed;
-  queue.take_spare(unnamed, 1);
-  CHECK(queue.push(unnamed, [](TensorEntry& e) { e.request.name = "allreduce.noname.3"; }).ok());
   queue.drain(unnamed);
-  CHECK(unnamed.size() == 3 && unnamed[2]->request.name == "allreduce.noname.3" && !unnamed[2]->name_record);
+  CHECK(unnamed.size() == 6 && !unnamed[2]->name_record);
+  CHECK(unnamed[2]->request.name == "allreduce.noname.0" && unnamed[3]->request.name == "allreduce.noname.0");
+  CHECK(unnamed[4]->request.name == "broadcast.noname.0" && unnamed[5]->request.name == "allreduce.noname.2");
 
   // A group repeating a name is refused whole, and leaves nothing in flight behind.
   std::vector<TensorEntry*> group;
   queue.take_spare(group, 2);
   group[0]->request.name = group[1]->request.name = "g";
-  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 2);
+  CHECK(!queue.push(group).ok() && group.size() == 2);
   queue.recycle(group);
   run_through(queue, "g");
   // Again with a name the queue has a record of, which is checked by the record's mark rather than a set: refused
@@ -75,10 +90,10 @@ void test_name_records() {
   queue.take_spare(group, 3);
   group[0]->request.name = group[2]->request.name = "g";
   group[1]->request.name = "h";
-  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 3);
-  CHECK(!queue.push(group, [](TensorEntry&) {}).ok() && group.size() == 3);
+  CHECK(!queue.push(group).ok() && group.size() == 3);
+  CHECK(!queue.push(group).ok() && group.size() == 3);
   group[2]->request.name = "i";
-  CHECK(queue.push(group, [](TensorEntry&) {}).ok() && group.empty());
+  CHECK(queue.push(group).ok() && group.empty());
   std::vector<TensorEntry*> grouped;
   queue.drain(grouped);
   CHECK(grouped.size() == 3);

@@ -2,8 +2,8 @@
 # cached small tensor as one exchange on the caller's thread. Every way out of it must give the right result: the
 # lane finishing the operation, the lane handing it to a cycle because another rank's cycle also brought new
 # requests (the operation is adopted as a pending entry), and a mismatch found while one rank is in the lane (an
-# error on every rank, and the name usable afterwards), and the lane beside unnamed operations in the cache, whose
-# positions every exchange then votes on too. argv: ROUNDS.
+# error on every rank, and the name usable afterwards), the lane beside unnamed operations in the cache, whose
+# positions every exchange then votes on too, and unnamed operations in the lane themselves. argv: ROUNDS.
 import sys
 
 import torch
@@ -170,6 +170,86 @@ if runs_after - runs_before < rounds // 4:
         f"with an unnamed operation cached, the lane finished {runs_after - runs_before} of {rounds}"
     )
 count += 1
+
+# Unnamed allreduces in the lane: each is found by what it carries among the cached unnamed ones (several here, of
+# one class) and votes as this rank's only unnamed hit.
+forms = [((2,), hvd.Sum), ((2,), hvd.Max), ((5,), hvd.Sum)]
+for warm in range(2):
+    for shape, op in forms:
+        hvd.allreduce_(torch.ones(shape), op=op)
+runs_before, _ = lane_counts()
+for step in range(rounds):
+    for i, (shape, op) in enumerate(forms):
+        key = ("unnamed steady", step, i)
+        u = make(me, key, shape, torch.float32)
+        hvd.allreduce_(u, op=op)
+        check(f"unnamed in the lane, {shape} {op}, step {step}", u, expected(key, shape, op))
+        count += 1
+runs_after, _ = lane_counts()
+if runs_after - runs_before < len(forms) * rounds // 4:
+    raise AssertionError(
+        f"the lane finished {runs_after - runs_before} of {len(forms) * rounds} steady unnamed calls"
+    )
+count += 1
+
+# Rank 0 meets in the lane an unnamed one that the others' cycles hold as a hit; now and then an unnamed one of a
+# shape never seen follows, which every rank sends to the coordinator under its number: one finished in the lane
+# must have taken its number too, or the ranks' numbers differ and it never matches.
+for step in range(rounds):
+    key = ("unnamed held", step)
+    u = make(me, key, (2,), torch.float32)
+    if me == 0:
+        hvd.allreduce_(u, op=hvd.Sum)
+    else:
+        hvd.synchronize(hvd.allreduce_async_(u, op=hvd.Sum))
+    check(f"unnamed held by the others, step {step}", u, expected(key, (2,)))
+    count += 1
+    if step % 8 == 7:
+        key = ("unnamed new", step)
+        fresh = make(me, key, (6 + step,), torch.float32)
+        hvd.allreduce_(fresh, op=hvd.Sum)
+        check(f"a new unnamed one after the lane's, step {step}", fresh, expected(key, (6 + step,)))
+        count += 1
+
+# Another rank's cycle brings a new request while rank 0's unnamed one is in the lane: it is adopted, waits as the
+# unnamed hit it voted, and finishes in a cycle.
+_, adopted_before = lane_counts()
+for step in range(rounds):
+    key = ("unnamed adopted", step)
+    u = make(me, key, (2,), torch.float32)
+    fresh = torch.full((3,), float(me + step))
+    if me == 0:
+        hvd.allreduce_(u, op=hvd.Sum)
+        handle = hvd.allreduce_async_(fresh, name=f"lane.unnamed.fresh.{step}", op=hvd.Sum)
+    else:
+        handle = hvd.allreduce_async_(fresh, name=f"lane.unnamed.fresh.{step}", op=hvd.Sum)
+        hvd.allreduce_(u, op=hvd.Sum)
+    hvd.synchronize(handle)
+    check(f"unnamed one beside a new request, step {step}", u, expected(key, (2,)))
+    check(f"the new one beside it, step {step}", fresh, torch.full((3,), float(sum(range(n)) + n * step)))
+    count += 2
+_, adopted = lane_counts()
+if me == 0 and adopted == adopted_before:
+    raise AssertionError(f"in {rounds} rounds the lane never handed an unnamed operation to a cycle")
+count += 1
+
+# A mismatch met in the lane: rank 0's unnamed one and the others' are both cached, at different positions of one
+# class. The coordinator names what differs, on every rank, and unnamed calls work afterwards.
+for step in range(3):
+    shape = (2,) if me == 0 else (5,)
+    expect_raises(
+        f"unnamed shapes that differ, met in the lane, step {step}",
+        Exception,
+        hvd.allreduce_,
+        torch.ones(shape),
+        op=hvd.Sum,
+        match=["allreduce.noname.", "shape"],
+    )
+    key = ("unnamed after", step)
+    u = make(me, key, (2,), torch.float32)
+    hvd.allreduce_(u, op=hvd.Sum)
+    check(f"unnamed after the mismatch, step {step}", u, expected(key, (2,)))
+    count += 2
 
 print(f"OK {count} lane {lane_counts()}", flush=True)
 hvd.shutdown()

@@ -84,8 +84,11 @@ class Controller {
   // The second half of a cycle: everything after the exchange of bits_, for a cycle over `positions` cache
   // positions. requests: this rank's for the coordinator (hits sent back are added).
   void read_votes(std::vector<Request>& requests, size_t positions, bool vote_unnamed, Outcome& outcome);
-  // The cache position a lane request's name was found at (by the token its kept request carries), or -1.
+  // The cache position of a lane request's response, or -1: a named one's by the token its kept request carries,
+  // an unnamed one's among the cached unnamed allreduces (class_words_, which must be up to date).
   int lane_position(const hvdlite_request& q);
+  // Whether a cached response is a lane request's: what ResponseCache::lookup's match compares for an allreduce.
+  static bool lane_matches(const Response& cached, const hvdlite_request& q);
   // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
   // the same response, else by key (and the record remembers what was found).
   ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);

@@ -369,15 +369,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     }
   }
   for (const TensorEntry* entry : entries) states.push_back(entry->handle);
-  // Auto names count per (process set, op) in submission order: ranks that issue the same unnamed collectives
-  // in the same order agree on them, even when other sets run unnamed collectives in between.
-  Status status = queue_.push(
-      entries,
-      [this](TensorEntry& entry) {
-        int64_t n = unnamed_counters_[{entry.request.process_set, static_cast<int>(entry.request.op)}]++;
-        auto_name_into(entry.request.name, entry.request.op, n);
-      },
-      admitted);
+  Status status = queue_.push(entries, admitted);
   if (!status.ok()) {
     release_events();
     return status;

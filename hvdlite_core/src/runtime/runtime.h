@@ -49,8 +49,10 @@ class Runtime {
   // Whether a request may take the lane at all: the checks that need no lock. Larger ones than the eager region
   // can hold never pay for trying.
   bool steady_candidate(const hvdlite_request& q) const {
-    if (q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY || !q.name ||
-        q.name_slot == 0 || q.ndim < 0 || (q.ndim > 0 && !q.shape) || !q.input || !q.output || !dtype_valid(q.dtype))
+    // A named one needs its token (the kept request has been queued once); an unnamed one is found by what it
+    // carries.
+    if (q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY ||
+        (q.name && *q.name && q.name_slot == 0) || q.ndim < 0 || (q.ndim > 0 && !q.shape) || !q.input || !q.output || !dtype_valid(q.dtype))
       return false;
     int64_t bytes = dtype_size(static_cast<DType>(q.dtype));
     for (int32_t d = 0; d < q.ndim; ++d) {
@@ -110,7 +112,6 @@ class Runtime {
   std::unique_ptr<Executor> executor_;
 
   HandleTable& handles_;
-  std::map<std::pair<int, int>, int64_t> unnamed_counters_;  // (process set, op) -> next; under the queue lock
 
   std::atomic<bool> shutdown_requested_{false};
   std::mutex abort_reason_mutex_;

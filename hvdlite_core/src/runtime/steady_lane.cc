@@ -1,5 +1,8 @@
-// The steady lane: a synchronous allreduce under a cached name that rides in the eager region, with nothing else
-// pending on this rank, runs as one exchange on the caller's thread, with no entry, queue, handle or cycle around it.
+// The steady lane: a synchronous allreduce with a cached response that rides in the eager region, with nothing
+// else pending on this rank, runs as one exchange on the caller's thread, with no entry, queue, handle or cycle
+// around it. A named one finds its response through its kept request's token; an unnamed one by what it carries,
+// among the cached unnamed allreduces, and votes as the only unnamed hit of its class (Controller's
+// UnnamedClass), as it would in a cycle with nothing else pending.
 //
 // Its exchange is the one a cycle would make with that tensor as this rank's only hit: flags clear, no conflicts,
 // the tensor's bit set, its prescaled input in its eager segment (runtime/eager.h; in the tail, a window of that
@@ -14,7 +17,9 @@
 // A transport failure stops the runtime as a cycle's would, and the operation fails with the same error.
 //
 // Not marked in flight under its name while in the lane: another thread that submits the same name in those
-// microseconds is not refused, where it would be while the operation waited in the queue.
+// microseconds is not refused, where it would be while the operation waited in the queue. An unnamed one takes its
+// number as it finishes (TensorQueue::skip_unnamed), not as it is called: the same for one thread, and threads
+// that call unnamed collectives at once have no order that ranks could agree on anyway.
 #include <cstring>
 
 #include "collectives/reduce_kernels.h"
@@ -26,7 +31,32 @@ namespace {
 constexpr uint64_t kFlagWordMask = 0xffffffffull;  // as in controller.cc
 }  // namespace
 
+bool Controller::lane_matches(const Response& cached, const hvdlite_request& q) {
+  // What ResponseCache::lookup's match compares for an allreduce; an unnamed one's cached name describes it.
+  const bool unnamed = !q.name || !*q.name;
+  return !cached.is_error && cached.op == OpType::kAllreduce && cached.process_set == 0 && !cached.on_device &&
+         cached.unnamed == unnamed && cached.dtype == static_cast<DType>(q.dtype) &&
+         cached.reduce_op == static_cast<ReduceOp>(q.reduce_op) && cached.prescale == q.prescale_factor &&
+         cached.postscale == q.postscale_factor && cached.layout == q.layout &&
+         cached.shape.size() == static_cast<size_t>(q.ndim) &&
+         std::equal(cached.shape.begin(), cached.shape.end(), q.shape) &&
+         (unnamed || std::strcmp(cached.name.c_str(), q.name) == 0);
+}
+
 int Controller::lane_position(const hvdlite_request& q) {
+  if (!q.name || !*q.name) {
+    // An unnamed one: among the cached unnamed allreduces (a job has a few), the one that carries the same. Two
+    // never do: the cache keys them by what they carry.
+    auto held = class_words_.find(class_of(0, OpType::kAllreduce));
+    if (held == class_words_.end()) return -1;
+    for (size_t w = 0; w < held->second.size(); ++w) {
+      for (uint64_t word = held->second[w]; word; word &= word - 1) {
+        const int position = static_cast<int>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+        if (lane_matches(cache_.at(position), q)) return position;
+      }
+    }
+    return -1;
+  }
   // The token's slot and generation (TensorQueue): slots are dense, so a vector indexed by slot finds the place
   // with no hashing; a token of another generation (the slot's record was swept and reused) looks the name up.
   const uint64_t slot = (q.name_slot & 0xffffffffu) - 1;
@@ -56,16 +86,13 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   // Nothing of this rank's may be waiting (it would vote too), nor anything that changes the cycle's first half.
   if (!cache_enabled_ || pending_count_ != 0 || !resend_.empty() || joined_ || sets_.version() != cache_sets_version_)
     return LaneVote::kNotTaken;
+  const size_t positions = cache_.occupied_end();
+  const size_t words = (positions + 63) / 64;
+  update_position_masks(words);
   const int p = lane_position(q);
-  if (p < 0) return LaneVote::kNotTaken;
-  // The cached response still describes the call (what ResponseCache::lookup's match compares for an allreduce).
+  // The cached response still describes the call.
+  if (p < 0 || !lane_matches(cache_.at(p), q)) return LaneVote::kNotTaken;
   const Response& cached = cache_.at(p);
-  if (cached.is_error || cached.op != OpType::kAllreduce || cached.process_set != 0 || cached.on_device ||
-      cached.dtype != static_cast<DType>(q.dtype) || cached.reduce_op != static_cast<ReduceOp>(q.reduce_op) ||
-      cached.prescale != q.prescale_factor || cached.postscale != q.postscale_factor || cached.layout != q.layout ||
-      cached.shape.size() != static_cast<size_t>(q.ndim) ||
-      !std::equal(cached.shape.begin(), cached.shape.end(), q.shape) || std::strcmp(cached.name.c_str(), q.name) != 0)
-    return LaneVote::kNotTaken;
   // The coordinator (rank 0) forces a round when a collective waiting there is due to fail: with one waiting, a
   // cycle decides (round_due, which must run once a cycle).
   if (rank_ == 0 && coordinator_.waiting()) return LaneVote::kNotTaken;
@@ -74,18 +101,21 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   if (!segment) return LaneVote::kNotTaken;
 
   unready_all();
-  const size_t positions = cache_.occupied_end();
-  const size_t words = (positions + 63) / 64;
-  update_position_masks(words);
-  // While the cache holds unnamed operations, every exchange carries a vote on their positions too; this rank has
-  // nothing pending, so no unnamed hit, and votes there as a cycle without one would.
+  // While the cache holds unnamed operations, every exchange carries a vote on their positions too. This rank has
+  // nothing else pending, so its only unnamed hit can be this one: it votes there as a cycle holding that hit
+  // alone would.
   const bool vote_unnamed = !class_words_.empty();
+  const std::vector<uint64_t>* held_class = nullptr;
+  if (cached.unnamed) held_class = &class_words_.at(class_of(0, OpType::kAllreduce));
   const size_t bit_words = 1 + (vote_unnamed ? 3 : 2) * words;
   char* const eager_region = prepare_bits(bit_words);
   bits_[0] = kFlagWordMask;  // no flags
   for (size_t w = 0; w < words; ++w) bits_[1 + words + w] = outsider_words_[w];
   if (vote_unnamed) {
-    for (size_t w = 0; w < words; ++w) bits_[1 + 2 * words + w] = ~unnamed_words_[w] | outsider_words_[w];
+    for (size_t w = 0; w < words; ++w) {
+      bits_[1 + 2 * words + w] =
+          ~unnamed_words_[w] | outsider_words_[w] | (held_class && w < held_class->size() ? (*held_class)[w] : 0);
+    }
   }
   const size_t word = static_cast<size_t>(p) / 64;
   const uint64_t bit = 1ull << (p % 64);
@@ -127,6 +157,7 @@ void Controller::lane_adopt(TensorEntry* entry, Outcome& outcome) {
   begin_cycle(outcome);
   if (entry) {
     ++pending_count_;
+    if (entry->request.unnamed) ++unnamed_[class_of(entry->request.process_set, entry->request.op)].pending;
     add_hit(lane_voted_, entry);
   }
   lane_voted_ = -1;
@@ -151,6 +182,7 @@ Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_hom
         last_cycle_ = Clock::now();
         break;
       case Controller::LaneVote::kDone:
+        if (!q.name || !*q.name) queue_.skip_unnamed(0, OpType::kAllreduce);
         executor_->count_allreduced(allreduced);
         idle_cycles_.store(0);
         last_cycle_ = Clock::now();

@@ -1,6 +1,5 @@
 #include "runtime/tensor_queue.h"
 
-#include <functional>
 
 namespace hvdlite {
 
@@ -15,8 +14,7 @@ TensorQueue::~TensorQueue() {
   for (TensorEntry* entry : spare_entries_) delete entry;
 }
 
-Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed,
-                         std::vector<TensorEntry*>* admitted) {
+Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted) {
   bool wake = false;
   for (TensorEntry* entry : entries) {
     if (!entry->request.name.empty()) entry_key_into(entry->key, entry->request.process_set, entry->request.name);
@@ -78,7 +76,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
       TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) {
         // No record: the name never repeats, and no user's name can take its form (has_auto_name_form).
-        name_unnamed(entry);
+        auto_name_into(entry.request.name, entry.request.op, number_unnamed(entry.request.process_set, entry.request.op));
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       } else {
         entry.name_record = mark_in_flight(entry, key_hashes_[i], found_[i]);
@@ -99,6 +97,11 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, const std::function
   // by the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a
   // futex wake, a context switch and a thread competing for the caller's core, more than a small allreduce itself.
   return Status::Ok();
+}
+
+void TensorQueue::skip_unnamed(int32_t process_set, OpType op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  number_unnamed(process_set, op);
 }
 
 void TensorQueue::note_submitted(const hvdlite_request& q) {

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <functional>
+#include <map>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
@@ -29,12 +29,13 @@ class TensorQueue {
   TensorQueue& operator=(const TensorQueue&) = delete;
   ~TensorQueue();
   // Queues every entry or none: duplicate names (in flight, or twice in the batch) refuse the whole batch.
-  // Entries without a name get one from name_unnamed, called under the queue lock once the batch is accepted,
-  // so a refused batch never advances the counters that keep auto-names equal across ranks. Accepted, the
-  // entries are in flight and `entries` is emptied; refused, they stay with the caller (recycle them).
+  // Entries without a name are named once the batch is accepted (number_unnamed), so a refused batch never
+  // advances the counters that keep those names equal across ranks. Accepted, the entries are in flight and
+  // `entries` is emptied; refused, they stay with the caller (recycle them).
   // admitted (optional): the accepted entries are moved there instead of into the queue, in flight all the same.
-  Status push(std::vector<TensorEntry*>& entries, const std::function<void(TensorEntry&)>& name_unnamed,
-              std::vector<TensorEntry*>* admitted = nullptr);
+  Status push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted = nullptr);
+  // An unnamed operation that finished without being queued (the steady lane) still takes its number.
+  void skip_unnamed(int32_t process_set, OpType op);
   // Records an operation that never became an entry (the steady lane's, when it fails) among the recent ones, as
   // submitted and pending, for the report of where this rank was.
   void note_submitted(const hvdlite_request& q);
@@ -78,6 +79,11 @@ class TensorQueue {
   void keep_spare(TensorEntry* entry);  // under the lock
   // Forgets the records of names not in flight once there are many (unnamed operations get a new name each).
   void sweep_names();
+  // Unnamed operations are named "<op>.noname.<n>", counted per (process set, operation) in submission order:
+  // ranks that issue the same unnamed collectives in the same order agree on the names, even when other sets run
+  // unnamed collectives in between. Under the lock.
+  int64_t number_unnamed(int32_t process_set, OpType op) { return unnamed_counters_[{process_set, op}]++; }
+  std::map<std::pair<int32_t, OpType>, int64_t> unnamed_counters_;
 
   std::vector<TensorEntry*> queue_;
   std::atomic<size_t> queued_{0};  // queue_.size(), written under the lock
