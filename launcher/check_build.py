@@ -60,7 +60,14 @@ def report() -> str:
                     else "not in this installation"
                 ),
                 compiled,
-            )
+            ),
+            (
+                "per-tensor calls in C (hvdlite._fast_calls)"
+                if binding.fast_calls is not None
+                else "per-tensor calls in C: not used%s; their steady state runs in Python"
+                % ("" if compiled else " without the compiled binding"),
+                binding.fast_calls is not None,
+            ),
         ],
     )
     mpi = info.get("mpi") == "1"

@@ -172,7 +172,13 @@ def test_check_build():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "hvdlite v%s:" % hvdlite.__version__
-    for expected in ("    [X] PyTorch", "    [X] TCP", "    [X] shared memory", "    [X] compiled (cffi API mode)"):
+    for expected in (
+        "    [X] PyTorch",
+        "    [X] TCP",
+        "    [X] shared memory",
+        "    [X] compiled (cffi API mode)",
+        "    [X] per-tensor calls in C (hvdlite._fast_calls)",
+    ):
         assert expected in lines, result.stdout
     # No GPU here: the NCCL row says why (tests/test_nccl_data_plane.py checks the usable case on a fake NCCL).
     assert any(line.startswith("    [ ] NCCL: ") for line in lines), result.stdout

@@ -1,7 +1,7 @@
 """The steady lane: a synchronous allreduce of a cached small tensor runs as one exchange on the caller's thread
-(hvdlite_core/src/runtime/steady_lane.cc). Its results, its hand-over to a cycle, a mismatch met in it, and its
-exchanges while the cache holds an unnamed operation, and unnamed operations in it; a peer that dies while the others wait in it is among
-tests/test_errors.py's peer deaths."""
+(hvdlite_core/src/runtime/steady_lane.cc). Its results, its hand-over to a cycle, a mismatch met in it, its
+exchanges while the cache holds an unnamed operation, and unnamed operations in it; a peer that dies while the
+others wait in it is among tests/test_errors.py's peer deaths."""
 
 from __future__ import annotations
 

@@ -65,6 +65,27 @@ def _load():
 ffi, lib, mode = _load()  # mode: "compiled" or "abi", for diagnostics (hvdlite-run --check-build)
 
 
+def _fast_calls():
+    """hvdlite._fast_calls (hvdlite/common/fast_calls.c), loaded from its file beside the core as the binding is;
+    None where it was not built or cannot load. Only with the compiled binding: it is linked to the package's own
+    core, which ABI mode may not have loaded (HVDLITE_CORE_LIBRARY names another)."""
+    paths = sorted(glob.glob(os.path.join(_PACKAGE_DIR, "_fast_calls.*so")))
+    if mode != "compiled" or not paths:
+        return None
+    name = "hvdlite._fast_calls"
+    spec = importlib.util.spec_from_file_location(name, paths[0])
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:  # an interpreter older than its stable ABI (3.10): the calls stay in Python
+        return None
+    sys.modules[name] = module
+    return module
+
+
+fast_calls = _fast_calls()
+
+
 def last_error() -> str:
     return ffi.string(lib.hvdlite_last_error()).decode(errors="replace")
 

@@ -15,6 +15,7 @@ import struct
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
+from hvdlite.common import binding
 from hvdlite.common.binding import check, ffi, lib
 from hvdlite.common.errors import HvdliteError, MismatchError, error_for_status
 
@@ -100,6 +101,12 @@ def request(
 _prepared: Dict[object, tuple] = {}
 _PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
 cached = _prepared.get  # prepared()'s entry under a key, or None
+fast_calls = binding.fast_calls  # hvdlite._fast_calls, or None (binding.py)
+
+
+def prepared_entries() -> dict:
+    """prepared()'s cache itself, for fast_calls to look entries up in."""
+    return _prepared
 
 
 def _fill(struct, key: tuple, shape_buf=None, name_buf=None) -> tuple:
@@ -148,19 +155,21 @@ def _new_filled(request: tuple):
 
 def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
     """(hvdlite_request*, buffers, input address, output address, *facts) for a request tuple, from the cache
-    under key when the request has no splits; the addresses are those the struct holds, which may
-    not be the request's (submit it with the request's own: submit_prepared, run_prepared). facts: what the entry
-    is compared by before it is reused. By default the key is the request without its addresses."""
+    under key when the request has no splits (a cached entry ends with the struct's own address besides); the
+    addresses are those the struct holds, which may not be the request's (submit it with the request's own:
+    submit_prepared, run_prepared). facts: what the entry is compared by before it is reused. By default the key
+    is the request without its addresses."""
     if request[11] is not None:
         struct = _new_request()
         return (struct, _fill(struct, request), request[4], request[5], *facts)
     if key is None:
         key = request[:4] + request[6:]
     entry = _prepared.get(key)
-    if entry is not None and entry[4:] == facts:
+    if entry is not None and entry[4:-1] == facts:
         return entry
     struct, block = _new_filled(request)
-    entry = (struct, block, request[4], request[5], *facts)
+    # Last, the struct's address: where fast_calls finds the request (a C function cannot read a cffi pointer).
+    entry = (struct, block, request[4], request[5], *facts, int(ffi.cast("uintptr_t", struct)))
     if len(_prepared) >= _PREPARED_LIMIT:
         _prepared.clear()
     _prepared[key] = entry
@@ -525,7 +534,7 @@ class HandleTable:
         # add_result(): core handle -> what synchronize() returns. Public: a framework's hottest submission path
         # stores into it directly, as submit_result() does.
         self.results: Dict[int, object] = {}
-        self._inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
+        self.inputs: Dict[int, object] = {}  # add_result(): core handle -> an input buffer to keep alive besides
 
     def add(
         self,
@@ -549,7 +558,7 @@ class HandleTable:
         the operation's buffers alive. (Each dict store is atomic; the handle is unknown to others until
         returned.)"""
         if keep_alive is not None:
-            self._inputs[core_handle] = keep_alive
+            self.inputs[core_handle] = keep_alive
         self.results[core_handle] = result
         return core_handle
 
@@ -583,8 +592,8 @@ class HandleTable:
                 self.results[handle] = result  # interrupted: pending under the same handle, as add()'s entries
                 raise
             if status == 0:
-                if self._inputs:
-                    self._inputs.pop(handle, None)
+                if self.inputs:
+                    self.inputs.pop(handle, None)
                 return result
             return self._synchronize_result(handle, result, status)
         if callable(handle):  # a framework's composite handle (a sparse allreduce's) waits for its own parts
@@ -634,7 +643,7 @@ class HandleTable:
         except BaseException:
             self.results[core] = result  # interrupted: pending under the same handle, as for add()'s entries
             raise
-        self._inputs.pop(core, None)
+        self.inputs.pop(core, None)
         try:
             if status != 0:
                 _raise_for(core, status)

@@ -69,6 +69,13 @@ def _describe(name: Optional[str]) -> str:
 cpu_placement = (-1, 0)
 _HOST = cpu_placement
 
+# The steady state of allreduce_, allreduce_async_ and synchronize in C where it was built (ops.fast_calls): what
+# their Python below does, which serves every other case, and every case where it is absent. Only for host tensors:
+# the fake-CUDA tests' placement goes the Python way.
+_fast = ops.fast_calls
+_fast_run = _fast_submit = _fast_finish = None
+_NOT_FINISHED = object()
+
 
 def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
     """(device, stream) for ops.request: host memory, or a CUDA device and its current stream."""
@@ -139,8 +146,15 @@ def poll(handle) -> bool:
 
 
 # The handle table's own method, with no wrapper's frame on each gradient's wait; a sparse allreduce's handle,
-# which waits for its two parts, is called.
+# which waits for its two parts, is called. With the fast calls, they finish an allreduce_async_'s handle first.
 synchronize = _handles.synchronize
+if _fast is not None:
+    _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
+    _fast_run, _fast_submit, _fast_finish, _synchronize_in_python = _fast.run, _fast.submit, _fast.finish, synchronize
+
+    def synchronize(handle):
+        result = _fast_finish(handle, _NOT_FINISHED)
+        return _synchronize_in_python(handle) if result is _NOT_FINISHED else result
 
 
 # --------------------------------------------------------------------------- allreduce
@@ -264,6 +278,12 @@ def allreduce_async_(
     # A gradient's steady state: as in allreduce_, and with the submission (HandleTable.submit_result), written
     # out rather than in helpers, whose calls on this path would cost a twentieth of the whole operation.
     if name is not None and average is None:
+        if _fast_submit is not None and cpu_placement is _HOST:
+            handle = _fast_submit(name, tensor, op, prescale_factor, postscale_factor, process_set)
+            if handle is not None:
+                if handle < 0:
+                    _check(-handle)
+                return handle
         known = _cached(name)
         if (
             known is not None
@@ -318,6 +338,16 @@ def allreduce_(
     # field by field, which costs less than hashing a key of all of them on every call. Its run is
     # ops.run_prepared written out: that call's frame would cost a twentieth of the whole operation.
     if name is not None and average is None:
+        if _fast_run is not None and cpu_placement is _HOST:
+            try:
+                live = _fast_run(name, tensor, op, prescale_factor, postscale_factor, process_set)
+            except BaseException:
+                _run_interrupted(tensor)
+                raise
+            if live is not None:
+                if live != 0:
+                    _run_unfinished(live, tensor)
+                return tensor
         known = _cached(name)
         if (
             known is not None

@@ -55,6 +55,8 @@ if expect_transport:
 # A source build binds the core through cffi's compiled module; the sweep that names another core file takes the
 # ABI-mode fallback the manylinux wheel uses.
 assert binding.mode == os.environ.get("EXPECT_BINDING", "compiled"), binding.mode
+# The per-tensor calls in C are linked to the package's core: only the compiled binding, bound to it too, uses them.
+assert (binding.fast_calls is not None) == (binding.mode == "compiled"), binding.fast_calls
 
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
 DTYPES = ALL_DTYPES

@@ -1,6 +1,5 @@
 #include "runtime/tensor_queue.h"
 
-
 namespace hvdlite {
 
 namespace {
@@ -76,7 +75,8 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
       TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) {
         // No record: the name never repeats, and no user's name can take its form (has_auto_name_form).
-        auto_name_into(entry.request.name, entry.request.op, number_unnamed(entry.request.process_set, entry.request.op));
+        auto_name_into(entry.request.name, entry.request.op,
+                       number_unnamed(entry.request.process_set, entry.request.op));
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       } else {
         entry.name_record = mark_in_flight(entry, key_hashes_[i], found_[i]);

@@ -1,0 +1,204 @@
+/* hvdlite._fast_calls: the steady state of the per-tensor calls a training step makes thousands of times (an
+ * in-place allreduce of a named host tensor, synchronous or not, and the synchronize of its handle), written in C
+ * against CPython's stable ABI. The Python functions in hvdlite/torch/core_ops.py and hvdlite/common/ops.py do the
+ * same and remain the reference: every case this module does not take (a first call, anything that differs from
+ * what the request was prepared from, a failure) returns None or the caller's sentinel and goes their way.
+ *
+ * Why C: the Python of such a call (a frame, a dictionary lookup, ten comparisons, the cffi call) cost about as much
+ * as the collective itself. Nothing here is compiled against PyTorch: a tensor is read through its Python attributes,
+ * as the Python code reads it.
+ *
+ * The prepared entries are ops.prepared()'s tuples: (struct, buffers, input address, output address, dtype, shape,
+ * op, prescale, postscale, process set id, placement, struct address). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "hvdlite.h"
+
+static PyObject* prepared;   /* ops._prepared: name -> entry */
+static PyObject* results;    /* HandleTable.results: core handle -> what synchronize returns */
+static PyObject* inputs;     /* HandleTable._inputs: core handle -> a buffer kept alive besides */
+static PyObject* host;       /* core_ops' host placement */
+static PyObject* global_set; /* the global process set, whose id is 0 */
+static PyObject* zero;
+static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_process_set_id;
+
+enum {
+  kStruct = 0,
+  kInput = 2,
+  kOutput = 3,
+  kDtype = 4,
+  kShape,
+  kOp,
+  kPrescale,
+  kPostscale,
+  kSet,
+  kPlacement,
+  kAddress,
+  kEntrySize
+};
+
+/* 1 when the attribute is True, 0 when it is anything else, -1 with an exception set. */
+static int attribute_true(PyObject* object, PyObject* name, int call) {
+  PyObject* value = call ? PyObject_CallMethodObjArgs(object, name, NULL) : PyObject_GetAttr(object, name);
+  if (!value) return -1;
+  const int yes = value == Py_True;
+  Py_DECREF(value);
+  return yes;
+}
+
+static int equal(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
+
+/* The entry prepared under name, when the call's tensor and arguments are what it was prepared from; its data's
+ * address in *pointer. NULL (no exception) when they are not; NULL with an exception when a read failed. */
+static PyObject* steady_entry(PyObject* const* args, void** pointer) {
+  PyObject *name = args[0], *tensor = args[1], *op = args[2], *prescale = args[3], *postscale = args[4],
+           *process_set = args[5];
+  PyObject* entry = PyDict_GetItemWithError(prepared, name); /* borrowed */
+  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
+  if (PyTuple_GetItem(entry, kPlacement) != host) return NULL;
+  PyObject* dtype = PyObject_GetAttr(tensor, s_dtype);
+  if (!dtype) return NULL;
+  const int same_dtype = dtype == PyTuple_GetItem(entry, kDtype);
+  Py_DECREF(dtype);
+  if (!same_dtype) return NULL;
+  PyObject* shape = PyObject_GetAttr(tensor, s_shape);
+  if (!shape) return NULL;
+  int same = equal(PyTuple_GetItem(entry, kShape), shape);
+  Py_DECREF(shape);
+  if (same != 1) return NULL;
+  if (equal(PyTuple_GetItem(entry, kOp), op) != 1 || equal(PyTuple_GetItem(entry, kPrescale), prescale) != 1 ||
+      equal(PyTuple_GetItem(entry, kPostscale), postscale) != 1)
+    return NULL;
+  if (process_set == global_set) {
+    same = equal(PyTuple_GetItem(entry, kSet), zero);
+  } else {
+    PyObject* id = PyObject_GetAttr(process_set, s_process_set_id);
+    if (!id) return NULL;
+    same = equal(PyTuple_GetItem(entry, kSet), id);
+    Py_DECREF(id);
+  }
+  if (same != 1 || attribute_true(tensor, s_is_cpu, 0) != 1 || attribute_true(tensor, s_is_contiguous, 1) != 1)
+    return NULL;
+  PyObject* address = PyObject_CallMethodObjArgs(tensor, s_data_ptr, NULL);
+  if (!address) return NULL;
+  *pointer = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  if (PyErr_Occurred()) return NULL;
+  return entry;
+}
+
+/* What the caller does with a call this module did not take: None, any failed read forgotten (the Python path
+ * reads again and raises its own error). */
+static PyObject* not_taken(void) {
+  PyErr_Clear();
+  Py_RETURN_NONE;
+}
+
+static const hvdlite_request* request_of(PyObject* entry, void* pointer, int* moved) {
+  *moved = PyLong_AsVoidPtr(PyTuple_GetItem(entry, kInput)) != pointer ||
+           PyLong_AsVoidPtr(PyTuple_GetItem(entry, kOutput)) != pointer;
+  return (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(entry, kAddress));
+}
+
+/* run(name, tensor, op, prescale, postscale, process_set): hvdlite_run of the prepared in-place allreduce. None when
+ * not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a status). */
+static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  void* pointer = NULL;
+  if (nargs != 6) return not_taken();
+  PyObject* entry = steady_entry(args, &pointer);
+  if (!entry) return not_taken();
+  int moved = 0;
+  const hvdlite_request* request = request_of(entry, pointer, &moved);
+  int64_t live;
+  Py_INCREF(entry);       /* its buffers hold the request: alive while another thread may clear the cache */
+  Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
+  live = moved ? hvdlite_run_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_run(request);
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(entry);
+  return PyLong_FromLongLong(live);
+}
+
+/* submit(name, tensor, op, prescale, postscale, process_set): hvdlite_submit of the prepared in-place allreduce, its
+ * handle recorded with the tensor as its result. None when not taken; else the handle, or minus a status. */
+static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  void* pointer = NULL;
+  if (nargs != 6) return not_taken();
+  PyObject* entry = steady_entry(args, &pointer);
+  if (!entry) return not_taken();
+  int moved = 0;
+  const hvdlite_request* request = request_of(entry, pointer, &moved);
+  /* Queuing never waits on other ranks: the GIL stays held, as for a dictionary store. */
+  const int64_t handle =
+      moved ? hvdlite_submit_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_submit(request);
+  PyObject* number = PyLong_FromLongLong(handle);
+  if (number && handle > 0 && PyDict_SetItem(results, number, args[1]) < 0) Py_CLEAR(number);
+  return number;
+}
+
+/* finish(handle, otherwise): the result of a handle submit() recorded, once hvdlite_finish says it finished well
+ * (within a slice); otherwise, with the handle left as it was, for the Python path. */
+static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) return NULL;
+  PyObject *handle = args[0], *otherwise = args[1];
+  if (!PyLong_CheckExact(handle)) goto slow;
+  PyObject* result = PyDict_GetItemWithError(results, handle); /* borrowed */
+  if (!result) goto slow;
+  const int64_t core_handle = PyLong_AsLongLong(handle);
+  if (core_handle <= 0) goto slow;
+  int status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = hvdlite_finish(core_handle);
+  Py_END_ALLOW_THREADS;
+  if (status != 0) goto slow;
+  Py_INCREF(result);
+  if (PyDict_DelItem(results, handle) < 0 ||
+      (PyDict_Size(inputs) > 0 && PyDict_GetItemWithError(inputs, handle) && PyDict_DelItem(inputs, handle) < 0)) {
+    Py_DECREF(result);
+    return NULL;
+  }
+  return result;
+slow:
+  PyErr_Clear();
+  Py_INCREF(otherwise);
+  return otherwise;
+}
+
+/* setup(prepared, results, inputs, host, global_set): the Python objects the calls above read. */
+static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "setup(prepared, results, inputs, host, global_set)");
+    return NULL;
+  }
+  PyObject** targets[] = {&prepared, &results, &inputs, &host, &global_set};
+  for (int i = 0; i < 5; ++i) {
+    PyObject* old = *targets[i];
+    Py_INCREF(args[i]);
+    *targets[i] = args[i];
+    Py_XDECREF(old);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, NULL},
+    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL, NULL},
+    {"finish", (PyCFunction)(void (*)(void))finish, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fast_calls(void) {
+  zero = PyLong_FromLong(0);
+  s_dtype = PyUnicode_InternFromString("dtype");
+  s_shape = PyUnicode_InternFromString("shape");
+  s_is_cpu = PyUnicode_InternFromString("is_cpu");
+  s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+  s_data_ptr = PyUnicode_InternFromString("data_ptr");
+  s_process_set_id = PyUnicode_InternFromString("process_set_id");
+  if (!zero || !s_dtype || !s_shape || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_process_set_id) return NULL;
+  return PyModule_Create(&module_def);
+}
