@@ -18,7 +18,7 @@
 
 static PyObject* prepared;   /* ops._prepared: name -> entry */
 static PyObject* results;    /* HandleTable.results: core handle -> what synchronize returns */
-static PyObject* inputs;     /* HandleTable._inputs: core handle -> a buffer kept alive besides */
+static PyObject* inputs;     /* HandleTable.inputs: core handle -> a buffer kept alive besides */
 static PyObject* host;       /* core_ops' host placement */
 static PyObject* global_set; /* the global process set, whose id is 0 */
 static PyObject* zero;
@@ -50,43 +50,51 @@ static int attribute_true(PyObject* object, PyObject* name, int call) {
 
 static int equal(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
 
-/* The entry prepared under name, when the call's tensor and arguments are what it was prepared from; its data's
- * address in *pointer. NULL (no exception) when they are not; NULL with an exception when a read failed. */
-static PyObject* steady_entry(PyObject* const* args, void** pointer) {
-  PyObject *name = args[0], *tensor = args[1], *op = args[2], *prescale = args[3], *postscale = args[4],
-           *process_set = args[5];
-  PyObject* entry = PyDict_GetItemWithError(prepared, name); /* borrowed */
-  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
-  if (PyTuple_GetItem(entry, kPlacement) != host) return NULL;
+/* Whether the entry was prepared from what the call gives (the tensor read through its attributes, which may run
+ * Python code); its data's address in *pointer. 0 when it was not, or a read failed (an exception set). */
+static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
+  PyObject *tensor = args[1], *op = args[2], *prescale = args[3], *postscale = args[4], *process_set = args[5];
+  if (PyTuple_GetItem(entry, kPlacement) != host) return 0;
   PyObject* dtype = PyObject_GetAttr(tensor, s_dtype);
-  if (!dtype) return NULL;
+  if (!dtype) return 0;
   const int same_dtype = dtype == PyTuple_GetItem(entry, kDtype);
   Py_DECREF(dtype);
-  if (!same_dtype) return NULL;
+  if (!same_dtype) return 0;
   PyObject* shape = PyObject_GetAttr(tensor, s_shape);
-  if (!shape) return NULL;
+  if (!shape) return 0;
   int same = equal(PyTuple_GetItem(entry, kShape), shape);
   Py_DECREF(shape);
-  if (same != 1) return NULL;
+  if (same != 1) return 0;
   if (equal(PyTuple_GetItem(entry, kOp), op) != 1 || equal(PyTuple_GetItem(entry, kPrescale), prescale) != 1 ||
       equal(PyTuple_GetItem(entry, kPostscale), postscale) != 1)
-    return NULL;
+    return 0;
   if (process_set == global_set) {
     same = equal(PyTuple_GetItem(entry, kSet), zero);
   } else {
     PyObject* id = PyObject_GetAttr(process_set, s_process_set_id);
-    if (!id) return NULL;
+    if (!id) return 0;
     same = equal(PyTuple_GetItem(entry, kSet), id);
     Py_DECREF(id);
   }
   if (same != 1 || attribute_true(tensor, s_is_cpu, 0) != 1 || attribute_true(tensor, s_is_contiguous, 1) != 1)
-    return NULL;
+    return 0;
   PyObject* address = PyObject_CallMethodObjArgs(tensor, s_data_ptr, NULL);
-  if (!address) return NULL;
+  if (!address) return 0;
   *pointer = PyLong_AsVoidPtr(address);
   Py_DECREF(address);
-  if (PyErr_Occurred()) return NULL;
-  return entry;
+  return !PyErr_Occurred();
+}
+
+/* A new reference to the entry prepared under args[0] when the call matches it; else NULL, an exception perhaps
+ * set. Held through the call: the reads may run Python code that clears the cache, and its buffers hold the
+ * request the core reads. */
+static PyObject* steady_entry(PyObject* const* args, void** pointer) {
+  PyObject* entry = PyDict_GetItemWithError(prepared, args[0]); /* borrowed */
+  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
+  Py_INCREF(entry);
+  if (matches(entry, args, pointer)) return entry;
+  Py_DECREF(entry);
+  return NULL;
 }
 
 /* What the caller does with a call this module did not take: None, any failed read forgotten (the Python path
@@ -106,13 +114,11 @@ static const hvdlite_request* request_of(PyObject* entry, void* pointer, int* mo
  * not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a status). */
 static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   void* pointer = NULL;
-  if (nargs != 6) return not_taken();
-  PyObject* entry = steady_entry(args, &pointer);
+  PyObject* entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
   if (!entry) return not_taken();
   int moved = 0;
   const hvdlite_request* request = request_of(entry, pointer, &moved);
   int64_t live;
-  Py_INCREF(entry);       /* its buffers hold the request: alive while another thread may clear the cache */
   Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
   live = moved ? hvdlite_run_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_run(request);
   Py_END_ALLOW_THREADS;
@@ -124,45 +130,56 @@ static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) 
  * handle recorded with the tensor as its result. None when not taken; else the handle, or minus a status. */
 static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   void* pointer = NULL;
-  if (nargs != 6) return not_taken();
-  PyObject* entry = steady_entry(args, &pointer);
+  PyObject* entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
   if (!entry) return not_taken();
   int moved = 0;
   const hvdlite_request* request = request_of(entry, pointer, &moved);
   /* Queuing never waits on other ranks: the GIL stays held, as for a dictionary store. */
   const int64_t handle =
       moved ? hvdlite_submit_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_submit(request);
+  Py_DECREF(entry);
   PyObject* number = PyLong_FromLongLong(handle);
   if (number && handle > 0 && PyDict_SetItem(results, number, args[1]) < 0) Py_CLEAR(number);
   return number;
 }
 
 /* finish(handle, otherwise): the result of a handle submit() recorded, once hvdlite_finish says it finished well
- * (within a slice); otherwise, with the handle left as it was, for the Python path. */
+ * (within a slice); otherwise, with the handle and its result left as they were, for the Python path. As there,
+ * the result leaves the table before the wait, so that another thread's synchronize of it finds nothing. */
 static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) return NULL;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "finish(handle, otherwise)");
+    return NULL;
+  }
   PyObject *handle = args[0], *otherwise = args[1];
-  if (!PyLong_CheckExact(handle)) goto slow;
-  PyObject* result = PyDict_GetItemWithError(results, handle); /* borrowed */
-  if (!result) goto slow;
-  const int64_t core_handle = PyLong_AsLongLong(handle);
-  if (core_handle <= 0) goto slow;
+  const int64_t core_handle = PyLong_CheckExact(handle) ? PyLong_AsLongLong(handle) : 0;
+  PyObject* result = core_handle > 0 ? PyDict_GetItemWithError(results, handle) : NULL; /* borrowed */
+  if (!result) {
+    PyErr_Clear();
+    Py_INCREF(otherwise);
+    return otherwise;
+  }
+  Py_INCREF(result);
+  if (PyDict_DelItem(results, handle) < 0) {
+    Py_DECREF(result);
+    return NULL;
+  }
   int status;
   Py_BEGIN_ALLOW_THREADS;
   status = hvdlite_finish(core_handle);
   Py_END_ALLOW_THREADS;
-  if (status != 0) goto slow;
-  Py_INCREF(result);
-  if (PyDict_DelItem(results, handle) < 0 ||
-      (PyDict_Size(inputs) > 0 && PyDict_GetItemWithError(inputs, handle) && PyDict_DelItem(inputs, handle) < 0)) {
+  if (status != 0) { /* still running, or failed: the Python path waits, or reports the error */
+    const int restored = PyDict_SetItem(results, handle, result);
+    Py_DECREF(result);
+    if (restored < 0) return NULL;
+    Py_INCREF(otherwise);
+    return otherwise;
+  }
+  if (PyDict_Size(inputs) > 0 && PyDict_GetItemWithError(inputs, handle) && PyDict_DelItem(inputs, handle) < 0) {
     Py_DECREF(result);
     return NULL;
   }
   return result;
-slow:
-  PyErr_Clear();
-  Py_INCREF(otherwise);
-  return otherwise;
 }
 
 /* setup(prepared, results, inputs, host, global_set): the Python objects the calls above read. */
