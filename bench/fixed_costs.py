@@ -72,8 +72,10 @@ GPT_LAYERS = 16  # 16 parameter tensors a block: 261 tensors in all
 
 
 def steps_for(k):
-    """Steps timed for K tensors (after 3 warm-up steps): about 40,000 tensors in all, at least 5 steps."""
-    return max(5, min(400, 40000 // k))
+    """Steps timed for K tensors (after 3 warm-up steps): about 40,000 tensors in all, and at least 25 steps, so
+    that each of the 5 blocks holds 5. With fewer, a large K's median was a block's first step, which meets the
+    caches as the other peers' blocks left them, while a small K's was a step that followed its own."""
+    return max(25, min(400, 40000 // k))
 
 
 def take_turns(calls, barrier, blocks, per_block, warmup=3):
