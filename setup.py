@@ -246,29 +246,25 @@ core = Extension(
     depends=glob.glob(os.path.join(CORE, "**", "*.h"), recursive=True) + [os.path.join(CORE, "exports.map")],
 )
 
-binding = Extension(
-    "hvdlite._hvdlite_binding",
-    sources=[BINDING_SOURCE],
-    include_dirs=[os.path.join(CORE, "include")],
-    define_macros=[("Py_LIMITED_API", BINDING_LIMITED_API)],
-    py_limited_api=True,
-    libraries=[":_hvdlite_core.so"],
-    extra_link_args=["-Wl,-rpath,$ORIGIN"],
-    depends=[HEADER],
-)
+
+def stable_abi_module(name, source, limited_api):
+    """A CPython extension against the stable ABI, linked to the core by file name and found beside it at run time."""
+    return Extension(
+        name,
+        sources=[source],
+        include_dirs=[os.path.join(CORE, "include")],
+        define_macros=[("Py_LIMITED_API", limited_api)],
+        py_limited_api=True,
+        libraries=[":_hvdlite_core.so"],
+        extra_link_args=["-Wl,-rpath,$ORIGIN"],
+        depends=[HEADER],
+    )
+
+
+binding = stable_abi_module("hvdlite._hvdlite_binding", BINDING_SOURCE, BINDING_LIMITED_API)
 # The steady state of the per-tensor calls (hvdlite/common/fast_calls.c), in C against the stable ABI of 3.10 on.
 # Used only with the compiled binding, which binds the same core file.
-fast_calls = Extension(
-    "hvdlite._fast_calls",
-    sources=[FAST_CALLS_SOURCE],
-    include_dirs=[os.path.join(CORE, "include")],
-    define_macros=[("Py_LIMITED_API", FAST_CALLS_LIMITED_API)],
-    py_limited_api=True,
-    extra_compile_args=["-O2", "-Wall"],
-    libraries=[":_hvdlite_core.so"],
-    extra_link_args=["-Wl,-rpath,$ORIGIN"],
-    depends=[HEADER],
-)
+fast_calls = stable_abi_module("hvdlite._fast_calls", FAST_CALLS_SOURCE, FAST_CALLS_LIMITED_API)
 # The manylinux wheel serves every Python 3 with the core alone, bound through cffi's ABI mode at run time.
 EXTENSIONS = [core] if MANYLINUX_ARCH else [core, binding] + ([fast_calls] if sys.version_info >= (3, 10) else [])
 

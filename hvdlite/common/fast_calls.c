@@ -104,40 +104,47 @@ static PyObject* not_taken(void) {
   Py_RETURN_NONE;
 }
 
-static const hvdlite_request* request_of(PyObject* entry, void* pointer, int* moved) {
-  *moved = PyLong_AsVoidPtr(PyTuple_GetItem(entry, kInput)) != pointer ||
-           PyLong_AsVoidPtr(PyTuple_GetItem(entry, kOutput)) != pointer;
-  return (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(entry, kAddress));
+/* A call run() or submit() takes: its entry (held until the core is done with the request), the request, and the
+ * tensor's address when the request was prepared on other buffers (0: on these). */
+typedef struct {
+  PyObject* entry;
+  const hvdlite_request* request;
+  uintptr_t moved_to;
+} Taken;
+
+static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
+  void* pointer = NULL;
+  call->entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
+  if (!call->entry) return 0;
+  const int moved = PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kInput)) != pointer ||
+                    PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kOutput)) != pointer;
+  call->request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kAddress));
+  call->moved_to = moved ? (uintptr_t)pointer : 0;
+  return 1;
 }
 
 /* run(name, tensor, op, prescale, postscale, process_set): hvdlite_run of the prepared in-place allreduce. None when
  * not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a status). */
 static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  void* pointer = NULL;
-  PyObject* entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
-  if (!entry) return not_taken();
-  int moved = 0;
-  const hvdlite_request* request = request_of(entry, pointer, &moved);
+  Taken call;
+  if (!take(args, nargs, &call)) return not_taken();
   int64_t live;
   Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
-  live = moved ? hvdlite_run_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_run(request);
+  live = call.moved_to ? hvdlite_run_at(call.request, call.moved_to, call.moved_to) : hvdlite_run(call.request);
   Py_END_ALLOW_THREADS;
-  Py_DECREF(entry);
+  Py_DECREF(call.entry);
   return PyLong_FromLongLong(live);
 }
 
 /* submit(name, tensor, op, prescale, postscale, process_set): hvdlite_submit of the prepared in-place allreduce, its
  * handle recorded with the tensor as its result. None when not taken; else the handle, or minus a status. */
 static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  void* pointer = NULL;
-  PyObject* entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
-  if (!entry) return not_taken();
-  int moved = 0;
-  const hvdlite_request* request = request_of(entry, pointer, &moved);
+  Taken call;
+  if (!take(args, nargs, &call)) return not_taken();
   /* Queuing never waits on other ranks: the GIL stays held, as for a dictionary store. */
   const int64_t handle =
-      moved ? hvdlite_submit_at(request, (uintptr_t)pointer, (uintptr_t)pointer) : hvdlite_submit(request);
-  Py_DECREF(entry);
+      call.moved_to ? hvdlite_submit_at(call.request, call.moved_to, call.moved_to) : hvdlite_submit(call.request);
+  Py_DECREF(call.entry);
   PyObject* number = PyLong_FromLongLong(handle);
   if (number && handle > 0 && PyDict_SetItem(results, number, args[1]) < 0) Py_CLEAR(number);
   return number;
