@@ -145,8 +145,9 @@ def poll(handle) -> bool:
     return _handles.poll(handle)
 
 
-# The handle table's own method, with no wrapper's frame on each gradient's wait; a sparse allreduce's handle,
-# which waits for its two parts, is called. With the fast calls, they finish an allreduce_async_'s handle first.
+# Without the fast calls, the handle table's own method, with no wrapper's frame on each gradient's wait; with
+# them, a wrapper whose C call finishes an allreduce_async_'s handle, everything else going to that method. (A
+# sparse allreduce's handle, which waits for its two parts, is called.)
 synchronize = _handles.synchronize
 if _fast is not None:
     _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
