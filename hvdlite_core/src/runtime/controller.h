@@ -62,6 +62,8 @@ class Controller {
   bool joined() const { return joined_; }
   void clear_joined() { joined_ = false; }
 
+  // A request without a name (an unnamed collective), as the C ABI gives it.
+  static bool lane_unnamed(const hvdlite_request& q) { return !q.name || !*q.name; }
   // The steady lane (steady_lane.cc): a synchronous allreduce of a cached name that rides in the eager region,
   // submitted while nothing else is pending on this rank, votes and completes without an entry, a queue or a
   // handle. Its exchange is the same as a cycle's in which this rank's only hit is that tensor, so the other ranks
@@ -84,8 +86,9 @@ class Controller {
   // The second half of a cycle: everything after the exchange of bits_, for a cycle over `positions` cache
   // positions. requests: this rank's for the coordinator (hits sent back are added).
   void read_votes(std::vector<Request>& requests, size_t positions, bool vote_unnamed, Outcome& outcome);
-  // The cache position of a lane request's response, or -1: a named one's by the token its kept request carries,
-  // an unnamed one's among the cached unnamed allreduces (class_words_, which must be up to date).
+  // The cache position of a response that still describes a lane request (lane_matches), or -1: a named one's
+  // by the token its kept request carries, an unnamed one's among the cached unnamed allreduces (class_words_,
+  // which must be up to date).
   int lane_position(const hvdlite_request& q);
   // Whether a cached response is a lane request's: what ResponseCache::lookup's match compares for an allreduce.
   static bool lane_matches(const Response& cached, const hvdlite_request& q);

@@ -52,8 +52,8 @@ class Runtime {
     // A named one needs its token (the kept request has been queued once); an unnamed one is found by what it
     // carries.
     if (q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY ||
-        (q.name && *q.name && q.name_slot == 0) || q.ndim < 0 || (q.ndim > 0 && !q.shape) || !q.input || !q.output ||
-        !dtype_valid(q.dtype))
+        (!Controller::lane_unnamed(q) && q.name_slot == 0) || q.ndim < 0 || (q.ndim > 0 && !q.shape) || !q.input ||
+        !q.output || !dtype_valid(q.dtype))
       return false;
     int64_t bytes = dtype_size(static_cast<DType>(q.dtype));
     for (int32_t d = 0; d < q.ndim; ++d) {

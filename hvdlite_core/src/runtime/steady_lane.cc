@@ -33,7 +33,7 @@ constexpr uint64_t kFlagWordMask = 0xffffffffull;  // as in controller.cc
 
 bool Controller::lane_matches(const Response& cached, const hvdlite_request& q) {
   // What ResponseCache::lookup's match compares for an allreduce; an unnamed one's cached name describes it.
-  const bool unnamed = !q.name || !*q.name;
+  const bool unnamed = lane_unnamed(q);
   return !cached.is_error && cached.op == OpType::kAllreduce && cached.process_set == 0 && !cached.on_device &&
          cached.unnamed == unnamed && cached.dtype == static_cast<DType>(q.dtype) &&
          cached.reduce_op == static_cast<ReduceOp>(q.reduce_op) && cached.prescale == q.prescale_factor &&
@@ -44,7 +44,7 @@ bool Controller::lane_matches(const Response& cached, const hvdlite_request& q) 
 }
 
 int Controller::lane_position(const hvdlite_request& q) {
-  if (!q.name || !*q.name) {
+  if (lane_unnamed(q)) {
     // An unnamed one: among the cached unnamed allreduces (a job has a few), the one that carries the same. Two
     // never do: the cache keys them by what they carry.
     auto held = class_words_.find(class_of(0, OpType::kAllreduce));
@@ -63,7 +63,7 @@ int Controller::lane_position(const hvdlite_request& q) {
   if (slot < lane_places_.size()) {
     const LanePlace& place = lane_places_[slot];
     if (place.token == q.name_slot && place.stamp != 0 && cache_.stamp_at(place.position) == place.stamp)
-      return place.position;
+      return lane_matches(cache_.at(place.position), q) ? place.position : -1;
   }
   if (slot > (1u << 24)) return -1;  // not a token the queue handed out
   Request request;
@@ -75,7 +75,7 @@ int Controller::lane_position(const hvdlite_request& q) {
   request.postscale = q.postscale_factor;
   request.layout = q.layout;
   request.name = q.name;
-  int position = -1;
+  int position = -1;  // a hit: the cached response matches the request, as lane_matches() compares
   if (cache_.lookup(request, member_index(0), &position) != ResponseCache::Lookup::kHit) return -1;
   if (slot >= lane_places_.size()) lane_places_.resize(slot + 1);
   lane_places_[slot] = {q.name_slot, position, cache_.stamp_at(position)};
@@ -90,8 +90,7 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   const size_t words = (positions + 63) / 64;
   update_position_masks(words);
   const int p = lane_position(q);
-  // The cached response still describes the call.
-  if (p < 0 || !lane_matches(cache_.at(p), q)) return LaneVote::kNotTaken;
+  if (p < 0) return LaneVote::kNotTaken;
   const Response& cached = cache_.at(p);
   // The coordinator (rank 0) forces a round when a collective waiting there is due to fail: with one waiting, a
   // cycle decides (round_due, which must run once a cycle).
@@ -182,7 +181,7 @@ Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_hom
         last_cycle_ = Clock::now();
         break;
       case Controller::LaneVote::kDone:
-        if (!q.name || !*q.name) queue_.skip_unnamed(0, OpType::kAllreduce);
+        if (Controller::lane_unnamed(q)) queue_.skip_unnamed(0, OpType::kAllreduce);
         executor_->count_allreduced(allreduced);
         idle_cycles_.store(0);
         last_cycle_ = Clock::now();
