@@ -240,6 +240,16 @@ def check_backend(hvd) -> None:
             raise CheckFailure(f"mpi_enabled() is {hvd.mpi_enabled()} on the {expected} backend")
 
 
+def prefill_cache(hvd) -> None:
+    """With HVDJOB_CACHE_PREFILL=N: N named broadcasts cached before the job proper, so that each block of the
+    negotiation's votes spans N / 64 words or more and travels as a window (hvdlite_core/src/runtime/vote_exchange.h)
+    rather than whole, and the job's own operations sit at cache positions past them. Broadcasts never take the
+    eager region, so its layout stays what the job expects."""
+    t = torch.zeros(1)
+    for i in range(int(os.environ.get("HVDJOB_CACHE_PREFILL", "0"))):
+        hvd.broadcast_(t, 0, name=f"prefill.{i}")
+
+
 def ok_ranks(stdout: str, tag: str = "OK") -> Dict[int, str]:
     """{rank: rest of line} for every ``[<rank>]<stdout>: <tag> ...`` line."""
     found = {}

@@ -121,6 +121,9 @@ FUSION_CACHE = [
     ("cache4-eviction-np3", 3, None, {"HVDLITE_CACHE_CAPACITY": "4"}),
     ("cache4-tcp-2hosts-np4", 4, [0, 1, 0, 1], {"HVDLITE_CACHE_CAPACITY": "4"}),
     ("tiny-fusion-np3", 3, None, {"HVDLITE_FUSION_THRESHOLD": "256"}),
+    # 300 names cached first: each block of votes spans several words and travels as a window
+    ("windowed-votes-np3", 3, None, {"HVDJOB_CACHE_PREFILL": "300"}),
+    ("windowed-votes-tcp-2hosts-np4", 4, [0, 1, 0, 1], {"HVDJOB_CACHE_PREFILL": "300"}),
     ("no-fusion-np2", 2, None, {"HVDLITE_FUSION_THRESHOLD": "0"}),
 ]
 
@@ -142,6 +145,9 @@ EAGER = [
     ("default-np2", 2, None, {}, "on", 4096),
     ("default-np3", 3, None, {}, "on", 4096),
     ("default-tcp-np3", 3, [0, 1, 2], {}, "on", 4096),
+    # 300 names cached first: the votes travel as windows (runtime/vote_exchange.h) beside the eager region
+    ("windowed-votes-np2", 2, None, {"HVDJOB_CACHE_PREFILL": "300"}, "on", 4096),
+    ("windowed-votes-tcp-np3", 3, [0, 1, 2], {"HVDJOB_CACHE_PREFILL": "300"}, "on", 4096),
     ("off-np2", 2, None, {"HVDLITE_EAGER_ALLREDUCE_BYTES": "0"}, "off", 0),
 ]
 

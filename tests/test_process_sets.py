@@ -13,6 +13,8 @@ CASES = [
     # sets spanning both emulated hosts: members talk over TCP and shared memory
     ("tcp-2hosts-np4", 4, [0, 1, 1, 0], {}),
     ("no-cache-np4", 4, None, {"HVDLITE_CACHE_CAPACITY": "0"}),
+    # 300 names cached first: the votes travel as windows, a rank outside a set voting yes at the set's positions
+    ("windowed-votes-np4", 4, None, {"HVDJOB_CACHE_PREFILL": "300"}),
 ]
 
 

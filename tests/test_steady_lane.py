@@ -9,19 +9,23 @@ import pytest
 from hvdjob import assert_job_ok
 from multiproc import job_source, run_job
 
+# (id, np, host_ids, names cached before the job: past 128, the votes travel as windows, runtime/vote_exchange.h)
 LANE_CASES = [
-    ("shm-np2", 2, None),
-    ("shm-np3", 3, None),
-    ("tcp-2hosts-np3", 3, [0, 1, 0]),
+    ("shm-np2", 2, None, 0),
+    ("shm-np3", 3, None, 0),
+    ("tcp-2hosts-np3", 3, [0, 1, 0], 0),
+    ("windowed-shm-np2", 2, None, 300),
+    ("windowed-tcp-2hosts-np3", 3, [0, 1, 0], 300),
 ]
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", LANE_CASES, ids=[c[0] for c in LANE_CASES])
 def test_steady_lane_results_hand_over_and_mismatch(case):
-    _, np, host_ids = case
+    _, np, host_ids, prefill = case
     rounds = 40
-    result = run_job(job_source("steady_lane"), np=np, host_ids=host_ids, args=[str(rounds)], timeout=100)
+    env = {"HVDJOB_CACHE_PREFILL": str(prefill)}
+    result = run_job(job_source("steady_lane"), np=np, host_ids=host_ids, args=[str(rounds)], timeout=100, env=env)
     assert_job_ok(
         result,
         np,

@@ -10,7 +10,7 @@ import sys
 import time
 
 import torch
-from hvdjob import ALL_DTYPES, FLOAT_DTYPES, check, make, reduce_reference, value_range
+from hvdjob import ALL_DTYPES, FLOAT_DTYPES, check, make, prefill_cache, reduce_reference, value_range
 
 import hvdlite.timeline
 import hvdlite.torch as hvd
@@ -18,6 +18,7 @@ import hvdlite.torch as hvd
 EXPECT = sys.argv[1]
 BUDGET = int(sys.argv[2])
 hvd.init()
+prefill_cache(hvd)
 n, me = hvd.size(), hvd.rank()
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Max": hvd.Max, "Min": hvd.Min, "Product": hvd.Product}
 SCALES = [(1.0, 1.0), (0.5, 3.0)]

@@ -6,12 +6,13 @@ import sys
 import time
 
 import torch
-from hvdjob import check, even_rows, make, reduce_reference
+from hvdjob import check, even_rows, make, prefill_cache, reduce_reference
 
 import hvdlite.torch as hvd
 
 REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 hvd.init()
+prefill_cache(hvd)
 n, me = hvd.size(), hvd.rank()
 OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Max": hvd.Max, "Min": hvd.Min, "Product": hvd.Product}
 AR_SHAPES = [(1,), (17,), (100,), (3, 7), (0,), (2, 2, 2)]

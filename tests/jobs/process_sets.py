@@ -3,7 +3,17 @@
 import time
 
 import torch
-from hvdjob import CheckFailure, check, check_backend, even_rows, expect_raises, launched_size, make, reduce_reference
+from hvdjob import (
+    CheckFailure,
+    check,
+    check_backend,
+    even_rows,
+    expect_raises,
+    launched_size,
+    make,
+    prefill_cache,
+    reduce_reference,
+)
 
 import hvdlite.torch as hvd
 
@@ -25,6 +35,7 @@ for ps in (A, B, C):
     if ps.process_set_id is not None or ps.size() is not None or ps.included() is not None:
         raise CheckFailure(f"unregistered {ps} should report None for id/size/included")
 hvd.init(process_sets=[A, B, C])
+prefill_cache(hvd)
 check_backend(hvd)
 n, me = hvd.size(), hvd.rank()
 assert n == n_env >= 3

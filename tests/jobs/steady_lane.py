@@ -7,11 +7,12 @@
 import sys
 
 import torch
-from hvdjob import check, expect_raises, make, parse_build_info
+from hvdjob import check, expect_raises, make, parse_build_info, prefill_cache
 
 import hvdlite.torch as hvd
 
 hvd.init()
+prefill_cache(hvd)
 n, me = hvd.size(), hvd.rank()
 rounds = int(sys.argv[1])
 count = 0

@@ -11,7 +11,7 @@ import random
 import time
 
 import torch
-from hvdjob import check, make, reduce_reference
+from hvdjob import check, make, prefill_cache, reduce_reference
 
 import hvdlite.torch as hvd
 
@@ -60,6 +60,7 @@ def kinds(n):
 
 def main(steps="300", seed="0"):
     hvd.init()
+    prefill_cache(hvd)
     n, me = hvd.size(), hvd.rank()
     shared = random.Random(int(seed))  # the same calls on every rank
     own = random.Random(int(seed) * 31 + me)  # this rank's pauses and order of synchronizing

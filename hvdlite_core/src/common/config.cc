@@ -109,7 +109,8 @@ const std::vector<Knob>& knobs() {
                   "longest sleep of the background loop between cycles, in milliseconds"),
       number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms,
                   "the same, once nothing has happened on any rank for a while (0: never lengthen)"),
-      number_knob("CACHE_CAPACITY", &Config::cache_capacity, "response cache entries; 0 turns the cache off"),
+      number_knob("CACHE_CAPACITY", &Config::cache_capacity,
+                  "response cache entries (at most 4194240); 0 turns the cache off"),
       number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes,
                   "cached allreduces up to this many bytes in all travel inside the negotiation exchange (0: off; at "
                   "most 16384)"),
@@ -223,9 +224,10 @@ Config Config::FromEnvironment() {
   config.streaming_store_bytes_set = lookup("STREAMING_STORE_BYTES") != nullptr;
   config.spin_microseconds_set = lookup("SPIN_MICROSECONDS") != nullptr;
   if (config.shm_ring_bytes < 64 << 10) config.shm_ring_bytes = 64 << 10;
-  // A rank sends its eager tail before it knows whether the peer sends one (runtime/vote_exchange.h), so the tail
-  // must fit what a channel holds unread: a shared-memory ring holds at least 64 KB, a socket's buffers as much.
+  // Past a few kilobytes an exchange is no longer pure latency, and every cycle that carries the region pays for it.
   config.eager_allreduce_bytes = std::min<int64_t>(config.eager_allreduce_bytes, 16 << 10);
+  // The negotiation announces windows of the cache's vote blocks in 16 bits of 64-position words.
+  config.cache_capacity = std::min<int64_t>(config.cache_capacity, kMaxCachePositions);
   if (config.cycle_time_ms <= 0) config.cycle_time_ms = 0.1;
   return config;
 }

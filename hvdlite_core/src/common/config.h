@@ -6,6 +6,10 @@
 
 namespace hvdlite {
 
+// The response cache's largest capacity: the negotiation announces windows of its vote blocks in 16 bits of
+// 64-position words (runtime/vote_exchange.h).
+constexpr int64_t kMaxCachePositions = 0xffff * 64;
+
 struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;      // FUSION_THRESHOLD: fuse small allreduces up to this size
   int64_t fusion_tensor_limit_bytes = 256 << 10;  // FUSION_TENSOR_LIMIT: larger tensors are reduced unfused

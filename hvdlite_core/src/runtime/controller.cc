@@ -27,8 +27,26 @@ template <typename Visit>
 void for_each_bit(const std::vector<uint64_t>& words, size_t limit, Visit visit) {
   for_each_bit(words.data(), std::min(limit, words.size() * 64), visit);
 }
+static_assert(kMaxCachePositions / 64 <= static_cast<int64_t>(kMaxWindowedWords), "cache blocks outgrow windows");
 constexpr uint64_t kFlagRequests = 1, kFlagShutdown = 2, kFlagJoined = 4;
 constexpr uint64_t kFlagWordMask = 0xffffffffull;  // the flags' half of word 0; the other half is zero
+constexpr size_t kWholeBlockWords = 2;             // vote blocks of up to 128 cache positions are sent whole
+
+// The vote sections' reducers (runtime/vote_exchange.h).
+void and_words(const void*, uint64_t* dst, const uint64_t* src, size_t from, size_t to) {
+  for (size_t w = from; w < to; ++w) dst[w] &= src[w];
+}
+void reduce_eager_head(const void* layout, uint64_t* dst, const uint64_t* src, size_t from, size_t to) {
+  reduce_eager(static_cast<const EagerLayout*>(layout)->segments(), reinterpret_cast<char*>(dst),
+               reinterpret_cast<const char*>(src), from * 8, to * 8);
+}
+// Handed the tail's start, where the segments' offsets count from the region's.
+void reduce_eager_tail(const void* layout, uint64_t* dst, const uint64_t* src, size_t from, size_t to) {
+  const EagerLayout& eager = *static_cast<const EagerLayout*>(layout);
+  const size_t head = eager.head_words() * 8;
+  reduce_eager(eager.segments(), reinterpret_cast<char*>(dst) - head, reinterpret_cast<const char*>(src) - head,
+               head + from * 8, head + to * 8);
+}
 }  // namespace
 
 Controller::Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets)
@@ -45,26 +63,59 @@ int Controller::member_index(int process_set) const {
   return comm ? comm->rank() : -1;
 }
 
-void Controller::exchange_bits(size_t bit_words) {
+void Controller::exchange_bits(size_t words, bool vote_unnamed) {
   Communicator* world = sets_.get(0);
   if (world->size() == 1) return;
-  if (eager_.segments().empty()) {
-    allreduce_recursive_doubling(*world, bits_.data(), bit_words, DType::kInt64, ReduceKind::kBitwiseAnd);
-    return;
+  // In the order bits_ holds them (prepare_bits): the flags word, the blocks of cache positions, the eager region.
+  const bool eager = !eager_.segments().empty();
+  const size_t blocks = vote_unnamed ? 3 : 2, head_words = eager_.head_words();
+  VoteLayout& layout = vote_layout_;
+  layout.section_count = 0;
+  size_t offset = 1;
+  auto next = [&](VoteSection::Kind kind, size_t count) -> VoteSection& {
+    VoteSection& s = layout.sections[layout.section_count++];
+    s = VoteSection{};
+    s.kind = kind;
+    s.offset = offset;
+    s.count = count;
+    offset += count;
+    return s;
+  };
+  if (words <= kWholeBlockWords) {
+    // Blocks of a few words cost less sent whole than announced and picked apart: they and the eager head go as
+    // one prefix, reduced in one pass, as a cycle of a small cache's votes always went.
+    offset = layout.prefix_words = 1 + blocks * words + (eager ? head_words : 0);
+    layout.reduce_prefix = reduce_whole_prefix;
+    layout.prefix_context = this;
+  } else {
+    layout.prefix_words = 1;
+    next(VoteSection::Kind::kSpan, words);  // conflicts: every member's default is none (all ones)
+    next(VoteSection::Kind::kOverlap, words).reduce = and_words;
+    if (vote_unnamed) next(VoteSection::Kind::kSpan, words).baseline = named_words_.data();
+    if (eager) {
+      VoteSection& head = next(VoteSection::Kind::kWhole, head_words);
+      head.reduce = reduce_eager_head;
+      head.context = &eager_;
+    }
   }
-  // Each reducer captures at most two words, which std::function keeps without allocating.
-  const size_t head_words = eager_.head_words();
-  exchange_votes(
-      *world, bits_.data(), bit_words + head_words, eager_.words() - head_words,
-      [this, bit_words](void* dst, const void* src) {
-        reduce_into(DType::kInt64, ReduceKind::kBitwiseAnd, dst, src, bit_words);
-        reduce_eager(eager_.segments(), static_cast<char*>(dst) + bit_words * 8,
-                     static_cast<const char*>(src) + bit_words * 8, 0, eager_.head_words() * 8);
-      },
-      [this](char* dst, const char* src, size_t from, size_t to) {
-        const size_t head = eager_.head_words() * 8;
-        reduce_eager(eager_.segments(), dst - head, src - head, head + from, head + to);
-      });
+  if (eager) {
+    VoteSection& tail = next(VoteSection::Kind::kOverlapUnread, eager_.words() - head_words);
+    tail.reduce = reduce_eager_tail;
+    tail.context = &eager_;
+    tail.given = tail_window_;
+  }
+  whole_prefix_bit_words_ = blocks * words;
+  exchange_votes(*world, bits_.data(), layout);
+}
+
+void Controller::reduce_whole_prefix(const void* self, uint64_t* dst, const uint64_t* src, size_t from, size_t to) {
+  const Controller& c = *static_cast<const Controller*>(self);
+  const size_t bits_end = 1 + c.whole_prefix_bit_words_;
+  for (size_t w = from; w < bits_end; ++w) dst[w] &= src[w];
+  if (to > bits_end) {
+    reduce_eager(c.eager_.segments(), reinterpret_cast<char*>(dst + bits_end),
+                 reinterpret_cast<const char*>(src + bits_end), 0, (to - bits_end) * 8);
+  }
 }
 
 char* Controller::prepare_bits(size_t bit_words) {
@@ -74,6 +125,7 @@ char* Controller::prepare_bits(size_t bit_words) {
   if (bits_.size() < total) bits_.resize(total);
   std::fill_n(bits_.data(), bit_words, ~0ull);
   std::fill_n(bits_.data() + bit_words, eager_.head_words(), 0);
+  tail_window_ = {};
   return reinterpret_cast<char*>(bits_.data() + bit_words);
 }
 
@@ -81,7 +133,7 @@ void Controller::write_tail(char* eager_region, size_t begin_bytes, size_t end_b
   const size_t head = eager_.head_words() * 8;
   if (end_bytes <= begin_bytes) return;
   std::memset(eager_region + begin_bytes, 0, end_bytes - begin_bytes);
-  set_tail_window(bits_.data(), {(begin_bytes - head) / 8, (end_bytes - head) / 8});
+  tail_window_ = {(begin_bytes - head) / 8, (end_bytes - head) / 8};
 }
 
 void Controller::begin_cycle(Outcome& outcome) {
@@ -196,7 +248,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
     copy_scaled(segment.dtype, eager_region + segment.offset, hit->input, segment.count,
                 cache_.at(segment.position).prescale);
   }
-  exchange_bits(bit_words);
+  exchange_bits(words, vote_unnamed);
   read_votes(requests, positions, vote_unnamed, outcome);
 }
 
@@ -371,6 +423,8 @@ void Controller::update_position_masks(size_t words) {
       of_class[p / 64] |= bit;
     }
   }
+  named_words_.resize(words);
+  for (size_t w = 0; w < words; ++w) named_words_[w] = ~unnamed_words_[w];
 }
 
 bool Controller::stalled_hit(const TensorEntry& entry, Clock::time_point now) const {

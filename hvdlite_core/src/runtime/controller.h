@@ -28,6 +28,7 @@
 #include "runtime/entry.h"
 #include "runtime/process_sets.h"
 #include "runtime/response_cache.h"
+#include "runtime/vote_exchange.h"
 
 namespace hvdlite {
 
@@ -95,9 +96,10 @@ class Controller {
   // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
   // the same response, else by key (and the record remembers what was found).
   ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);
-  // Bitwise AND of the first bit_words words of bits_ over all ranks, and the eager region after them reduced
-  // (its tail as far as every rank sent one: runtime/vote_exchange.h).
-  void exchange_bits(size_t bit_words);
+  // The exchange of bits_ (runtime/vote_exchange.h): the flags word, the conflict, ready and (vote_unnamed) unnamed
+  // blocks of `words` words each, ANDed over all ranks, then the eager region reduced (its tail as far as every
+  // rank sent one).
+  void exchange_bits(size_t words, bool vote_unnamed);
   // Readies bits_ for a cycle's votes: bit_words of ones and the eager head zeroed. Returns the eager region.
   char* prepare_bits(size_t bit_words);
   // This rank sends the eager tail's bytes [begin_bytes, end_bytes) of the region: zeroed and announced (none when
@@ -120,7 +122,11 @@ class Controller {
   ResponseCache cache_;
   bool cache_enabled_;
   EagerLayout eager_;
-  std::vector<uint64_t> bits_;  // the exchanged words: flags, conflict bits, ready bits, eager region
+  std::vector<uint64_t> bits_;         // the exchanged words: flags, conflict bits, ready bits, eager region
+  VoteWindow tail_window_{};           // of the eager tail, what this rank sends (write_tail)
+  VoteLayout vote_layout_;             // exchange_bits's, reused
+  size_t whole_prefix_bit_words_ = 0;  // the blocks' words in a prefix sent whole
+  static void reduce_whole_prefix(const void* self, uint64_t* dst, const uint64_t* src, size_t from, size_t to);
 
   // Hits are kept by cache position as bit words, so that a cycle's votes are built and read a word (64
   // positions) at a time, whatever the number of tensors in flight.
@@ -176,6 +182,7 @@ class Controller {
   size_t hit_count_ = 0;
   std::vector<uint64_t> outsider_words_;
   std::vector<uint64_t> unnamed_words_;                              // positions of unnamed operations
+  std::vector<uint64_t> named_words_;                                // the complement: the unnamed vote's default
   std::unordered_map<uint64_t, std::vector<uint64_t>> class_words_;  // the same by class
   std::vector<uint64_t> split_words_;
   std::unordered_map<uint64_t, UnnamedClass> unnamed_;  // this rank's, by class

@@ -122,7 +122,7 @@ Controller::LaneVote Controller::lane_vote(const hvdlite_request& q, int64_t* al
   if (segment->offset >= eager_.head_words() * 8)
     write_tail(eager_region, segment->offset, segment->offset + segment->bytes);
   copy_scaled(segment->dtype, eager_region + segment->offset, q.input, segment->count, cached.prescale);
-  exchange_bits(bit_words);
+  exchange_bits(words, vote_unnamed);
 
   lane_voted_ = p;
   lane_voted_positions_ = positions;

@@ -1,6 +1,7 @@
 #include "runtime/vote_exchange.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "collectives/communicator.h"
@@ -10,18 +11,75 @@
 namespace hvdlite {
 namespace {
 
+constexpr uint64_t kFlagsHalf = 0xffffffffull;
+
+bool windowed(const VoteSection& s) { return s.kind != VoteSection::Kind::kWhole; }
+
+uint64_t encode(VoteWindow w) {
+  if (w.words() == 0) return 0;
+  return static_cast<uint64_t>(w.begin) | (static_cast<uint64_t>(w.end) << 16);
+}
+VoteWindow decode(uint64_t half) {
+  return {static_cast<size_t>(half & 0xffff), static_cast<size_t>((half >> 16) & 0xffff)};
+}
+
+VoteWindow overlap(VoteWindow a, VoteWindow b) {
+  VoteWindow both{std::max(a.begin, b.begin), std::min(a.end, b.end)};
+  return both.words() ? both : VoteWindow{};
+}
+VoteWindow span(VoteWindow a, VoteWindow b) {
+  if (a.words() == 0) return b;
+  if (b.words() == 0) return a;
+  return {std::min(a.begin, b.begin), std::max(a.end, b.end)};
+}
+
+uint64_t baseline_at(const VoteSection& s, size_t w) { return s.baseline ? s.baseline[w] : ~0ull; }
+
+// The words of a section that differ from their defaults: the first to the last.
+VoteWindow initial_window(const VoteSection& s, const uint64_t* words) {
+  if (s.kind == VoteSection::Kind::kOverlapUnread) return s.given.words() ? s.given : VoteWindow{};
+  auto differs = [&](size_t w) {
+    return s.kind == VoteSection::Kind::kOverlap ? words[w] != 0 : words[w] != baseline_at(s, w);
+  };
+  size_t begin = 0;
+  while (begin < s.count && !differs(begin)) ++begin;
+  if (begin == s.count) return {};
+  size_t end = s.count;
+  while (!differs(end - 1)) --end;
+  return {begin, end};
+}
+
 class VoteExchange {
  public:
-  VoteExchange(Communicator& comm, uint64_t* words, size_t fixed_words, size_t tail_capacity_words,
-               const BufferReducer& reduce_fixed, const TailReducer& reduce_tail)
+  VoteExchange(Communicator& comm, uint64_t* votes, const VoteLayout& layout)
       : comm_(comm),
         progress_(comm.progress()),
-        mine_(words),
-        fixed_(fixed_words * 8),
-        tail_capacity_words_(tail_capacity_words),
-        incoming_(reinterpret_cast<uint64_t*>(comm.scratch((fixed_words + tail_capacity_words) * 8))),
-        reduce_fixed_(reduce_fixed),
-        reduce_tail_(reduce_tail) {}
+        votes_(votes),
+        layout_(layout),
+        sections_(layout.sections),
+        count_(layout.section_count) {
+    size_t windowed_count = 0, whole_words = 0, end = layout.prefix_words;
+    capacity_ = layout.prefix_words;
+    for (size_t i = 0; i < count_; ++i) {
+      const VoteSection& s = sections_[i];
+      end = std::max(end, s.offset + s.count);
+      capacity_ += s.count;
+      if (!windowed(s)) {
+        whole_words += s.count;
+        continue;
+      }
+      if (s.count > kMaxWindowedWords) throw Error(StatusCode::kInternal, "a vote section outgrew its window");
+      ++windowed_count;
+      mine_[i] = initial_window(s, votes + s.offset);
+    }
+    header_words_ = windowed_count / 2;  // the first window rides in the flags word
+    known_words_ = layout.prefix_words + header_words_ + whole_words;
+    capacity_ += header_words_;
+    char* scratch = comm.scratch((2 * capacity_ + end) * 8);
+    out_ = reinterpret_cast<uint64_t*>(scratch);
+    in_ = out_ + capacity_;
+    unpacked_ = in_ + capacity_;
+  }
 
   // Recursive doubling, with the members beyond a power of two folded in first and answered last, as
   // collectives/power_of_two_fold.h pairs them.
@@ -30,77 +88,189 @@ class VoteExchange {
     if (shape.neighbour >= 0) {
       Channel* neighbour = comm_.channel(shape.neighbour);
       if (shape.virtual_rank < 0) {  // sits out
-        send(neighbour, false);
-        receive(neighbour, mine_, false);
+        send(neighbour);
+        receive(neighbour);
+        adopt();
         return;
       }
-      receive(neighbour, incoming_, false);
+      receive(neighbour);
       combine();
     }
     for (int mask = 1; mask < shape.p; mask <<= 1) {
-      Channel* peer = comm_.channel(shape.member(shape.virtual_rank ^ mask));
-      // A fixed part that fits the channel's message path goes there, beside the stream that carries the window.
-      const bool message = fixed_ <= peer->message_capacity();
-      send(peer, message);
-      receive(peer, incoming_, message);
+      swap(comm_.channel(shape.member(shape.virtual_rank ^ mask)));
       combine();
     }
-    if (shape.neighbour >= 0) send(comm_.channel(shape.neighbour), false);
+    if (shape.neighbour >= 0) send(comm_.channel(shape.neighbour));
   }
 
  private:
-  char* tail(uint64_t* message) const { return reinterpret_cast<char*>(message) + fixed_; }
-
-  // The fixed part, then the window. Each send completes once the channel holds it, whatever the peer does.
-  void send(Channel* peer, bool message) {
-    Transfer fixed = Transfer::Send(peer, mine_, fixed_);
-    fixed.message = message;
-    progress_.run(&fixed, 1);
-    const TailWindow window = tail_window(mine_);
-    if (window.words() == 0) return;
-    Transfer part = Transfer::Send(peer, tail(mine_) + window.begin * 8, window.words() * 8);
-    progress_.run(&part, 1);
+  // A pair's exchange: the first parts both ways at once (one slot of the channel's message path each where the
+  // words every message begins with fit one: the windows then often fit it too), then the rest both ways at once,
+  // so that messages of any length cross.
+  void swap(Channel* peer) {
+    const size_t mine = pack();
+    const size_t slot_words = peer->message_capacity() / 8;
+    const size_t first = known_words_ <= slot_words ? std::min(slot_words, capacity_) : known_words_;
+    progress_.exchange(peer, out_, in_, first * 8);
+    const size_t theirs = read_windows(peer);
+    Transfer rest[2];
+    size_t count = 0;
+    if (mine > first) rest[count++] = Transfer::Send(peer, out_ + first, (mine - first) * 8);
+    if (theirs > first) rest[count++] = Transfer::Recv(peer, in_ + first, (theirs - first) * 8);
+    if (count) progress_.run(rest, count);
   }
 
-  // A fixed part, then the window it announces, where it lies in the tail.
-  void receive(Channel* peer, uint64_t* into, bool message) {
-    Transfer fixed = Transfer::Recv(peer, into, fixed_);
-    fixed.message = message;
-    progress_.run(&fixed, 1);
-    const TailWindow window = tail_window(into);
-    if (window.words() == 0) return;
-    // The layouts agree on every rank; a window past this one's tail would write past the buffer.
-    if (window.end > tail_capacity_words_)
-      throw Error(StatusCode::kInternal, "negotiation message from rank " + std::to_string(peer->peer()) +
-                                             " announces an eager window past the region");
-    Transfer part = Transfer::Recv(peer, tail(into) + window.begin * 8, window.words() * 8);
-    progress_.run(&part, 1);
+  // To or from a member folded in, on the stream: the words every message begins with, then the windows.
+  void send(Channel* peer) {
+    Transfer whole = Transfer::Send(peer, out_, pack() * 8);
+    progress_.run(&whole, 1);
+  }
+  void receive(Channel* peer) {
+    Transfer known = Transfer::Recv(peer, in_, known_words_ * 8);
+    progress_.run(&known, 1);
+    const size_t total = read_windows(peer);
+    if (total <= known_words_) return;
+    Transfer rest = Transfer::Recv(peer, in_ + known_words_, (total - known_words_) * 8);
+    progress_.run(&rest, 1);
+  }
+
+  // This member's message into out_: the flags word, the header, the rest of the prefix, then each section (whole,
+  // or its window). Returns its length in words.
+  size_t pack() {
+    uint64_t* header = out_ + 1;
+    std::fill_n(header, header_words_, 0);
+    out_[0] = votes_[0] & kFlagsHalf;
+    uint64_t* payload = std::copy_n(votes_ + 1, layout_.prefix_words - 1, header + header_words_);
+    size_t nth = 0;
+    for (size_t i = 0; i < count_; ++i) {
+      const VoteSection& s = sections_[i];
+      const uint64_t* words = votes_ + s.offset;
+      if (!windowed(s)) {
+        payload = std::copy_n(words, s.count, payload);
+        continue;
+      }
+      const VoteWindow w = mine_[i];
+      if (nth == 0)
+        out_[0] |= encode(w) << 32;
+      else
+        header[(nth - 1) / 2] |= encode(w) << (32 * ((nth - 1) % 2));
+      ++nth;
+      payload = std::copy_n(words + w.begin, w.words(), payload);
+    }
+    return static_cast<size_t>(payload - out_);
+  }
+
+  // The windows the received first part announces (into theirs_); returns the message's length in words.
+  size_t read_windows(Channel* peer) {
+    size_t total = known_words_, nth = 0;
+    for (size_t i = 0; i < count_; ++i) {
+      const VoteSection& s = sections_[i];
+      if (!windowed(s)) continue;
+      const VoteWindow w = decode(nth == 0 ? in_[0] >> 32 : in_[1 + (nth - 1) / 2] >> (32 * ((nth - 1) % 2)));
+      ++nth;
+      // The layouts agree on every rank; a window past this one's section would write past the buffer.
+      if (w.words() && w.end > s.count)
+        throw Error(StatusCode::kInternal, "negotiation message from rank " + std::to_string(peer->peer()) +
+                                               " announces a window past its section");
+      theirs_[i] = w.words() ? w : VoteWindow{};
+      total += theirs_[i].words();
+    }
+    return total;
   }
 
   void combine() {
-    const TailWindow a = tail_window(mine_), b = tail_window(incoming_);
-    const TailWindow both{std::max(a.begin, b.begin), std::min(a.end, b.end)};
-    reduce_fixed_(mine_, incoming_);
-    set_tail_window(mine_, both);
-    if (both.words() > 0) reduce_tail_(tail(mine_), tail(incoming_), both.begin * 8, both.end * 8);
+    votes_[0] &= in_[0] & kFlagsHalf;
+    const uint64_t* payload = in_ + 1 + header_words_;
+    if (layout_.prefix_words > 1) {  // the reducer indexes from word 1 of both
+      layout_.reduce_prefix(layout_.prefix_context, votes_, payload - 1, 1, layout_.prefix_words);
+      payload += layout_.prefix_words - 1;
+    }
+    for (size_t i = 0; i < count_; ++i) {
+      const VoteSection& s = sections_[i];
+      uint64_t* dst = votes_ + s.offset;
+      if (!windowed(s)) {
+        s.reduce(s.context, dst, payload, 0, s.count);
+        payload += s.count;
+        continue;
+      }
+      const VoteWindow mine = mine_[i], theirs = theirs_[i];
+      const uint64_t* src = payload;  // their window's words
+      payload += theirs.words();
+      if (s.kind == VoteSection::Kind::kSpan) {
+        for (size_t w = theirs.begin; w < theirs.end; ++w) dst[w] &= src[w - theirs.begin];
+        if (s.baseline) {  // where only this member's window reaches, theirs holds the default
+          for (size_t w = mine.begin; w < mine.end; ++w) {
+            if (w < theirs.begin || w >= theirs.end) dst[w] &= s.baseline[w];
+          }
+        }
+        mine_[i] = span(mine, theirs);
+        continue;
+      }
+      const VoteWindow both = overlap(mine, theirs);
+      if (both.words()) {
+        uint64_t* staged = unpacked_ + s.offset;  // their words where the reducer expects them
+        std::copy_n(src + (both.begin - theirs.begin), both.words(), staged + both.begin);
+        s.reduce(s.context, dst, staged, both.begin, both.end);
+      }
+      if (s.kind == VoteSection::Kind::kOverlap) clear_outside(dst, mine, both);
+      mine_[i] = both;
+    }
+  }
+
+  // The reduction, received whole by a member that sat out.
+  void adopt() {
+    votes_[0] = in_[0] & kFlagsHalf;
+    const uint64_t* payload = in_ + 1 + header_words_;
+    std::copy_n(payload, layout_.prefix_words - 1, votes_ + 1);
+    payload += layout_.prefix_words - 1;
+    for (size_t i = 0; i < count_; ++i) {
+      const VoteSection& s = sections_[i];
+      uint64_t* dst = votes_ + s.offset;
+      if (!windowed(s)) {
+        std::copy_n(payload, s.count, dst);
+        payload += s.count;
+        continue;
+      }
+      const VoteWindow mine = mine_[i], theirs = theirs_[i];
+      if (s.kind == VoteSection::Kind::kSpan) {
+        for (size_t w = mine.begin; w < mine.end; ++w) dst[w] = baseline_at(s, w);
+      } else if (s.kind == VoteSection::Kind::kOverlap) {
+        std::fill(dst + mine.begin, dst + mine.begin + mine.words(), 0);
+      }
+      std::copy_n(payload, theirs.words(), dst + theirs.begin);
+      payload += theirs.words();
+      mine_[i] = theirs;
+    }
+  }
+
+  // Zeroes the words of was that kept does not cover.
+  static void clear_outside(uint64_t* words, VoteWindow was, VoteWindow kept) {
+    for (size_t w = was.begin; w < was.end; ++w) {
+      if (w < kept.begin || w >= kept.end) words[w] = 0;
+    }
   }
 
   Communicator& comm_;
   Progress& progress_;
-  uint64_t* mine_;
-  const size_t fixed_;  // bytes
-  const size_t tail_capacity_words_;
-  uint64_t* incoming_;
-  const BufferReducer& reduce_fixed_;
-  const TailReducer& reduce_tail_;
+  uint64_t* votes_;
+  const VoteLayout& layout_;
+  const VoteSection* sections_;
+  size_t count_;
+  // Set for the windowed sections only (before the first exchange, and as each message arrives).
+  std::array<VoteWindow, VoteLayout::kMaxSections> mine_, theirs_;
+  size_t header_words_ = 0;  // after the flags word
+  size_t known_words_ = 0;   // flags, header and whole sections: what every message begins with
+  size_t capacity_ = 0;      // the longest message, in words
+  uint64_t* out_ = nullptr;
+  uint64_t* in_ = nullptr;
+  uint64_t* unpacked_ = nullptr;  // their windows at their places in the votes' layout, for a section's reducer
 };
 
 }  // namespace
 
-void exchange_votes(Communicator& comm, uint64_t* words, size_t fixed_words, size_t tail_capacity_words,
-                    const BufferReducer& reduce_fixed, const TailReducer& reduce_tail) {
+void exchange_votes(Communicator& comm, uint64_t* votes, const VoteLayout& layout) {
   if (comm.size() == 1) return;
-  VoteExchange(comm, words, fixed_words, tail_capacity_words, reduce_fixed, reduce_tail).run();
+  VoteExchange(comm, votes, layout).run();
 }
 
 }  // namespace hvdlite

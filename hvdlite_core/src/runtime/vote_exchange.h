@@ -1,46 +1,72 @@
-// The negotiation's exchange: every member's vote words and eager head reduced into every member's, as a recursive
-// doubling allreduce, plus an eager tail (runtime/eager.h) that only some cycles need.
+// The negotiation's exchange: every member's votes reduced into every member's, as a recursive doubling
+// allreduce in which a member sends, of most parts of its votes, only a window.
 //
-// A member's message is its fixed part (the vote words and the eager head, the same size on every member) and then
-// a window of its tail: the words from its first to its last tail segment with data, often none. The window rides
-// in the upper half of word 0, which the vote's flags leave free. A pair reduces the tails over the overlap of
-// their windows and keeps that overlap: a member holds no hit outside its window, so the segments outside the
-// overlap cannot be ready anywhere and nobody reads them. So a cycle with nothing in the tail costs what it cost
-// without one, and a cycle that carries a tail tensor pays for its bytes, not for the whole tail.
+// The votes are a flags word and then sections. A whole section (the eager head) travels entire every time. Of a
+// windowed section a member sends the words from the first to the last that differ from what every member holds
+// there by default, often none: a vote block of thousands of cached positions costs what its few hits or
+// conflicts cost, and a cycle's exchange stays small enough for a channel's one-slot message path. Two kinds:
 //
-// Each member sends its window before it knows whether the peer sends one (so it costs no extra round trip), and
-// receives the peer's after the fixed part says where it lies. That needs the tail to fit what a channel holds
-// unread, which the bound on EAGER_ALLREDUCE_BYTES keeps it within (common/config.cc).
+// - Overlap: the default is zero and the reduction is zero wherever one side holds zero (the ready bits, ANDed;
+//   the eager tail, whose segments count only where every member had a hit and so sent them). A pair keeps the
+//   overlap of its two windows.
+// - Span: the default is a word every member knows (all ones for the conflict bits, the named positions for the
+//   unnamed vote) and the reduction is a bitwise AND. A pair keeps the span of its two windows.
+//
+// The windows ride in the flags word's upper half and in header words after it. Each member sends its message
+// before it knows the peer's (so windows cost no extra round trip), and receives the peer's after its first part
+// says how long the rest is; so the whole message must fit what a channel holds unread, which the bounds on
+// EAGER_ALLREDUCE_BYTES and CACHE_CAPACITY keep it within (common/config.cc).
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-
-#include "collectives/algorithms.h"
+#include <vector>
 
 namespace hvdlite {
 
-// The tail window a message announces: [begin, end) in 8-byte words from the start of the tail; empty when equal.
-struct TailWindow {
-  size_t begin = 0, end = 0;
+class Communicator;
+
+// A window [begin, end) of a section's words; empty when end <= begin.
+struct VoteWindow {
+  size_t begin, end;  // no initializers: the exchange's arrays of them are set where used, never cleared
   size_t words() const { return end > begin ? end - begin : 0; }
 };
-inline TailWindow tail_window(const uint64_t* message) {
-  return {static_cast<size_t>((message[0] >> 32) & 0xffff), static_cast<size_t>(message[0] >> 48)};
-}
-inline void set_tail_window(uint64_t* message, TailWindow window) {
-  if (window.words() == 0) window = {};
-  message[0] = (message[0] & 0xffffffffull) | (static_cast<uint64_t>(window.begin) << 32) |
-               (static_cast<uint64_t>(window.end) << 48);
-}
 
-// dst (op)= src over bytes [from, to) of two tails (dst and src point at the tails' starts).
-using TailReducer = std::function<void(char* dst, const char* src, size_t from, size_t to)>;
+// Windows are announced in 16 bits of words.
+constexpr size_t kMaxWindowedWords = 0xffff;
 
-// Collective over comm. words: fixed_words, then room for tail_capacity_words (the whole tail; at most 65,535).
-// reduce_fixed: dst (op)= src over the fixed parts; word 0's upper half is then overwritten with the windows'
-// overlap, and reduce_tail applied over it.
-void exchange_votes(Communicator& comm, uint64_t* words, size_t fixed_words, size_t tail_capacity_words,
-                    const BufferReducer& reduce_fixed, const TailReducer& reduce_tail);
+// dst (op)= src over words [from, to) of one section (dst and src point at the section's start). A plain function
+// and its context: the lane sets up a section list for every exchange of a few hundred nanoseconds.
+using SectionReducer = void (*)(const void* context, uint64_t* dst, const uint64_t* src, size_t from, size_t to);
+
+struct VoteSection {
+  enum class Kind {
+    kWhole,          // sent entire; reduce
+    kOverlap,        // window of the nonzero words; reduce; the words beyond the kept window are zeroed
+    kOverlapUnread,  // the same with the window given, and nothing beyond it cleared: nobody reads there
+    kSpan,           // window of the words that differ from baseline; bitwise AND
+  };
+  Kind kind = Kind::kWhole;
+  size_t offset = 0;                   // in words from the start of the votes (the flags word is word 0)
+  size_t count = 0;                    // words
+  SectionReducer reduce = nullptr;     // kWhole, kOverlap, kOverlapUnread
+  const void* context = nullptr;       // reduce's
+  const uint64_t* baseline = nullptr;  // kSpan: each word's default (nullptr: all ones)
+  VoteWindow given{};                  // kOverlapUnread: what this member sends
+};
+
+// The votes' layout: a prefix sent whole (the flags word, then prefix_words - 1 words that reduce_prefix reduces),
+// then the sections, at increasing offsets.
+struct VoteLayout {
+  size_t prefix_words = 1;
+  SectionReducer reduce_prefix = nullptr;  // over words [1, prefix_words) of the votes
+  const void* prefix_context = nullptr;
+  static constexpr size_t kMaxSections = 6;
+  VoteSection sections[kMaxSections];
+  size_t section_count = 0;
+};
+
+// Collective over comm. votes[0]: flags in its lower half, ANDed; the upper half must be zero. Afterwards the
+// prefix and every section hold the reduction, except a kOverlapUnread section beyond its kept window.
+void exchange_votes(Communicator& comm, uint64_t* votes, const VoteLayout& layout);
 
 }  // namespace hvdlite
