@@ -12,14 +12,12 @@
 // - Span: the default is a word every member knows (all ones for the conflict bits, the named positions for the
 //   unnamed vote) and the reduction is a bitwise AND. A pair keeps the span of its two windows.
 //
-// The windows ride in the flags word's upper half and in header words after it. Each member sends its message
-// before it knows the peer's (so windows cost no extra round trip), and receives the peer's after its first part
-// says how long the rest is; so the whole message must fit what a channel holds unread, which the bounds on
-// EAGER_ALLREDUCE_BYTES and CACHE_CAPACITY keep it within (common/config.cc).
+// The windows ride in the flags word's upper half and in header words after it. A pair swaps the first parts of
+// their messages, which say how long the rest is, then the rests both ways at once: windows cost no extra round
+// trip where the first part holds them, and messages of any length cross.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace hvdlite {
 
