@@ -23,6 +23,11 @@ VoteWindow decode(uint64_t half) {
   return {static_cast<size_t>(half & 0xffff), static_cast<size_t>((half >> 16) & 0xffff)};
 }
 
+// Where a message announces its nth windowed section's window: the flags word's upper half for the first, then
+// the halves of the header words after it.
+uint64_t& window_word(uint64_t* message, size_t nth) { return message[nth == 0 ? 0 : 1 + (nth - 1) / 2]; }
+unsigned window_shift(size_t nth) { return nth == 0 ? 32 : 32 * ((nth - 1) % 2); }
+
 VoteWindow overlap(VoteWindow a, VoteWindow b) {
   VoteWindow both{std::max(a.begin, b.begin), std::min(a.end, b.end)};
   return both.words() ? both : VoteWindow{};
@@ -169,10 +174,7 @@ class VoteExchange {
         continue;
       }
       const VoteWindow w = mine_[i];
-      if (nth == 0)
-        out_[0] |= encode(w) << 32;
-      else
-        header[(nth - 1) / 2] |= encode(w) << (32 * ((nth - 1) % 2));
+      window_word(out_, nth) |= encode(w) << window_shift(nth);
       ++nth;
       payload = std::copy_n(words + w.begin, w.words(), payload);
     }
@@ -185,7 +187,7 @@ class VoteExchange {
     for (size_t i = 0; i < count_; ++i) {
       const VoteSection& s = sections_[i];
       if (!windowed(s)) continue;
-      const VoteWindow w = decode(nth == 0 ? in_[0] >> 32 : in_[1 + (nth - 1) / 2] >> (32 * ((nth - 1) % 2)));
+      const VoteWindow w = decode(window_word(in_, nth) >> window_shift(nth));
       ++nth;
       // The layouts agree on every rank; a window past this one's section would write past the buffer.
       if (w.words() && w.end > s.count)
