@@ -22,7 +22,7 @@ static PyObject* inputs;     /* HandleTable.inputs: core handle -> a buffer kept
 static PyObject* host;       /* core_ops' host placement */
 static PyObject* global_set; /* the global process set, whose id is 0 */
 static PyObject* zero;
-static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_process_set_id;
+static PyObject *s_grad, *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_process_set_id;
 
 enum {
   kStruct = 0,
@@ -189,6 +189,87 @@ static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t narg
   return result;
 }
 
+/* bucket_gradients(members, shapes, dtype, addresses): a gradient bucket's step (hvdlite/torch/gradient_buckets.py)
+ * in one call: each member's .grad, when every one is a contiguous tensor of its shape (shapes[i]) and of dtype, with
+ * their data addresses written at addresses (the integer address of a uintptr_t array of len(members)); else None
+ * (a gradient missing, sparse, strided or laid out otherwise), for the Python path to decide. The reads are torch's
+ * either way; in Python, the frames and lists around them cost a large part of them again, per parameter. */
+static PyObject* bucket_gradients(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+      PyList_Size(args[0]) != PyList_Size(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "bucket_gradients(members, shapes, dtype, addresses)");
+    return NULL;
+  }
+  PyObject *members = args[0], *shapes = args[1], *dtype = args[2];
+  uintptr_t* addresses = (uintptr_t*)PyLong_AsVoidPtr(args[3]);
+  if (!addresses) return PyErr_Occurred() ? NULL : not_taken();
+  const Py_ssize_t count = PyList_Size(members);
+  PyObject* grads = PyList_New(count);
+  if (!grads) return NULL;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* grad = PyObject_GetAttr(PyList_GetItem(members, i), s_grad); /* new reference */
+    if (!grad) goto not_taken;
+    PyList_SetItem(grads, i, grad); /* steals it: freed with the list */
+    PyObject* grad_dtype = PyObject_GetAttr(grad, s_dtype);
+    if (!grad_dtype) goto not_taken;
+    const int same_dtype = grad_dtype == dtype;
+    Py_DECREF(grad_dtype);
+    if (!same_dtype) goto not_taken;
+    PyObject* shape = PyObject_GetAttr(grad, s_shape);
+    if (!shape) goto not_taken;
+    const int same_shape = equal(PyList_GetItem(shapes, i), shape);
+    Py_DECREF(shape);
+    /* (is_contiguous raises for a sparse tensor: not taken either) */
+    if (same_shape != 1 || attribute_true(grad, s_is_contiguous, 1) != 1) goto not_taken;
+    PyObject* address = PyObject_CallMethodObjArgs(grad, s_data_ptr, NULL);
+    if (!address) goto not_taken;
+    addresses[i] = (uintptr_t)PyLong_AsVoidPtr(address);
+    Py_DECREF(address);
+    if (PyErr_Occurred()) goto not_taken;
+  }
+  return grads;
+not_taken:
+  Py_DECREF(grads);
+  return not_taken();
+}
+
+/* A DistributedOptimizer's gradient hook (hvdlite/torch/optimizer.py) in the case where the hook only notes that a
+ * parameter's gradient is final, for synchronize() to reduce it: autograd calls it once per parameter per backward
+ * pass. Its state is the tuple (handles, marker, plain, fallback): while plain[0] is True and this pass has noted a
+ * gradient already, a parameter not yet noted is noted as handles[id(p)] = marker; any other call goes to
+ * fallback(p), the Python hook: the pass's first gradient (which starts the pass's bookkeeping there), a parameter
+ * noted twice (its error), and the other cases. */
+static PyObject* note_gradient(PyObject* state, PyObject* parameter) {
+  PyObject *handles = PyTuple_GetItem(state, 0), *marker = PyTuple_GetItem(state, 1);
+  PyObject *plain = PyTuple_GetItem(state, 2), *fallback = PyTuple_GetItem(state, 3);
+  if (PyList_GetItem(plain, 0) == Py_True && PyDict_Size(handles) > 0) {
+    PyObject* key = PyLong_FromVoidPtr(parameter); /* id(parameter) */
+    if (!key) return NULL;
+    const int noted = PyDict_Contains(handles, key);
+    const int stored = noted == 0 ? PyDict_SetItem(handles, key, marker) : 0;
+    Py_DECREF(key);
+    if (noted < 0 || stored < 0) return NULL;
+    if (noted == 0) Py_RETURN_NONE;
+  }
+  return PyObject_CallFunctionObjArgs(fallback, parameter, NULL);
+}
+
+static PyMethodDef note_gradient_def = {"note_gradient", note_gradient, METH_O, NULL};
+
+/* gradient_note(handles, marker, plain, fallback): the hook above, bound to its state. */
+static PyObject* gradient_note(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyDict_Check(args[0]) || !PyList_Check(args[2]) || PyList_Size(args[2]) != 1 ||
+      !PyCallable_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError, "gradient_note(handles, marker, plain, fallback)");
+    return NULL;
+  }
+  PyObject* state = PyTuple_Pack(4, args[0], args[1], args[2], args[3]);
+  if (!state) return NULL;
+  PyObject* hook = PyCFunction_New(&note_gradient_def, state);
+  Py_DECREF(state);
+  return hook;
+}
+
 /* setup(prepared, results, inputs, host, global_set): the Python objects the calls above read. */
 static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
@@ -210,6 +291,8 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, NULL},
     {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL, NULL},
     {"finish", (PyCFunction)(void (*)(void))finish, METH_FASTCALL, NULL},
+    {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
+    {"gradient_note", (PyCFunction)(void (*)(void))gradient_note, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -217,12 +300,14 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NU
 
 PyMODINIT_FUNC PyInit__fast_calls(void) {
   zero = PyLong_FromLong(0);
+  s_grad = PyUnicode_InternFromString("grad");
   s_dtype = PyUnicode_InternFromString("dtype");
   s_shape = PyUnicode_InternFromString("shape");
   s_is_cpu = PyUnicode_InternFromString("is_cpu");
   s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
   s_data_ptr = PyUnicode_InternFromString("data_ptr");
   s_process_set_id = PyUnicode_InternFromString("process_set_id");
-  if (!zero || !s_dtype || !s_shape || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_process_set_id) return NULL;
+  if (!zero || !s_grad || !s_dtype || !s_shape || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_process_set_id)
+    return NULL;
   return PyModule_Create(&module_def);
 }

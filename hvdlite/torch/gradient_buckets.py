@@ -22,6 +22,8 @@ from hvdlite.common import basics, ops
 from hvdlite.common.errors import HvdliteError, MismatchError
 from hvdlite.torch.flat_layout import FlatLayout
 
+_fast = ops.fast_calls
+
 
 def _core_setting(name: str, default: int) -> int:
     for item in basics.build_info().split(";"):
@@ -40,6 +42,10 @@ class _Bucket:
         self.layout = FlatLayout([p.shape for p in members], dtype)
         self.flat, self.shapes = self.layout.flat, self.layout.shapes
         self.dtypes = [p.dtype for p in members]
+        # Where hvdlite._fast_calls was built, a step's gradients are read and checked in one C call, which writes
+        # their addresses here (the Python reads below remain the reference, and take every other case).
+        self._fast_addresses = ops.ffi.new("uintptr_t[]", len(members)) if _fast else None
+        self._fast_addresses_at = int(ops.ffi.cast("uintptr_t", self._fast_addresses)) if _fast else 0
         self.reset()
 
     def reset(self) -> None:
@@ -60,6 +66,18 @@ class _Bucket:
             and grad.dtype is self.dtypes[position]
             and grad.shape == self.shapes[position]
         )
+
+    def pack_as_laid_out(self) -> bool:
+        """The common step in one C call: every member's gradient is there, contiguous and of its layout's shape and
+        dtype, and is copied into the flat buffer. False (nothing copied) for the Python path to decide."""
+        if not _fast:
+            return False
+        grads = _fast.bucket_gradients(self.members, self.shapes, self.flat.dtype, self._fast_addresses_at)
+        if grads is None:
+            return False
+        ops.gather_bytes(self.flat.data_ptr(), self._fast_addresses, self.layout.nbytes)
+        self.grads, self.pointers = grads, self._fast_addresses
+        return True
 
     def gradients(self):
         """Every member's gradient (zeros where a rank has none this step), or None when one does not fit."""
@@ -169,7 +187,8 @@ class GradientBuckets:
             return False
         bucket.waiting -= 1
         if bucket.waiting == 0 and not bucket.refused:
-            bucket.pack([m.grad for m in bucket.members])  # (fits() let no sparse gradient in)
+            if not bucket.pack_as_laid_out():
+                bucket.pack([m.grad for m in bucket.members])  # (fits() let no sparse gradient in)
             self._batch.submit_one(i, bucket.flat.data_ptr())
         return True
 
@@ -191,6 +210,10 @@ class GradientBuckets:
         indices, pointers, alone = [], [], []
         for i, bucket in enumerate(self.buckets):
             if bucket.queued:
+                continue
+            if not bucket.refused and bucket.pack_as_laid_out():
+                indices.append(i)
+                pointers.append(bucket.flat.data_ptr())
                 continue
             grads = None if bucket.refused else bucket.gradients()
             if grads is None or not bucket.pack(grads):

@@ -30,6 +30,7 @@ from typing import Dict, List, Optional
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from hvdlite.common import ops
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import (
@@ -62,7 +63,11 @@ def _gradient_hook(optimizer):
         if live is not None:
             live._hvd_on_grad(p)
 
-    return on_gradient
+    if ops.fast_calls is None:
+        return on_gradient
+    # The plain case's note in C (fast_calls.c's note_gradient), the hook above for the rest: autograd calls it once
+    # per parameter, and a Python hook's two frames cost about as much as autograd's own call of it.
+    return ops.fast_calls.gradient_note(optimizer._hvd_handles, DEFERRED, optimizer._hvd_plain_hook, on_gradient)
 
 
 def _hook_parameters(params, hook) -> list:
@@ -185,6 +190,7 @@ class _DistributedOptimizer:
         self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
+        self._hvd_plain_hook = [False]  # whether the hook only notes gradients (_hvd_note_hook_case)
         self._hvd_buckets = None  # gradient_buckets.GradientBuckets, built at the first step that can use them
         self._hvd_buckets_set = None  # the process set id they were built for
         self._hvd_sparse_ids = set()  # parameters whose gradients came sparse: reduced on their own
@@ -254,6 +260,7 @@ class _DistributedOptimizer:
             and not self._hvd_overlap
             and self.gradient_reducer is None
         )
+        self._hvd_plain_hook[0] = bool(self._hvd_defers_every_gradient)  # read by the hook in C (_gradient_hook)
 
     def _hvd_stepping_locally(self) -> bool:
         return self.local_sgd is not None and not self.local_sgd.synchronous_now()

@@ -12,6 +12,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hvdlite.torch as hvd
+from hvdlite.common import ops
+from hvdlite.torch import gradient_buckets
+from hvdlite.torch.pending_gradients import DEFERRED
 
 hvd.init()
 torch.set_num_threads(1)
@@ -85,3 +88,27 @@ for m in (model, reference):
     m.rank0_only.data = torch.arange(7, dtype=torch.float32)
 train(3, 4)
 assert optimizer._hvd_buckets is not buckets and optimizer._hvd_buckets.covers(model.rank0_only)
+
+# The plain case in C (hvdlite/common/fast_calls.c), where it was built: a bucket whose gradients are all there and
+# contiguous is read and packed in one call (the float64 one), any other goes the Python way (the float32 one holds
+# the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's); and where the hooks only note
+# gradients for step(), the C hook notes every one.
+if ops.fast_calls is not None:
+    outcomes = {"taken": 0, "not": 0}
+
+    class CountingFastCalls:
+        def bucket_gradients(self, *args):
+            grads = ops.fast_calls.bucket_gradients(*args)
+            outcomes["taken" if grads is not None else "not"] += 1
+            return grads
+
+    gradient_buckets._fast = CountingFastCalls()
+    train(2, 7)
+    assert outcomes == {"taken": 2, "not": 2}, outcomes
+    if not during_backward:
+        optimizer.zero_grad()
+        model.loss(9, rank).backward()
+        noted = optimizer._hvd_handles
+        assert set(noted) == {id(p) for p in model.parameters() if p.grad is not None}, (len(noted), rank)
+        assert all(pending is DEFERRED for pending in noted.values())
+        optimizer.step()
