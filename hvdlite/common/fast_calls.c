@@ -233,37 +233,61 @@ not_taken:
   return not_taken();
 }
 
-/* A DistributedOptimizer's gradient hook (hvdlite/torch/optimizer.py) in the case where the hook only notes that a
- * parameter's gradient is final, for synchronize() to reduce it: autograd calls it once per parameter per backward
- * pass. Its state is the tuple (handles, marker, plain, fallback): while plain[0] is True and this pass has noted a
- * gradient already, a parameter not yet noted is noted as handles[id(p)] = marker; any other call goes to
- * fallback(p), the Python hook: the pass's first gradient (which starts the pass's bookkeeping there), a parameter
- * noted twice (its error), and the other cases. */
+/* A DistributedOptimizer's gradient hook (hvdlite/torch/optimizer.py) for the cases where it does no more than note
+ * that a parameter's gradient is final, or count it towards its gradient bucket: autograd calls it once per
+ * parameter per backward pass. Its state is the tuple (handles, deferred, batched, route, fallback); route is the
+ * list [mode, slots, waiting, on_full] the optimizer sets at each pass's first gradient. Once this pass has noted a
+ * gradient, a parameter not yet noted is
+ * - mode 1 (every gradient waits for step()): noted as handles[id(p)] = deferred;
+ * - mode 2 (reduced during backward through the buckets): if slots[id(p)] names its bucket i, noted as batched and
+ *   counted off waiting[i]; the bucket's last one calls on_full(i, p), which packs and queues it.
+ * Any other call goes to fallback(p), the Python hook: the pass's first gradient (which starts the pass's
+ * bookkeeping there), a parameter noted twice (its error), a parameter outside the buckets, and the other modes. */
 static PyObject* note_gradient(PyObject* state, PyObject* parameter) {
-  PyObject *handles = PyTuple_GetItem(state, 0), *marker = PyTuple_GetItem(state, 1);
-  PyObject *plain = PyTuple_GetItem(state, 2), *fallback = PyTuple_GetItem(state, 3);
-  if (PyList_GetItem(plain, 0) == Py_True && PyDict_Size(handles) > 0) {
+  PyObject *handles = PyTuple_GetItem(state, 0), *route = PyTuple_GetItem(state, 3);
+  const long mode = PyLong_AsLong(PyList_GetItem(route, 0));
+  if (mode == -1 && PyErr_Occurred()) return NULL;
+  if ((mode == 1 || mode == 2) && PyDict_Size(handles) > 0) {
     PyObject* key = PyLong_FromVoidPtr(parameter); /* id(parameter) */
     if (!key) return NULL;
-    const int noted = PyDict_Contains(handles, key);
-    const int stored = noted == 0 ? PyDict_SetItem(handles, key, marker) : 0;
+    int noted = PyDict_Contains(handles, key);
+    PyObject* slot = NULL; /* borrowed */
+    if (noted == 0 && mode == 2) {
+      slot = PyDict_GetItemWithError(PyList_GetItem(route, 1), key);
+      if (!slot && PyErr_Occurred()) noted = -1;
+    }
+    if (noted == 0 && (mode == 1 || slot)) {
+      PyObject* marker = PyTuple_GetItem(state, mode == 1 ? 1 : 2);
+      const int stored = PyDict_SetItem(handles, key, marker);
+      Py_DECREF(key);
+      if (stored < 0) return NULL;
+      if (mode == 1) Py_RETURN_NONE;
+      PyObject* waiting = PyList_GetItem(route, 2);
+      const Py_ssize_t index = PyLong_AsSsize_t(slot);
+      PyObject* count = index < 0 ? NULL : PyList_GetItem(waiting, index);
+      const long left = count ? PyLong_AsLong(count) - 1 : -1;
+      if (PyErr_Occurred()) return NULL;
+      PyObject* left_object = PyLong_FromLong(left);
+      if (!left_object || PyList_SetItem(waiting, index, left_object) < 0) return NULL;
+      if (left > 0) Py_RETURN_NONE;
+      return PyObject_CallFunctionObjArgs(PyList_GetItem(route, 3), slot, parameter, NULL);
+    }
     Py_DECREF(key);
-    if (noted < 0 || stored < 0) return NULL;
-    if (noted == 0) Py_RETURN_NONE;
+    if (noted < 0) return NULL;
   }
-  return PyObject_CallFunctionObjArgs(fallback, parameter, NULL);
+  return PyObject_CallFunctionObjArgs(PyTuple_GetItem(state, 4), parameter, NULL);
 }
 
 static PyMethodDef note_gradient_def = {"note_gradient", note_gradient, METH_O, NULL};
 
-/* gradient_note(handles, marker, plain, fallback): the hook above, bound to its state. */
+/* gradient_note(handles, deferred, batched, route, fallback): the hook above, bound to its state. */
 static PyObject* gradient_note(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyDict_Check(args[0]) || !PyList_Check(args[2]) || PyList_Size(args[2]) != 1 ||
-      !PyCallable_Check(args[3])) {
-    PyErr_SetString(PyExc_TypeError, "gradient_note(handles, marker, plain, fallback)");
+  if (nargs != 5 || !PyDict_Check(args[0]) || !PyList_Check(args[3]) || PyList_Size(args[3]) != 4 ||
+      !PyCallable_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "gradient_note(handles, deferred, batched, route, fallback)");
     return NULL;
   }
-  PyObject* state = PyTuple_Pack(4, args[0], args[1], args[2], args[3]);
+  PyObject* state = PyTuple_Pack(5, args[0], args[1], args[2], args[3], args[4]);
   if (!state) return NULL;
   PyObject* hook = PyCFunction_New(&note_gradient_def, state);
   Py_DECREF(state);

@@ -49,7 +49,6 @@ class _Bucket:
         self.reset()
 
     def reset(self) -> None:
-        self.waiting = len(self.members)  # gradients not yet final this step
         self.grads = None  # this step's gradients, once copied into the bucket
         self.pointers = None  # their addresses, where they are contiguous
         self.refused: List[torch.Tensor] = []  # members that ready() refused: their owner reduces them alone
@@ -145,6 +144,10 @@ class GradientBuckets:
         self._slot: Dict[int, tuple] = {
             id(p): (i, position) for i, b in enumerate(self.buckets) for position, p in enumerate(b.members)
         }
+        # By bucket, its gradients not yet final this step; and id(p) -> p's bucket. Both are read by the
+        # optimizer's hook in C as well (hvdlite/common/fast_calls.c), which counts a gradient off here.
+        self.waiting: List[int] = [len(b.members) for b in self.buckets]
+        self.bucket_of: Dict[int, int] = {key: i for key, (i, _) in self._slot.items()}
         self._large_index: Dict[int, int] = {id(p): len(self.buckets) + i for i, p in enumerate(self.large)}
         self._large_layout: Dict[int, tuple] = {id(p): (p.shape, p.dtype) for p in self.large}
         self._large_param: Dict[int, torch.Tensor] = {id(p): p for p in self.large}
@@ -185,12 +188,28 @@ class GradientBuckets:
             bucket.refused.append(p)
             self._note_misfit(p, grad)
             return False
-        bucket.waiting -= 1
-        if bucket.waiting == 0 and not bucket.refused:
+        self.waiting[i] -= 1
+        if self.waiting[i] == 0 and not bucket.refused:
             if not bucket.pack_as_laid_out():
                 bucket.pack([m.grad for m in bucket.members])  # (fits() let no sparse gradient in)
             self._batch.submit_one(i, bucket.flat.data_ptr())
         return True
+
+    def bucket_full(self, i: int) -> List[torch.Tensor]:
+        """Every member of bucket i has its final gradient, counted off by the optimizer's hook in C, which checks
+        none of them: packs and queues the bucket, or returns the members whose gradients do not fit its layout
+        (marked as ready() marks them), for the caller to reduce alone; submit_rest() then hands back the others."""
+        bucket = self.buckets[i]
+        if not bucket.pack_as_laid_out():
+            misfits = [p for position, p in enumerate(bucket.members) if not bucket.fits(position, p.grad)]
+            for p in misfits:
+                bucket.refused.append(p)
+                self._note_misfit(p, p.grad)
+            if misfits:
+                return misfits
+            bucket.pack([m.grad for m in bucket.members])  # (fits() let no sparse gradient in)
+        self._batch.submit_one(i, bucket.flat.data_ptr())
+        return []
 
     def _note_misfit(self, p: torch.Tensor, grad) -> None:
         self.stale = True
@@ -251,8 +270,9 @@ class GradientBuckets:
             self._raise_member_mismatch(e)
             raise
         finally:
-            for bucket in self.buckets:
+            for i, bucket in enumerate(self.buckets):
                 bucket.reset()
+                self.waiting[i] = len(bucket.members)
             self._large_queued.clear()
 
     def _raise_member_mismatch(self, error: MismatchError) -> None:

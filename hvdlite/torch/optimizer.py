@@ -63,11 +63,18 @@ def _gradient_hook(optimizer):
         if live is not None:
             live._hvd_on_grad(p)
 
+    def on_bucket_full(index, p):
+        live = owner()
+        if live is not None:
+            live._hvd_bucket_full(index, p)
+
     if ops.fast_calls is None:
         return on_gradient
-    # The plain case's note in C (fast_calls.c's note_gradient), the hook above for the rest: autograd calls it once
-    # per parameter, and a Python hook's two frames cost about as much as autograd's own call of it.
-    return ops.fast_calls.gradient_note(optimizer._hvd_handles, DEFERRED, optimizer._hvd_plain_hook, on_gradient)
+    # The common cases in C (fast_calls.c's note_gradient), the hook above for the rest: autograd calls it once per
+    # parameter, and a Python hook's frames cost as much as autograd's own call of it, and more.
+    route = optimizer._hvd_hook_route
+    route[3] = on_bucket_full
+    return ops.fast_calls.gradient_note(optimizer._hvd_handles, DEFERRED, BATCHED, route, on_gradient)
 
 
 def _hook_parameters(params, hook) -> list:
@@ -190,7 +197,11 @@ class _DistributedOptimizer:
         self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
-        self._hvd_plain_hook = [False]  # whether the hook only notes gradients (_hvd_note_hook_case)
+        # What the hook in C takes for the rest of a backward pass (_gradient_hook): [mode, bucket by parameter id,
+        # gradients each bucket awaits, what a bucket's last gradient calls], set by _hvd_note_hook_case and at
+        # each pass's first gradient (_hvd_route_pass).
+        self._hvd_hook_route = [0, {}, [], None]
+        self._hvd_routed_buckets = None  # the buckets the route counts gradients into
         self._hvd_buckets = None  # gradient_buckets.GradientBuckets, built at the first step that can use them
         self._hvd_buckets_set = None  # the process set id they were built for
         self._hvd_sparse_ids = set()  # parameters whose gradients came sparse: reduced on their own
@@ -260,7 +271,7 @@ class _DistributedOptimizer:
             and not self._hvd_overlap
             and self.gradient_reducer is None
         )
-        self._hvd_plain_hook[0] = bool(self._hvd_defers_every_gradient)  # read by the hook in C (_gradient_hook)
+        self._hvd_hook_route[0] = 1 if self._hvd_defers_every_gradient else 0
 
     def _hvd_stepping_locally(self) -> bool:
         return self.local_sgd is not None and not self.local_sgd.synchronous_now()
@@ -279,6 +290,8 @@ class _DistributedOptimizer:
             self._hvd_reduced_for_scaler = False  # a new pass, perhaps after a step the scaler skipped
             handles[key] = DEFERRED
             return
+        if not handles:
+            self._hvd_route_pass()
         if self.local_sgd is not None and self._hvd_stepping_locally():
             return
         if self._hvd_reduced_for_scaler:
@@ -301,6 +314,41 @@ class _DistributedOptimizer:
             for q in ready:
                 self._hvd_submit(q)
             ready.clear()
+
+    def _hvd_route_pass(self) -> None:
+        # A pass's first gradient: where one backward pass makes a step and every gradient goes through the buckets
+        # as it comes, the hook in C counts the rest of the pass into them (mode 2); anything else stays here.
+        route = self._hvd_hook_route
+        route[0] = 0
+        if (
+            self._hvd_passes != 1
+            or self.local_sgd is not None
+            or self._hvd_group_of
+            or not self.reduces_during_backward
+        ):
+            return
+        try:
+            buckets = self._hvd_bucketed()
+        except Exception:  # noqa: BLE001 - e.g. hvdlite stopped: _hvd_submit meets it again and records it
+            return
+        if buckets is not None:
+            self._hvd_routed_buckets = buckets
+            route[1], route[2], route[0] = buckets.bucket_of, buckets.waiting, 2
+
+    def _hvd_bucket_full(self, index: int, p: torch.Tensor) -> None:
+        # The hook in C counted bucket index's last gradient (p's): queue the bucket, or reduce alone the members
+        # that do not fit it, as _hvd_submit does with what ready() refuses.
+        handles = self._hvd_handles
+        try:
+            misfits = self._hvd_routed_buckets.bucket_full(index)
+        except Exception as e:  # noqa: BLE001 - as in _hvd_submit: synchronize() raises it
+            handles[id(p)] = FailedSubmission(e)
+            return
+        for q in misfits:
+            try:
+                handles[id(q)] = self._hvd_reduce_async(q)
+            except Exception as e:  # noqa: BLE001 - as in _hvd_submit
+                handles[id(q)] = FailedSubmission(e)
 
     @property
     def reduces_during_backward(self) -> bool:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import hvdlite.torch as hvd
 from hvdlite.common import ops
 from hvdlite.torch import gradient_buckets
-from hvdlite.torch.pending_gradients import DEFERRED
+from hvdlite.torch.pending_gradients import BATCHED, DEFERRED
 
 hvd.init()
 torch.set_num_threads(1)
@@ -91,8 +91,9 @@ assert optimizer._hvd_buckets is not buckets and optimizer._hvd_buckets.covers(m
 
 # The plain case in C (hvdlite/common/fast_calls.c), where it was built: a bucket whose gradients are all there and
 # contiguous is read and packed in one call (the float64 one), any other goes the Python way (the float32 one holds
-# the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's); and where the hooks only note
-# gradients for step(), the C hook notes every one.
+# the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's). The hook in C notes each
+# gradient (for step(), or counted into its bucket during backward), leaving the Python hook a pass's first
+# gradient and those outside the buckets (the large one, the sparse one).
 if ops.fast_calls is not None:
     outcomes = {"taken": 0, "not": 0}
 
@@ -105,10 +106,21 @@ if ops.fast_calls is not None:
     gradient_buckets._fast = CountingFastCalls()
     train(2, 7)
     assert outcomes == {"taken": 2, "not": 2}, outcomes
-    if not during_backward:
-        optimizer.zero_grad()
-        model.loss(9, rank).backward()
-        noted = optimizer._hvd_handles
-        assert set(noted) == {id(p) for p in model.parameters() if p.grad is not None}, (len(noted), rank)
+    in_python = []
+    python_hook = optimizer._hvd_on_grad
+    optimizer._hvd_on_grad = lambda p: (in_python.append(p), python_hook(p))[1]
+    optimizer.zero_grad()
+    model.loss(9, rank).backward()
+    noted = optimizer._hvd_handles
+    with_gradient = [p for p in model.parameters() if p.grad is not None]
+    assert set(noted) == {id(p) for p in with_gradient}, (len(noted), rank)
+    bucketed = [p for p in with_gradient if id(p) in optimizer._hvd_buckets.bucket_of]
+    if during_backward:
+        assert all(noted[id(p)] is BATCHED for p in bucketed)
+        assert len(in_python) <= 1 + len(with_gradient) - len(bucketed), (len(in_python), len(with_gradient))
+        assert [b.queued for b in optimizer._hvd_buckets.buckets if b.flat.dtype == torch.float64] == [True]
+    else:
         assert all(pending is DEFERRED for pending in noted.values())
-        optimizer.step()
+        assert len(in_python) == 1, len(in_python)
+    optimizer.step()
+    del optimizer._hvd_on_grad
