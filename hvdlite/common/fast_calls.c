@@ -1,10 +1,10 @@
 /* hvdlite._fast_calls: the steady state of the per-tensor calls a training step makes thousands of times (an
  * in-place allreduce of a named host tensor, synchronous or not, and the synchronize of its handle; a
  * DistributedOptimizer's gradient hook and the reads of its buckets' gradients), written in C against CPython's
- * stable ABI. The Python functions in hvdlite/torch/core_ops.py, hvdlite/common/ops.py, hvdlite/torch/optimizer.py
- * and hvdlite/torch/gradient_buckets.py do the same and remain the reference: every case this module does not take (a
- * first call, anything that differs from what the request was prepared from, a failure) returns None or the caller's
- * sentinel and goes their way.
+ * stable ABI. The Python functions in hvdlite/torch/core_ops.py, hvdlite/common/ops.py,
+ * hvdlite/torch/gradient_hooks.py and hvdlite/torch/gradient_buckets.py do the same and remain the reference: every
+ * case this module does not take (a first call, anything that differs from what the request was prepared from, a
+ * failure) returns None or the caller's sentinel and goes their way.
  *
  * Why C: the Python of such a call (a frame, a dictionary lookup, ten comparisons, the cffi call) cost about as much
  * as the collective itself. Nothing here is compiled against PyTorch: a tensor is read through its Python attributes,
@@ -235,8 +235,8 @@ not_taken:
   return not_taken();
 }
 
-/* A DistributedOptimizer's gradient hook (hvdlite/torch/optimizer.py) for the cases where it does no more than note
- * that a parameter's gradient is final, or count it towards its gradient bucket: autograd calls it once per
+/* A DistributedOptimizer's gradient hook (hvdlite/torch/gradient_hooks.py) for the cases where it does no more than
+ * note that a parameter's gradient is final, or count it towards its gradient bucket: autograd calls it once per
  * parameter per backward pass. Its state is the tuple (handles, deferred, batched, route, fallback); route is the
  * list [mode, slots, waiting, on_full] the optimizer sets at each pass's first gradient. Once this pass has noted a
  * gradient, a parameter not yet noted is

@@ -28,9 +28,7 @@ import weakref
 from typing import Dict, List, Optional
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
-from hvdlite.common import ops
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Sum
 from hvdlite.torch import (
@@ -38,6 +36,7 @@ from hvdlite.torch import (
     core_ops,
     grad_scaler,
     gradient_buckets,
+    gradient_hooks,
     gradient_reducers,
     mpi_ops,
     sharded_state,
@@ -47,52 +46,6 @@ from hvdlite.torch.compression import Compression
 from hvdlite.torch.local_sgd import LocalSGD
 from hvdlite.torch.pending_gradients import BATCHED, DEFERRED, DenseReduction, FailedSubmission, SparseReduction
 from hvdlite.torch.staleness import BoundedStaleness
-
-# Each parameter's gradient hook, by parameter: the newest DistributedOptimizer over a parameter reduces it.
-_hooked: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-def _gradient_hook(optimizer):
-    """The hook that tells optimizer a parameter's gradient is final. It holds the optimizer weakly: a parameter
-    keeps its hooks in autograd's C++ state, out of the garbage collector's sight, so a hook holding the optimizer
-    would keep a discarded optimizer, its model and its buffers alive for good, still reducing on every backward."""
-    owner = weakref.ref(optimizer)
-
-    def on_gradient(p):
-        live = owner()
-        if live is not None:
-            live._hvd_on_grad(p)
-
-    def on_bucket_full(index, p):
-        live = owner()
-        if live is not None:
-            live._hvd_bucket_full(index, p)
-
-    if ops.fast_calls is None:
-        return on_gradient
-    # The common cases in C (fast_calls.c's note_gradient), the hook above for the rest: autograd calls it once per
-    # parameter, and a Python hook's frames cost as much as autograd's own call of it, and more.
-    route = optimizer._hvd_hook_route
-    route[3] = on_bucket_full
-    return ops.fast_calls.gradient_note(optimizer._hvd_handles, DEFERRED, BATCHED, route, on_gradient)
-
-
-def _hook_parameters(params, hook) -> list:
-    """Registers hook on each parameter, removing the hook an earlier DistributedOptimizer left there: two
-    optimizers reducing one parameter would both submit its gradient under its name every backward."""
-    handles = []
-    for p in params:
-        earlier = _hooked.get(p)
-        if earlier is not None:
-            earlier.remove()
-        handle = _hooked[p] = p.register_post_accumulate_grad_hook(hook)
-        handles.append(handle)
-    return handles
-
-
-def _remove_hooks(handles) -> None:
-    for handle in handles:
-        handle.remove()
 
 
 class _DistributedOptimizer:
@@ -197,7 +150,7 @@ class _DistributedOptimizer:
         self._hvd_param_of = {id(p): p for p in self._hvd_params}
         self._hvd_passes_left: Dict[int, int] = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_handles: Dict[int, tuple] = {}
-        # What the hook in C takes for the rest of a backward pass (_gradient_hook): [mode, bucket by parameter id,
+        # What the hook in C takes for the rest of a backward pass (gradient_hooks.py): [mode, bucket by parameter id,
         # gradients each bucket awaits, what a bucket's last gradient calls], set by _hvd_note_hook_case and at
         # each pass's first gradient (_hvd_route_pass).
         self._hvd_hook_route = [0, {}, [], None]
@@ -222,9 +175,11 @@ class _DistributedOptimizer:
             backward_policy.reduce_during_backward(reduce_during_backward) or any(p.is_cuda for p in self._hvd_params)
         )
         self._hvd_note_hook_case()
-        self._hvd_hook = _gradient_hook(self)
-        self._hvd_hooks = _hook_parameters(self._hvd_params, self._hvd_hook) if self._hvd_member else []
-        weakref.finalize(self, _remove_hooks, self._hvd_hooks)  # a discarded optimizer stops hearing of gradients
+        self._hvd_hook = gradient_hooks.gradient_hook(self)
+        self._hvd_hooks = gradient_hooks.hook_parameters(self._hvd_params, self._hvd_hook) if self._hvd_member else []
+        weakref.finalize(
+            self, gradient_hooks.remove_hooks, self._hvd_hooks
+        )  # a discarded optimizer stops hearing of gradients
         # Named after its first parameter: two optimizers (a GAN's) keep apart in the core's cache.
         first = self._hvd_names[id(self._hvd_params[0])] if self._hvd_params else "none"
         self._hvd_unused = unused_parameters.UnusedParameters(f"unused.{first}", process_set)
@@ -689,7 +644,9 @@ class _DistributedOptimizer:
         self._hvd_param_of.update((id(p), p) for p in params)
         self._hvd_passes_left.update((id(p), self._hvd_passes) for p in params)
         if self._hvd_member:
-            self._hvd_hooks += _hook_parameters(params, self._hvd_hook)  # (the list the finalizer removes)
+            self._hvd_hooks += gradient_hooks.hook_parameters(
+                params, self._hvd_hook
+            )  # (the list the finalizer removes)
         if self._hvd_buckets is not None:
             self._hvd_buckets.stale = True  # this step they go alone; the next lays them out with the rest
 
@@ -703,10 +660,10 @@ class _DistributedOptimizer:
             p.grad = None
             del self._hvd_param_of[id(p)]
             self._hvd_passes_left.pop(id(p), None)
-            hook = _hooked.get(p)
+            hook = gradient_hooks.hooked.get(p)
             if hook is not None and id(hook) in mine:  # switched on again, it is taken in at that step
                 hook.remove()
-                del _hooked[p]
+                del gradient_hooks.hooked[p]
         self._hvd_params = [p for p in self._hvd_params if id(p) not in gone]
         self._hvd_frozen += frozen
         if self._hvd_buckets is not None:
