@@ -5,6 +5,7 @@ parameter changes its shape in place on every rank, which the buckets' layout mu
 during backward, 0 to reduce everything in step(); argv[2] "dense" leaves the sparse gradient out, so that the
 buckets lay out every parameter (step() then takes every gradient through them at once)."""
 
+import os
 import sys
 
 import torch
@@ -12,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hvdlite.torch as hvd
-from hvdlite.common import ops
+from hvdlite.common import binding, ops
 from hvdlite.torch import gradient_buckets
 from hvdlite.torch.pending_gradients import BATCHED, DEFERRED
 
@@ -94,6 +95,9 @@ assert optimizer._hvd_buckets is not buckets and optimizer._hvd_buckets.covers(m
 # the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's). The hook in C notes each
 # gradient (for step(), or counted into its bucket during backward), leaving the Python hook a pass's first
 # gradient and those outside the buckets (the large one, the sparse one).
+# ABI mode (HVDLITE_CORE_LIBRARY) leaves the C calls unused, and the whole job to the Python path.
+assert binding.mode == ("abi" if os.environ.get("HVDLITE_CORE_LIBRARY") else "compiled"), binding.mode
+assert (ops.fast_calls is None) == (binding.mode == "abi"), binding.mode
 if ops.fast_calls is not None:
     outcomes = {"taken": 0, "not": 0}
 
