@@ -4,6 +4,7 @@ with different addresses (127.0.0.3 and 127.0.0.2), so the executor sees two hos
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def ray_cluster():
         yield f"{HEAD}:{port}"
     finally:
         subprocess.run([RAY, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # the cluster's logs and sockets, about 1 MB a run
 
 
 def _run_driver(address, job, timeout=240):
