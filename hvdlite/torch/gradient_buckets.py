@@ -200,6 +200,7 @@ class GradientBuckets:
         none of them: packs and queues the bucket, or returns the members whose gradients do not fit its layout
         (marked as ready() marks them), for the caller to reduce alone; submit_rest() then hands back the others."""
         bucket = self.buckets[i]
+        # The one C read first: only a bucket it does not take is checked member by member, as ready() would have.
         if not bucket.pack_as_laid_out():
             misfits = [p for position, p in enumerate(bucket.members) if not bucket.fits(position, p.grad)]
             for p in misfits:

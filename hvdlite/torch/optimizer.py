@@ -177,9 +177,8 @@ class _DistributedOptimizer:
         self._hvd_note_hook_case()
         self._hvd_hook = gradient_hooks.gradient_hook(self)
         self._hvd_hooks = gradient_hooks.hook_parameters(self._hvd_params, self._hvd_hook) if self._hvd_member else []
-        weakref.finalize(
-            self, gradient_hooks.remove_hooks, self._hvd_hooks
-        )  # a discarded optimizer stops hearing of gradients
+        # A discarded optimizer stops hearing of gradients.
+        weakref.finalize(self, gradient_hooks.remove_hooks, self._hvd_hooks)
         # Named after its first parameter: two optimizers (a GAN's) keep apart in the core's cache.
         first = self._hvd_names[id(self._hvd_params[0])] if self._hvd_params else "none"
         self._hvd_unused = unused_parameters.UnusedParameters(f"unused.{first}", process_set)
@@ -644,9 +643,8 @@ class _DistributedOptimizer:
         self._hvd_param_of.update((id(p), p) for p in params)
         self._hvd_passes_left.update((id(p), self._hvd_passes) for p in params)
         if self._hvd_member:
-            self._hvd_hooks += gradient_hooks.hook_parameters(
-                params, self._hvd_hook
-            )  # (the list the finalizer removes)
+            # (into the list the finalizer removes)
+            self._hvd_hooks += gradient_hooks.hook_parameters(params, self._hvd_hook)
         if self._hvd_buckets is not None:
             self._hvd_buckets.stale = True  # this step they go alone; the next lays them out with the rest
 
