@@ -1,6 +1,7 @@
-"""The background thread's long sleep when the job is idle (HVDLITE_IDLE_CYCLE_TIME, runtime/runtime.cc),
+"""The background thread's long sleep when the job is idle (HVDLITE_IDLE_CYCLE_TIME, runtime/background_loop.cc),
 across real processes: an idle pause wakes each process far less often than one cycle per CYCLE_TIME, and work
-after the pause, including a process set that leaves a sleeping rank out, completes at once and correctly."""
+after the pause, including a process set that leaves a sleeping rank out, completes at once and correctly. A job
+whose collectives are all synchronous keeps the background thread asleep between its steps too."""
 
 import os
 import re
@@ -12,6 +13,7 @@ from multiproc import run_job
 pytestmark = pytest.mark.alone
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "idle_cycles.py")
+SYNCHRONOUS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "synchronous_steps.py")
 
 
 def idle_figures(env, host_ids=None):
@@ -40,3 +42,24 @@ def test_idle_job_sleeps_and_wakes_at_once(host_ids):
     # The first collective after the pause does not wait for a timer: a sleeping non-member is woken within
     # IDLE_CYCLE_TIME, members by their own submission.
     assert max(r["total_s"] for r in lengthened) < 0.5, lengthened
+
+
+@pytest.mark.timeout(120)
+def test_synchronous_steps_leave_the_background_thread_asleep():
+    with open(SYNCHRONOUS_JOB, encoding="utf-8") as f:
+        result = run_job(f.read(), np=2, timeout=90)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and out.count("DONE") == 2, out
+    rows = [
+        dict(steps=int(m[0]), seconds=float(m[1]), cycles=int(m[2]), taken_up=int(m[3]), rounds=int(m[4]))
+        for m in re.findall(
+            r"SYNC rank=\d+ steps=(\d+) seconds=([\d.]+) background_cycles=(\d+) taken_up=(\d+) rounds=(\d+)", out
+        )
+    ]
+    assert len(rows) == 2, out
+    for row in rows:
+        # Each step's caller drives its own cycle. A background thread that ticked every CYCLE_TIME (1 ms) beside
+        # steps of 1.5 ms would run one cycle every step or two (about 160 here); asleep, a few dozen at most.
+        assert row["cycles"] < row["steps"] / 6, rows
+        # Asynchronous work after such a phase is taken up at once, within a compute shorter than the long sleep.
+        assert row["taken_up"] == row["rounds"], rows

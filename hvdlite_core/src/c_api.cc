@@ -341,7 +341,7 @@ int64_t run_one(const hvdlite_request* request, uint64_t* slot_home) {
       if (steady == Runtime::Steady::kFailed) return report(failure);
     }
     if (steady == Runtime::Steady::kTakeQueue) {
-      Status queued = rt->enqueue(request, 1, nullptr, &state, slot_home ? &slot_home : nullptr);
+      Status queued = rt->enqueue(request, 1, nullptr, &state, slot_home ? &slot_home : nullptr, nullptr, true);
       if (!queued.ok()) return report(queued);
     }
     const bool finished = rt->wait(*state, int64_t{HVDLITE_WAIT_SLICE_MS} * 1000);

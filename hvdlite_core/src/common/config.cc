@@ -108,7 +108,7 @@ const std::vector<Knob>& knobs() {
       number_knob("CYCLE_TIME", &Config::cycle_time_ms,
                   "longest sleep of the background loop between cycles, in milliseconds"),
       number_knob("IDLE_CYCLE_TIME", &Config::idle_cycle_time_ms,
-                  "the same, once nothing has happened on any rank for a while (0: never lengthen)"),
+                  "the same, once its own cycles have found nothing to do for a while (0: never lengthen)"),
       number_knob("CACHE_CAPACITY", &Config::cache_capacity,
                   "response cache entries (at most 4194240); 0 turns the cache off"),
       number_knob("EAGER_ALLREDUCE_BYTES", &Config::eager_allreduce_bytes,

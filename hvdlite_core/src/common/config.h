@@ -14,7 +14,7 @@ struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;      // FUSION_THRESHOLD: fuse small allreduces up to this size
   int64_t fusion_tensor_limit_bytes = 256 << 10;  // FUSION_TENSOR_LIMIT: larger tensors are reduced unfused
   double cycle_time_ms = 1.0;                     // CYCLE_TIME: longest sleep of the background loop between cycles
-  double idle_cycle_time_ms = 10.0;               // IDLE_CYCLE_TIME: the same once nothing has happened on any rank
+  double idle_cycle_time_ms = 10.0;               // IDLE_CYCLE_TIME: the same once its cycles find nothing to do
                                                   // for a while (0: never lengthen; runtime/background_loop.cc)
   int64_t cache_capacity = 65536;                 // CACHE_CAPACITY: response cache entries; 0 disables the cache
   int64_t eager_allreduce_bytes = 4096;           // EAGER_ALLREDUCE_BYTES: cached allreduces that fit ride on the

@@ -3,6 +3,7 @@
 // sleeps between cycles.
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "common/log.h"
 #include "runtime/runtime.h"
@@ -16,25 +17,36 @@ void Runtime::background_loop() {
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(executor_->tuner().cycle_time_ms() * 1000));
     // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
     // hand-back or the cycle timer wakes us then. Otherwise the cycle tick does, and new work only after a pause.
+    const bool sleep_long = long_idle();
+    const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000));
     if (active_waiters_.load() > 0) {
-      queue_.wait_for_wake(cycle);
-    } else if (long_idle()) {
-      queue_.wait_for_work(std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000)), true);
+      queue_.wait_for_wake(sleep_long ? idle : cycle);
+    } else if (sleep_long) {
+      queue_.wait_for_work(idle, true);
     } else {
       queue_.wait_for_work(cycle);
     }
     // A caller that has just enqueued is usually microseconds away from wait(); let it drive rather than
     // race it for the lock (each lost race costs two cross-thread wake-ups on a busy machine).
     mesh_->progress().stamp_alive();  // co-located peers read it to tell a stopped rank from a slow one
-    auto grace = Clock::now();
-    while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
+    if (sleep_long && !queue_.empty()) {
+      // New work woke us from a long sleep. A synchronous caller is on its way to wait(), perhaps on the CPU this
+      // wake-up took from it: sleeping rather than spinning lets it get there. Work nobody waits for starts 50 us
+      // later.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      auto grace = Clock::now();
+      while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
+    }
     bool recent = Clock::now() - last_cycle_ < cycle;
-    if (active_waiters_.load() > 0 && recent) continue;
+    // Work that woke us from a long sleep and that a caller now waits on is the caller's to drive: a job whose
+    // collectives are all synchronous then never has its steps interrupted by this thread's cycles.
+    if (active_waiters_.load() > 0 && (recent || long_idle())) continue;
     std::unique_lock<std::mutex> lock(progress_mutex_, std::try_to_lock);
     if (!lock.owns_lock()) continue;  // a caller is driving; it hands back work it leaves behind
     // Idle wake-up, but a cycle ran recently: our peers are being served, skip the extra round.
     bool skip = queue_.empty() && Clock::now() - last_cycle_ < cycle;
-    bool running = skip || run_cycle();
+    bool running = skip || run_cycle(true);
     lock.unlock();
     announce_progress();
     if (!running) return;
@@ -42,11 +54,12 @@ void Runtime::background_loop() {
 }
 
 // Cycles are collective, so an idle job still wakes every rank's background thread every CYCLE_TIME, preempting
-// the training computation where it fills the cores. After a run of cycles in which nothing happened on any rank,
-// each rank sleeps IDLE_CYCLE_TIME instead and new work wakes it at once: work submitted by every member of a set
-// wakes each of them; a rank outside a process set, or a peer that stops, is answered within IDLE_CYCLE_TIME.
+// the training computation where it fills the cores. After a run of this thread's own cycles in which nothing
+// happened on any rank, each rank sleeps IDLE_CYCLE_TIME instead and new work wakes it at once: work submitted by
+// every member of a set wakes each of them; a rank outside a process set, or a peer that stops, is answered within
+// IDLE_CYCLE_TIME. Cycles that callers drive in wait() do not count: a job whose collectives are all synchronous
+// (a Keras step's, a DistributedOptimizer that reduces in step()) needs no background cycles between them.
 bool Runtime::long_idle() const {
-  constexpr int kIdleCyclesBeforeLongSleep = 16;
   return idle_cycles_ >= kIdleCyclesBeforeLongSleep &&
          config_.idle_cycle_time_ms > executor_->tuner().cycle_time_ms();
 }
@@ -77,7 +90,7 @@ void Runtime::announce_progress() {
   if (epoch_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&progress_epoch_);
 }
 
-bool Runtime::run_cycle() {
+bool Runtime::run_cycle(bool background) {
   if (stopped_) return false;
   // 1. Drain: what this process's callers enqueued since the last cycle.
   std::vector<TensorEntry*>& fresh = fresh_;
@@ -97,12 +110,15 @@ bool Runtime::run_cycle() {
     stop_for_exception();
     return false;
   }
-  return complete_cycle(outcome_);
+  return complete_cycle(outcome_, background);
 }
 
-bool Runtime::complete_cycle(Controller::Outcome& outcome) {
+bool Runtime::complete_cycle(Controller::Outcome& outcome, bool background) {
   try {
-    idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
+    if (background) {
+      idle_cycles_.store(outcome.idle ? idle_cycles_.load() + 1 : 0);
+      background_cycles_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (!outcome.responses.empty() || !outcome.eager.empty()) timeline_.mark_cycle();
     // 4-6. Fuse, run on the backend and complete the handles (executor.h).
     executor_->execute(outcome.responses, outcome.eager);

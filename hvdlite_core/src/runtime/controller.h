@@ -60,6 +60,8 @@ class Controller {
   std::vector<TensorEntry*> take_all_pending();
   // The names of this rank's pending entries, without removing them (for the note a leaving rank sends).
   std::vector<std::string> pending_names() const;
+  // Whether this rank has operations waiting for negotiation or execution (under the progress lock).
+  bool has_pending() const { return pending_count_ != 0 || !resend_.empty(); }
   bool joined() const { return joined_; }
   void clear_joined() { joined_ = false; }
 

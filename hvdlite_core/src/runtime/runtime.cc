@@ -100,8 +100,11 @@ bool Runtime::wait_driving(HandleState& handle, int64_t timeout_us) {
         first_cycle = false;
         run_cycle();
       }
+      // Work of this rank left pending needs the background thread's cycles again, not its long sleep.
+      const bool left_pending = controller_->has_pending();
       lock.unlock();
       announce_progress();
+      if (left_pending && idle_cycles_.exchange(0) >= kIdleCyclesBeforeLongSleep) queue_.wake();
       continue;
     }
     // Another thread is mid-cycle. Sleep until it releases the lock (it then bumps the epoch): either our
@@ -316,7 +319,7 @@ __attribute__((noinline)) EnqueueScratch& this_thread_enqueue_scratch() {
 
 Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
                         std::shared_ptr<HandleState>* first_state_out, uint64_t* const* slot_homes,
-                        std::vector<TensorEntry*>* admitted) {
+                        std::vector<TensorEntry*>* admitted, bool caller_waits) {
   if (shutdown_requested_) return Status(StatusCode::kPrecondition, "hvdlite has been shut down");
   // Per calling thread and reused, with the finished entries the queue hands back: a steady state of named
   // tensors allocates no entry, name, shape or key here.
@@ -369,7 +372,7 @@ Status Runtime::enqueue(const hvdlite_request* requests, int count, int64_t* han
     }
   }
   for (const TensorEntry* entry : entries) states.push_back(entry->handle);
-  Status status = queue_.push(entries, admitted);
+  Status status = queue_.push(entries, admitted, caller_waits);
   if (!status.ok()) {
     release_events();
     return status;
@@ -389,7 +392,8 @@ std::string Runtime::describe() const {
                : "huge_page_buffers=off (transparent huge pages are off);";
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
          chooser_.describe() + ";" + huge_pages + "steady_lane_runs=" + std::to_string(steady_runs_.load()) +
-         ";steady_lane_adopted=" + std::to_string(steady_adopted_.load()) + ";" + config_.Describe();
+         ";steady_lane_adopted=" + std::to_string(steady_adopted_.load()) +
+         ";background_cycles=" + std::to_string(background_cycles_.load()) + ";" + config_.Describe();
 }
 
 }  // namespace hvdlite

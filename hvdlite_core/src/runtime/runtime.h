@@ -37,9 +37,10 @@ class Runtime {
   // updates, where requests are copies of it; by default the requests' own.
   // admitted (optional): the entries are marked in flight under their names but not queued; they are moved into
   // it for the caller to hand to negotiation itself (the steady lane's adopted operation).
+  // caller_waits: the calling thread waits for them next (hvdlite_run), driving the cycles itself.
   Status enqueue(const hvdlite_request* requests, int count, int64_t* handles_out,
                  std::shared_ptr<HandleState>* first_state_out = nullptr, uint64_t* const* slot_homes = nullptr,
-                 std::vector<TensorEntry*>* admitted = nullptr);
+                 std::vector<TensorEntry*>* admitted = nullptr, bool caller_waits = false);
   // The steady lane (steady_lane.cc) for a synchronous operation: kDone, finished (its output written);
   // kTakeQueue, nothing happened, enqueue and wait as usual; kAdopted, an ordinary operation now, *state to wait
   // on; kFailed, with *failure. slot_home as for enqueue.
@@ -84,14 +85,16 @@ class Runtime {
  private:
   void background_loop();
   // One drain-negotiate-execute cycle; the caller holds progress_mutex_. False once the runtime stopped.
-  bool run_cycle();
+  // background: run by the background thread, whose own cycles alone count toward its long sleep.
+  bool run_cycle(bool background = false);
   // A cycle's second half, after negotiation: execute the outcome, fail everything on a shutdown. False once the
   // runtime stopped.
-  bool complete_cycle(Controller::Outcome& outcome);
+  bool complete_cycle(Controller::Outcome& outcome, bool background = false);
   // Inside a catch block: stops the runtime for the exception in flight (every pending operation fails) and
   // returns the status they fail with.
   Status stop_for_exception();
   bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
+  static constexpr int kIdleCyclesBeforeLongSleep = 16;
   std::string leaving_note(const std::vector<TensorEntry*>& fresh) const;  // the reason sent with shutdown
   void fail_everything(const Status& status);
   Status check_request(const hvdlite_request& request, Request* out, std::vector<int32_t>* splits);
@@ -129,11 +132,13 @@ class Runtime {
   // A cycle's drained entries and negotiated outcome, reused from cycle to cycle (under progress_mutex_).
   std::vector<TensorEntry*> fresh_;
   Controller::Outcome outcome_;
-  // Consecutive cycles in which nothing happened anywhere (written under progress_mutex_, read without it).
+  // Consecutive cycles of the background thread in which nothing happened anywhere; a caller that leaves work
+  // pending resets it (written under progress_mutex_, read without it).
   std::atomic<int> idle_cycles_{0};
   // What the steady lane did (describe()): operations it finished, and those it handed to a cycle.
   std::atomic<uint64_t> steady_runs_{0};
   std::atomic<uint64_t> steady_adopted_{0};
+  std::atomic<uint64_t> background_cycles_{0};  // cycles the background thread ran itself
   std::thread thread_;
 };
 

@@ -175,13 +175,11 @@ Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_hom
       case Controller::LaneVote::kNotTaken:
         break;
       case Controller::LaneVote::kNotReady:
-        idle_cycles_.store(0);
         last_cycle_ = Clock::now();
         break;
       case Controller::LaneVote::kDone:
         if (Controller::lane_unnamed(q)) queue_.skip_unnamed(0, OpType::kAllreduce);
         executor_->count_allreduced(allreduced);
-        idle_cycles_.store(0);
         last_cycle_ = Clock::now();
         steady_runs_.fetch_add(1, std::memory_order_relaxed);
         result = Steady::kDone;

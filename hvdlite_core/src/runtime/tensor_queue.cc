@@ -13,7 +13,7 @@ TensorQueue::~TensorQueue() {
   for (TensorEntry* entry : spare_entries_) delete entry;
 }
 
-Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted) {
+Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted, bool caller_waits) {
   bool wake = false;
   for (TensorEntry* entry : entries) {
     if (!entry->request.name.empty()) entry_key_into(entry->key, entry->request.process_set, entry->request.name);
@@ -89,9 +89,10 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     }
     entries.clear();
     queued_.store(queue_.size(), std::memory_order_release);
-    wake = wake_on_push_;
+    wake = wake_on_push_ && !caller_waits;
   }
-  // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once.
+  // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once, unless
+  // its caller waits for it now and so drives it.
   if (wake) ready_.notify_one();
   // Otherwise no wake-up here. A synchronous caller drives its own operation in wait(); asynchronous work is taken up
   // by the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a

@@ -33,7 +33,9 @@ class TensorQueue {
   // advances the counters that keep those names equal across ranks. Accepted, the entries are in flight and
   // `entries` is emptied; refused, they stay with the caller (recycle them).
   // admitted (optional): the accepted entries are moved there instead of into the queue, in flight all the same.
-  Status push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted = nullptr);
+  // caller_waits: the calling thread waits for them at once (a synchronous collective), so they wake nobody.
+  Status push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted = nullptr,
+              bool caller_waits = false);
   // An unnamed operation that finished without being queued (the steady lane) still takes its number.
   void skip_unnamed(int32_t process_set, OpType op);
   // Records an operation that never became an entry (the steady lane's, when it fails) among the recent ones, as
