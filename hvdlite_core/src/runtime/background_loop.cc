@@ -16,11 +16,12 @@ void Runtime::background_loop() {
     // HVDLITE_AUTOTUNE may change it between cycles.
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(executor_->tuner().cycle_time_ms() * 1000));
     // While a caller is inside wait() it drives progress (and drains the queue each cycle): only an explicit
-    // hand-back or the cycle timer wakes us then. Otherwise the cycle tick does, and new work only after a pause.
+    // hand-back or the cycle timer wakes us then, and during the long sleep new work nobody waits for, which may
+    // come after that caller has left. Otherwise the cycle tick does, and new work only after a pause.
     const bool sleep_long = long_idle();
     const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000));
     if (active_waiters_.load() > 0) {
-      queue_.wait_for_wake(sleep_long ? idle : cycle);
+      queue_.wait_for_wake(sleep_long ? idle : cycle, sleep_long);
     } else if (sleep_long) {
       queue_.wait_for_work(idle, true);
     } else {

@@ -90,6 +90,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     entries.clear();
     queued_.store(queue_.size(), std::memory_order_release);
     wake = wake_on_push_ && !caller_waits;
+    woken_ = woken_ || wake;
   }
   // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once, unless
   // its caller waits for it now and so drives it.
@@ -120,9 +121,11 @@ void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_
   woken_ = false;
 }
 
-void TensorQueue::wait_for_wake(std::chrono::microseconds timeout) {
+void TensorQueue::wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push) {
   std::unique_lock<std::mutex> lock(mutex_);
+  wake_on_push_ = wake_on_push;
   if (!woken_) ready_.wait_for(lock, timeout, [this] { return woken_; });
+  wake_on_push_ = false;
   woken_ = false;
 }
 

@@ -44,8 +44,9 @@ class TensorQueue {
   // Waits until something is queued, wake() is called, or timeout passes. push() wakes the waiter only when
   // wake_on_push is set (a long idle sleep); otherwise new work waits for the next cycle tick.
   void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);
-  // Waits until wake() is called or timeout passes, whatever is queued.
-  void wait_for_wake(std::chrono::microseconds timeout);
+  // Waits until wake() is called or timeout passes, whatever is queued; with wake_on_push, also until new work is
+  // pushed that its caller does not wait for.
+  void wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push = false);
   // Moves everything queued into out (emptied first), without waiting. The two vectors trade buffers, so a
   // steady state allocates neither.
   void drain(std::vector<TensorEntry*>& out);
