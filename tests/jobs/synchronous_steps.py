@@ -12,7 +12,7 @@ from hvdlite.common.basics import build_info
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-STEPS, COMPUTE_S, ROUNDS = 300, 0.0015, 10
+STEPS, COMPUTE_S, ROUNDS = 300, 0.0015, 20
 
 
 def compute(seconds):
@@ -40,7 +40,7 @@ sync_cycles, sync_s = background_cycles() - before, time.perf_counter() - start
 # Asynchronous work after each synchronous phase: queued, then compute shorter than the long sleep; the background
 # thread must have finished it by the end of the compute (the caller never waited).
 late = torch.zeros(4096)
-hvd.synchronize(hvd.allreduce_async_(late, name="late"))  # its name negotiated once, as a step's would be
+hvd.synchronize(hvd.allreduce_async_(late, name="late", op=hvd.Sum))  # negotiated once, as a step's would be
 taken_up = 0
 for round_ in range(ROUNDS):
     for step in range(40):
