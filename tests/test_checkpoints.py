@@ -363,7 +363,9 @@ def torch_reference(tmp_path_factory):
 
 
 def _stopped_process(job: LiveJob, timeout: float = 60) -> bool:
-    """Waits until a process of the job is stopped (rank 0 at its PAUSE_AT); False when the job ended first."""
+    """Waits until a process of the job is stopped (rank 0 at its PAUSE_AT), and then until rank 0's START line,
+    printed before it stopped, has come through the launcher: a launcher killed before it forwarded the line loses
+    it, as a lost machine loses what it had not sent. False when the job ended first."""
 
     def stopped_or_ended():
         if job.proc.poll() is not None:
@@ -375,7 +377,10 @@ def _stopped_process(job: LiveJob, timeout: float = 60) -> bool:
         return False
 
     assert wait_until(stopped_or_ended, timeout, interval=0.02), job.output()
-    return job.proc.poll() is None
+    if job.proc.poll() is not None:
+        return False
+    assert wait_until(lambda: _starts("".join(job.stdout)), 30, interval=0.02), job.output()
+    return True
 
 
 def test_a_job_killed_20_times_ends_with_the_weights_of_an_uninterrupted_run(numpy_reference, tmp_path):
