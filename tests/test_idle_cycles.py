@@ -62,6 +62,7 @@ def test_synchronous_steps_leave_the_background_thread_asleep():
         # steps would run a cycle every step or two; asleep, it runs a few dozen in all.
         assert row["cycles"] < row["steps"] / 6, rows
         # Asynchronous work after such a phase is taken up at once, within a compute shorter than the long sleep.
-        # A push that did not wake the thread would leave most rounds to the long sleep's end; now and then one
-        # round is late for reasons of its own, with the background thread awake or not, so a quarter may miss.
+        # A push that did not wake the thread would leave most rounds to the long sleep's end. Now and then a
+        # round needs a second cycle, which waits for the cycle tick (a rank's thread woke on its own timer and
+        # began a cycle without the work), and the ranks' spinning delays it further, so a quarter may miss.
         assert row["taken_up"] >= row["rounds"] * 3 // 4, rows
