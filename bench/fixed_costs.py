@@ -19,9 +19,9 @@ the median and the worst round, and ratios are taken within a round.
   the same bytes already fused into one tensor, one torch.distributed gloo allreduce (gloo-fused), the floor a
   framework that fuses before the call pays. Beside them, exchanging nothing, the least any
   collective per tensor does on each rank (touch-floor): a Python call per tensor that checks its cached facts and
-  reads its address, as allreduce_async_'s steady state does, then one pass that reads every tensor's 1 KB into a
-  flat buffer. How that floor grows with K is the growth no per-tensor API escapes on the machine: the caches
-  missing each tensor's scattered state. The figure is the step's time divided by K: flat when the cost per
+  reads its address, as allreduce_async_'s steady state did in Python, then one pass that reads every tensor's
+  1 KB into a flat buffer. How that floor grows with K is the growth no per-tensor API escapes on the machine:
+  the caches missing each tensor's scattered state. The figure is the step's time divided by K: flat when the cost per
   tensor does not grow with the number of tensors in flight.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
@@ -189,8 +189,9 @@ def curve_worker(ks):
 
 def touch_floor_step(tensors, names):
     """A step of the least a collective per tensor does on its own rank: a call per tensor that finds its cached
-    facts by name, compares them and reads the tensor's address (allreduce_async_'s steady state without the
-    core), then one pass in the core that reads each tensor's data into a flat buffer. Nothing is exchanged."""
+    facts by name, compares them and reads the tensor's address (allreduce_async_'s steady state as it was in
+    Python, without the core; it now runs in C, without a frame), then one pass in the core that reads each
+    tensor's data into a flat buffer. Nothing is exchanged."""
     import torch
 
     from hvdlite.common import ops

@@ -10,6 +10,11 @@
  * as the collective itself. Nothing here is compiled against PyTorch: a tensor is read through its Python attributes,
  * as the Python code reads it.
  *
+ * allreduce_async_ and synchronize here are hvdlite.torch's public functions themselves, bound as Python binds the
+ * reference's parameters: the wrapper's frame was a tenth of a collective per tensor. Every call they do not take
+ * goes to the reference with the same arguments, which raises its own errors. (allreduce_ keeps its Python frame:
+ * torch.compile must trace it to reach its graph op.)
+ *
  * The prepared entries are ops.prepared()'s tuples: (struct, buffers, input address, output address, dtype, shape,
  * op, prescale, postscale, process set id, placement, struct address). */
 #define PY_SSIZE_T_CLEAN
@@ -24,6 +29,27 @@ static PyObject* inputs;     /* HandleTable.inputs: core handle -> a buffer kept
 static PyObject* host;       /* core_ops' host placement */
 static PyObject* global_set; /* the global process set, whose id is 0 */
 static PyObject* zero;
+static PyObject* one;        /* the scale factors' default, 1.0 */
+static PyObject* unfinished; /* finish()'s otherwise, for synchronize */
+/* The public functions' references (core_ops' Python functions), ops.check, and core_ops' namespace, whose
+ * cpu_placement the fake-CUDA tests set to a device. */
+static PyObject *reference_allreduce_async_, *reference_synchronize, *check_status, *placement_namespace;
+static PyObject* s_cpu_placement;
+/* The parameters of allreduce_async_ and of synchronize, in order, as the references name them. */
+enum {
+  kTensor,
+  kAverage,
+  kName,
+  kOpArgument,
+  kPrescaleArgument,
+  kPostscaleArgument,
+  kProcessSet,
+  kAllreduceParameters
+};
+static PyObject* allreduce_parameters[kAllreduceParameters];
+static PyObject* synchronize_parameters[1];
+/* Calls taken here, for the tests: run, submit, finish. */
+static unsigned long long taken_run, taken_submit, taken_finish;
 static PyObject *s_grad, *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_process_set_id;
 
 enum {
@@ -52,6 +78,16 @@ static int attribute_true(PyObject* object, PyObject* name, int call) {
 
 static int equal(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
 
+/* Whether the tensor is contiguous; its data's address in *pointer. */
+static int contiguous_address(PyObject* tensor, void** pointer) {
+  if (attribute_true(tensor, s_is_contiguous, 1) != 1) return 0;
+  PyObject* address = PyObject_CallMethodObjArgs(tensor, s_data_ptr, NULL);
+  if (!address) return 0;
+  *pointer = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  return !PyErr_Occurred();
+}
+
 /* Whether the entry was prepared from what the call gives (the tensor read through its attributes, which may run
  * Python code); its data's address in *pointer. 0 when it was not, or a read failed (an exception set). */
 static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
@@ -78,13 +114,7 @@ static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
     same = equal(PyTuple_GetItem(entry, kSet), id);
     Py_DECREF(id);
   }
-  if (same != 1 || attribute_true(tensor, s_is_cpu, 0) != 1 || attribute_true(tensor, s_is_contiguous, 1) != 1)
-    return 0;
-  PyObject* address = PyObject_CallMethodObjArgs(tensor, s_data_ptr, NULL);
-  if (!address) return 0;
-  *pointer = PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  return !PyErr_Occurred();
+  return same == 1 && attribute_true(tensor, s_is_cpu, 0) == 1 && contiguous_address(tensor, pointer);
 }
 
 /* A new reference to the entry prepared under args[0] when the call matches it; else NULL, an exception perhaps
@@ -95,6 +125,30 @@ static PyObject* steady_entry(PyObject* const* args, void** pointer) {
   if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
   Py_INCREF(entry);
   if (matches(entry, args, pointer)) return entry;
+  Py_DECREF(entry);
+  return NULL;
+}
+
+/* The same for an unnamed tensor (args[0] None), whose entry is prepared under what it carries, as
+ * core_ops._prepared_unnamed keys it: (dtype, shape, op, prescale, postscale, process set id, placement). */
+static PyObject* unnamed_entry(PyObject* const* args, void** pointer) {
+  PyObject *tensor = args[1], *process_set = args[5];
+  if (attribute_true(tensor, s_is_cpu, 0) != 1) return NULL; /* before the key: a CUDA tensor's is never there */
+  PyObject* set_id = process_set == global_set ? zero : PyObject_GetAttr(process_set, s_process_set_id);
+  if (!set_id) return NULL;
+  if (set_id == zero) Py_INCREF(set_id);
+  PyObject* dtype = PyObject_GetAttr(tensor, s_dtype);
+  PyObject* shape = dtype ? PyObject_GetAttr(tensor, s_shape) : NULL;
+  PyObject* key = shape ? PyTuple_Pack(7, dtype, shape, args[2], args[3], args[4], set_id, host) : NULL;
+  Py_XDECREF(dtype);
+  Py_XDECREF(shape);
+  Py_DECREF(set_id);
+  if (!key) return NULL;
+  PyObject* entry = PyDict_GetItemWithError(prepared, key); /* borrowed */
+  Py_DECREF(key);
+  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
+  Py_INCREF(entry);
+  if (PyTuple_GetItem(entry, kPlacement) == host && contiguous_address(tensor, pointer)) return entry;
   Py_DECREF(entry);
   return NULL;
 }
@@ -116,7 +170,7 @@ typedef struct {
 
 static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   void* pointer = NULL;
-  call->entry = nargs == 6 ? steady_entry(args, &pointer) : NULL;
+  call->entry = nargs != 6 ? NULL : args[0] == Py_None ? unnamed_entry(args, &pointer) : steady_entry(args, &pointer);
   if (!call->entry) return 0;
   const int moved = PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kInput)) != pointer ||
                     PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kOutput)) != pointer;
@@ -125,8 +179,9 @@ static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   return 1;
 }
 
-/* run(name, tensor, op, prescale, postscale, process_set): hvdlite_run of the prepared in-place allreduce. None when
- * not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a status). */
+/* run(name or None, tensor, op, prescale, postscale, process_set): hvdlite_run of the prepared in-place allreduce.
+ * None when not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a
+ * status). */
 static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   Taken call;
   if (!take(args, nargs, &call)) return not_taken();
@@ -135,11 +190,13 @@ static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) 
   live = call.moved_to ? hvdlite_run_at(call.request, call.moved_to, call.moved_to) : hvdlite_run(call.request);
   Py_END_ALLOW_THREADS;
   Py_DECREF(call.entry);
+  ++taken_run;
   return PyLong_FromLongLong(live);
 }
 
-/* submit(name, tensor, op, prescale, postscale, process_set): hvdlite_submit of the prepared in-place allreduce, its
- * handle recorded with the tensor as its result. None when not taken; else the handle, or minus a status. */
+/* submit(name or None, tensor, op, prescale, postscale, process_set): hvdlite_submit of the prepared in-place
+ * allreduce, its handle recorded with the tensor as its result. None when not taken; else the handle, or minus a
+ * status. */
 static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   Taken call;
   if (!take(args, nargs, &call)) return not_taken();
@@ -147,6 +204,7 @@ static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t narg
   const int64_t handle =
       call.moved_to ? hvdlite_submit_at(call.request, call.moved_to, call.moved_to) : hvdlite_submit(call.request);
   Py_DECREF(call.entry);
+  ++taken_submit;
   PyObject* number = PyLong_FromLongLong(handle);
   if (number && handle > 0 && PyDict_SetItem(results, number, args[1]) < 0) Py_CLEAR(number);
   return number;
@@ -188,7 +246,107 @@ static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t narg
     Py_DECREF(result);
     return NULL;
   }
+  ++taken_finish;
   return result;
+}
+
+/* The call's arguments bound to the parameters names[0..count) as Python binds them, into bound (borrowed; NULL where
+ * not given). 0 when they do not bind (too many, a keyword unknown or given twice): the reference raises then. */
+static int bind(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject* const* names, int count,
+                PyObject** bound) {
+  if (nargs > count) return 0;
+  for (int i = 0; i < count; ++i) bound[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t keywords = kwnames ? PyTuple_Size(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < keywords; ++k) {
+    PyObject* keyword = PyTuple_GetItem(kwnames, k);
+    int slot = -1;
+    for (int i = 0; i < count && slot < 0; ++i) /* a call's keywords are interned constants: same objects */
+      if (keyword == names[i]) slot = i;
+    for (int i = 0; i < count && slot < 0; ++i)
+      if (PyUnicode_Compare(keyword, names[i]) == 0) slot = i;
+    if (slot < 0 || bound[slot]) return 0;
+    bound[slot] = args[nargs + k];
+  }
+  return 1;
+}
+
+/* reference(*args, **kwargs): a call the public function did not take, with the arguments it was given. */
+static PyObject* call_reference(PyObject* reference, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyErr_Clear(); /* a read that failed here fails again there, with the reference's own error */
+  PyObject* positional = PyTuple_New(nargs);
+  if (!positional) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SetItem(positional, i, args[i]);
+  }
+  PyObject* keywords = NULL;
+  const Py_ssize_t count = kwnames ? PyTuple_Size(kwnames) : 0;
+  if (count > 0 && !(keywords = PyDict_New())) {
+    Py_DECREF(positional);
+    return NULL;
+  }
+  for (Py_ssize_t k = 0; k < count; ++k) {
+    if (PyDict_SetItem(keywords, PyTuple_GetItem(kwnames, k), args[nargs + k]) < 0) {
+      Py_DECREF(positional);
+      Py_DECREF(keywords);
+      return NULL;
+    }
+  }
+  PyObject* result = PyObject_Call(reference, positional, keywords);
+  Py_DECREF(positional);
+  Py_XDECREF(keywords);
+  return result;
+}
+
+/* hvdlite.torch.allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+ * process_set=global_process_set): submit() of a host tensor, named or not, without the deprecated average; every
+ * other call is the reference's. */
+static PyObject* allreduce_async_(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* bound[kAllreduceParameters];
+  if (!reference_allreduce_async_) {
+    PyErr_SetString(PyExc_RuntimeError, "hvdlite._fast_calls: setup_public() was not called");
+    return NULL;
+  }
+  if (bind(args, nargs, kwnames, allreduce_parameters, kAllreduceParameters, bound) && bound[kTensor] &&
+      (!bound[kAverage] || bound[kAverage] == Py_None) &&
+      PyDict_GetItemWithError(placement_namespace, s_cpu_placement) == host) {
+    PyObject* call[6] = {bound[kName] ? bound[kName] : Py_None,
+                         bound[kTensor],
+                         bound[kOpArgument] ? bound[kOpArgument] : Py_None,
+                         bound[kPrescaleArgument] ? bound[kPrescaleArgument] : one,
+                         bound[kPostscaleArgument] ? bound[kPostscaleArgument] : one,
+                         bound[kProcessSet] ? bound[kProcessSet] : global_set};
+    PyObject* handle = submit(module, call, 6);
+    if (!handle || handle != Py_None) {
+      const long long value = handle ? PyLong_AsLongLong(handle) : 0;
+      if (value >= 0) return handle;
+      Py_DECREF(handle); /* minus a status: ops.check raises its error */
+      PyObject* status = PyLong_FromLongLong(-value);
+      PyObject* none = status ? PyObject_CallFunctionObjArgs(check_status, status, NULL) : NULL;
+      Py_XDECREF(status);
+      Py_XDECREF(none);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "hvdlite: a failed submission raised nothing");
+      return NULL;
+    }
+    Py_DECREF(handle);
+  }
+  return call_reference(reference_allreduce_async_, args, nargs, kwnames);
+}
+
+/* hvdlite.torch.synchronize(handle): finish() of a handle submit() recorded; every other call is the reference's. */
+static PyObject* synchronize(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* handle;
+  if (!reference_synchronize) {
+    PyErr_SetString(PyExc_RuntimeError, "hvdlite._fast_calls: setup_public() was not called");
+    return NULL;
+  }
+  if (bind(args, nargs, kwnames, synchronize_parameters, 1, &handle) && handle) {
+    PyObject* call[2] = {handle, unfinished};
+    PyObject* result = finish(module, call, 2);
+    if (result != unfinished) return result;
+    Py_DECREF(result);
+  }
+  return call_reference(reference_synchronize, args, nargs, kwnames);
 }
 
 /* bucket_gradients(members, shapes, dtype, addresses): a gradient bucket's step (hvdlite/torch/gradient_buckets.py)
@@ -312,6 +470,29 @@ static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs
   Py_RETURN_NONE;
 }
 
+/* setup_public(allreduce_async_, synchronize, check, namespace): the references of the public functions, ops.check,
+ * and core_ops' namespace. */
+static PyObject* setup_public(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
+      !PyDict_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError, "setup_public(allreduce_async_, synchronize, check, namespace)");
+    return NULL;
+  }
+  PyObject** targets[] = {&reference_allreduce_async_, &reference_synchronize, &check_status, &placement_namespace};
+  for (int i = 0; i < 4; ++i) {
+    PyObject* old = *targets[i];
+    Py_INCREF(args[i]);
+    *targets[i] = args[i];
+    Py_XDECREF(old);
+  }
+  Py_RETURN_NONE;
+}
+
+/* taken(): how many calls run, submit and finish took, as a (run, submit, finish) tuple. */
+static PyObject* taken(PyObject* module, PyObject* unused) {
+  return Py_BuildValue("(KKK)", taken_run, taken_submit, taken_finish);
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, NULL},
@@ -319,6 +500,10 @@ static PyMethodDef methods[] = {
     {"finish", (PyCFunction)(void (*)(void))finish, METH_FASTCALL, NULL},
     {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
     {"gradient_note", (PyCFunction)(void (*)(void))gradient_note, METH_FASTCALL, NULL},
+    {"setup_public", (PyCFunction)(void (*)(void))setup_public, METH_FASTCALL, NULL},
+    {"allreduce_async_", (PyCFunction)(void (*)(void))allreduce_async_, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"taken", taken, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -335,5 +520,14 @@ PyMODINIT_FUNC PyInit__fast_calls(void) {
   s_process_set_id = PyUnicode_InternFromString("process_set_id");
   if (!zero || !s_grad || !s_dtype || !s_shape || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_process_set_id)
     return NULL;
+  one = PyFloat_FromDouble(1.0);
+  unfinished = PyObject_CallNoArgs((PyObject*)&PyBaseObject_Type);
+  s_cpu_placement = PyUnicode_InternFromString("cpu_placement");
+  if (!one || !unfinished || !s_cpu_placement) return NULL;
+  static const char* const allreduce_names[kAllreduceParameters] = {
+      "tensor", "average", "name", "op", "prescale_factor", "postscale_factor", "process_set"};
+  for (int i = 0; i < kAllreduceParameters; ++i)
+    if (!(allreduce_parameters[i] = PyUnicode_InternFromString(allreduce_names[i]))) return NULL;
+  if (!(synchronize_parameters[0] = PyUnicode_InternFromString("handle"))) return NULL;
   return PyModule_Create(&module_def);
 }

@@ -7,6 +7,7 @@ The layer below the differentiable Functions (autograd.py), which build on these
 holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
 """
 
+import functools
 import numbers
 import warnings
 from typing import Dict, List, Optional
@@ -73,8 +74,7 @@ _HOST = cpu_placement
 # their Python below does, which serves every other case, and every case where it is absent. Only for host tensors:
 # the fake-CUDA tests' placement goes the Python way.
 _fast = ops.fast_calls
-_fast_run = _fast_submit = _fast_finish = None
-_NOT_FINISHED = object()
+_fast_run = None
 
 
 def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
@@ -145,17 +145,23 @@ def poll(handle) -> bool:
     return _handles.poll(handle)
 
 
-# Without the fast calls, the handle table's own method, with no wrapper's frame on each gradient's wait; with
-# them, a wrapper whose C call finishes an allreduce_async_'s handle, everything else going to that method. (A
-# sparse allreduce's handle, which waits for its two parts, is called.)
+def _public(fast_function, reference):
+    """A fast call as a public function, under the name, docstring and signature (inspect follows __wrapped__) of
+    the Python function it hands every call it does not take. A partial, since a builtin function takes no
+    attributes, costs a few nanoseconds a call; a Python wrapper's frame cost a tenth of a collective per tensor."""
+    public = functools.partial(fast_function)
+    functools.update_wrapper(public, reference)
+    return public
+
+
+# The handle table's own method, with no wrapper's frame on each gradient's wait; where the fast calls were built,
+# their C function, which finishes an allreduce_async_'s handle and hands everything else to that method. (A sparse
+# allreduce's handle, which waits for its two parts, is called.)
 synchronize = _handles.synchronize
 if _fast is not None:
     _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
-    _fast_run, _fast_submit, _fast_finish, _synchronize_in_python = _fast.run, _fast.submit, _fast.finish, synchronize
-
-    def synchronize(handle):
-        result = _fast_finish(handle, _NOT_FINISHED)
-        return _synchronize_in_python(handle) if result is _NOT_FINISHED else result
+    _fast_run = _fast.run
+    synchronize = _public(_fast.synchronize, synchronize)
 
 
 # --------------------------------------------------------------------------- allreduce
@@ -247,7 +253,9 @@ def _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set
         request = _allreduce_request(
             tensor, tensor, None, Average if op is None else op, prescale_factor, postscale_factor, process_set
         )
-        known = ops.prepared(request, key)
+        known = ops.prepared(
+            request, key, key
+        )  # the key is also what a named entry's facts are: fast_calls reads them
     return known
 
 
@@ -277,14 +285,9 @@ def allreduce_async_(
     process_set=global_process_set,
 ) -> int:
     # A gradient's steady state: as in allreduce_, and with the submission (HandleTable.submit_result), written
-    # out rather than in helpers, whose calls on this path would cost a twentieth of the whole operation.
+    # out rather than in helpers, whose calls on this path would cost a twentieth of the whole operation. (Where the
+    # fast calls were built, the public function is theirs and comes here only for what it does not take.)
     if name is not None and average is None:
-        if _fast_submit is not None and cpu_placement is _HOST:
-            handle = _fast_submit(name, tensor, op, prescale_factor, postscale_factor, process_set)
-            if handle is not None:
-                if handle < 0:
-                    _check(-handle)
-                return handle
         known = _cached(name)
         if (
             known is not None
@@ -322,6 +325,11 @@ def allreduce_async_(
     return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work, reads_handles=False)
 
 
+if _fast is not None:
+    _fast.setup_public(allreduce_async_, _handles.synchronize, _check, globals())
+    allreduce_async_ = _public(_fast.allreduce_async_, allreduce_async_)
+
+
 def allreduce_(
     tensor,
     average=None,
@@ -338,17 +346,17 @@ def allreduce_(
     # cached under its name and reused, on whatever buffer, when what it was prepared from is the same: compared
     # field by field, which costs less than hashing a key of all of them on every call. Its run is
     # ops.run_prepared written out: that call's frame would cost a twentieth of the whole operation.
+    if average is None and _fast_run is not None and cpu_placement is _HOST:
+        try:
+            live = _fast_run(name, tensor, op, prescale_factor, postscale_factor, process_set)
+        except BaseException:
+            _run_interrupted(tensor)
+            raise
+        if live is not None:
+            if live != 0:
+                _run_unfinished(live, tensor)
+            return tensor
     if name is not None and average is None:
-        if _fast_run is not None and cpu_placement is _HOST:
-            try:
-                live = _fast_run(name, tensor, op, prescale_factor, postscale_factor, process_set)
-            except BaseException:
-                _run_interrupted(tensor)
-                raise
-            if live is not None:
-                if live != 0:
-                    _run_unfinished(live, tensor)
-                return tensor
         known = _cached(name)
         if (
             known is not None

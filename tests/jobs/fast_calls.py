@@ -1,8 +1,11 @@
 # Job script: the per-tensor calls' steady state in C (hvdlite/common/fast_calls.c) against the Python path that
-# serves every other case. A seeded random sequence of in-place allreduces under a few names, each call differing
-# from the last of its name or not (shape, dtype, op, scale factors, process set, a non-contiguous or a parameter
-# tensor, a moved buffer), synchronous or asynchronous, gives every call its own result; each call's path is
-# counted, and the C one must take most of the calls that repeat. argv: CALLS SEED.
+# serves every other case. A seeded random sequence of in-place allreduces under a few names or none, each call
+# differing from the last of its name or not (shape, dtype, op, scale factors, process set, a non-contiguous or a
+# parameter tensor, a moved buffer), synchronous or asynchronous, its arguments by keyword or by position, gives
+# every call its own result; each call's path is counted, and the C one must take most of the calls that repeat.
+# Then the public C functions' binding of arguments: Python's errors, a keyword handle, the reference's signature.
+# argv: CALLS SEED.
+import inspect
 import random
 import sys
 
@@ -11,7 +14,6 @@ from hvdjob import check, make
 
 import hvdlite.torch as hvd
 from hvdlite.common import ops
-from hvdlite.torch import core_ops
 
 hvd.init()
 n, me = hvd.size(), hvd.rank()
@@ -20,21 +22,16 @@ if ops.fast_calls is None:
     raise AssertionError("a source build's package has no fast calls")
 even = hvd.add_process_set([r for r in range(n) if r % 2 == 0])
 
-# Counts what the C calls take (None: the Python path runs).
+# What the C calls took: each call's path, from the module's counts of run, submit and finish.
 taken = {"run": 0, "submit": 0, "not": 0}
 
 
-def counted(name, fn):
-    def call(*args):
-        result = fn(*args)
-        taken[name if result is not None else "not"] += 1
-        return result
+def count(before, after):
+    run, submit, _ = (a - b for a, b in zip(after, before))
+    taken["run"] += run
+    taken["submit"] += submit
+    taken["not"] += run + submit == 0
 
-    return call
-
-
-core_ops._fast_run = counted("run", core_ops._fast_run)
-core_ops._fast_submit = counted("submit", core_ops._fast_submit)
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "max": hvd.Max, "none": None}
 rng = random.Random(seed)  # the same sequence on every rank
@@ -69,6 +66,8 @@ for i in range(calls):
         last[name] = form
     kind = rng.choice(["plain"] * 6 + ["strided", "parameter"])
     sync = rng.random() < 0.5
+    positional = rng.random() < 0.3  # allreduce_async_(tensor, average, name, op, prescale, postscale, process_set)
+    by_keyword = rng.random() < 0.2  # synchronize(handle=...)
     members = list(range(n)) if form["set"] == "global" else [r for r in range(n) if r % 2 == 0]
     if me not in members:
         continue
@@ -87,14 +86,21 @@ for i in range(calls):
     pre, post = form["scale"]
     process_set = hvd.global_process_set if form["set"] == "global" else even
     want = expected(key, shape, dtype, op, pre, post, members).to(dtype)
-    arguments = dict(name=f"{name}.{form['set']}", op=op, prescale_factor=pre, postscale_factor=post)
+    tensor_name = None if name == names[0] else f"{name}.{form['set']}"  # one of the names stands for unnamed calls
+    arguments = dict(name=tensor_name, op=op, prescale_factor=pre, postscale_factor=post)
     arguments["process_set"] = process_set
+    before = ops.fast_calls.taken()
     if sync:
         hvd.allreduce_(tensor, **arguments)
+        count(before, ops.fast_calls.taken())
         check(f"call {i} ({kind}, synchronous, {form})", tensor.detach(), want, exact=False)
     else:
-        handle = hvd.allreduce_async_(tensor, **arguments)
-        result = hvd.synchronize(handle)
+        if positional:
+            handle = hvd.allreduce_async_(tensor, None, tensor_name, op, pre, post, process_set)
+        else:
+            handle = hvd.allreduce_async_(tensor, **arguments)
+        count(before, ops.fast_calls.taken())
+        result = hvd.synchronize(handle=handle) if by_keyword else hvd.synchronize(handle)
         check(f"call {i} ({kind}, asynchronous, {form})", result.detach(), want, exact=False)
         check(f"call {i}'s tensor ({kind})", tensor.detach(), want, exact=False)
 
@@ -104,5 +110,25 @@ made = sum(taken.values())
 if taken["run"] + taken["submit"] < 0.4 * made:
     raise AssertionError(f"the fast calls took {taken} of this rank's {made}")
 hvd.barrier()  # the members of the smaller set may still be at work
+
+# The public C functions bind their arguments as their Python references do, and leave the errors to them.
+for function in (hvd.allreduce_async_, hvd.synchronize):
+    assert inspect.signature(function) == inspect.signature(function.__wrapped__), function
+    assert function.__name__ == function.__wrapped__.__name__, function
+tensor = torch.ones(3)
+for call, message in (
+    (lambda: hvd.allreduce_async_(tensor, name="fast.bad", bogus=1), "unexpected keyword argument 'bogus'"),
+    (lambda: hvd.allreduce_async_(tensor, None, "fast.bad", name="again"), "multiple values for argument 'name'"),
+    (lambda: hvd.allreduce_async_(tensor, None, "fast.bad", None, 1.0, 1.0, hvd.global_process_set, 8), "positional"),
+    (lambda: hvd.allreduce_async_(name="fast.bad"), "missing 1 required positional argument: 'tensor'"),
+    (lambda: hvd.synchronize(), "missing 1 required positional argument: 'handle'"),
+):
+    try:
+        call()
+    except TypeError as e:
+        assert message in str(e), (message, e)
+    else:
+        raise AssertionError(f"no TypeError ({message})")
+hvd.synchronize(hvd.allreduce_async_(tensor, name="fast.after"))  # still usable
 print(f"OK {calls} {taken}", flush=True)
 hvd.shutdown()

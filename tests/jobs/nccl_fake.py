@@ -24,6 +24,7 @@ from hvdjob import (
 )
 
 import hvdlite.torch as hvd
+from hvdlite.common import ops
 from hvdlite.torch import core_ops
 
 hvd.init()
@@ -253,7 +254,17 @@ check(
     hvd.allreduce(torch.ones(5), op=hvd.Sum, name="host"),
     torch.full((5,), float(n)),
 )
+# A name reduced on the host and then on the "device": the C calls, which serve host tensors, leave it to the
+# Python path, which prepares it anew for the device.
+for _ in range(2):
+    hvd.synchronize(hvd.allreduce_async_(torch.ones(4), op=hvd.Sum, name="moved"))
 on_fake_device()
+before = ops.fast_calls.taken() if ops.fast_calls else None
+moved = hvd.synchronize(hvd.allreduce_async_(torch.ones(4), op=hvd.Sum, name="moved"))
+check("a host name reduced on the device", moved, torch.full((4,), float(n)))
+if before is not None and ops.fast_calls.taken()[1] != before[1]:
+    raise CheckFailure("the C submission took a device tensor's call with its host request")
+count += 1
 
 # The timeline's execution span of a CUDA collective runs until the device is done (the completion queue ends it).
 from hvdlite.timeline import activities, load  # noqa: E402
