@@ -7,7 +7,6 @@ The layer below the differentiable Functions (autograd.py), which build on these
 holds the synchronous ops that choose between them and re-exports everything under Horovod's module name.
 """
 
-import functools
 import numbers
 import warnings
 from typing import Dict, List, Optional
@@ -145,15 +144,6 @@ def poll(handle) -> bool:
     return _handles.poll(handle)
 
 
-def _public(fast_function, reference):
-    """A fast call as a public function, under the name, docstring and signature (inspect follows __wrapped__) of
-    the Python function it hands every call it does not take. A partial, since a builtin function takes no
-    attributes, costs a few nanoseconds a call; a Python wrapper's frame cost a tenth of a collective per tensor."""
-    public = functools.partial(fast_function)
-    functools.update_wrapper(public, reference)
-    return public
-
-
 # The handle table's own method, with no wrapper's frame on each gradient's wait; where the fast calls were built,
 # their C function, which finishes an allreduce_async_'s handle and hands everything else to that method. (A sparse
 # allreduce's handle, which waits for its two parts, is called.)
@@ -161,7 +151,7 @@ synchronize = _handles.synchronize
 if _fast is not None:
     _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
     _fast_run = _fast.run
-    synchronize = _public(_fast.synchronize, synchronize)
+    synchronize = ops.fast_public(_fast.synchronize, synchronize)
 
 
 # --------------------------------------------------------------------------- allreduce
@@ -327,7 +317,7 @@ def allreduce_async_(
 
 if _fast is not None:
     _fast.setup_public(allreduce_async_, _handles.synchronize, _check, globals())
-    allreduce_async_ = _public(_fast.allreduce_async_, allreduce_async_)
+    allreduce_async_ = ops.fast_public(_fast.allreduce_async_, allreduce_async_)
 
 
 def allreduce_(
