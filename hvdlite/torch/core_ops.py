@@ -243,9 +243,8 @@ def _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set
         request = _allreduce_request(
             tensor, tensor, None, Average if op is None else op, prescale_factor, postscale_factor, process_set
         )
-        known = ops.prepared(
-            request, key, key
-        )  # the key is also what a named entry's facts are: fast_calls reads them
+        # The key doubles as the facts a named entry carries, where fast_calls reads them.
+        known = ops.prepared(request, key, key)
     return known
 
 
