@@ -109,12 +109,17 @@ def prepared_entries() -> dict:
     return _prepared
 
 
-def fast_public(fast_function, reference):
-    """A fast call as a public function, under the name, docstring and signature (inspect follows __wrapped__) of
-    the Python function it hands every call it does not take. A partial, since a builtin function takes no
-    attributes, costs a few nanoseconds a call; a Python wrapper's frame cost a tenth of a collective per tensor."""
+def fast_public(fast_function, reference, module: str):
+    """A fast call as the public function module.<reference's name>, with the docstring and signature (inspect
+    follows __wrapped__) of the Python function it hands every call it does not take. A partial, since a builtin
+    function takes no attributes, costs a few nanoseconds a call; a Python wrapper's frame cost a tenth of a
+    collective per tensor."""
     public = functools.partial(fast_function)
     functools.update_wrapper(public, reference)
+    public.__module__, public.__qualname__ = module, reference.__name__
+    # Pickled by that name, as a function is (cloudpickle of a user's function that calls it): by value, a partial
+    # would carry its __wrapped__ and the handle table behind it.
+    public.__reduce__ = lambda: public.__name__
     return public
 
 

@@ -151,7 +151,7 @@ synchronize = _handles.synchronize
 if _fast is not None:
     _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
     _fast_run = _fast.run
-    synchronize = ops.fast_public(_fast.synchronize, synchronize)
+    synchronize = ops.fast_public(_fast.synchronize, synchronize, __name__)
 
 
 # --------------------------------------------------------------------------- allreduce
@@ -316,7 +316,7 @@ def allreduce_async_(
 
 if _fast is not None:
     _fast.setup_public(allreduce_async_, _handles.synchronize, _check, globals())
-    allreduce_async_ = ops.fast_public(_fast.allreduce_async_, allreduce_async_)
+    allreduce_async_ = ops.fast_public(_fast.allreduce_async_, allreduce_async_, __name__)
 
 
 def allreduce_(

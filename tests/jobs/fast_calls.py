@@ -6,9 +6,11 @@
 # Then the public C functions' binding of arguments: Python's errors, a keyword handle, the reference's signature.
 # argv: CALLS SEED.
 import inspect
+import pickle
 import random
 import sys
 
+import cloudpickle
 import torch
 from hvdjob import check, make
 
@@ -115,6 +117,8 @@ hvd.barrier()  # the members of the smaller set may still be at work
 for function in (hvd.allreduce_async_, hvd.synchronize):
     assert inspect.signature(function) == inspect.signature(function.__wrapped__), function
     assert function.__name__ == function.__wrapped__.__name__, function
+    # Pickled by name, as a function is: a function of this script that refers to it travels by value (hvdlite.run)
+    assert pickle.loads(cloudpickle.dumps(lambda function=function: function))() is function, function
 tensor = torch.ones(3)
 for call, message in (
     (lambda: hvd.allreduce_async_(tensor, name="fast.bad", bogus=1), "unexpected keyword argument 'bogus'"),
