@@ -194,9 +194,9 @@ static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) 
   return PyLong_FromLongLong(live);
 }
 
-/* submit(name or None, tensor, op, prescale, postscale, process_set): hvdlite_submit of the prepared in-place
- * allreduce, its handle recorded with the tensor as its result. None when not taken; else the handle, or minus a
- * status. */
+/* submit(name or None, tensor, op, prescale, postscale, process_set), for allreduce_async_: hvdlite_submit of the
+ * prepared in-place allreduce, its handle recorded with the tensor as its result. None when not taken; else the
+ * handle, or minus a status. */
 static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   Taken call;
   if (!take(args, nargs, &call)) return not_taken();
@@ -210,9 +210,9 @@ static PyObject* submit(PyObject* module, PyObject* const* args, Py_ssize_t narg
   return number;
 }
 
-/* finish(handle, otherwise): the result of a handle submit() recorded, once hvdlite_finish says it finished well
- * (within a slice); otherwise, with the handle and its result left as they were, for the Python path. As there,
- * the result leaves the table before the wait, so that another thread's synchronize of it finds nothing. */
+/* finish(handle, otherwise), for synchronize: the result of a handle submit() recorded, once hvdlite_finish says it
+ * finished well (within a slice); otherwise, with the handle and its result left as they were, for the Python path.
+ * As there, the result leaves the table before the wait, so that another thread's synchronize of it finds nothing. */
 static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
     PyErr_SetString(PyExc_TypeError, "finish(handle, otherwise)");
@@ -496,8 +496,6 @@ static PyObject* taken(PyObject* module, PyObject* unused) {
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, NULL},
-    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL, NULL},
-    {"finish", (PyCFunction)(void (*)(void))finish, METH_FASTCALL, NULL},
     {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
     {"gradient_note", (PyCFunction)(void (*)(void))gradient_note, METH_FASTCALL, NULL},
     {"setup_public", (PyCFunction)(void (*)(void))setup_public, METH_FASTCALL, NULL},
