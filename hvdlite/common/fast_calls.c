@@ -10,10 +10,10 @@
  * as the collective itself. Nothing here is compiled against PyTorch: a tensor is read through its Python attributes,
  * as the Python code reads it.
  *
- * allreduce_async_ and synchronize here are hvdlite.torch's public functions themselves, bound as Python binds the
- * reference's parameters: the wrapper's frame was a tenth of a collective per tensor. Every call they do not take
- * goes to the reference with the same arguments, which raises its own errors. (allreduce_ keeps its Python frame:
- * torch.compile must trace it to reach its graph op.)
+ * allreduce_, allreduce_async_ and synchronize here are hvdlite.torch's public functions themselves, bound as Python
+ * binds the reference's parameters: the wrapper's frame was a tenth of a collective per tensor. Every call they do
+ * not take goes to the reference with the same arguments, which raises its own errors. torch.compile cannot trace a
+ * C function: it traces allreduce_'s reference in its place (hvdlite/torch/compiled_ops.py).
  *
  * The prepared entries are ops.prepared()'s tuples: (struct, buffers, input address, output address, dtype, shape,
  * op, prescale, postscale, process set id, placement, struct address). */
@@ -31,11 +31,12 @@ static PyObject* global_set; /* the global process set, whose id is 0 */
 static PyObject* zero;
 static PyObject* one;        /* the scale factors' default, 1.0 */
 static PyObject* unfinished; /* finish()'s otherwise, for synchronize */
-/* The public functions' references (core_ops' Python functions), ops.check, and core_ops' namespace, whose
- * cpu_placement the fake-CUDA tests set to a device. */
-static PyObject *reference_allreduce_async_, *reference_synchronize, *check_status, *placement_namespace;
+/* The public functions' references (core_ops' Python functions); ops.check, ops.run_unfinished and
+ * ops.run_interrupted; and core_ops' namespace, whose cpu_placement the fake-CUDA tests set to a device. */
+static PyObject *reference_allreduce_, *reference_allreduce_async_, *reference_synchronize, *check_status;
+static PyObject *run_unfinished, *run_interrupted, *placement_namespace;
 static PyObject* s_cpu_placement;
-/* The parameters of allreduce_async_ and of synchronize, in order, as the references name them. */
+/* The parameters of the allreduces and of synchronize, in order, as the references name them. */
 enum {
   kTensor,
   kAverage,
@@ -298,35 +299,91 @@ static PyObject* call_reference(PyObject* reference, PyObject* const* args, Py_s
   return result;
 }
 
+/* The arguments of an in-place allreduce (tensor, average=None, name=None, op=None, prescale_factor=1.0,
+ * postscale_factor=1.0, process_set=global_process_set), bound as Python binds them, as run()'s and submit()'s six
+ * (borrowed): 1 when the call is one they may take (a tensor given, without the deprecated average, with host
+ * placement); 0 when it goes to the reference. */
+static int allreduce_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** call) {
+  PyObject* bound[kAllreduceParameters];
+  if (!bind(args, nargs, kwnames, allreduce_parameters, kAllreduceParameters, bound) || !bound[kTensor] ||
+      (bound[kAverage] && bound[kAverage] != Py_None) ||
+      PyDict_GetItemWithError(placement_namespace, s_cpu_placement) != host)
+    return 0;
+  call[0] = bound[kName] ? bound[kName] : Py_None;
+  call[1] = bound[kTensor];
+  call[2] = bound[kOpArgument] ? bound[kOpArgument] : Py_None;
+  call[3] = bound[kPrescaleArgument] ? bound[kPrescaleArgument] : one;
+  call[4] = bound[kPostscaleArgument] ? bound[kPostscaleArgument] : one;
+  call[5] = bound[kProcessSet] ? bound[kProcessSet] : global_set;
+  return 1;
+}
+
+/* NULL with the error of a status the core returned (minus the status): ops.check raises it. */
+static PyObject* raise_status(long long status) {
+  PyObject* number = PyLong_FromLongLong(status);
+  PyObject* none = number ? PyObject_CallFunctionObjArgs(check_status, number, NULL) : NULL;
+  Py_XDECREF(number);
+  Py_XDECREF(none);
+  if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "hvdlite: a failed request raised nothing");
+  return NULL;
+}
+
+static PyObject* not_set_up(void) {
+  PyErr_SetString(PyExc_RuntimeError, "hvdlite._fast_calls: setup_public() was not called");
+  return NULL;
+}
+
+/* hvdlite.torch.allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+ * process_set=global_process_set): run() of a host tensor, named or not, without the deprecated average; a run that
+ * the core did not finish within its wait slice goes to ops.run_unfinished with the tensor, which waits for it or
+ * raises its error. Every other call is the reference's, which torch.compile traces instead of this function. */
+static PyObject* allreduce_(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* call[6];
+  if (!reference_allreduce_) return not_set_up();
+  if (allreduce_call(args, nargs, kwnames, call)) {
+    PyObject* live = run(module, call, 6);
+    /* A signal handler runs as the run returns, as it would after the call in Python: its exception (Ctrl-C, an
+     * alarm) leaves the run going on the tensor's memory, which ops.run_interrupted keeps alive until it ends. */
+    if (!live || PyErr_CheckSignals() < 0) {
+      Py_XDECREF(live);
+      PyObject *type, *value, *traceback;
+      PyErr_Fetch(&type, &value, &traceback);
+      PyObject* none = PyObject_CallFunctionObjArgs(run_interrupted, call[1], NULL);
+      Py_XDECREF(none);
+      PyErr_Restore(type, value, traceback);
+      return NULL;
+    }
+    if (live != Py_None) {
+      const long long value = PyLong_AsLongLong(live);
+      Py_DECREF(live);
+      if (value != 0) {
+        PyObject* handle = PyLong_FromLongLong(value);
+        PyObject* none = handle ? PyObject_CallFunctionObjArgs(run_unfinished, handle, call[1], NULL) : NULL;
+        Py_XDECREF(handle);
+        if (!none) return NULL;
+        Py_DECREF(none);
+      }
+      Py_INCREF(call[1]);
+      return call[1];
+    }
+    Py_DECREF(live);
+  }
+  return call_reference(reference_allreduce_, args, nargs, kwnames);
+}
+
 /* hvdlite.torch.allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
  * process_set=global_process_set): submit() of a host tensor, named or not, without the deprecated average; every
  * other call is the reference's. */
 static PyObject* allreduce_async_(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  PyObject* bound[kAllreduceParameters];
-  if (!reference_allreduce_async_) {
-    PyErr_SetString(PyExc_RuntimeError, "hvdlite._fast_calls: setup_public() was not called");
-    return NULL;
-  }
-  if (bind(args, nargs, kwnames, allreduce_parameters, kAllreduceParameters, bound) && bound[kTensor] &&
-      (!bound[kAverage] || bound[kAverage] == Py_None) &&
-      PyDict_GetItemWithError(placement_namespace, s_cpu_placement) == host) {
-    PyObject* call[6] = {bound[kName] ? bound[kName] : Py_None,
-                         bound[kTensor],
-                         bound[kOpArgument] ? bound[kOpArgument] : Py_None,
-                         bound[kPrescaleArgument] ? bound[kPrescaleArgument] : one,
-                         bound[kPostscaleArgument] ? bound[kPostscaleArgument] : one,
-                         bound[kProcessSet] ? bound[kProcessSet] : global_set};
+  PyObject* call[6];
+  if (!reference_allreduce_async_) return not_set_up();
+  if (allreduce_call(args, nargs, kwnames, call)) {
     PyObject* handle = submit(module, call, 6);
     if (!handle || handle != Py_None) {
       const long long value = handle ? PyLong_AsLongLong(handle) : 0;
       if (value >= 0) return handle;
-      Py_DECREF(handle); /* minus a status: ops.check raises its error */
-      PyObject* status = PyLong_FromLongLong(-value);
-      PyObject* none = status ? PyObject_CallFunctionObjArgs(check_status, status, NULL) : NULL;
-      Py_XDECREF(status);
-      Py_XDECREF(none);
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "hvdlite: a failed submission raised nothing");
-      return NULL;
+      Py_DECREF(handle);
+      return raise_status(-value);
     }
     Py_DECREF(handle);
   }
@@ -336,10 +393,7 @@ static PyObject* allreduce_async_(PyObject* module, PyObject* const* args, Py_ss
 /* hvdlite.torch.synchronize(handle): finish() of a handle submit() recorded; every other call is the reference's. */
 static PyObject* synchronize(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* handle;
-  if (!reference_synchronize) {
-    PyErr_SetString(PyExc_RuntimeError, "hvdlite._fast_calls: setup_public() was not called");
-    return NULL;
-  }
+  if (!reference_synchronize) return not_set_up();
   if (bind(args, nargs, kwnames, synchronize_parameters, 1, &handle) && handle) {
     PyObject* call[2] = {handle, unfinished};
     PyObject* result = finish(module, call, 2);
@@ -470,16 +524,22 @@ static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs
   Py_RETURN_NONE;
 }
 
-/* setup_public(allreduce_async_, synchronize, check, namespace): the references of the public functions, ops.check,
- * and core_ops' namespace. */
+/* setup_public(allreduce_, allreduce_async_, synchronize, check, run_unfinished, run_interrupted, namespace): the
+ * references of the public functions, the ops functions they call, and core_ops' namespace. */
 static PyObject* setup_public(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2]) ||
-      !PyDict_Check(args[3])) {
-    PyErr_SetString(PyExc_TypeError, "setup_public(allreduce_async_, synchronize, check, namespace)");
+  enum { kSetupArguments = 7 };
+  int valid = nargs == kSetupArguments && PyDict_Check(args[kSetupArguments - 1]);
+  for (int i = 0; valid && i < kSetupArguments - 1; ++i) valid = PyCallable_Check(args[i]);
+  if (!valid) {
+    PyErr_SetString(PyExc_TypeError,
+                    "setup_public(allreduce_, allreduce_async_, synchronize, check, run_unfinished, run_interrupted, "
+                    "namespace)");
     return NULL;
   }
-  PyObject** targets[] = {&reference_allreduce_async_, &reference_synchronize, &check_status, &placement_namespace};
-  for (int i = 0; i < 4; ++i) {
+  PyObject** targets[kSetupArguments] = {
+      &reference_allreduce_, &reference_allreduce_async_, &reference_synchronize, &check_status, &run_unfinished,
+      &run_interrupted,      &placement_namespace};
+  for (int i = 0; i < kSetupArguments; ++i) {
     PyObject* old = *targets[i];
     Py_INCREF(args[i]);
     *targets[i] = args[i];
@@ -499,6 +559,7 @@ static PyMethodDef methods[] = {
     {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
     {"gradient_note", (PyCFunction)(void (*)(void))gradient_note, METH_FASTCALL, NULL},
     {"setup_public", (PyCFunction)(void (*)(void))setup_public, METH_FASTCALL, NULL},
+    {"allreduce_", (PyCFunction)(void (*)(void))allreduce_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"allreduce_async_", (PyCFunction)(void (*)(void))allreduce_async_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"taken", taken, METH_NOARGS, NULL},

@@ -12,7 +12,10 @@ tracing; a name of "" means unnamed (the core numbers unnamed collectives in the
 which every rank's compiled graph keeps).
 """
 
+import importlib.abc
+import importlib.machinery
 import sys
+import warnings
 from typing import Dict, List
 
 import torch
@@ -160,3 +163,51 @@ def allgather(tensor, name, process_set):
 
 
 core_ops.compiled_ops = sys.modules[__name__]  # for core_ops' in-place collectives, without an import cycle
+
+
+# hvdlite.torch.allreduce_ where it is a C function (hvdlite._fast_calls), which torch.compile cannot trace: it
+# traces this in its place. Its defaults are plain values: the tracer cannot take a process set from them.
+def _allreduce_in_graph(
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+):
+    op = core_ops._resolve_op(op, average)
+    process_set = core_ops.global_process_set if process_set is None else process_set
+    return allreduce_(tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+_C_FUNCTION = getattr(core_ops.allreduce_, "func", None)
+
+
+def _trace_in_place_of_c_function():
+    try:
+        torch.compiler.substitute_in_graph(_C_FUNCTION, skip_signature_check=True)(_allreduce_in_graph)
+    except Exception as error:  # a torch whose tracing hooks changed: compiled code calls the C function eagerly
+        warnings.warn(f"hvdlite: torch.compile will not trace hvdlite.torch.allreduce_ into its graph: {error}")
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder):
+    """Registers _allreduce_in_graph once torch._dynamo has been imported (torch.compile imports it). Importing it
+    here would cost every import of hvdlite.torch about a second, for programs that never compile."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def load_then_register(module):
+            load(module)
+            _trace_in_place_of_c_function()
+
+        spec.loader.exec_module = load_then_register
+        return spec
+
+
+if _C_FUNCTION is not None:
+    if "torch._dynamo" in sys.modules:
+        _trace_in_place_of_c_function()
+    else:
+        sys.meta_path.insert(0, _AfterDynamoImport())

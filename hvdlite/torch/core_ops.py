@@ -314,11 +314,6 @@ def allreduce_async_(
     return _handles.add([h], lambda: tensor.copy_(work), keep_alive=work, reads_handles=False)
 
 
-if _fast is not None:
-    _fast.setup_public(allreduce_async_, _handles.synchronize, _check, globals())
-    allreduce_async_ = ops.fast_public(_fast.allreduce_async_, allreduce_async_, __name__)
-
-
 def allreduce_(
     tensor,
     average=None,
@@ -388,6 +383,16 @@ def allreduce_(
     if work is not tensor:
         tensor.copy_(work)
     return tensor
+
+
+# Where the fast calls were built, the public allreduce_async_ and allreduce_ are their C functions, which hand every
+# call they do not take to the Python functions above. torch.compile traces allreduce_'s Python (compiled_ops.py).
+if _fast is not None:
+    _fast.setup_public(
+        allreduce_, allreduce_async_, _handles.synchronize, _check, _run_unfinished, _run_interrupted, globals()
+    )
+    allreduce_async_ = ops.fast_public(_fast.allreduce_async_, allreduce_async_, __name__)
+    allreduce_ = ops.fast_public(_fast.allreduce_, allreduce_, __name__)
 
 
 def _allreduce_sync(tensor, name, op, prescale_factor, postscale_factor, process_set):

@@ -2,11 +2,17 @@
 (no graph break) and give eager mode's results and gradients; a compiled model trains through DistributedOptimizer
 to the weights one eager process reaches on the global batch."""
 
+import sys
+
 import torch
-import torch._dynamo
 import torch.nn as nn
 
 import hvdlite.torch as hvd
+
+# hvdlite.torch leaves torch._dynamo unimported (a second at import): what makes its C allreduce_ traceable is
+# registered when the program imports it, as torch.compile does.
+assert "torch._dynamo" not in sys.modules
+import torch._dynamo  # noqa: E402
 
 hvd.init()
 torch.set_num_threads(1)

@@ -68,7 +68,7 @@ for i in range(calls):
         last[name] = form
     kind = rng.choice(["plain"] * 6 + ["strided", "parameter"])
     sync = rng.random() < 0.5
-    positional = rng.random() < 0.3  # allreduce_async_(tensor, average, name, op, prescale, postscale, process_set)
+    positional = rng.random() < 0.3  # (tensor, average, name, op, prescale, postscale, process_set)
     by_keyword = rng.random() < 0.2  # synchronize(handle=...)
     members = list(range(n)) if form["set"] == "global" else [r for r in range(n) if r % 2 == 0]
     if me not in members:
@@ -93,8 +93,12 @@ for i in range(calls):
     arguments["process_set"] = process_set
     before = ops.fast_calls.taken()
     if sync:
-        hvd.allreduce_(tensor, **arguments)
+        if positional:
+            returned = hvd.allreduce_(tensor, None, tensor_name, op, pre, post, process_set)
+        else:
+            returned = hvd.allreduce_(tensor, **arguments)
         count(before, ops.fast_calls.taken())
+        assert returned is tensor, f"call {i}: allreduce_ returned another object"
         check(f"call {i} ({kind}, synchronous, {form})", tensor.detach(), want, exact=False)
     else:
         if positional:
@@ -113,8 +117,11 @@ if taken["run"] + taken["submit"] < 0.4 * made:
     raise AssertionError(f"the fast calls took {taken} of this rank's {made}")
 hvd.barrier()  # the members of the smaller set may still be at work
 
-# The public C functions bind their arguments as their Python references do, and leave the errors to them.
-for function in (hvd.allreduce_async_, hvd.synchronize):
+# The public functions are the C ones. They bind their arguments as their Python references do, and leave the
+# errors to them.
+for public in ("allreduce_", "allreduce_async_", "synchronize"):
+    assert getattr(hvd, public).func is getattr(ops.fast_calls, public), public
+for function in (hvd.allreduce_, hvd.allreduce_async_, hvd.synchronize):
     assert inspect.signature(function) == inspect.signature(function.__wrapped__), function
     assert function.__name__ == function.__wrapped__.__name__, function
     # Pickled by name, as a function is: a function of this script that refers to it travels by value (hvdlite.run)
@@ -125,6 +132,8 @@ for call, message in (
     (lambda: hvd.allreduce_async_(tensor, None, "fast.bad", name="again"), "multiple values for argument 'name'"),
     (lambda: hvd.allreduce_async_(tensor, None, "fast.bad", None, 1.0, 1.0, hvd.global_process_set, 8), "positional"),
     (lambda: hvd.allreduce_async_(name="fast.bad"), "missing 1 required positional argument: 'tensor'"),
+    (lambda: hvd.allreduce_(tensor, name="fast.bad", bogus=1), "unexpected keyword argument 'bogus'"),
+    (lambda: hvd.allreduce_(tensor, None, "fast.bad", None, 1.0, 1.0, hvd.global_process_set, 8), "positional"),
     (lambda: hvd.synchronize(), "missing 1 required positional argument: 'handle'"),
 ):
     try:
