@@ -13,7 +13,7 @@
  * allreduce_, allreduce_async_ and synchronize here are hvdlite.torch's public functions themselves, bound as Python
  * binds the reference's parameters: the wrapper's frame was a tenth of a collective per tensor. Every call they do
  * not take goes to the reference with the same arguments, which raises its own errors. torch.compile cannot trace a
- * C function: it traces allreduce_'s reference in its place (hvdlite/torch/compiled_ops.py).
+ * C function: it traces a Python stand-in in allreduce_'s place (hvdlite/torch/compiled_ops.py).
  *
  * The prepared entries are ops.prepared()'s tuples: (struct, buffers, input address, output address, dtype, shape,
  * op, prescale, postscale, process set id, placement, struct address). */
@@ -336,7 +336,7 @@ static PyObject* not_set_up(void) {
 /* hvdlite.torch.allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
  * process_set=global_process_set): run() of a host tensor, named or not, without the deprecated average; a run that
  * the core did not finish within its wait slice goes to ops.run_unfinished with the tensor, which waits for it or
- * raises its error. Every other call is the reference's, which torch.compile traces instead of this function. */
+ * raises its error. Every other call is the reference's. */
 static PyObject* allreduce_(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* call[6];
   if (!reference_allreduce_) return not_set_up();

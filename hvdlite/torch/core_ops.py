@@ -386,7 +386,8 @@ def allreduce_(
 
 
 # Where the fast calls were built, the public allreduce_async_ and allreduce_ are their C functions, which hand every
-# call they do not take to the Python functions above. torch.compile traces allreduce_'s Python (compiled_ops.py).
+# call they do not take to the Python functions above. torch.compile traces a Python stand-in for allreduce_
+# (compiled_ops.py).
 if _fast is not None:
     _fast.setup_public(
         allreduce_, allreduce_async_, _handles.synchronize, _check, _run_unfinished, _run_interrupted, globals()
