@@ -51,7 +51,7 @@ static PyObject* allreduce_parameters[kAllreduceParameters];
 static PyObject* synchronize_parameters[1];
 /* Calls taken here, for the tests: run, submit, finish. */
 static unsigned long long taken_run, taken_submit, taken_finish;
-static PyObject *s_grad, *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_process_set_id;
+static PyObject *s_grad, *s_process_set_id;
 
 enum {
   kStruct = 0,
@@ -68,9 +68,28 @@ enum {
   kEntrySize
 };
 
+/* The tensor attributes read here. A tensor of exactly torch.Tensor is read through that type's own descriptors,
+ * which setup() looks up once: finding each by name on every read cost about as much as some of the reads. A tensor
+ * of any other type (a Parameter, a subclass that may override them) is read by name, as Python reads it. */
+enum { kReadDtype, kReadShape, kReadIsCpu, kReadIsContiguous, kReadDataPtr, kReads };
+static PyObject* tensor_type;
+static PyObject* read_names[kReads];
+static PyObject* read_descriptors[kReads];
+static descrgetfunc read_getters[kReads]; /* a property's getter; NULL for a method, which is called */
+
+/* A new reference to the tensor's attribute (a method's result); NULL with an exception set. */
+static PyObject* read_attribute(PyObject* tensor, int which) {
+  if ((PyObject*)Py_TYPE(tensor) == tensor_type && read_descriptors[which]) {
+    if (read_getters[which]) return read_getters[which](read_descriptors[which], tensor, tensor_type);
+    return PyObject_CallFunctionObjArgs(read_descriptors[which], tensor, NULL);
+  }
+  return which >= kReadIsContiguous ? PyObject_CallMethodObjArgs(tensor, read_names[which], NULL)
+                                    : PyObject_GetAttr(tensor, read_names[which]);
+}
+
 /* 1 when the attribute is True, 0 when it is anything else, -1 with an exception set. */
-static int attribute_true(PyObject* object, PyObject* name, int call) {
-  PyObject* value = call ? PyObject_CallMethodObjArgs(object, name, NULL) : PyObject_GetAttr(object, name);
+static int attribute_true(PyObject* tensor, int which) {
+  PyObject* value = read_attribute(tensor, which);
   if (!value) return -1;
   const int yes = value == Py_True;
   Py_DECREF(value);
@@ -81,8 +100,8 @@ static int equal(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCo
 
 /* Whether the tensor is contiguous; its data's address in *pointer. */
 static int contiguous_address(PyObject* tensor, void** pointer) {
-  if (attribute_true(tensor, s_is_contiguous, 1) != 1) return 0;
-  PyObject* address = PyObject_CallMethodObjArgs(tensor, s_data_ptr, NULL);
+  if (attribute_true(tensor, kReadIsContiguous) != 1) return 0;
+  PyObject* address = read_attribute(tensor, kReadDataPtr);
   if (!address) return 0;
   *pointer = PyLong_AsVoidPtr(address);
   Py_DECREF(address);
@@ -94,12 +113,12 @@ static int contiguous_address(PyObject* tensor, void** pointer) {
 static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
   PyObject *tensor = args[1], *op = args[2], *prescale = args[3], *postscale = args[4], *process_set = args[5];
   if (PyTuple_GetItem(entry, kPlacement) != host) return 0;
-  PyObject* dtype = PyObject_GetAttr(tensor, s_dtype);
+  PyObject* dtype = read_attribute(tensor, kReadDtype);
   if (!dtype) return 0;
   const int same_dtype = dtype == PyTuple_GetItem(entry, kDtype);
   Py_DECREF(dtype);
   if (!same_dtype) return 0;
-  PyObject* shape = PyObject_GetAttr(tensor, s_shape);
+  PyObject* shape = read_attribute(tensor, kReadShape);
   if (!shape) return 0;
   int same = equal(PyTuple_GetItem(entry, kShape), shape);
   Py_DECREF(shape);
@@ -115,7 +134,7 @@ static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
     same = equal(PyTuple_GetItem(entry, kSet), id);
     Py_DECREF(id);
   }
-  return same == 1 && attribute_true(tensor, s_is_cpu, 0) == 1 && contiguous_address(tensor, pointer);
+  return same == 1 && attribute_true(tensor, kReadIsCpu) == 1 && contiguous_address(tensor, pointer);
 }
 
 /* A new reference to the entry prepared under args[0] when the call matches it; else NULL, an exception perhaps
@@ -134,12 +153,12 @@ static PyObject* steady_entry(PyObject* const* args, void** pointer) {
  * core_ops._prepared_unnamed keys it: (dtype, shape, op, prescale, postscale, process set id, placement). */
 static PyObject* unnamed_entry(PyObject* const* args, void** pointer) {
   PyObject *tensor = args[1], *process_set = args[5];
-  if (attribute_true(tensor, s_is_cpu, 0) != 1) return NULL; /* before the key: a CUDA tensor's is never there */
+  if (attribute_true(tensor, kReadIsCpu) != 1) return NULL; /* before the key: a CUDA tensor's is never there */
   PyObject* set_id = process_set == global_set ? zero : PyObject_GetAttr(process_set, s_process_set_id);
   if (!set_id) return NULL;
   if (set_id == zero) Py_INCREF(set_id);
-  PyObject* dtype = PyObject_GetAttr(tensor, s_dtype);
-  PyObject* shape = dtype ? PyObject_GetAttr(tensor, s_shape) : NULL;
+  PyObject* dtype = read_attribute(tensor, kReadDtype);
+  PyObject* shape = dtype ? read_attribute(tensor, kReadShape) : NULL;
   PyObject* key = shape ? PyTuple_Pack(7, dtype, shape, args[2], args[3], args[4], set_id, host) : NULL;
   Py_XDECREF(dtype);
   Py_XDECREF(shape);
@@ -424,18 +443,18 @@ static PyObject* bucket_gradients(PyObject* module, PyObject* const* args, Py_ss
     PyObject* grad = PyObject_GetAttr(PyList_GetItem(members, i), s_grad); /* new reference */
     if (!grad) goto not_taken;
     PyList_SetItem(grads, i, grad); /* steals it: freed with the list */
-    PyObject* grad_dtype = PyObject_GetAttr(grad, s_dtype);
+    PyObject* grad_dtype = read_attribute(grad, kReadDtype);
     if (!grad_dtype) goto not_taken;
     const int same_dtype = grad_dtype == dtype;
     Py_DECREF(grad_dtype);
     if (!same_dtype) goto not_taken;
-    PyObject* shape = PyObject_GetAttr(grad, s_shape);
+    PyObject* shape = read_attribute(grad, kReadShape);
     if (!shape) goto not_taken;
     const int same_shape = equal(PyList_GetItem(shapes, i), shape);
     Py_DECREF(shape);
     /* (is_contiguous raises for a sparse tensor: not taken either) */
-    if (same_shape != 1 || attribute_true(grad, s_is_contiguous, 1) != 1) goto not_taken;
-    PyObject* address = PyObject_CallMethodObjArgs(grad, s_data_ptr, NULL);
+    if (same_shape != 1 || attribute_true(grad, kReadIsContiguous) != 1) goto not_taken;
+    PyObject* address = read_attribute(grad, kReadDataPtr);
     if (!address) goto not_taken;
     addresses[i] = (uintptr_t)PyLong_AsVoidPtr(address);
     Py_DECREF(address);
@@ -508,18 +527,40 @@ static PyObject* gradient_note(PyObject* module, PyObject* const* args, Py_ssize
   return hook;
 }
 
-/* setup(prepared, results, inputs, host, global_set): the Python objects the calls above read. */
+/* setup(prepared, results, inputs, host, global_set, tensor_type): the Python objects the calls above read. */
 static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
-    PyErr_SetString(PyExc_TypeError, "setup(prepared, results, inputs, host, global_set)");
+  if (nargs != 6 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
+      !PyType_Check(args[5])) {
+    PyErr_SetString(PyExc_TypeError, "setup(prepared, results, inputs, host, global_set, tensor_type)");
     return NULL;
   }
-  PyObject** targets[] = {&prepared, &results, &inputs, &host, &global_set};
-  for (int i = 0; i < 5; ++i) {
+  PyObject** targets[] = {&prepared, &results, &inputs, &host, &global_set, &tensor_type};
+  for (int i = 0; i < 6; ++i) {
     PyObject* old = *targets[i];
     Py_INCREF(args[i]);
     *targets[i] = args[i];
     Py_XDECREF(old);
+  }
+  /* The type's descriptors: the properties' getters, and the methods. One that is not of its kind (another torch)
+   * stays NULL, and that attribute is read by name. */
+  for (int i = 0; i < kReads; ++i) {
+    Py_CLEAR(read_descriptors[i]);
+    read_getters[i] = NULL;
+    PyObject* descriptor = PyObject_GetAttr(tensor_type, read_names[i]);
+    if (!descriptor) return NULL;
+    PyTypeObject* kind = Py_TYPE(descriptor);
+    if (i < kReadIsContiguous) {
+      read_getters[i] = (descrgetfunc)PyType_GetSlot(kind, Py_tp_descr_get);
+      if (!read_getters[i] || !PyType_GetSlot(kind, Py_tp_descr_set)) {
+        read_getters[i] = NULL;
+        Py_DECREF(descriptor);
+        continue;
+      }
+    } else if (!PyCallable_Check(descriptor) || PyType_GetSlot(kind, Py_tp_descr_set)) {
+      Py_DECREF(descriptor);
+      continue;
+    }
+    read_descriptors[i] = descriptor;
   }
   Py_RETURN_NONE;
 }
@@ -571,14 +612,11 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NU
 PyMODINIT_FUNC PyInit__fast_calls(void) {
   zero = PyLong_FromLong(0);
   s_grad = PyUnicode_InternFromString("grad");
-  s_dtype = PyUnicode_InternFromString("dtype");
-  s_shape = PyUnicode_InternFromString("shape");
-  s_is_cpu = PyUnicode_InternFromString("is_cpu");
-  s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-  s_data_ptr = PyUnicode_InternFromString("data_ptr");
+  static const char* const reads[kReads] = {"dtype", "shape", "is_cpu", "is_contiguous", "data_ptr"};
+  for (int i = 0; i < kReads; ++i)
+    if (!(read_names[i] = PyUnicode_InternFromString(reads[i]))) return NULL;
   s_process_set_id = PyUnicode_InternFromString("process_set_id");
-  if (!zero || !s_grad || !s_dtype || !s_shape || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_process_set_id)
-    return NULL;
+  if (!zero || !s_grad || !s_process_set_id) return NULL;
   one = PyFloat_FromDouble(1.0);
   unfinished = PyObject_CallNoArgs((PyObject*)&PyBaseObject_Type);
   s_cpu_placement = PyUnicode_InternFromString("cpu_placement");

@@ -149,7 +149,7 @@ def poll(handle) -> bool:
 # allreduce's handle, which waits for its two parts, is called.)
 synchronize = _handles.synchronize
 if _fast is not None:
-    _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set)
+    _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set, torch.Tensor)
     _fast_run = _fast.run
     synchronize = ops.fast_public(_fast.synchronize, synchronize, __name__)
 
