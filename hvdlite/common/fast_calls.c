@@ -199,9 +199,9 @@ static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   return 1;
 }
 
-/* run(name or None, tensor, op, prescale, postscale, process_set): hvdlite_run of the prepared in-place allreduce.
- * None when not taken; else what hvdlite_run returned (0: finished; a handle still running or failed; minus a
- * status). */
+/* run(name or None, tensor, op, prescale, postscale, process_set), for allreduce_: hvdlite_run of the prepared
+ * in-place allreduce. None when not taken; else what hvdlite_run returned (0: finished; a handle still running or
+ * failed; minus a status). */
 static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   Taken call;
   if (!take(args, nargs, &call)) return not_taken();
@@ -596,7 +596,6 @@ static PyObject* taken(PyObject* module, PyObject* unused) {
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
-    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, NULL},
     {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
     {"gradient_note", (PyCFunction)(void (*)(void))gradient_note, METH_FASTCALL, NULL},
     {"setup_public", (PyCFunction)(void (*)(void))setup_public, METH_FASTCALL, NULL},

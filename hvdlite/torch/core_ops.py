@@ -73,7 +73,6 @@ _HOST = cpu_placement
 # their Python below does, which serves every other case, and every case where it is absent. Only for host tensors:
 # the fake-CUDA tests' placement goes the Python way.
 _fast = ops.fast_calls
-_fast_run = None
 
 
 def _placement(tensor: torch.Tensor, name: Optional[str] = None) -> tuple:
@@ -150,7 +149,6 @@ def poll(handle) -> bool:
 synchronize = _handles.synchronize
 if _fast is not None:
     _fast.setup(ops.prepared_entries(), _handles.results, _handles.inputs, _HOST, global_process_set, torch.Tensor)
-    _fast_run = _fast.run
     synchronize = ops.fast_public(_fast.synchronize, synchronize, __name__)
 
 
@@ -329,17 +327,8 @@ def allreduce_(
     # Synchronous: no Python handle is needed, so the handle table is skipped. A named host tensor's request is
     # cached under its name and reused, on whatever buffer, when what it was prepared from is the same: compared
     # field by field, which costs less than hashing a key of all of them on every call. Its run is
-    # ops.run_prepared written out: that call's frame would cost a twentieth of the whole operation.
-    if average is None and _fast_run is not None and cpu_placement is _HOST:
-        try:
-            live = _fast_run(name, tensor, op, prescale_factor, postscale_factor, process_set)
-        except BaseException:
-            _run_interrupted(tensor)
-            raise
-        if live is not None:
-            if live != 0:
-                _run_unfinished(live, tensor)
-            return tensor
+    # ops.run_prepared written out: that call's frame would cost a twentieth of the whole operation. (Where the fast
+    # calls were built, the public allreduce_ is their C function, which has tried this call's steady state already.)
     if name is not None and average is None:
         known = _cached(name)
         if (
