@@ -96,7 +96,13 @@ static int attribute_true(PyObject* tensor, int which) {
   return yes;
 }
 
-static int equal(PyObject* a, PyObject* b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
+/* Scale factors are floats, the default a different object from the one an entry was prepared with: compared by
+ * value without the rich comparison's dispatch. */
+static int equal(PyObject* a, PyObject* b) {
+  if (a == b) return 1;
+  if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b)) return PyFloat_AsDouble(a) == PyFloat_AsDouble(b);
+  return PyObject_RichCompareBool(a, b, Py_EQ);
+}
 
 /* Whether the tensor is contiguous; its data's address in *pointer. */
 static int contiguous_address(PyObject* tensor, void** pointer) {
@@ -192,9 +198,13 @@ static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   void* pointer = NULL;
   call->entry = nargs != 6 ? NULL : args[0] == Py_None ? unnamed_entry(args, &pointer) : steady_entry(args, &pointer);
   if (!call->entry) return 0;
-  const int moved = PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kInput)) != pointer ||
-                    PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kOutput)) != pointer;
   call->request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kAddress));
+  if (!call->request) {
+    Py_CLEAR(call->entry);
+    return 0;
+  }
+  /* The struct holds the entry's input and output addresses: read there, not converted from its integers. */
+  const int moved = call->request->input != pointer || call->request->output != pointer;
   call->moved_to = moved ? (uintptr_t)pointer : 0;
   return 1;
 }
