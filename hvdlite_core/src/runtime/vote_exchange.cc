@@ -82,11 +82,10 @@ class VoteExchange {
         layout_(layout),
         sections_(layout.sections),
         count_(layout.section_count) {
-    size_t windowed_count = 0, whole_words = 0, end = layout.prefix_words;
+    size_t windowed_count = 0, whole_words = 0;
     capacity_ = layout.prefix_words;
     for (size_t i = 0; i < count_; ++i) {
       const VoteSection& s = sections_[i];
-      end = std::max(end, s.offset + s.count);
       capacity_ += s.count;
       if (!windowed(s)) {
         whole_words += s.count;
@@ -99,10 +98,9 @@ class VoteExchange {
     header_words_ = windowed_count / 2;  // the first window rides in the flags word
     known_words_ = layout.prefix_words + header_words_ + whole_words;
     capacity_ += header_words_;
-    char* scratch = comm.scratch((2 * capacity_ + end) * 8);
+    char* scratch = comm.scratch(2 * capacity_ * 8);
     out_ = reinterpret_cast<uint64_t*>(scratch);
     in_ = out_ + capacity_;
-    unpacked_ = in_ + capacity_;
   }
 
   // Recursive doubling, with the members beyond a power of two folded in first and answered last, as
@@ -134,12 +132,24 @@ class VoteExchange {
   void swap(Channel* peer) {
     const size_t mine = pack();
     const size_t slot_words = peer->message_capacity() / 8;
-    const size_t first = known_words_ <= slot_words ? std::min(slot_words, capacity_) : known_words_;
-    progress_.exchange(peer, out_, in_, first * 8);
-    const size_t theirs = read_windows(peer);
+    const bool first_as_message = known_words_ <= slot_words;
+    const size_t first = first_as_message ? std::min(slot_words, capacity_) : known_words_;
     Transfer rest[2];
     size_t count = 0;
     if (mine > first) rest[count++] = Transfer::Send(peer, out_ + first, (mine - first) * 8);
+    if (first_as_message && count) {
+      // Only the rest's length waits on the peer's first part, not its sending: with the first part on the message
+      // path, the stream carries nothing before the rest, so it leaves right after the first part (as much as the
+      // stream takes at once) and crosses with it instead of a one-way trip later.
+      Transfer first_part[2] = {Transfer::Send(peer, out_, first * 8), Transfer::Recv(peer, in_, first * 8)};
+      first_part[0].message = first_part[1].message = true;
+      progress_.start(first_part, 1);
+      progress_.start(rest, 1);
+      progress_.run(first_part, 2);
+    } else {
+      progress_.exchange(peer, out_, in_, first * 8);
+    }
+    const size_t theirs = read_windows(peer);
     if (theirs > first) rest[count++] = Transfer::Recv(peer, in_ + first, (theirs - first) * 8);
     if (count) progress_.run(rest, count);
   }
@@ -229,9 +239,11 @@ class VoteExchange {
       }
       const VoteWindow both = overlap(mine, theirs);
       if (both.words()) {
-        uint64_t* staged = unpacked_ + s.offset;  // their words where the reducer expects them
-        std::copy_n(src + (both.begin - theirs.begin), both.words(), staged + both.begin);
-        s.reduce(s.context, dst, staged, both.begin, both.end);
+        // Their words read where they arrived: the reducer reads word w at src_words[w]. Through an integer, as
+        // the section's start may lie before the received words.
+        const auto* src_words =
+            reinterpret_cast<const uint64_t*>(reinterpret_cast<uintptr_t>(src) - theirs.begin * sizeof(uint64_t));
+        s.reduce(s.context, dst, src_words, both.begin, both.end);
       }
       if (s.kind == VoteSection::Kind::kOverlap) clear_outside(dst, mine, both);
       mine_[i] = both;
@@ -284,7 +296,6 @@ class VoteExchange {
   size_t capacity_ = 0;      // the longest message, in words
   uint64_t* out_ = nullptr;
   uint64_t* in_ = nullptr;
-  uint64_t* unpacked_ = nullptr;  // their windows at their places in the votes' layout, for a section's reducer
 };
 
 }  // namespace
