@@ -76,11 +76,34 @@ static PyObject* tensor_type;
 static PyObject* read_names[kReads];
 static PyObject* read_descriptors[kReads];
 static descrgetfunc read_getters[kReads]; /* a property's getter; NULL for a method, which is called */
+/* A method's C function, as the type defines it (NULL: called through its descriptor), and its calling convention:
+ * called directly, a read skips the descriptor's argument packing and dispatch, which cost as much as some of the
+ * methods' own work. */
+static PyCFunction read_functions[kReads];
+static int read_flags[kReads];
+static PyObject* no_arguments; /* the empty tuple, for a method that takes positional arguments */
+typedef PyObject* (*FastWithKeywords)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
+
+/* A method read of a tensor of exactly the type: its C function called as its descriptor would call it. */
+static PyObject* call_method(PyObject* tensor, int which) {
+  const PyCFunction function = read_functions[which];
+  switch (read_flags[which]) {
+    case METH_NOARGS:
+      return function(tensor, NULL);
+    case METH_VARARGS | METH_KEYWORDS:
+      return ((PyCFunctionWithKeywords)(void (*)(void))function)(tensor, no_arguments, NULL);
+    case METH_FASTCALL | METH_KEYWORDS:
+      return ((FastWithKeywords)(void (*)(void))function)(tensor, NULL, 0, NULL);
+    default:
+      return PyObject_CallFunctionObjArgs(read_descriptors[which], tensor, NULL);
+  }
+}
 
 /* A new reference to the tensor's attribute (a method's result); NULL with an exception set. */
 static PyObject* read_attribute(PyObject* tensor, int which) {
   if ((PyObject*)Py_TYPE(tensor) == tensor_type && read_descriptors[which]) {
     if (read_getters[which]) return read_getters[which](read_descriptors[which], tensor, tensor_type);
+    if (read_functions[which]) return call_method(tensor, which);
     return PyObject_CallFunctionObjArgs(read_descriptors[which], tensor, NULL);
   }
   return which >= kReadIsContiguous ? PyObject_CallMethodObjArgs(tensor, read_names[which], NULL)
@@ -537,6 +560,38 @@ static PyObject* gradient_note(PyObject* module, PyObject* const* args, Py_ssize
   return hook;
 }
 
+/* The methods' C functions, found by binding each descriptor to an instance of the type (a builtin method knows its
+ * function and flags; its descriptor does not say, in the stable ABI). A method of another kind, or a type that
+ * cannot be made without arguments, keeps its descriptor's call. -1 with an exception set. */
+static int find_method_functions(void) {
+  for (int i = 0; i < kReads; ++i) read_functions[i] = NULL;
+  if (!no_arguments && !(no_arguments = PyTuple_New(0))) return -1;
+  PyObject* instance = PyObject_CallNoArgs(tensor_type);
+  if (!instance) {
+    PyErr_Clear();
+    return 0;
+  }
+  for (int i = kReadIsContiguous; i < kReads; ++i) {
+    if (!read_descriptors[i]) continue;
+    PyObject* bound = PyObject_GetAttr(instance, read_names[i]);
+    if (!bound) {
+      PyErr_Clear();
+      continue;
+    }
+    if (PyCFunction_Check(bound) && PyCFunction_GetSelf(bound) == instance) {
+      const int flags = PyCFunction_GetFlags(bound) & ~METH_COEXIST;
+      if (flags == METH_NOARGS || flags == (METH_VARARGS | METH_KEYWORDS) ||
+          flags == (METH_FASTCALL | METH_KEYWORDS)) {
+        read_functions[i] = PyCFunction_GetFunction(bound);
+        read_flags[i] = flags;
+      }
+    }
+    Py_DECREF(bound);
+  }
+  Py_DECREF(instance);
+  return 0;
+}
+
 /* setup(prepared, results, inputs, host, global_set, tensor_type): the Python objects the calls above read. */
 static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
@@ -572,7 +627,7 @@ static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs
     }
     read_descriptors[i] = descriptor;
   }
-  Py_RETURN_NONE;
+  return find_method_functions() < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* setup_public(allreduce_, allreduce_async_, synchronize, check, run_unfinished, run_interrupted, namespace): the
@@ -604,6 +659,15 @@ static PyObject* taken(PyObject* module, PyObject* unused) {
   return Py_BuildValue("(KKK)", taken_run, taken_submit, taken_finish);
 }
 
+/* The tensor methods read through their C functions, by name, for the tests. */
+static PyObject* direct_methods(PyObject* module, PyObject* unused) {
+  PyObject* names = PyList_New(0);
+  for (int i = 0; names && i < kReads; ++i) {
+    if (read_functions[i] && PyList_Append(names, read_names[i]) < 0) Py_CLEAR(names);
+  }
+  return names;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"bucket_gradients", (PyCFunction)(void (*)(void))bucket_gradients, METH_FASTCALL, NULL},
@@ -613,6 +677,7 @@ static PyMethodDef methods[] = {
     {"allreduce_async_", (PyCFunction)(void (*)(void))allreduce_async_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"taken", taken, METH_NOARGS, NULL},
+    {"direct_methods", direct_methods, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,8 @@ n, me = hvd.size(), hvd.rank()
 calls, seed = int(sys.argv[1]), int(sys.argv[2])
 if ops.fast_calls is None:
     raise AssertionError("a source build's package has no fast calls")
+# The supported torch's tensor methods are called as their C functions, not through their descriptors.
+assert sorted(ops.fast_calls.direct_methods()) == ["data_ptr", "is_contiguous"], ops.fast_calls.direct_methods()
 even = hvd.add_process_set([r for r in range(n) if r % 2 == 0])
 
 # What the C calls took: each call's path, from the module's counts of run, submit and finish.
