@@ -247,6 +247,31 @@ static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) 
   return PyLong_FromLongLong(live);
 }
 
+/* run_into(name or None, tensor, op, prescale, postscale, process_set, output), for allreduce: run() of the prepared
+ * allreduce from the tensor into output, a new tensor like it that the caller made, while the current placement of
+ * host tensors is the host. None when not taken; else as run(). */
+static PyObject* run_into(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7 || !placement_namespace || PyDict_GetItemWithError(placement_namespace, s_cpu_placement) != host)
+    return not_taken();
+  Taken call;
+  if (!take(args, 6, &call)) return not_taken();
+  PyObject* address = read_attribute(args[6], kReadDataPtr);
+  void* output = address ? PyLong_AsVoidPtr(address) : NULL;
+  Py_XDECREF(address);
+  if (!output) {
+    Py_DECREF(call.entry);
+    return not_taken();
+  }
+  const uintptr_t input = call.moved_to ? call.moved_to : (uintptr_t)call.request->input;
+  int64_t live;
+  Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
+  live = hvdlite_run_at(call.request, input, (uintptr_t)output);
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(call.entry);
+  ++taken_run;
+  return PyLong_FromLongLong(live);
+}
+
 /* submit(name or None, tensor, op, prescale, postscale, process_set), for allreduce_async_: hvdlite_submit of the
  * prepared in-place allreduce, its handle recorded with the tensor as its result. None when not taken; else the
  * handle, or minus a status. */
@@ -676,6 +701,7 @@ static PyMethodDef methods[] = {
     {"allreduce_", (PyCFunction)(void (*)(void))allreduce_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"allreduce_async_", (PyCFunction)(void (*)(void))allreduce_async_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"run_into", (PyCFunction)(void (*)(void))run_into, METH_FASTCALL, NULL},
     {"taken", taken, METH_NOARGS, NULL},
     {"direct_methods", direct_methods, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

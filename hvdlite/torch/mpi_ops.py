@@ -11,6 +11,7 @@ from typing import List
 
 import torch
 
+from hvdlite.common import ops
 from hvdlite.common.basics import global_process_set
 from hvdlite.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - public constants
 from hvdlite.torch import compiled_ops
@@ -58,6 +59,8 @@ from hvdlite.torch.core_ops import (
     synchronize,
 )  # noqa: F401 - re-exported
 
+_run_into = ops.fast_calls.run_into if ops.fast_calls is not None else None
+
 
 def allreduce(
     tensor,
@@ -74,12 +77,25 @@ def allreduce(
     if average is None and compression is Compression.none and not _is_compiling():
         # A metric's steady state. Named: the request allreduce_ prepares for the name, run into a new output.
         if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
+            output = None
+            if _run_into is not None and tensor.is_cpu:  # in C: allreduce_'s checks, then its request's run
+                output = torch.empty_like(tensor)
+                try:
+                    live = _run_into(name, tensor, op, prescale_factor, postscale_factor, process_set, output)
+                except BaseException:
+                    _run_interrupted((tensor, output))
+                    raise
+                if live is not None:
+                    if live != 0:
+                        _run_unfinished(live, (tensor, output))
+                    return output
             if name is None:
                 known = _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set)
             else:
                 known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
             if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
-                output = torch.empty_like(tensor)
+                if output is None:
+                    output = torch.empty_like(tensor)
                 # ops.run_prepared written out, as in allreduce_: on this path a helper's frame is a visible share of
                 # the call. The output is new, so the request runs at these addresses, not those it was prepared with.
                 try:

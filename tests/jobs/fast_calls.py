@@ -1,8 +1,9 @@
 # Job script: the per-tensor calls' steady state in C (hvdlite/common/fast_calls.c) against the Python path that
-# serves every other case. A seeded random sequence of in-place allreduces under a few names or none, each call
-# differing from the last of its name or not (shape, dtype, op, scale factors, process set, a non-contiguous or a
-# parameter tensor, a moved buffer), synchronous or asynchronous, its arguments by keyword or by position, gives
-# every call its own result; each call's path is counted, and the C one must take most of the calls that repeat.
+# serves every other case. A seeded random sequence of allreduces under a few names or none, each call differing
+# from the last of its name or not (shape, dtype, op, scale factors, process set, a non-contiguous or a parameter
+# tensor, a moved buffer), synchronous (in place or into a new tensor) or asynchronous, its arguments by keyword or
+# by position, gives every call its own result; each call's path is counted, and the C one must take most of the
+# calls that repeat.
 # Then the public C functions' binding of arguments: Python's errors, a keyword handle, the reference's signature.
 # argv: CALLS SEED.
 import inspect
@@ -72,6 +73,7 @@ for i in range(calls):
     sync = rng.random() < 0.5
     positional = rng.random() < 0.3  # (tensor, average, name, op, prescale, postscale, process_set)
     by_keyword = rng.random() < 0.2  # synchronize(handle=...)
+    into_new = rng.random() < 0.3  # a synchronous call into a new tensor (hvd.allreduce)
     members = list(range(n)) if form["set"] == "global" else [r for r in range(n) if r % 2 == 0]
     if me not in members:
         continue
@@ -94,7 +96,14 @@ for i in range(calls):
     arguments = dict(name=tensor_name, op=op, prescale_factor=pre, postscale_factor=post)
     arguments["process_set"] = process_set
     before = ops.fast_calls.taken()
-    if sync:
+    if sync and into_new:  # the input left as it was
+        given = tensor.detach().clone()
+        returned = hvd.allreduce(tensor, **arguments)
+        count(before, ops.fast_calls.taken())
+        assert returned is not tensor and returned.shape == tensor.shape, f"call {i}: allreduce returned {returned}"
+        check(f"call {i} ({kind}, into a new tensor, {form})", returned.detach(), want, exact=False)
+        check(f"call {i}'s input ({kind}, into a new tensor)", tensor.detach(), given, exact=True)
+    elif sync:
         if positional:
             returned = hvd.allreduce_(tensor, None, tensor_name, op, pre, post, process_set)
         else:
