@@ -232,27 +232,37 @@ static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   return 1;
 }
 
+/* Whether host tensors are placed on the host now (the fake-CUDA tests place them on a device: the Python way). */
+static int host_placement(void) {
+  return placement_namespace && PyDict_GetItemWithError(placement_namespace, s_cpu_placement) == host;
+}
+
+/* hvdlite_run of a taken call's request, into output (0: where it was prepared to write), its entry released. */
+static PyObject* run_taken(Taken* call, uintptr_t output) {
+  const uintptr_t input = call->moved_to ? call->moved_to : (uintptr_t)call->request->input;
+  int64_t live;
+  Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
+  live = output ? hvdlite_run_at(call->request, input, output) : hvdlite_run(call->request);
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(call->entry);
+  ++taken_run;
+  return PyLong_FromLongLong(live);
+}
+
 /* run(name or None, tensor, op, prescale, postscale, process_set), for allreduce_: hvdlite_run of the prepared
  * in-place allreduce. None when not taken; else what hvdlite_run returned (0: finished; a handle still running or
  * failed; minus a status). */
 static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   Taken call;
   if (!take(args, nargs, &call)) return not_taken();
-  int64_t live;
-  Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
-  live = call.moved_to ? hvdlite_run_at(call.request, call.moved_to, call.moved_to) : hvdlite_run(call.request);
-  Py_END_ALLOW_THREADS;
-  Py_DECREF(call.entry);
-  ++taken_run;
-  return PyLong_FromLongLong(live);
+  return run_taken(&call, call.moved_to);
 }
 
 /* run_into(name or None, tensor, op, prescale, postscale, process_set, output), for allreduce: run() of the prepared
  * allreduce from the tensor into output, a new tensor like it that the caller made, while the current placement of
  * host tensors is the host. None when not taken; else as run(). */
 static PyObject* run_into(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7 || !placement_namespace || PyDict_GetItemWithError(placement_namespace, s_cpu_placement) != host)
-    return not_taken();
+  if (nargs != 7 || !host_placement()) return not_taken();
   Taken call;
   if (!take(args, 6, &call)) return not_taken();
   PyObject* address = read_attribute(args[6], kReadDataPtr);
@@ -262,14 +272,7 @@ static PyObject* run_into(PyObject* module, PyObject* const* args, Py_ssize_t na
     Py_DECREF(call.entry);
     return not_taken();
   }
-  const uintptr_t input = call.moved_to ? call.moved_to : (uintptr_t)call.request->input;
-  int64_t live;
-  Py_BEGIN_ALLOW_THREADS; /* it may wait a slice for the other ranks */
-  live = hvdlite_run_at(call.request, input, (uintptr_t)output);
-  Py_END_ALLOW_THREADS;
-  Py_DECREF(call.entry);
-  ++taken_run;
-  return PyLong_FromLongLong(live);
+  return run_taken(&call, (uintptr_t)output);
 }
 
 /* submit(name or None, tensor, op, prescale, postscale, process_set), for allreduce_async_: hvdlite_submit of the
@@ -383,8 +386,7 @@ static PyObject* call_reference(PyObject* reference, PyObject* const* args, Py_s
 static int allreduce_call(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** call) {
   PyObject* bound[kAllreduceParameters];
   if (!bind(args, nargs, kwnames, allreduce_parameters, kAllreduceParameters, bound) || !bound[kTensor] ||
-      (bound[kAverage] && bound[kAverage] != Py_None) ||
-      PyDict_GetItemWithError(placement_namespace, s_cpu_placement) != host)
+      (bound[kAverage] && bound[kAverage] != Py_None) || !host_placement())
     return 0;
   call[0] = bound[kName] ? bound[kName] : Py_None;
   call[1] = bound[kTensor];
