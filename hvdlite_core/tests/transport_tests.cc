@@ -112,8 +112,8 @@ void test_receive_in_place() {
 }
 
 // Small messages beside the stream: in order through the few mail slots, a sender held back while they are all
-// unread, a size the receiver did not expect named as an error, and Progress::exchange sending what fits as a
-// message and the rest on the stream.
+// unread, a size the receiver did not expect named as an error, one of any size up to a capacity taken with its
+// size, and Progress::exchange sending what fits as a message and the rest on the stream.
 void test_messages() {
   ShmInbox inbox = ShmInbox::Create("/hvdlite-unit-mail-" + std::to_string(getpid()), 0, 2, 1024);
   ShmChannel loop(0, "self", &inbox, 1, &inbox, 1, -1);
@@ -144,6 +144,23 @@ void test_messages() {
     loop.try_recv_message(&wider, sizeof(wider));
   } catch (const Error& e) {
     named = std::string(e.what()).find("4 bytes where this rank expected 8") != std::string::npos;
+  }
+  CHECK(named);
+  // Of any size up to a capacity: taken with its size; a longer one is an error that names both sizes.
+  const char note[5] = {1, 2, 3, 4, 5};
+  char taken[16] = {};
+  size_t taken_bytes = 0;
+  // The message the exact receive refused is still the next one.
+  CHECK(loop.try_recv_message_up_to(taken, sizeof(taken), &taken_bytes) && taken_bytes == sizeof(small));
+  CHECK(!loop.try_recv_message_up_to(taken, sizeof(taken), &taken_bytes));  // none left
+  CHECK(loop.try_send_message(note, sizeof(note)));
+  CHECK(loop.try_recv_message_up_to(taken, sizeof(taken), &taken_bytes) && taken_bytes == 5 && taken[4] == 5);
+  CHECK(loop.try_send_message(note, sizeof(note)));
+  named = false;
+  try {
+    loop.try_recv_message_up_to(taken, 4, &taken_bytes);
+  } catch (const Error& e) {
+    named = std::string(e.what()).find("5 bytes where this rank expected at most 4") != std::string::npos;
   }
   CHECK(named);
 

@@ -126,32 +126,44 @@ class VoteExchange {
   }
 
  private:
-  // A pair's exchange: the first parts both ways at once (one slot of the channel's message path each where the
-  // words every message begins with fit one: the windows then often fit it too), then the rest both ways at once,
-  // so that messages of any length cross.
+  // A pair's exchange: the first parts both ways at once, then the rest both ways at once, so that messages of any
+  // length cross. Where the words every message begins with fit a slot of the channel's message path, the first
+  // part is as much of the message as fits one (all of it, mostly: the windows and a kilobyte collective riding in
+  // the exchange fit too), and the peer learns its size from the slot; otherwise those words on the stream.
   void swap(Channel* peer) {
     const size_t mine = pack();
     const size_t slot_words = peer->message_capacity() / 8;
     const bool first_as_message = known_words_ <= slot_words;
-    const size_t first = first_as_message ? std::min(slot_words, capacity_) : known_words_;
+    const size_t first = first_as_message ? std::min(slot_words, mine) : known_words_;
     Transfer rest[2];
     size_t count = 0;
     if (mine > first) rest[count++] = Transfer::Send(peer, out_ + first, (mine - first) * 8);
-    if (first_as_message && count) {
+    size_t received = first;  // the peer's first part, in words
+    if (first_as_message) {
       // Only the rest's length waits on the peer's first part, not its sending: with the first part on the message
       // path, the stream carries nothing before the rest, so it leaves right after the first part (as much as the
       // stream takes at once) and crosses with it instead of a one-way trip later.
-      Transfer first_part[2] = {Transfer::Send(peer, out_, first * 8), Transfer::Recv(peer, in_, first * 8)};
-      first_part[0].message = first_part[1].message = true;
+      Transfer first_part[2] = {Transfer::Send(peer, out_, first * 8),
+                                Transfer::Recv(peer, in_, std::min(slot_words, capacity_) * 8)};
+      first_part[0].message = first_part[1].message = first_part[1].up_to = true;
       progress_.start(first_part, 1);
-      progress_.start(rest, 1);
+      if (count) progress_.start(rest, 1);
       progress_.run(first_part, 2);
+      received = first_part[1].length / 8;
+      if (received * 8 != first_part[1].length || received < known_words_) throw malformed(peer);
     } else {
       progress_.exchange(peer, out_, in_, first * 8);
     }
     const size_t theirs = read_windows(peer);
-    if (theirs > first) rest[count++] = Transfer::Recv(peer, in_ + first, (theirs - first) * 8);
+    // A first part on the message path is the whole message where that fits, else a full slot.
+    if (first_as_message && received != std::min(theirs, slot_words)) throw malformed(peer);
+    if (theirs > received) rest[count++] = Transfer::Recv(peer, in_ + received, (theirs - received) * 8);
     if (count) progress_.run(rest, count);
+  }
+
+  static Error malformed(const Channel* peer) {
+    return Error(StatusCode::kInternal, "negotiation message from rank " + std::to_string(peer->peer()) +
+                                            " is not as long as its windows announce");
   }
 
   // To or from a member folded in, on the stream: the words every message begins with, then the windows.

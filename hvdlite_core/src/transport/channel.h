@@ -33,10 +33,12 @@ class Channel {
   virtual bool align_stream(bool sending) { return true; }
   // Small messages on a path of their own beside the stream, all or nothing: try_send_message and
   // try_recv_message return false while that cannot happen yet. Both ends must send and receive the same messages
-  // this way, each the same size (at most message_capacity() bytes; 0: the channel has no such path).
+  // this way, each the same size (at most message_capacity() bytes; 0: the channel has no such path), or with
+  // try_recv_message_up_to, which takes a message of any size up to capacity and says its size in *bytes.
   virtual size_t message_capacity() const { return 0; }
   virtual bool try_send_message(const void* data, size_t bytes) { return false; }
   virtual bool try_recv_message(void* data, size_t bytes) { return false; }
+  virtual bool try_recv_message_up_to(void* data, size_t capacity, size_t* bytes) { return false; }
   // Socket to poll for readiness; -1 when the channel is not socket-based.
   virtual int poll_fd() const = 0;
   // Throws if the peer is known to be gone (used while sleeping on channels that cannot signal a death).

@@ -24,9 +24,11 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
     Transfer& t = transfers[i];
     if (t.message) {
       if (t.done < t.length) {
+        size_t bytes = t.length;
         if (t.is_send ? t.channel->try_send_message(t.data, t.length)
+            : t.up_to ? t.channel->try_recv_message_up_to(t.data, t.length, &bytes)
                       : t.channel->try_recv_message(t.data, t.length)) {
-          t.done = t.length;
+          t.done = t.length = bytes;
           moved = true;
         } else {
           done = false;

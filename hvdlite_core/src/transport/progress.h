@@ -32,6 +32,8 @@ struct Transfer {
   bool cold = false;
   // A whole small message on the channel's message path (Channel::try_send_message), not the stream.
   bool message = false;
+  // A message receive that takes any size up to length (Channel::try_recv_message_up_to): length becomes its size.
+  bool up_to = false;
 
   static Transfer Send(Channel* c, const void* data, size_t length) {
     return Transfer{c, static_cast<char*>(const_cast<void*>(data)), length, true};

@@ -130,14 +130,25 @@ bool ShmChannel::try_send_message(const void* data, size_t bytes) {
 }
 
 bool ShmChannel::try_recv_message(void* data, size_t bytes) {
+  size_t taken;
+  return take_message(data, bytes, true, &taken);
+}
+
+bool ShmChannel::try_recv_message_up_to(void* data, size_t capacity, size_t* bytes) {
+  return take_message(data, capacity, false, bytes);
+}
+
+bool ShmChannel::take_message(void* data, size_t bytes, bool exact, size_t* taken) {
   MailSlot& slot = recv_ring_->mail[mail_received_ % kMailSlots];
   if (slot.seq.load(std::memory_order_acquire) != mail_received_ + 1) return false;
-  if (slot.bytes != bytes) {
+  if (exact ? slot.bytes != bytes : slot.bytes > bytes) {
     throw Error(StatusCode::kInternal, "rank " + std::to_string(peer_) + " sent a message of " +
                                            std::to_string(slot.bytes) + " bytes where this rank expected " +
-                                           std::to_string(bytes) + " (the ranks run different collectives)");
+                                           (exact ? "" : "at most ") + std::to_string(bytes) +
+                                           " (the ranks run different collectives)");
   }
-  std::memcpy(data, slot.payload, bytes);
+  *taken = slot.bytes;
+  std::memcpy(data, slot.payload, *taken);
   recv_ring_->mail_taken.store(++mail_received_, std::memory_order_release);
   ring_peer_doorbell();  // the peer may be waiting for a free slot
   return true;

@@ -21,6 +21,7 @@ class ShmChannel : public Channel {
   size_t message_capacity() const override { return sizeof(MailSlot::payload); }
   bool try_send_message(const void* data, size_t bytes) override;
   bool try_recv_message(void* data, size_t bytes) override;
+  bool try_recv_message_up_to(void* data, size_t capacity, size_t* bytes) override;
   int poll_fd() const override { return -1; }
   void check_alive() override;
   PeerState peer_state() const override;
@@ -31,6 +32,8 @@ class ShmChannel : public Channel {
   // Copies n bytes that start at stream position `from` out of the receive ring (handling its wrap).
   void copy_out(char* data, uint64_t from, size_t n, bool streaming = false) const;
   size_t recv(void* data, size_t length, bool streaming);
+  // The next message into data when it has arrived: of exactly `bytes`, or (exact false) of at most that many.
+  bool take_message(void* data, size_t bytes, bool exact, size_t* taken);
   RingHeader* send_ring_;
   char* send_data_;
   RingHeader* recv_ring_;

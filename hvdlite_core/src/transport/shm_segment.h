@@ -25,14 +25,15 @@ class ShmSpaceError : public Error {
   size_t needed_bytes_;
 };
 
-// A small message from the slot's sender to the owner in one cache line: the sender fills the line, then
-// publishes seq, so the owner polling seq finds the payload in the line it has just fetched. A byte in the ring
-// costs three lines crossing between the cores (head, data, then tail back), each a cache miss on the critical
-// path of a latency-bound exchange.
+// A small message from the slot's sender to the owner: the sender fills the payload, then publishes seq, so the
+// owner polling seq finds a short message in the line it has just fetched, and a longer one in the lines right
+// after it. The ring costs more on the critical path of a latency-bound exchange: besides the data, a head line
+// crossing between the cores one way and a tail line back. Room for a kilobyte collective and the negotiation words
+// around it.
 struct alignas(64) MailSlot {
   std::atomic<uint64_t> seq;  // 1 + the message's number among the pair's messages, once it is in place
   uint32_t bytes;
-  char payload[52];
+  char payload[2048 - 12];
 };
 constexpr size_t kMailSlots = 4;
 
