@@ -135,6 +135,12 @@ static void test_validation() {
   CHECK(!packed.is_error && packed.layout == 0x1234 && packed.matches(c, 0));
   d.layout = 0xabcd;
   CHECK(!packed.matches(d, 1));
+  // A caller that has established the name skips only the names' comparison: everything else is still compared.
+  Request renamed = c;
+  renamed.name += ".other";
+  CHECK(!packed.matches(renamed, 0) && packed.matches(renamed, 0, true));
+  renamed.layout = 0xabcd;
+  CHECK(!packed.matches(renamed, 0, true));
   // The digest travels with the request to the coordinator and with the response back.
   WireWriter w;
   d.write(w);

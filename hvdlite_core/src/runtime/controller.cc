@@ -331,8 +331,10 @@ ResponseCache::Lookup Controller::look_up(const TensorEntry& entry, int* positio
   NameRecord* record = entry.name_record;
   if (record && record->cache_stamp != 0 && cache_.stamp_at(record->cache_position) == record->cache_stamp) {
     *position = record->cache_position;
-    return cache_.at(*position).matches(entry.request, member) ? ResponseCache::Lookup::kHit
-                                                               : ResponseCache::Lookup::kConflict;
+    // The record took that position and stamp from a lookup by this name, and the stamp says the position holds
+    // the same response since: the names are equal.
+    return cache_.at(*position).matches(entry.request, member, true) ? ResponseCache::Lookup::kHit
+                                                                     : ResponseCache::Lookup::kConflict;
   }
   ResponseCache::Lookup found = cache_.lookup(entry.key, entry.request, member, position);
   if (record && found != ResponseCache::Lookup::kMiss) {

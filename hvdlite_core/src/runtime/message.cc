@@ -166,10 +166,10 @@ Response Response::Failure(const Request& about, int32_t code, std::string messa
   return r;
 }
 
-bool Response::matches(const Request& q, int member_index) const {
+bool Response::matches(const Request& q, int member_index, bool same_name) const {
   // An unnamed request's name is its own; what it carries is compared below.
   if (is_error || q.op != op || q.dtype != dtype || q.process_set != process_set || q.unnamed != unnamed ||
-      (!unnamed && q.name != name) || q.on_device != on_device) {
+      (!unnamed && !same_name && q.name != name) || q.on_device != on_device) {
     return false;
   }
   switch (op) {

@@ -92,8 +92,9 @@ struct Response {
   static Response Read(WireReader& r);
   // An error for every member that submitted the tensor `about`; never cached.
   static Response Failure(const Request& about, int32_t code, std::string message);
-  // Whether a request from `rank` matches this (cached) response, i.e. can reuse it.
-  bool matches(const Request& request, int member_index) const;
+  // Whether a request from `rank` matches this (cached) response, i.e. can reuse it. same_name: the caller has
+  // already established that the request's name is this response's, and the strings are not compared again.
+  bool matches(const Request& request, int member_index, bool same_name = false) const;
 };
 
 // The name an unnamed operation's response is cached under: its operation and what every member submits alike
