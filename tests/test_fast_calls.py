@@ -11,5 +11,8 @@ from multiproc import job_source, run_job
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("np, seed", [(2, 1), (3, 2)])
 def test_fast_calls_give_every_call_its_result(np, seed):
-    result = run_job(job_source("fast_calls"), np=np, args=["400", str(seed)], timeout=100)
+    # A long idle sleep keeps the other ranks' background threads from answering a late call's exchange in a cycle
+    # of their own: the call then waits in its exchange for the late rank itself.
+    env = {"HVDLITE_IDLE_CYCLE_TIME": "5000"}
+    result = run_job(job_source("fast_calls"), np=np, args=["400", str(seed)], timeout=100, env=env)
     assert_job_ok(result, np, min_count=400)

@@ -167,6 +167,12 @@ int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seco
 int64_t hvdlite_run(const hvdlite_request* request);
 /* hvdlite_run with the buffers given as in hvdlite_submit_at. */
 int64_t hvdlite_run_at(const hvdlite_request* request, uintptr_t input, uintptr_t output);
+/* hvdlite_run (output 0) or hvdlite_run_at, called holding a lock that this process's other threads may need
+ * (Python's GIL): the core calls release(context), once, before it may wait for long (a late peer, a sleep, a cycle
+ * of other operations), and the caller takes the lock back after the call. A steady-state collective of a microsecond
+ * then keeps it throughout. */
+int64_t hvdlite_run_holding(const hvdlite_request* request, uintptr_t input, uintptr_t output, void (*release)(void*),
+                            void* context);
 /* What this thread's latest hvdlite_run returned: for a caller interrupted between that call's return and its use
  * of the value (Python raises a signal handler's exception there), so that a running operation is not lost. */
 int64_t hvdlite_last_run(void);

@@ -364,6 +364,15 @@ HVDLITE_EXPORT int64_t hvdlite_run_at(const hvdlite_request* request, uintptr_t 
   return run_one(&moved, slot_of(*request));
 }
 
+HVDLITE_EXPORT int64_t hvdlite_run_holding(const hvdlite_request* request, uintptr_t input, uintptr_t output,
+                                           void (*release)(void*), void* context) {
+  HeldLock& held = held_lock();
+  held = {release, context};
+  const int64_t result = output ? hvdlite_run_at(request, input, output) : hvdlite_run(request);
+  held.release = nullptr;  // not given up: the call did not wait
+  return result;
+}
+
 HVDLITE_EXPORT int64_t hvdlite_last_run(void) { return g_last_run; }
 
 HVDLITE_EXPORT int hvdlite_handle_error(int64_t handle, char* buffer, int32_t capacity) {

@@ -46,6 +46,24 @@ inline Clock::duration coarse_tick() {
   return tick;
 }
 
+// A lock that a caller holds through its call into the core and that its process's other threads may need: Python's
+// GIL, kept through a steady-state collective of a microsecond, of which giving it up and taking it back would be a
+// noticeable part. The core gives it up, once, before the call may wait for long: a spin for a late peer past
+// kHeldLockSpinMicroseconds, a sleep, a cycle driven for other operations. The caller takes it back after the call.
+struct HeldLock {
+  void (*release)(void*) = nullptr;  // null: no lock held, or given up already
+  void* context = nullptr;
+};
+constexpr int64_t kHeldLockSpinMicroseconds = 20;
+HeldLock& held_lock();  // this thread's
+inline void release_held_lock() {
+  HeldLock& held = held_lock();
+  if (!held.release) return;
+  void (*release)(void*) = held.release;
+  held.release = nullptr;
+  release(held.context);
+}
+
 inline int64_t micros_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
 }

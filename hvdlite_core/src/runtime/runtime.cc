@@ -68,6 +68,7 @@ void Runtime::start_timeline(const std::string& path, bool mark_cycles) {
 void Runtime::stop_timeline() { timeline_.close(); }
 
 bool Runtime::wait(HandleState& handle, int64_t timeout_us) {
+  if (!handle.finished()) release_held_lock();  // it may drive cycles of other operations, or sleep
   active_waiters_.fetch_add(1);
   bool finished = wait_driving(handle, timeout_us);
   active_waiters_.fetch_sub(1);

@@ -204,6 +204,7 @@ Runtime::Steady Runtime::run_steady(const hvdlite_request& q, uint64_t* slot_hom
           *failure = admitted_status;
         }
         steady_adopted_.fetch_add(1, std::memory_order_relaxed);
+        release_held_lock();  // the cycle runs what every rank voted ready, of any size
         controller_->lane_adopt(admitted.empty() ? nullptr : admitted[0], outcome_);
         last_cycle_ = Clock::now();
         complete_cycle(outcome_);  // a failure there fails the adopted entry's handle too

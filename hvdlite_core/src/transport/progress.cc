@@ -69,6 +69,7 @@ bool Progress::advance(Transfer* transfers, size_t count, bool* all_done) {
 }
 
 void Progress::block(Transfer* transfers, size_t count) {
+  release_held_lock();
   std::vector<struct pollfd> fds;
   bool shm_pending = false;
   for (size_t i = 0; i < count; ++i) {
@@ -113,6 +114,7 @@ void Progress::run(Transfer* transfers, size_t count) {
   auto last_alive_check = start;
   const auto timeout = std::chrono::duration<double>(timeout_s_);
   const int64_t spin_us = t_spin_override >= 0 ? t_spin_override : spin_us_;
+  bool held_checked = false;
   while (true) {
     const bool moved = advance(transfers, count, &done);
     if (done) return;
@@ -120,6 +122,10 @@ void Progress::run(Transfer* transfers, size_t count) {
     // loop of pauses saw the peer's data later there.
     const auto now = Clock::now();
     if (moved) last_move = now;
+    if (!held_checked && now - start > std::chrono::microseconds(kHeldLockSpinMicroseconds)) {
+      held_checked = true;  // a late peer: the caller's lock goes to its other threads (common/wait.h)
+      release_held_lock();
+    }
     if (now - last_move < std::chrono::microseconds(spin_us)) {
       cpu_relax();
       continue;
