@@ -316,10 +316,9 @@ static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t narg
     Py_DECREF(result);
     return NULL;
   }
-  int status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = hvdlite_finish(core_handle);
-  Py_END_ALLOW_THREADS;
+  PyThreadState* saved = NULL; /* the GIL, given up only if the operation has not finished */
+  const int status = hvdlite_finish_holding(core_handle, release_gil, &saved);
+  if (saved) PyEval_RestoreThread(saved);
   if (status != 0) { /* still running, or failed: the Python path waits, or reports the error */
     const int restored = PyDict_SetItem(results, handle, result);
     Py_DECREF(result);

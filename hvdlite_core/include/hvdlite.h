@@ -156,6 +156,8 @@ int hvdlite_wait(int64_t handle, double timeout_seconds);
  * 0: an asynchronous operation's usual end in one call. Otherwise the handle stays, as after hvdlite_wait, and the
  * status is returned (HVDLITE_TIMEOUT: the slice ran out). */
 int hvdlite_finish(int64_t handle);
+/* hvdlite_finish called holding a lock as hvdlite_run_holding is: given up only if the operation has not finished. */
+int hvdlite_finish_holding(int64_t handle, void (*release)(void*), void* context);
 /* Waits for count operations (a batch from hvdlite_enqueue_many) up to timeout_seconds in all. Every one
  * finished successfully: returns 0 with all the handles released. Otherwise releases none and returns
  * HVDLITE_TIMEOUT when time ran out first, else the status of the first failed one in the array. */

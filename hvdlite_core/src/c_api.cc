@@ -299,6 +299,14 @@ HVDLITE_EXPORT int hvdlite_wait(int64_t handle, double timeout_seconds) {
 
 HVDLITE_EXPORT int hvdlite_finish(int64_t handle) { return wait_for(handle, HVDLITE_WAIT_SLICE_MS * 1e-3, true); }
 
+HVDLITE_EXPORT int hvdlite_finish_holding(int64_t handle, void (*release)(void*), void* context) {
+  HeldLock& held = held_lock();
+  held = {release, context};
+  const int status = hvdlite_finish(handle);
+  held.release = nullptr;  // not given up: the operation had finished
+  return status;
+}
+
 HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, double timeout_seconds) {
   return guarded([&] {
     if (count < 0 || (count > 0 && !handles)) return fail(StatusCode::kInvalidArgument, "invalid handle array");

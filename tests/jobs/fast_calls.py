@@ -130,40 +130,44 @@ if taken["run"] + taken["submit"] < 0.4 * made:
     raise AssertionError(f"the fast calls took {taken} of this rank's {made}")
 hvd.barrier()  # the members of the smaller set may still be at work
 
+
 # A call the C path runs keeps the GIL, but gives it up while a late rank keeps it waiting: a Python thread of this
 # process counts meanwhile. The background threads, idle for a while, sleep long (the test's IDLE_CYCLE_TIME), so
-# the call waits in its exchange until the late rank's own call.
-late = torch.ones(4)
-for _ in range(3):
-    hvd.allreduce_(late, name="fast.late")
-time.sleep(0.1)
-ticks, stop = [0], threading.Event()
+# a synchronous call waits in its exchange until the late rank's own call.
+def late_call(what, call, taken_index):
+    late = torch.ones(4)
+    for _ in range(3):
+        call(late)
+    time.sleep(0.1)
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    counter = threading.Thread(target=tick)
+    counter.start()
+    start, ticked = time.monotonic(), ticks[0]
+    time.sleep(0.1)  # how fast it counts with the GIL free
+    rate = (ticks[0] - ticked) / (time.monotonic() - start)
+    if me == n - 1:
+        time.sleep(0.5)
+    before, ticked, start = ops.fast_calls.taken(), ticks[0], time.monotonic()
+    call(late)
+    waited, ticked = time.monotonic() - start, ticks[0] - ticked
+    stop.set()
+    counter.join()
+    assert ops.fast_calls.taken()[taken_index] == before[taken_index] + 1, f"{what}: not the C path's"
+    check(what, late, torch.ones(4), exact=True)  # averages of ones
+    # Held throughout, the GIL would let the thread count only in the switch interval after the call (5 ms).
+    if me != n - 1 and not (waited > 0.2 and ticked > 0.2 * rate * waited):
+        raise AssertionError(
+            f"a thread counted {ticked} while {what} waited {waited:.3f} s for a late rank ({rate:.0f} a second free)"
+        )
 
 
-def tick():
-    while not stop.is_set():
-        ticks[0] += 1
-
-
-counter = threading.Thread(target=tick)
-counter.start()
-start, ticked = time.monotonic(), ticks[0]
-time.sleep(0.1)  # how fast it counts with the GIL free
-rate = (ticks[0] - ticked) / (time.monotonic() - start)
-if me == n - 1:
-    time.sleep(0.5)
-before, ticked, start = ops.fast_calls.taken(), ticks[0], time.monotonic()
-hvd.allreduce_(late, name="fast.late")
-waited, ticked = time.monotonic() - start, ticks[0] - ticked
-stop.set()
-counter.join()
-assert ops.fast_calls.taken()[0] == before[0] + 1, "the late call was not the C path's"
-check("the late call", late, torch.ones(4), exact=True)  # averages of ones
-# Held throughout, the GIL would let the thread count only in the switch interval after the call (5 ms).
-if me != n - 1 and not (waited > 0.2 and ticked > 0.2 * rate * waited):
-    raise AssertionError(
-        f"a thread counted {ticked} while allreduce_ waited {waited:.3f} s for a late rank ({rate:.0f} a second free)"
-    )
+late_call("allreduce_", lambda t: hvd.allreduce_(t, name="fast.late"), 0)
+late_call("synchronize", lambda t: hvd.synchronize(hvd.allreduce_async_(t, name="fast.late_async")), 2)
 
 # The public functions are the C ones. They bind their arguments as their Python references do, and leave the
 # errors to them.
