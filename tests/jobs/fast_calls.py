@@ -167,7 +167,9 @@ def late_call(what, call, taken_index):
 
 
 late_call("allreduce_", lambda t: hvd.allreduce_(t, name="fast.late"), 0)
-late_call("synchronize", lambda t: hvd.synchronize(hvd.allreduce_async_(t, name="fast.late_async")), 2)
+# Submitted by the C path; its synchronize waits there, or, where a background thread's cycle answered first and the
+# wait outlasted a slice, goes on in the Python path, which waits through cffi without the GIL.
+late_call("synchronize", lambda t: hvd.synchronize(hvd.allreduce_async_(t, name="fast.late_async")), 1)
 
 # The public functions are the C ones. They bind their arguments as their Python references do, and leave the
 # errors to them.
