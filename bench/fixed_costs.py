@@ -5,8 +5,9 @@
     python bench/fixed_costs.py --ks 16,256,4096 --rounds 1 --out-dir /tmp/quick    # a quick look
 
 Each part but keras is one job that mpirun starts (--peers latency,curve,optimizer,keras-hvdlite), in
-which hvdlite and its peers take turns in blocks of calls or steps: a call of a few microseconds moves with the
-machine's state from second to second, so only figures timed in the same seconds compare. The jobs take turns too,
+which hvdlite and its peers (and, in the curve, every K) take turns in blocks of calls or steps: a call of a few
+microseconds moves with the machine's state from second to second, so only figures timed in the same seconds
+compare. The jobs take turns too,
 and the whole turn repeats --rounds times. Every figure is the median over iterations within a run; the tables give
 the median and the worst round, and ratios are taken within a round.
 
@@ -71,6 +72,9 @@ KERAS_VARIABLES = [10, 100, 400]
 GPT_LAYERS = 16  # 16 parameter tensors a block: 261 tensors in all
 
 
+CURVE_BLOCKS = 5
+
+
 def steps_for(k):
     """Steps timed for K tensors (after 3 warm-up steps): about 40,000 tensors in all, and at least 25 steps, so
     that each of the 5 blocks holds 5. With fewer, a large K's median was a block's first step, which meets the
@@ -80,8 +84,8 @@ def steps_for(k):
 
 def take_turns(calls, barrier, blocks, per_block, warmup=3):
     """{name: median seconds of one call} for calls {name: fn}: warmup untimed calls of each, then blocks turns in
-    which each makes per_block timed calls, the order rotating each turn, so that all of them meet the machine's
-    state of the same seconds."""
+    which each makes per_block timed calls (a number, or {name: number}), the order rotating each turn, so that all
+    of them meet the machine's state of the same seconds."""
     order = list(calls)
     for name in order:
         for _ in range(warmup):
@@ -91,7 +95,7 @@ def take_turns(calls, barrier, blocks, per_block, warmup=3):
         for name in order[block % len(order) :] + order[: block % len(order)]:
             fn, timed = calls[name], times[name]
             barrier()
-            for _ in range(per_block):
+            for _ in range(per_block[name] if isinstance(per_block, dict) else per_block):
                 start = time.perf_counter()
                 fn()
                 timed.append(time.perf_counter() - start)
@@ -143,24 +147,25 @@ def worker(peer, ks):
 
 
 def curve_worker(ks):
-    """{peer: [{k, seconds a step}]} for CURVE_PEERS in one job that mpirun starts, taking turns in blocks of steps
-    at each K, each peer on tensors of its own."""
+    """{peer: [{k, seconds a step}]} for CURVE_PEERS in one job that mpirun starts, each peer on tensors of its own.
+    Every K and every peer take turns in blocks of steps: the growth from one K to another is a ratio too, and the
+    machine's pace moved by more than it between the minutes that K after K would take."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     rank, size, hvd = init_both()
-    results = {peer: [] for peer in CURVE_PEERS}
+    steps, per_block, kept = {}, {}, {}
     for k in ks:
-        steps, kept = {}, {}
         for peer in CURVE_PEERS:
+            per_block[peer, k] = max(1, steps_for(k) // CURVE_BLOCKS)
             if peer == "gloo-fused":
                 flat = torch.ones(k * TENSOR_FLOATS)
-                steps[peer] = lambda flat=flat: dist.all_reduce(flat)
+                steps[peer, k] = lambda flat=flat: dist.all_reduce(flat)
                 continue
             tensors = [torch.ones(TENSOR_FLOATS) for _ in range(k)]
             names = [f"k{k}.{peer}.{i}" for i in range(k)]
-            kept[peer] = tensors
+            kept[peer, k] = tensors
             if peer == "hvdlite-async":
 
                 def step(tensors=tensors, names=names):
@@ -175,14 +180,12 @@ def curve_worker(ks):
                 def step(tensors=tensors, k=k):
                     hvd.grouped_allreduce_(tensors, name=f"k{k}.group")
 
-            steps[peer] = step
-        count = steps_for(k)
-        blocks = min(5, count)
-        for peer, seconds in take_turns(steps, hvd.barrier, blocks, count // blocks).items():
-            results[peer].append({"k": k, "seconds": seconds})
-        for peer, tensors in kept.items():
-            if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
-                raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
+            steps[peer, k] = step
+    medians = take_turns(steps, hvd.barrier, CURVE_BLOCKS, per_block)
+    results = {peer: [{"k": k, "seconds": medians[peer, k]} for k in ks] for peer in CURVE_PEERS}
+    for (peer, k), tensors in kept.items():
+        if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
+            raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
     dist.destroy_process_group()
     return rank, size, results
 
