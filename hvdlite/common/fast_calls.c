@@ -35,6 +35,9 @@ static PyObject* unfinished; /* finish()'s otherwise, for synchronize */
  * ops.run_interrupted; and core_ops' namespace, whose cpu_placement the fake-CUDA tests set to a device. */
 static PyObject *reference_allreduce_, *reference_allreduce_async_, *reference_synchronize, *check_status;
 static PyObject *run_unfinished, *run_interrupted, *placement_namespace;
+/* hvdlite.torch.allreduce's reference, the compression that compresses nothing, torch.empty_like and
+ * torch.is_grad_enabled (setup_allreduce). */
+static PyObject *reference_allreduce, *compression_none, *empty_like, *is_grad_enabled;
 static PyObject* s_cpu_placement;
 /* The parameters of the allreduces and of synchronize, in order, as the references name them. */
 enum {
@@ -48,10 +51,23 @@ enum {
   kAllreduceParameters
 };
 static PyObject* allreduce_parameters[kAllreduceParameters];
+/* allreduce's, into a new tensor: the same with compression after name. */
+enum {
+  kNewTensor,
+  kNewAverage,
+  kNewName,
+  kNewCompression,
+  kNewOp,
+  kNewPrescale,
+  kNewPostscale,
+  kNewProcessSet,
+  kAllreduceNewParameters
+};
+static PyObject* allreduce_new_parameters[kAllreduceNewParameters];
 static PyObject* synchronize_parameters[1];
 /* Calls taken here, for the tests: run, submit, finish. */
 static unsigned long long taken_run, taken_submit, taken_finish;
-static PyObject *s_grad, *s_process_set_id;
+static PyObject *s_grad, *s_process_set_id, *s_requires_grad;
 
 enum {
   kStruct = 0,
@@ -262,23 +278,6 @@ static PyObject* run(PyObject* module, PyObject* const* args, Py_ssize_t nargs) 
   return run_taken(&call, call.moved_to);
 }
 
-/* run_into(name or None, tensor, op, prescale, postscale, process_set, output), for allreduce: run() of the prepared
- * allreduce from the tensor into output, a new tensor like it that the caller made, while the current placement of
- * host tensors is the host. None when not taken; else as run(). */
-static PyObject* run_into(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7 || !host_placement()) return not_taken();
-  Taken call;
-  if (!take(args, 6, &call)) return not_taken();
-  PyObject* address = read_attribute(args[6], kReadDataPtr);
-  void* output = address ? PyLong_AsVoidPtr(address) : NULL;
-  Py_XDECREF(address);
-  if (!output) {
-    Py_DECREF(call.entry);
-    return not_taken();
-  }
-  return run_taken(&call, (uintptr_t)output);
-}
-
 /* submit(name or None, tensor, op, prescale, postscale, process_set), for allreduce_async_: hvdlite_submit of the
  * prepared in-place allreduce, its handle recorded with the tensor as its result. None when not taken; else the
  * handle, or minus a status. */
@@ -415,42 +414,101 @@ static PyObject* not_set_up(void) {
   return NULL;
 }
 
+/* What follows a run that allreduce_ or allreduce took (live: what run_taken returned), with the tensor and the new
+ * output (NULL for allreduce_). A run that raised, or a signal handler's exception as it returned (Ctrl-C, an
+ * alarm), leaves the run going on their memory, which ops.run_interrupted keeps alive until it ends: -1, the
+ * exception set. A run the core did not finish within its wait slice goes to ops.run_unfinished with them, which
+ * waits for it or raises its error (-1 then). 1 when the call was not taken (live None), else 0. */
+static int after_run(PyObject* live, PyObject* tensor, PyObject* output) {
+  const int interrupted = !live || PyErr_CheckSignals() < 0;
+  if (!interrupted && live == Py_None) {
+    Py_DECREF(live);
+    return 1;
+  }
+  const long long value = interrupted ? 0 : PyLong_AsLongLong(live);
+  Py_XDECREF(live);
+  if (!interrupted && value == 0) return 0;
+  PyObject* kept = output ? PyTuple_Pack(2, tensor, output) : Py_NewRef(tensor);
+  if (interrupted) {
+    PyObject *type, *value_object, *traceback;
+    PyErr_Fetch(&type, &value_object, &traceback);
+    PyObject* none = kept ? PyObject_CallFunctionObjArgs(run_interrupted, kept, NULL) : NULL;
+    Py_XDECREF(none);
+    Py_XDECREF(kept);
+    PyErr_Restore(type, value_object, traceback);
+    return -1;
+  }
+  PyObject* handle = kept ? PyLong_FromLongLong(value) : NULL;
+  PyObject* none = handle ? PyObject_CallFunctionObjArgs(run_unfinished, handle, kept, NULL) : NULL;
+  Py_XDECREF(handle);
+  Py_XDECREF(kept);
+  if (!none) return -1;
+  Py_DECREF(none);
+  return 0;
+}
+
 /* hvdlite.torch.allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
- * process_set=global_process_set): run() of a host tensor, named or not, without the deprecated average; a run that
- * the core did not finish within its wait slice goes to ops.run_unfinished with the tensor, which waits for it or
- * raises its error. Every other call is the reference's. */
+ * process_set=global_process_set): run() of a host tensor, named or not, without the deprecated average. Every other
+ * call is the reference's. */
 static PyObject* allreduce_(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* call[6];
   if (!reference_allreduce_) return not_set_up();
   if (allreduce_call(args, nargs, kwnames, call)) {
-    PyObject* live = run(module, call, 6);
-    /* A signal handler runs as the run returns, as it would after the call in Python: its exception (Ctrl-C, an
-     * alarm) leaves the run going on the tensor's memory, which ops.run_interrupted keeps alive until it ends. */
-    if (!live || PyErr_CheckSignals() < 0) {
-      Py_XDECREF(live);
-      PyObject *type, *value, *traceback;
-      PyErr_Fetch(&type, &value, &traceback);
-      PyObject* none = PyObject_CallFunctionObjArgs(run_interrupted, call[1], NULL);
-      Py_XDECREF(none);
-      PyErr_Restore(type, value, traceback);
-      return NULL;
-    }
-    if (live != Py_None) {
-      const long long value = PyLong_AsLongLong(live);
-      Py_DECREF(live);
-      if (value != 0) {
-        PyObject* handle = PyLong_FromLongLong(value);
-        PyObject* none = handle ? PyObject_CallFunctionObjArgs(run_unfinished, handle, call[1], NULL) : NULL;
-        Py_XDECREF(handle);
-        if (!none) return NULL;
-        Py_DECREF(none);
-      }
-      Py_INCREF(call[1]);
-      return call[1];
-    }
-    Py_DECREF(live);
+    const int after = after_run(run(module, call, 6), call[1], NULL);
+    if (after < 0) return NULL;
+    if (after == 0) return Py_NewRef(call[1]);
   }
   return call_reference(reference_allreduce_, args, nargs, kwnames);
+}
+
+/* Whether autograd records an allreduce of the tensor (it requires grad, with grad mode on), as
+ * hvdlite.torch.allreduce's differentiable path does; -1 when a read failed. */
+static int recorded_by_autograd(PyObject* tensor) {
+  PyObject* requires = PyObject_GetAttr(tensor, s_requires_grad);
+  const int needs = requires ? PyObject_IsTrue(requires) : -1;
+  Py_XDECREF(requires);
+  if (needs != 1) return needs;
+  PyObject* enabled = PyObject_CallNoArgs(is_grad_enabled);
+  const int on = enabled ? PyObject_IsTrue(enabled) : -1;
+  Py_XDECREF(enabled);
+  return on;
+}
+
+/* hvdlite.torch.allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+ * prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set): a host tensor that autograd does not
+ * record, without the deprecated average or a compression, reduced into a new tensor like it (torch.empty_like) by
+ * the request allreduce_ prepared for its name, the tensor left as it was. Every other call is the reference's. */
+static PyObject* allreduce(PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* bound[kAllreduceNewParameters];
+  Taken call;
+  if (!reference_allreduce) return not_set_up();
+  if (bind(args, nargs, kwnames, allreduce_new_parameters, kAllreduceNewParameters, bound) && bound[kNewTensor] &&
+      (!bound[kNewAverage] || bound[kNewAverage] == Py_None) &&
+      (!bound[kNewCompression] || bound[kNewCompression] == compression_none) && host_placement() &&
+      PyObject_TypeCheck(bound[kNewTensor], (PyTypeObject*)tensor_type) &&
+      recorded_by_autograd(bound[kNewTensor]) == 0) {
+    PyObject* tensor = bound[kNewTensor];
+    PyObject* const taken_arguments[6] = {bound[kNewName] ? bound[kNewName] : Py_None,
+                                          tensor,
+                                          bound[kNewOp] ? bound[kNewOp] : Py_None,
+                                          bound[kNewPrescale] ? bound[kNewPrescale] : one,
+                                          bound[kNewPostscale] ? bound[kNewPostscale] : one,
+                                          bound[kNewProcessSet] ? bound[kNewProcessSet] : global_set};
+    if (take(taken_arguments, 6, &call)) {
+      PyObject* output = PyObject_CallFunctionObjArgs(empty_like, tensor, NULL);
+      PyObject* address = output ? read_attribute(output, kReadDataPtr) : NULL;
+      void* pointer = address ? PyLong_AsVoidPtr(address) : NULL;
+      Py_XDECREF(address);
+      if (pointer) {
+        if (after_run(run_taken(&call, (uintptr_t)pointer), tensor, output) < 0) Py_CLEAR(output);
+        return output;
+      }
+      /* No address (an empty tensor has none), or a failed read: the reference's way. */
+      Py_XDECREF(output);
+      Py_DECREF(call.entry);
+    }
+  }
+  return call_reference(reference_allreduce, args, nargs, kwnames);
 }
 
 /* hvdlite.torch.allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -684,6 +742,24 @@ static PyObject* setup_public(PyObject* module, PyObject* const* args, Py_ssize_
   Py_RETURN_NONE;
 }
 
+/* setup_allreduce(allreduce, compression_none, empty_like, is_grad_enabled): hvdlite.torch.allreduce's reference, and
+ * what its C function compares with and calls. */
+static PyObject* setup_allreduce(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  enum { kSetupArguments = 4 };
+  if (nargs != kSetupArguments || !PyCallable_Check(args[0]) || !PyCallable_Check(args[2]) ||
+      !PyCallable_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError, "setup_allreduce(allreduce, compression_none, empty_like, is_grad_enabled)");
+    return NULL;
+  }
+  PyObject** targets[kSetupArguments] = {&reference_allreduce, &compression_none, &empty_like, &is_grad_enabled};
+  for (int i = 0; i < kSetupArguments; ++i) {
+    PyObject* old = *targets[i];
+    *targets[i] = Py_NewRef(args[i]);
+    Py_XDECREF(old);
+  }
+  Py_RETURN_NONE;
+}
+
 /* taken(): how many calls run, submit and finish took, as a (run, submit, finish) tuple. */
 static PyObject* taken(PyObject* module, PyObject* unused) {
   return Py_BuildValue("(KKK)", taken_run, taken_submit, taken_finish);
@@ -706,7 +782,8 @@ static PyMethodDef methods[] = {
     {"allreduce_", (PyCFunction)(void (*)(void))allreduce_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"allreduce_async_", (PyCFunction)(void (*)(void))allreduce_async_, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
-    {"run_into", (PyCFunction)(void (*)(void))run_into, METH_FASTCALL, NULL},
+    {"setup_allreduce", (PyCFunction)(void (*)(void))setup_allreduce, METH_FASTCALL, NULL},
+    {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"taken", taken, METH_NOARGS, NULL},
     {"direct_methods", direct_methods, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -721,7 +798,8 @@ PyMODINIT_FUNC PyInit__fast_calls(void) {
   for (int i = 0; i < kReads; ++i)
     if (!(read_names[i] = PyUnicode_InternFromString(reads[i]))) return NULL;
   s_process_set_id = PyUnicode_InternFromString("process_set_id");
-  if (!zero || !s_grad || !s_process_set_id) return NULL;
+  s_requires_grad = PyUnicode_InternFromString("requires_grad");
+  if (!zero || !s_grad || !s_process_set_id || !s_requires_grad) return NULL;
   one = PyFloat_FromDouble(1.0);
   unfinished = PyObject_CallNoArgs((PyObject*)&PyBaseObject_Type);
   s_cpu_placement = PyUnicode_InternFromString("cpu_placement");
@@ -730,6 +808,10 @@ PyMODINIT_FUNC PyInit__fast_calls(void) {
       "tensor", "average", "name", "op", "prescale_factor", "postscale_factor", "process_set"};
   for (int i = 0; i < kAllreduceParameters; ++i)
     if (!(allreduce_parameters[i] = PyUnicode_InternFromString(allreduce_names[i]))) return NULL;
+  static const char* const allreduce_new_names[kAllreduceNewParameters] = {
+      "tensor", "average", "name", "compression", "op", "prescale_factor", "postscale_factor", "process_set"};
+  for (int i = 0; i < kAllreduceNewParameters; ++i)
+    if (!(allreduce_new_parameters[i] = PyUnicode_InternFromString(allreduce_new_names[i]))) return NULL;
   if (!(synchronize_parameters[0] = PyUnicode_InternFromString("handle"))) return NULL;
   return PyModule_Create(&module_def);
 }

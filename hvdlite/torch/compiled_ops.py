@@ -176,18 +176,31 @@ def _allreduce_in_graph(
 
 
 _C_FUNCTION = getattr(core_ops.allreduce_, "func", None)
+# The C functions that torch.compile traces a Python stand-in for: {public name: (C function, stand-in)}.
+_stand_ins = {}
 
 
-def _trace_in_place_of_c_function():
+def trace_in_place_of(public, c_function, stand_in):
+    """Has torch.compile trace stand_in where it meets c_function (hvdlite.torch.<public>): at once where
+    torch._dynamo has been imported, else when it is."""
+    _stand_ins[public] = (c_function, stand_in)
+    if "torch._dynamo" in sys.modules:
+        _substitute(public)
+    elif not any(isinstance(finder, _AfterDynamoImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDynamoImport())
+
+
+def _substitute(public):
+    c_function, stand_in = _stand_ins[public]
     try:
-        torch.compiler.substitute_in_graph(_C_FUNCTION, skip_signature_check=True)(_allreduce_in_graph)
+        torch.compiler.substitute_in_graph(c_function, skip_signature_check=True)(stand_in)
     except Exception as error:  # a torch whose tracing hooks changed: compiled code calls the C function eagerly
-        warnings.warn(f"hvdlite: torch.compile will not trace hvdlite.torch.allreduce_ into its graph: {error}")
+        warnings.warn(f"hvdlite: torch.compile will not trace hvdlite.torch.{public} into its graph: {error}")
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder):
-    """Registers _allreduce_in_graph once torch._dynamo has been imported (torch.compile imports it). Importing it
-    here would cost every import of hvdlite.torch about a second, for programs that never compile."""
+    """Registers the stand-ins once torch._dynamo has been imported (torch.compile imports it). Importing it here
+    would cost every import of hvdlite.torch about a second, for programs that never compile."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "torch._dynamo":
@@ -200,14 +213,12 @@ class _AfterDynamoImport(importlib.abc.MetaPathFinder):
 
         def load_then_register(module):
             load(module)
-            _trace_in_place_of_c_function()
+            for public in list(_stand_ins):
+                _substitute(public)
 
         spec.loader.exec_module = load_then_register
         return spec
 
 
 if _C_FUNCTION is not None:
-    if "torch._dynamo" in sys.modules:
-        _trace_in_place_of_c_function()
-    else:
-        sys.meta_path.insert(0, _AfterDynamoImport())
+    trace_in_place_of("allreduce_", _C_FUNCTION, _allreduce_in_graph)

@@ -59,8 +59,6 @@ from hvdlite.torch.core_ops import (
     synchronize,
 )  # noqa: F401 - re-exported
 
-_run_into = ops.fast_calls.run_into if ops.fast_calls is not None else None
-
 
 def allreduce(
     tensor,
@@ -77,25 +75,12 @@ def allreduce(
     if average is None and compression is Compression.none and not _is_compiling():
         # A metric's steady state. Named: the request allreduce_ prepares for the name, run into a new output.
         if isinstance(tensor, torch.Tensor) and not (tensor.requires_grad and torch.is_grad_enabled()):
-            output = None
-            if _run_into is not None and tensor.is_cpu:  # in C: allreduce_'s checks, then its request's run
-                output = torch.empty_like(tensor)
-                try:
-                    live = _run_into(name, tensor, op, prescale_factor, postscale_factor, process_set, output)
-                except BaseException:
-                    _run_interrupted((tensor, output))
-                    raise
-                if live is not None:
-                    if live != 0:
-                        _run_unfinished(live, (tensor, output))
-                    return output
             if name is None:
                 known = _prepared_unnamed(tensor, op, prescale_factor, postscale_factor, process_set)
             else:
                 known = _prepared_for_name(tensor, name, op, prescale_factor, postscale_factor, process_set)
             if known is not None:  # (a contiguous tensor's empty_like is contiguous: preserve_format costs less)
-                if output is None:
-                    output = torch.empty_like(tensor)
+                output = torch.empty_like(tensor)
                 # ops.run_prepared written out, as in allreduce_: on this path a helper's frame is a visible share of
                 # the call. The output is new, so the request runs at these addresses, not those it was prepared with.
                 try:
@@ -116,6 +101,34 @@ def allreduce(
     else:
         reduced = _allreduce_sync(wire, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
+
+
+# Where the fast calls were built, the public allreduce is their C function, which takes a metric's steady state
+# (as the first branch above) and hands every other call to the Python function; torch.compile traces a Python
+# stand-in for it (compiled_ops.py).
+if ops.fast_calls is not None:
+    _allreduce_reference = allreduce
+
+    def _allreduce_in_graph(
+        tensor,
+        average=None,
+        name=None,
+        compression=None,
+        op=None,
+        prescale_factor=1.0,
+        postscale_factor=1.0,
+        process_set=None,
+    ):
+        # Its defaults are plain values: the tracer cannot take a compressor or a process set from them.
+        compression = Compression.none if compression is None else compression
+        process_set = global_process_set if process_set is None else process_set
+        return _allreduce_reference(
+            tensor, average, name, compression, op, prescale_factor, postscale_factor, process_set
+        )
+
+    ops.fast_calls.setup_allreduce(allreduce, Compression.none, torch.empty_like, torch.is_grad_enabled)
+    allreduce = ops.fast_public(ops.fast_calls.allreduce, allreduce, __name__)
+    compiled_ops.trace_in_place_of("allreduce", ops.fast_calls.allreduce, _allreduce_in_graph)
 
 
 def grouped_allreduce(

@@ -173,9 +173,9 @@ late_call("synchronize", lambda t: hvd.synchronize(hvd.allreduce_async_(t, name=
 
 # The public functions are the C ones. They bind their arguments as their Python references do, and leave the
 # errors to them.
-for public in ("allreduce_", "allreduce_async_", "synchronize"):
+for public in ("allreduce", "allreduce_", "allreduce_async_", "synchronize"):
     assert getattr(hvd, public).func is getattr(ops.fast_calls, public), public
-for function in (hvd.allreduce_, hvd.allreduce_async_, hvd.synchronize):
+for function in (hvd.allreduce, hvd.allreduce_, hvd.allreduce_async_, hvd.synchronize):
     assert inspect.signature(function) == inspect.signature(function.__wrapped__), function
     assert function.__name__ == function.__wrapped__.__name__, function
     # Pickled by name, as a function is: a function of this script that refers to it travels by value (hvdlite.run)
@@ -189,6 +189,8 @@ for call, message in (
     (lambda: hvd.allreduce_(tensor, name="fast.bad", bogus=1), "unexpected keyword argument 'bogus'"),
     (lambda: hvd.allreduce_(tensor, None, "fast.bad", None, 1.0, 1.0, hvd.global_process_set, 8), "positional"),
     (lambda: hvd.synchronize(), "missing 1 required positional argument: 'handle'"),
+    (lambda: hvd.allreduce(tensor, name="fast.bad", bogus=1), "unexpected keyword argument 'bogus'"),
+    (lambda: hvd.allreduce(tensor, None, "fast.bad", None, None, 1.0, 1.0, hvd.global_process_set, 8), "positional"),
 ):
     try:
         call()
@@ -197,5 +199,26 @@ for call, message in (
     else:
         raise AssertionError(f"no TypeError ({message})")
 hvd.synchronize(hvd.allreduce_async_(tensor, name="fast.after"))  # still usable
+
+# allreduce takes a steady call of a tensor that autograd does not record, uncompressed; the others are its
+# reference's: a tensor that requires grad gets a differentiable result, a compressor compresses.
+# Each name's request is prepared by a call the C path may take first.
+tracked = torch.ones(3, requires_grad=True)
+for _ in range(2):
+    hvd.allreduce(tracked.detach(), name="fast.tracked")
+    before = ops.fast_calls.taken()
+    reduced = hvd.allreduce(tracked, name="fast.tracked")
+    assert reduced.grad_fn is not None and ops.fast_calls.taken()[0] == before[0], reduced
+    hvd.allreduce(tensor, name="fast.fp16")
+    before = ops.fast_calls.taken()
+    halved = hvd.allreduce(tensor, name="fast.fp16", compression=hvd.Compression.fp16)
+    assert halved.dtype == torch.float32 and ops.fast_calls.taken()[0] == before[0], halved
+    check("an allreduce through fp16", halved, torch.ones(3), exact=True)
+with torch.no_grad():
+    hvd.allreduce(tracked, name="fast.untracked")  # prepares the name's request
+    before = ops.fast_calls.taken()
+    reduced = hvd.allreduce(tracked, name="fast.untracked")
+    assert reduced.grad_fn is None and ops.fast_calls.taken()[0] == before[0] + 1, reduced
+    check("an allreduce without grad mode", reduced, torch.ones(3), exact=True)
 print(f"OK {calls} {taken}", flush=True)
 hvd.shutdown()
