@@ -62,31 +62,34 @@ struct Request {
 };
 
 struct Response {
+  // What a cycle reads of every cached response, pass after pass (the match against a request, the eager check,
+  // fusion planning, execution), comes first and together: a response's other fields lie lines away, and with
+  // thousands in flight each pass would miss on them again.
   bool is_error = false;
-  int32_t error_code = 0;  // a StatusCode when is_error
-  std::string error;
+  bool cacheable = true;
+  bool unnamed = false;    // of unnamed requests: cached by unnamed_cache_name, whatever its name
+  bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
   OpType op = OpType::kAllreduce;
   DType dtype = DType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
-  int32_t root_rank = -1;
   int32_t process_set = 0;
+  // Local, not sent: where the response cache put this copy of it (-1: not the cache's), so that a cached
+  // response finds the entry that was waiting for it without its name (Controller::take_pending).
+  int32_t cache_position = -1;
   double prescale = 1.0;
   double postscale = 1.0;
   // element_count(shape), set where a response is built or read (-1: unknown, counted when asked): the cycle
   // reads it for every tensor, and the shape's own memory is one more cache line away.
   int64_t elements = -1;
-  std::vector<int64_t> shape;       // the tensor shape (allgather/alltoall: of the first member; rows may differ)
+  uint64_t layout = 0;          // allreduce of packed tensors: the digest every member submitted
+  std::vector<int32_t> joined;  // global ranks that have joined and contribute zeros / nothing
+  std::vector<int64_t> shape;   // the tensor shape (allgather/alltoall: of the first member; rows may differ)
+  int32_t root_rank = -1;
+  int32_t error_code = 0;  // a StatusCode when is_error
+  std::string error;
   std::vector<int64_t> first_dims;  // allgather: rows of each member
-  std::vector<int32_t> joined;      // global ranks that have joined and contribute zeros / nothing
   std::vector<int32_t> ranks;       // add/remove_process_set payload; join: {last rank to join}
   std::string name;
-  bool cacheable = true;
-  bool unnamed = false;    // of unnamed requests: cached by unnamed_cache_name, whatever its name
-  bool on_device = false;  // runs on the NCCL data plane (runtime/gpu_executor.h)
-  uint64_t layout = 0;     // allreduce of packed tensors: the digest every member submitted
-  // Local, not sent: where the response cache put this copy of it (-1: not the cache's), so that a cached
-  // response finds the entry that was waiting for it without its name (Controller::take_pending).
-  int32_t cache_position = -1;
 
   void write(WireWriter& w) const;
   static Response Read(WireReader& r);
