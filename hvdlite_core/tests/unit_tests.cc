@@ -165,6 +165,46 @@ static void test_validation() {
   CHECK(build_response({req(0, OpType::kAlltoall, DType::kFloat32, {4})}, {1}, {0, 1}).is_error);
 }
 
+// A shape's key stands for it exactly, and matching falls back on the shapes themselves where either side has none.
+static void test_shape_keys() {
+  const int64_t big20 = (int64_t{1} << 20) - 1, big31 = (int64_t{1} << 31) - 1, big62 = (int64_t{1} << 62) - 1;
+  const std::vector<std::vector<int64_t>> packed = {
+      {},       {0},        {1},        {256},     {big62},     {0, 0},      {1, 256},
+      {256, 1}, {big31, 1}, {1, big31}, {0, 0, 0}, {1, 1, 256}, {256, 1, 1}, {big20, big20, big20}};
+  for (size_t i = 0; i < packed.size(); ++i) {
+    CHECK(key_of_shape(packed[i]) != kUnknownShapeKey);
+    for (size_t j = 0; j < i; ++j) CHECK(key_of_shape(packed[i]) != key_of_shape(packed[j]));
+  }
+  for (const std::vector<int64_t>& wide : std::vector<std::vector<int64_t>>{
+           {big62 + 1}, {big31 + 1, 1}, {1, big31 + 1}, {big20 + 1, 1, 1}, {1, 1, big20 + 1}, {1, 1, 1, 1}, {-1}})
+    CHECK(key_of_shape(wide) == kUnknownShapeKey);
+
+  Request q = req(0, OpType::kAllreduce, DType::kFloat32, {2, 3});
+  Response cached = build_response({q}, {}, {0});
+  CHECK(!cached.is_error && cached.shape_key == key_of_shape(q.shape));
+  q.shape_key = key_of_shape(q.shape);
+  CHECK(cached.matches(q, 0));
+  Request turned = req(0, OpType::kAllreduce, DType::kFloat32, {3, 2});  // the same count of elements
+  CHECK(!cached.matches(turned, 0));                                     // no key: the shapes are compared
+  turned.shape_key = key_of_shape(turned.shape);
+  CHECK(!cached.matches(turned, 0));
+  Request keyless = req(0, OpType::kAllreduce, DType::kFloat32, {2, 3});
+  CHECK(cached.matches(keyless, 0));
+  // Four dimensions have no key on either side.
+  Request four = req(0, OpType::kAllreduce, DType::kFloat32, {1, 2, 3, 1});
+  four.shape_key = key_of_shape(four.shape);
+  Response cached_four = build_response({four}, {}, {0});
+  CHECK(cached_four.matches(four, 0));
+  four.shape = {1, 3, 2, 1};
+  CHECK(!cached_four.matches(four, 0));
+  // Read from the wire, both get their keys.
+  WireWriter w;
+  q.write(w);
+  cached.write(w);
+  WireReader r(w.bytes().data(), w.bytes().size());
+  CHECK(Request::Read(r).shape_key == q.shape_key && Response::Read(r).shape_key == q.shape_key);
+}
+
 // plan_fusion's groups as lists of response indices.
 static std::vector<std::vector<size_t>> fusion_groups(const std::vector<Response>& list, int64_t threshold,
                                                       int64_t tensor_limit, FusionPlan& plan) {
@@ -620,6 +660,7 @@ int main() {
   test_hmac();
   test_caller_spin();
   test_out_of_step();
+  test_shape_keys();
   test_recent_ops();
   test_select_fixed_rules();
   test_select_across_hosts();

@@ -97,6 +97,7 @@ Request Request::Read(WireReader& r) {
   q.prescale = r.get<double>();
   q.postscale = r.get<double>();
   q.shape = r.get_vector<int64_t>();
+  q.shape_key = key_of_shape(q.shape);
   q.ranks = r.get_vector<int32_t>();
   q.name = r.get_string();
   q.cacheable = r.get<uint8_t>() != 0;
@@ -143,6 +144,7 @@ Response Response::Read(WireReader& r) {
   s.postscale = r.get<double>();
   s.shape = r.get_vector<int64_t>();
   s.elements = element_count_or_unknown(s.shape);
+  s.shape_key = key_of_shape(s.shape);
   s.first_dims = r.get_vector<int64_t>();
   s.joined = r.get_vector<int32_t>();
   s.ranks = r.get_vector<int32_t>();
@@ -175,10 +177,10 @@ bool Response::matches(const Request& q, int member_index, bool same_name) const
   switch (op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      return q.shape == shape && q.reduce_op == reduce_op && q.prescale == prescale && q.postscale == postscale &&
+      return same_shape(q) && q.reduce_op == reduce_op && q.prescale == prescale && q.postscale == postscale &&
              q.layout == layout;
     case OpType::kBroadcast:
-      return q.shape == shape && q.root_rank == root_rank;
+      return same_shape(q) && q.root_rank == root_rank;
     case OpType::kAllgather:
       return member_index >= 0 && member_index < static_cast<int>(first_dims.size()) && !q.shape.empty() &&
              q.shape.size() == shape.size() && q.shape[0] == first_dims[member_index] &&
@@ -265,6 +267,36 @@ int64_t element_count_or_unknown(const std::vector<int64_t>& shape) {
     if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
   }
   return n;
+}
+
+namespace {
+
+bool fits(int64_t dim, int bits) { return dim >= 0 && dim < (int64_t{1} << bits); }
+
+}  // namespace
+
+uint64_t key_of_shape(const int64_t* d, size_t ndim) {
+  // None is kUnknownShapeKey: a packed key has a zero among its top two bits or, with three dimensions, in bits 60
+  // and 61.
+  switch (ndim) {
+    case 0:
+      return 0;
+    case 1:
+      if (fits(d[0], 62)) return (uint64_t{1} << 62) | static_cast<uint64_t>(d[0]);
+      break;
+    case 2:
+      if (fits(d[0], 31) && fits(d[1], 31))
+        return (uint64_t{2} << 62) | (static_cast<uint64_t>(d[0]) << 31) | static_cast<uint64_t>(d[1]);
+      break;
+    case 3:
+      if (fits(d[0], 20) && fits(d[1], 20) && fits(d[2], 20))
+        return (uint64_t{3} << 62) | (static_cast<uint64_t>(d[0]) << 40) | (static_cast<uint64_t>(d[1]) << 20) |
+               static_cast<uint64_t>(d[2]);
+      break;
+    default:
+      break;
+  }
+  return kUnknownShapeKey;
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -32,6 +32,14 @@ const char* op_name(OpType op);
 void auto_name_into(std::string& out, OpType op, int64_t n);  // into out's capacity: no allocation once warm
 bool has_auto_name_form(OpType op, const std::string& name);
 
+// A shape of up to three dimensions of moderate size in one exact word (the count of dimensions in the top two bits,
+// each dimension in a fixed width below), kUnknownShapeKey for any other or where it was not worked out. A cycle
+// matches each request to its cached response by it: comparing the shapes themselves reads two more buffers a
+// tensor, each a cache line of its own away from the structs.
+constexpr uint64_t kUnknownShapeKey = ~uint64_t{0};
+uint64_t key_of_shape(const int64_t* dims, size_t ndim);
+inline uint64_t key_of_shape(const std::vector<int64_t>& shape) { return key_of_shape(shape.data(), shape.size()); }
+
 // Values are the C ABI's hvdlite_reduce_op.
 enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4, kAdasum = 5 };
 const char* reduce_op_name(ReduceOp op);
@@ -46,7 +54,8 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> shape;
-  std::vector<int32_t> ranks;  // add_process_set: members; remove_process_set: {id}
+  uint64_t shape_key = kUnknownShapeKey;  // key_of_shape(shape), set with it where a request is made or read
+  std::vector<int32_t> ranks;             // add_process_set: members; remove_process_set: {id}
   std::string name;
   bool cacheable = true;
   // Named by the core (<op>.noname.<n>, a name that never repeats): cached under what it carries instead
@@ -81,9 +90,10 @@ struct Response {
   // element_count(shape), set where a response is built or read (-1: unknown, counted when asked): the cycle
   // reads it for every tensor, and the shape's own memory is one more cache line away.
   int64_t elements = -1;
-  uint64_t layout = 0;          // allreduce of packed tensors: the digest every member submitted
-  std::vector<int32_t> joined;  // global ranks that have joined and contribute zeros / nothing
-  std::vector<int64_t> shape;   // the tensor shape (allgather/alltoall: of the first member; rows may differ)
+  uint64_t shape_key = kUnknownShapeKey;  // key_of_shape(shape), set with elements
+  uint64_t layout = 0;                    // allreduce of packed tensors: the digest every member submitted
+  std::vector<int32_t> joined;            // global ranks that have joined and contribute zeros / nothing
+  std::vector<int64_t> shape;  // the tensor shape (allgather/alltoall: of the first member; rows may differ)
   int32_t root_rank = -1;
   int32_t error_code = 0;  // a StatusCode when is_error
   std::string error;
@@ -98,6 +108,10 @@ struct Response {
   // Whether a request from `rank` matches this (cached) response, i.e. can reuse it. same_name: the caller has
   // already established that the request's name is this response's, and the strings are not compared again.
   bool matches(const Request& request, int member_index, bool same_name = false) const;
+  bool same_shape(const Request& request) const {
+    if (shape_key != kUnknownShapeKey && request.shape_key != kUnknownShapeKey) return shape_key == request.shape_key;
+    return request.shape == shape;
+  }
 };
 
 // The name an unnamed operation's response is cached under: its operation and what every member submits alike

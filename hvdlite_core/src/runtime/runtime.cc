@@ -195,6 +195,7 @@ Status Runtime::check_request(const hvdlite_request& q, Request* out, std::vecto
   out->shape.assign(q.shape, q.shape + q.ndim);
   for (int64_t d : out->shape)
     if (d < 0) return invalid(subject() + ": negative dimension in " + shape_string(out->shape));
+  out->shape_key = key_of_shape(out->shape);
   if (q.reduce_op < 0 || q.reduce_op > 5)
     return invalid(subject() + ": unknown reduce op " + std::to_string(q.reduce_op));
   out->reduce_op = static_cast<ReduceOp>(q.reduce_op);

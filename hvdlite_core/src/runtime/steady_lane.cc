@@ -70,6 +70,7 @@ int Controller::lane_position(const hvdlite_request& q) {
   request.op = OpType::kAllreduce;
   request.dtype = static_cast<DType>(q.dtype);
   request.shape.assign(q.shape, q.shape + q.ndim);
+  request.shape_key = key_of_shape(request.shape);
   request.reduce_op = static_cast<ReduceOp>(q.reduce_op);
   request.prescale = q.prescale_factor;
   request.postscale = q.postscale_factor;

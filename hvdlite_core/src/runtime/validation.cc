@@ -178,6 +178,7 @@ Response build_response(const std::vector<Request>& requests, const std::vector<
   r.postscale = first.postscale;
   r.shape = first.shape;
   r.elements = element_count_or_unknown(r.shape);
+  r.shape_key = key_of_shape(r.shape);
   r.ranks = first.ranks;
   r.name = first.name;
   r.unnamed = first.unnamed;
