@@ -18,12 +18,15 @@ the median and the worst round, and ratios are taken within a round.
   allreduce_async_ on each, then synchronize on each (hvdlite-async); the same K tensors as one
   grouped_allreduce_ (hvdlite-grouped); and
   the same bytes already fused into one tensor, one torch.distributed gloo allreduce (gloo-fused), the floor a
-  framework that fuses before the call pays. Beside them, exchanging nothing, the least any
+  framework that fuses before the call pays. Beside them two floors. Exchanging nothing, the least any
   collective per tensor does on each rank (touch-floor): a Python call per tensor that checks its cached facts and
   reads its address, as allreduce_async_'s steady state did in Python, then one pass that reads every tensor's
-  1 KB into a flat buffer. How that floor grows with K is the growth no per-tensor API escapes on the machine:
-  the caches missing each tensor's scattered state. The figure is the step's time divided by K: flat when the cost per
-  tensor does not grow with the number of tensors in flight.
+  1 KB into a flat buffer. And the least an allreduce of the separate tensors does with nothing kept per tensor
+  (exchange-floor): the same call per tensor, then every tensor copied into a segment all ranks map, each rank
+  averaging its share of the elements, and the result copied back, the ranks meeting at counters in that segment.
+  How the floors grow with K is what the machine makes of the tensors and the caller's objects; what the
+  collective grows beyond the exchange floor is its own state per tensor. The figure is the step's time divided by
+  K: flat when the cost per tensor does not grow with the number of tensors in flight.
 - optimizer: a training step (forward, backward, SGD step) of a model of K parameters of 256 floats each, whose
   computation is tiny, so the step is mostly the exchange's fixed costs: hvd.DistributedOptimizer (opt-hvdlite)
   against DistributedDataParallel over gloo (opt-ddp), and the plain model and optimizer (no exchange) timed
@@ -55,14 +58,14 @@ sys.path.insert(0, HERE)
 import results_file  # noqa: E402
 from allreduce import available, pyplot  # noqa: E402
 
-KS = [16, 64, 256, 1024, 4096, 16384]
+KS = [16, 64, 128, 256, 1024, 4096, 16384]
 LATENCY_BYTES = [8, 1024]
 TENSOR_FLOATS = 256  # 1 KB of float32 per tensor
 OPTIMIZER_KS = [256, 1024, 4096]
 LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
 LATENCY_BLOCKS = 10  # turns of each call a size, after as many untimed calls as a turn makes
 LATENCY_BLOCK_ITERATIONS = 2000
-CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor"]
+CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor", "exchange-floor"]
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
 LATENCY_JOB, CURVE_JOB, OPTIMIZER_JOB = "latency", "curve", "optimizer"
 # Jobs that mpirun starts, each timing its peers (the columns) in the same processes, taking turns.
@@ -155,6 +158,7 @@ def curve_worker(ks):
 
     torch.set_num_threads(1)
     rank, size, hvd = init_both()
+    exchange = SharedExchange(rank, size, max(ks) * TENSOR_FLOATS, hvd)
     steps, per_block, kept = {}, {}, {}
     for k in ks:
         for peer in CURVE_PEERS:
@@ -175,6 +179,8 @@ def curve_worker(ks):
 
             elif peer == "touch-floor":
                 step = touch_floor_step(tensors, names)
+            elif peer == "exchange-floor":
+                step = exchange_floor_step(exchange, tensors, names)
             else:
 
                 def step(tensors=tensors, k=k):
@@ -187,7 +193,124 @@ def curve_worker(ks):
         if not all(bool((t == 1.0).all()) for t in (tensors[0], tensors[-1])):  # the average of equal values
             raise SystemExit(f"{peer}: K={k} averaged ones into {tensors[0][:4].tolist()}")
     dist.destroy_process_group()
+    exchange.close()
     return rank, size, results
+
+
+def checked_address(tensors, names, peer):
+    """touch(tensor, name): the tensor's address, after comparing it with the facts cached under its name."""
+    facts = {name: (tensor.dtype, tensor.shape) for tensor, name in zip(tensors, names)}
+
+    def touch(tensor, name):
+        known = facts[name]
+        if known[0] is tensor.dtype and known[1] == tensor.shape and tensor.is_cpu and tensor.is_contiguous():
+            return tensor.data_ptr()
+        raise SystemExit(f"{peer}: {name} changed")
+
+    return touch
+
+
+class SharedExchange:
+    """A segment that every rank of the job maps: a line of its own for each rank's meeting counter, an area of
+    most_floats for each rank's tensors, and one for the result. The exchange floor's bytes cross the ranks here
+    with nothing kept per tensor: no name, request, entry or handle."""
+
+    def __init__(self, rank, size, most_floats, hvd):
+        import mmap
+        import tempfile
+
+        import numpy as np
+        import torch
+
+        self.rank, self.size, self.epoch = rank, size, 0
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        path = hvd.broadcast_object(
+            os.path.join(folder, f"hvdlite-bench-exchange-{os.getpid()}") if rank == 0 else None
+        )
+        line, area = 64, most_floats * 4
+        length = line * size + area * (size + 1)
+        if rank == 0:
+            with open(path, "wb") as f:
+                f.truncate(length)
+        hvd.barrier()
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), length)
+        hvd.barrier()
+        if rank == 0:
+            os.unlink(path)  # the mappings stay
+        self._words = np.frombuffer(self._map, dtype=np.uint64, count=line * size // 8)
+        self._stride = line // 8
+        self.areas = [
+            torch.frombuffer(self._map, dtype=torch.float32, count=most_floats, offset=line * size + i * area)
+            for i in range(size + 1)
+        ]
+
+    def meet(self):
+        """Returns once every rank has called meet as often as this one: each writes its own counter and reads the
+        others' (an aligned word, so no rank sees it half written). A waiting rank yields its core, which more ranks
+        than cores need."""
+        self.epoch += 1
+        words, stride, epoch = self._words, self._stride, self.epoch
+        words[self.rank * stride] = epoch
+        for other in range(self.size):
+            while words[other * stride] < epoch:
+                os.sched_yield()
+
+    def close(self):
+        self.areas, self._words = [], None
+
+
+def exchange_floor_step(exchange, tensors, names):
+    """A step of the least an allreduce of separate tensors does across the ranks of one host, with nothing kept per
+    tensor beyond the caller's own facts: touch-floor's call per tensor, then one pass that copies every tensor into
+    this rank's area of a shared segment, a meeting, each rank averaging its share of the elements over every rank's
+    area into the result area, a meeting, and one pass that copies the whole result back into the tensors. (The next
+    step's first meeting keeps any rank from overwriting what another still reads.)"""
+    import torch
+
+    from hvdlite.common import ops
+
+    touch = checked_address(tensors, names, "exchange-floor")
+    sizes = ops.ffi.new("int64_t[]", [TENSOR_FLOATS * 4] * len(tensors))
+    total, rank, size = len(tensors) * TENSOR_FLOATS, exchange.rank, exchange.size
+    mine, result = exchange.areas[rank], exchange.areas[size]
+    low, high = total * rank // size, total * (rank + 1) // size
+    shares, share_out = [area[low:high] for area in exchange.areas[:size]], result[low:high]
+
+    def average():
+        if size == 2:
+            torch.lerp(shares[0], shares[1], 0.5, out=share_out)
+            return
+        torch.add(shares[0], shares[1], out=share_out)
+        for share in shares[2:]:
+            share_out.add_(share)
+        share_out.mul_(1.0 / size)
+
+    def step(stagger=0.0):
+        addresses = ops.address_array([touch(t, n) for t, n in zip(tensors, names)])
+        if stagger:  # the check below: each rank later than the one before, into each meeting
+            time.sleep(stagger * rank)
+        ops.gather_bytes(mine.data_ptr(), addresses, sizes)
+        exchange.meet()
+        if stagger:
+            time.sleep(stagger * rank)
+        average()
+        exchange.meet()
+        ops.scatter_bytes(result.data_ptr(), addresses, sizes)
+
+    # Checked once, the ranks reaching each meeting some milliseconds apart, on values that differ by rank, by
+    # tensor and from the last check's: a step that skipped a meeting or the exchange would leave some wrong.
+    shift = exchange.epoch
+    for i, tensor in enumerate(tensors):
+        tensor.fill_(rank + (i + shift) % 7)
+    step(stagger=0.02)
+    expected = [(size - 1) / 2 + (i + shift) % 7 for i in range(len(tensors))]
+    wrong = [i for i, tensor in enumerate(tensors) if not bool((tensor == expected[i]).all())]
+    if wrong:
+        raise SystemExit(f"exchange-floor: K={len(tensors)}, tensor {wrong[0]} averaged to {tensors[wrong[0]][:2]}")
+    for tensor in tensors:
+        tensor.fill_(1.0)
+    return step
 
 
 def touch_floor_step(tensors, names):
@@ -199,15 +322,9 @@ def touch_floor_step(tensors, names):
 
     from hvdlite.common import ops
 
-    facts = {name: (tensor.dtype, tensor.shape) for tensor, name in zip(tensors, names)}
+    touch = checked_address(tensors, names, "touch-floor")
     flat = torch.empty(len(tensors) * TENSOR_FLOATS)
     sizes = ops.ffi.new("int64_t[]", [TENSOR_FLOATS * 4] * len(tensors))
-
-    def touch(tensor, name):
-        known = facts[name]
-        if known[0] is tensor.dtype and known[1] == tensor.shape and tensor.is_cpu and tensor.is_contiguous():
-            return tensor.data_ptr()
-        raise SystemExit(f"touch-floor: {name} changed")
 
     def step():
         addresses = [touch(t, n) for t, n in zip(tensors, names)]
@@ -677,7 +794,7 @@ def summarize(rounds, ks):
         out["keras"].append(row)
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
-    for peer in ("hvdlite-async", "hvdlite-grouped", "touch-floor"):
+    for peer in ("hvdlite-async", "hvdlite-grouped", "touch-floor", "exchange-floor"):
         present = [rd for rd in rounds if peer in rd]
         if not present:
             continue
@@ -723,15 +840,25 @@ def report_lines(summary):
             lines.append("| " + " | ".join(cells) + " |")
     if summary["per_tensor"]:
         linearity = summary["linearity"].get("hvdlite-async", {})
-        floor = summary["linearity"].get("touch-floor")  # absent from results kept from before it ran
-        peers = CURVE_PEERS if floor else [peer for peer in CURVE_PEERS if peer != "touch-floor"]
+        # Floors absent from results kept from before they ran get no columns.
+        floors = [peer for peer in ("touch-floor", "exchange-floor") if peer in summary["linearity"]]
+        peers = [peer for peer in CURVE_PEERS if peer not in ("touch-floor", "exchange-floor") or peer in floors]
         base = linearity.get("base_k", "-")
+        floor_columns = {
+            "touch-floor": "each tensor touched, nothing exchanged (the touch floor), us a tensor | ",
+            "exchange-floor": "each tensor touched and averaged through shared memory, no records (the exchange "
+            "floor), us a tensor | ",
+        }
+        floor_ratios = {
+            "touch-floor": f" touch floor per tensor / at K={base} |",
+            "exchange-floor": f" exchange floor per tensor / at K={base} |",
+        }
         header = (
             "| K tensors of 1 KB | hvdlite async + synchronize, us a tensor | hvdlite grouped, us a tensor | "
             "gloo, one fused allreduce, us a tensor | "
-            + ("each tensor touched, nothing exchanged (the floor), us a tensor | " if floor else "")
+            + "".join(floor_columns[peer] for peer in floors)
             + f"gloo time / hvdlite async time | gloo time / hvdlite grouped time | async per tensor / at K={base} |"
-            + (f" floor per tensor / at K={base} |" if floor else "")
+            + "".join(floor_ratios[peer] for peer in floors)
         )
         lines += ["", header, "|---" * header.count(" | ") + "|---|"]
         for row in summary["per_tensor"]:
@@ -739,8 +866,8 @@ def report_lines(summary):
             cells.append(_cell(row.get("gloo_fused_over_async"), suffix="x"))
             cells.append(_cell(row.get("gloo_fused_over_grouped"), suffix="x"))
             cells.append(_cell(linearity.get("by_k", {}).get(str(row["k"]))))
-            if floor:
-                cells.append(_cell(floor["by_k"].get(str(row["k"]))))
+            for peer in floors:
+                cells.append(_cell(summary["linearity"][peer]["by_k"].get(str(row["k"]))))
             lines.append("| " + " | ".join(cells) + " |")
     if summary["optimizer"]:
         lines += [
@@ -830,7 +957,13 @@ def headline(data):
             f"flight as at {linearity['base_k']:,}"
         )
         floor = summary["linearity"].get("touch-floor", {}).get("by_k", {}).get("4096")
-        if floor:
+        exchanged = summary["linearity"].get("exchange-floor", {}).get("by_k", {}).get("4096")
+        if floor and exchanged:
+            growth += (
+                f" (touching each tensor alone, nothing exchanged: {floor['median']:.2f}x; touched and averaged "
+                f"through shared memory, no records: {exchanged['median']:.2f}x)"
+            )
+        elif floor:
             growth += f" (touching each tensor alone, nothing exchanged: {floor['median']:.2f}x)"
         parts.append(growth)
     grouped = next(
@@ -861,7 +994,7 @@ def report(summary, rounds_n, np_, ks, out_dir):
             curve.plot([r["k"] for r in rows], [r[peer]["median"] * 1e6 for r in rows], marker="o", label=peer)
     curve.set_xlabel("tensors of 1 KB in one step (K)")
     curve.set_ylabel("median time per tensor (us)")
-    curve.set_title("one collective per tensor, and their floor")
+    curve.set_title("one collective per tensor, and its floors")
     rows = [row for row in summary["optimizer"] if "ddp_over_hvdlite" in row]
     if rows:
         ks_ = [r["k"] for r in rows]

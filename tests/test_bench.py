@@ -430,9 +430,10 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert all(0 < row[p]["median"] < 1 for row in summary["latency"] for p in ("hvdlite", "hvdlite-out", "mpi"))
     assert all("mpi_over_hvdlite_out" in row for row in summary["latency"])
     assert [row["k"] for row in summary["per_tensor"]] == [16, 128]
-    curve = ("hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor")
+    curve = ("hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor", "exchange-floor")
     assert all(p in row for row in summary["per_tensor"] for p in curve)
     assert summary["linearity"]["touch-floor"]["by_k"]["128"]["median"] == 1.0
+    assert summary["linearity"]["exchange-floor"]["by_k"]["128"]["median"] == 1.0
     assert [row["k"] for row in summary["optimizer"]] == [64] and "ddp_over_hvdlite" in summary["optimizer"][0]
     gpt = summary["transformer"]
     assert gpt["tensors"] == 2 * 16 + 5 and "ddp_over_hvdlite" in gpt
@@ -453,7 +454,7 @@ def test_fixed_costs_bench_writes_table_json_and_plot(tmp_path):
     assert "37 parameter tensors" in table and "| Keras fit, variables |" in table and "| 4 |" in table
     assert "added by a bare shared-memory barrier in the step (ms) |" in table
     assert "| custom loop, variables |" in table and "added by DistributedGradientTape (ms) |" in table
-    assert "floor per tensor / at K=128 |" in table
+    assert "| touch floor per tensor / at K=128 | exchange floor per tensor / at K=128 |" in table
     assert (tmp_path / "fixed_costs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
