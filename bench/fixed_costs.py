@@ -223,12 +223,18 @@ class SharedExchange:
         import torch
 
         self.rank, self.size, self.epoch = rank, size, 0
-        folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        line, area = 64, most_floats * 4
+        length = line * size + area * (size + 1)
+        # A container's /dev/shm may be smaller than the segment (64 MB by default), and a page beyond its limit
+        # kills the process that touches it; a file elsewhere is shared through the page cache all the same.
+        folder = tempfile.gettempdir()
+        if os.path.isdir("/dev/shm"):
+            shm = os.statvfs("/dev/shm")
+            if shm.f_bavail * shm.f_frsize > 2 * length:
+                folder = "/dev/shm"
         path = hvd.broadcast_object(
             os.path.join(folder, f"hvdlite-bench-exchange-{os.getpid()}") if rank == 0 else None
         )
-        line, area = 64, most_floats * 4
-        length = line * size + area * (size + 1)
         if rank == 0:
             with open(path, "wb") as f:
                 f.truncate(length)
