@@ -66,6 +66,14 @@ LATENCY_PEERS = ["hvdlite", "hvdlite-out", "mpi"]
 LATENCY_BLOCKS = 10  # turns of each call a size, after as many untimed calls as a turn makes
 LATENCY_BLOCK_ITERATIONS = 2000
 CURVE_PEERS = ["hvdlite-async", "hvdlite-grouped", "gloo-fused", "touch-floor", "exchange-floor"]
+# The curve's floors: each one's column in the table and its short name.
+FLOORS = {
+    "touch-floor": ("each tensor touched, nothing exchanged (the touch floor)", "touch floor"),
+    "exchange-floor": (
+        "each tensor touched and averaged through shared memory, no records (the exchange floor)",
+        "exchange floor",
+    ),
+}
 OPTIMIZER_PEERS = ["opt-hvdlite", "opt-ddp"]
 LATENCY_JOB, CURVE_JOB, OPTIMIZER_JOB = "latency", "curve", "optimizer"
 # Jobs that mpirun starts, each timing its peers (the columns) in the same processes, taking turns.
@@ -800,7 +808,7 @@ def summarize(rounds, ks):
         out["keras"].append(row)
     # Per-tensor cost at each K over that at the smallest K of at least 128, within each round: 1.0 is linear.
     base = next((k for k in ks if k >= 128), ks[0])
-    for peer in ("hvdlite-async", "hvdlite-grouped", "touch-floor", "exchange-floor"):
+    for peer in ["hvdlite-async", "hvdlite-grouped", *FLOORS]:
         present = [rd for rd in rounds if peer in rd]
         if not present:
             continue
@@ -847,24 +855,15 @@ def report_lines(summary):
     if summary["per_tensor"]:
         linearity = summary["linearity"].get("hvdlite-async", {})
         # Floors absent from results kept from before they ran get no columns.
-        floors = [peer for peer in ("touch-floor", "exchange-floor") if peer in summary["linearity"]]
-        peers = [peer for peer in CURVE_PEERS if peer not in ("touch-floor", "exchange-floor") or peer in floors]
+        floors = [peer for peer in FLOORS if peer in summary["linearity"]]
+        peers = [peer for peer in CURVE_PEERS if peer not in FLOORS or peer in floors]
         base = linearity.get("base_k", "-")
-        floor_columns = {
-            "touch-floor": "each tensor touched, nothing exchanged (the touch floor), us a tensor | ",
-            "exchange-floor": "each tensor touched and averaged through shared memory, no records (the exchange "
-            "floor), us a tensor | ",
-        }
-        floor_ratios = {
-            "touch-floor": f" touch floor per tensor / at K={base} |",
-            "exchange-floor": f" exchange floor per tensor / at K={base} |",
-        }
         header = (
             "| K tensors of 1 KB | hvdlite async + synchronize, us a tensor | hvdlite grouped, us a tensor | "
             "gloo, one fused allreduce, us a tensor | "
-            + "".join(floor_columns[peer] for peer in floors)
+            + "".join(f"{FLOORS[peer][0]}, us a tensor | " for peer in floors)
             + f"gloo time / hvdlite async time | gloo time / hvdlite grouped time | async per tensor / at K={base} |"
-            + "".join(floor_ratios[peer] for peer in floors)
+            + "".join(f" {FLOORS[peer][1]} per tensor / at K={base} |" for peer in floors)
         )
         lines += ["", header, "|---" * header.count(" | ") + "|---|"]
         for row in summary["per_tensor"]:
@@ -962,15 +961,17 @@ def headline(data):
             f"a collective per tensor costs {linearity['by_k']['4096']['median']:.2f}x as much at 4,096 tensors in "
             f"flight as at {linearity['base_k']:,}"
         )
-        floor = summary["linearity"].get("touch-floor", {}).get("by_k", {}).get("4096")
-        exchanged = summary["linearity"].get("exchange-floor", {}).get("by_k", {}).get("4096")
-        if floor and exchanged:
-            growth += (
-                f" (touching each tensor alone, nothing exchanged: {floor['median']:.2f}x; touched and averaged "
-                f"through shared memory, no records: {exchanged['median']:.2f}x)"
-            )
-        elif floor:
-            growth += f" (touching each tensor alone, nothing exchanged: {floor['median']:.2f}x)"
+        said = {
+            "touch-floor": "touching each tensor alone, nothing exchanged",
+            "exchange-floor": "touched and averaged through shared memory, no records",
+        }
+        floors = [
+            f"{said[peer]}: {figure['median']:.2f}x"
+            for peer in FLOORS
+            if (figure := summary["linearity"].get(peer, {}).get("by_k", {}).get("4096"))
+        ]
+        if floors:
+            growth += f" ({'; '.join(floors)})"
         parts.append(growth)
     grouped = next(
         (row for row in summary["per_tensor"] if row["k"] == 1024 and "gloo_fused_over_grouped" in row), None
