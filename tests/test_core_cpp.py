@@ -20,6 +20,7 @@ SOURCES = [
     "runtime/desync.cc",
     "runtime/recent_ops.cc",
     "runtime/tensor_queue.cc",
+    "runtime/fast_slots.cc",
     "runtime/handle_table.cc",
     "common/dtype.cc",
     "common/hmac_sha256.cc",
@@ -63,6 +64,7 @@ def test_core_unit_tests(tmp_path):
             "algorithm_choice_tests.cc",
             "transport_tests.cc",
             "queue_tests.cc",
+            "slot_tests.cc",
             "cache_tests.cc",
         )
     ]

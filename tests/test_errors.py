@@ -53,6 +53,8 @@ PEER_CASES = [
     ("tcp-2hosts-np3", 3, [0, 1, 0], "queued"),
     ("lane-shm-np2", 2, None, "lane"),
     ("lane-shm-np3", 3, None, "lane"),
+    ("slots-shm-np2", 2, None, "slots"),
+    ("slots-tcp-2hosts-np3", 3, [0, 1, 0], "slots"),
 ]
 
 
@@ -65,7 +67,7 @@ def test_peer_death_is_reported_quickly(case):
         np=np,
         host_ids=host_ids,
         env={"HVDLITE_PEER_TIMEOUT_SECONDS": "10"},
-        args=["lane"] if waiting_in == "lane" else [],
+        args=[waiting_in] if waiting_in in ("lane", "slots") else [],
         timeout=40,
     )
     info = detail(result)
@@ -80,6 +82,8 @@ def test_peer_death_is_reported_quickly(case):
         assert message.strip("'\""), f"rank {r}: empty error message\n" + info
         if waiting_in == "lane":  # the lane's operation never became an entry; the report still names it
             assert "allreduce 'lane.steady' (8 B, pending)" in message, f"rank {r}\n" + info
+        if waiting_in == "slots":  # claimed from its slot, it is among the recent operations like any other
+            assert re.search(r"allreduce 'slot\.\d' \(1 KB, pending\)", message), f"rank {r}\n" + info
     if np == 2:  # with two ranks the only peer rank 0 can be waiting on is the dead one
         assert re.search(r"rank 1\b", errors[0]), "rank 0's error should name the dead rank 1\n" + info
     after = ok_ranks(result.stdout, "AFTER")

@@ -26,9 +26,11 @@ namespace hvdlite {
 namespace {
 
 std::mutex g_mutex;  // guards g_runtime (init/shutdown) and g_listen_fd
+// Both outlive any Runtime (declared first, destroyed last): a handle's outcome stays readable after shutdown.
+HandleTable g_handles;
+FastSlots g_slots;  // the names' slots (runtime/fast_slots.h), whose handles the runtime moves to g_handles
 // Shared, so a thread inside a call keeps the Runtime alive while another thread shuts it down.
 std::shared_ptr<Runtime> g_runtime;
-HandleTable g_handles;  // outlives any Runtime: a handle's outcome stays readable after shutdown
 int g_listen_fd = -1;
 thread_local std::string g_last_error;
 thread_local int64_t g_last_run = 0;  // hvdlite_last_run
@@ -65,7 +67,15 @@ int not_initialized() {
   return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvd.init() first");
 }
 
-std::shared_ptr<HandleState> find_handle(int64_t id) { return g_handles.get(id); }
+// A slot's operation while the slot holds it, else the handle table's row (null when neither knows the id).
+std::shared_ptr<HandleState> find_handle(int64_t id) {
+  if (FastSlot* slot = g_slots.owner(id)) return slot->handle;
+  return g_handles.get(id);
+}
+
+void release_handle(int64_t id) {
+  if (!g_slots.release(id)) g_handles.release(id);
+}
 
 int unknown_handle(int64_t id) { return fail(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(id)); }
 
@@ -122,7 +132,7 @@ HVDLITE_EXPORT int hvdlite_init(const hvdlite_init_config* init) {
     log_configure(config.log_level, init->rank, config.log_hide_time);
     int fd = g_listen_fd;
     g_listen_fd = -1;  // the mesh owns (and closes) it from here
-    g_runtime = std::make_shared<Runtime>(config, *init, fd, g_handles);
+    g_runtime = std::make_shared<Runtime>(config, *init, fd, g_handles, g_slots);
     return static_cast<int>(HVDLITE_OK);
   });
 }
@@ -167,6 +177,7 @@ int64_t submit_one(const hvdlite_request* request, uint64_t* slot_home) {
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
     if (!request) return fail(StatusCode::kInvalidArgument, "null request");
+    if (rt->submit_fast(*request, &handle)) return static_cast<int>(HVDLITE_OK);
     return report(rt->enqueue(request, 1, &handle, nullptr, slot_home ? &slot_home : nullptr));
   });
   return status == HVDLITE_OK ? handle : -static_cast<int64_t>(status);
@@ -263,8 +274,16 @@ namespace {
 int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
   return guarded([&] {
     std::shared_ptr<HandleState> state;
-    if (release_on_success) {
-      // Most of a step's gradients have finished by the time they are synchronized: one lock, no wait.
+    FastSlot* const slot = g_slots.owner(handle);
+    if (slot) {
+      // Most of a step's gradients have finished by the time they are synchronized: no lock, no wait.
+      if (release_on_success && slot->handle->finished() && slot->handle->status.ok()) {
+        g_slots.release(handle);
+        return static_cast<int>(HVDLITE_OK);
+      }
+      state = slot->handle;
+    } else if (release_on_success) {
+      // The same for the table's operations: one lock.
       const HandleTable::Outcome outcome = g_handles.release_if_done(handle, &state);
       if (outcome == HandleTable::Outcome::kReleased) return static_cast<int>(HVDLITE_OK);
       if (outcome == HandleTable::Outcome::kUnknown) return unknown_handle(handle);
@@ -285,7 +304,7 @@ int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
     }
     if (!finished) return fail(StatusCode::kTimeout, "timed out waiting for handle " + std::to_string(handle));
     if (release_on_success && state->status.ok()) {
-      g_handles.release(handle);
+      release_handle(handle);
       return static_cast<int>(HVDLITE_OK);
     }
     return report(state->status);
@@ -312,7 +331,7 @@ HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, doub
     if (count < 0 || (count > 0 && !handles)) return fail(StatusCode::kInvalidArgument, "invalid handle array");
     std::vector<std::shared_ptr<HandleState>> states(static_cast<size_t>(count));
     for (int32_t i = 0; i < count; ++i) {
-      states[i] = g_handles.get(handles[i]);
+      states[i] = find_handle(handles[i]);
       if (!states[i]) return unknown_handle(handles[i]);
     }
     const int64_t timeout_us = timeout_seconds > 0 ? static_cast<int64_t>(timeout_seconds * 1e6) : -1;
@@ -328,6 +347,7 @@ HVDLITE_EXPORT int hvdlite_wait_many(const int64_t* handles, int32_t count, doub
     for (int32_t i = 0; i < count; ++i) {
       if (!states[i]->status.ok()) return report(states[i]->status);
     }
+    for (int32_t i = 0; i < count; ++i) g_slots.release(handles[i]);  // ids the slots do not know are left alone
     g_handles.release_many(handles, count);
     return static_cast<int>(HVDLITE_OK);
   });
@@ -431,7 +451,7 @@ HVDLITE_EXPORT int hvdlite_handle_int_results(int64_t handle, int32_t* values_ou
 }
 
 HVDLITE_EXPORT int hvdlite_handle_release(int64_t handle) {
-  g_handles.release(handle);
+  release_handle(handle);
   return HVDLITE_OK;
 }
 

@@ -51,6 +51,8 @@ void test_orphaned_inboxes();
 void test_name_records();
 void test_name_slots();
 void test_handle_table();
+void test_fast_slots();
+void test_fast_slots_swept();
 // In cache_tests.cc.
 void test_cache();
 void test_eager_layout();
@@ -652,6 +654,8 @@ int main() {
   test_name_records();
   test_name_slots();
   test_handle_table();
+  test_fast_slots();
+  test_fast_slots_swept();
   test_cache();
   test_eager_layout();
   test_fusion();

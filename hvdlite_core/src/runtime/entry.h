@@ -13,6 +13,8 @@
 
 namespace hvdlite {
 
+struct FastSlot;  // runtime/fast_slots.h
+
 struct HandleState {
   std::atomic<uint32_t> done{0};        // futex word: 0 pending, 1 finished
   std::atomic<uint32_t> waiters{0};     // threads asleep on done: finish() skips the wake syscall when none
@@ -79,6 +81,9 @@ struct TensorEntry {
   NameRecord* name_record = nullptr;   // set with key
   uint64_t name_slot = 0;              // the caller's token for its name's record (hvdlite_request.name_slot)
   uint64_t* name_slot_home = nullptr;  // where the caller keeps it, written when the name gets a new record
+  // The slot this entry belongs to, for good (runtime/fast_slots.h): it is never reused for another operation's
+  // request, and its outcome goes to the slot instead of a handle. Null for the queue's own entries.
+  FastSlot* fast_slot = nullptr;
 
   // Back to a new entry's state, but keeping what its strings and vectors have allocated: the queue reuses the
   // entries of finished operations, so that a steady state of named tensors allocates no name, shape or key.
@@ -87,7 +92,7 @@ struct TensorEntry {
     // added to either struct changes its size and stops the build here (the suite's build: libstdc++ on x86-64)
     // until it is reset below too.
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-    static_assert(sizeof(Request) == 152 && sizeof(TensorEntry) == 288, "reset the new field below");
+    static_assert(sizeof(Request) == 152 && sizeof(TensorEntry) == 296, "reset the new field below");
 #endif
     const Request defaults;
     request.rank = defaults.rank;
@@ -119,6 +124,7 @@ struct TensorEntry {
     name_record = nullptr;
     name_slot = 0;
     name_slot_home = nullptr;
+    fast_slot = nullptr;
   }
 };
 

@@ -101,7 +101,7 @@ std::shared_ptr<HandleState>* HandleTable::find(int64_t id) {
     std::shared_ptr<HandleState>& slot = at(id);
     return slot ? &slot : nullptr;
   }
-  if (id <= 0 || id >= first_id_ || stragglers_.empty()) return nullptr;
+  if (id <= 0 || stragglers_.empty()) return nullptr;  // ids past the window: adopted ones (adopt)
   auto it = stragglers_.find(id);
   return it == stragglers_.end() ? nullptr : &it->second;
 }

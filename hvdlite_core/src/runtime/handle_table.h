@@ -35,6 +35,11 @@ class HandleTable {
   enum class Outcome { kReleased, kPending, kUnknown };
   Outcome release_if_done(int64_t id, std::shared_ptr<HandleState>* state_out);
   void release(int64_t id);
+  // Takes a state under an id handed out elsewhere (a name's slot, runtime/fast_slots.h), outside the window.
+  void adopt(int64_t id, std::shared_ptr<HandleState> state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stragglers_[id] = std::move(state);
+  }
   void release_many(const int64_t* ids, int32_t count);  // under one lock
   size_t held_apart() {                                  // handles moved out of the window, for tests
     std::lock_guard<std::mutex> lock(mutex_);

@@ -12,8 +12,9 @@
 
 namespace hvdlite {
 
-Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles)
-    : config_(config), rank_(init.rank), size_(init.size), handles_(handles) {
+Runtime::Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles,
+                 FastSlots& slots)
+    : config_(config), rank_(init.rank), size_(init.size), handles_(handles), slots_(slots) {
   std::vector<PeerInfo> peers(size_);
   for (int r = 0; r < size_; ++r) {
     peers[r].address = init.peer_addresses ? init.peer_addresses[r] : "";
@@ -51,6 +52,11 @@ void Runtime::shutdown(const std::string& reason) {
   }
   queue_.wake();
   if (thread_.joinable()) thread_.join();
+  // Every operation has finished by now (the last cycle failed what was pending).
+  if (!slots_retired_) {
+    slots_retired_ = true;
+    slots_.retire(handles_);
+  }
 }
 
 void Runtime::start_timeline(const std::string& path, bool mark_cycles) {

@@ -25,7 +25,9 @@ namespace hvdlite {
 class Runtime {
  public:
   // Connects the mesh (collective over all ranks) and starts the background thread.
-  Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles);
+  // handles and slots outlive it: at shutdown, its slots' unreleased handles move to the table.
+  Runtime(const Config& config, const hvdlite_init_config& init, int listen_fd, HandleTable& handles,
+          FastSlots& slots);
   ~Runtime();  // requests shutdown (collective) and joins the background thread
 
   int rank() const { return rank_; }
@@ -49,6 +51,13 @@ class Runtime {
                     Status* failure);
   // Whether a request may take the lane at all: the checks that need no lock. Larger ones than the eager region
   // can hold never pay for trying.
+  // An asynchronous submission through its name's slot (runtime/fast_slots.h): true with *handle when taken; false
+  // when it must be enqueued.
+  bool submit_fast(const hvdlite_request& q, int64_t* handle) {
+    // The timeline draws each operation's queued span from a precise reading: those take the queue.
+    if (shutdown_requested_.load(std::memory_order_relaxed) || timeline_.enabled()) return false;
+    return queue_.submit_fast(q, handle);
+  }
   bool steady_candidate(const hvdlite_request& q) const {
     // A named one needs its token (the kept request has been queued once); an unnamed one is found by what it
     // carries.
@@ -111,11 +120,12 @@ class Runtime {
   std::unique_ptr<ProcessSetRegistry> sets_;
   Chooser chooser_{config_};          // how each collective of the built-in backend runs
   std::unique_ptr<Backend> backend_;  // the data plane (HVDLITE_CPU_OPERATIONS)
-  TensorQueue queue_;
+  HandleTable& handles_;
+  FastSlots& slots_;
+  bool slots_retired_ = false;  // by shutdown(), once its thread is joined
+  TensorQueue queue_{&slots_};
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
-
-  HandleTable& handles_;
 
   std::atomic<bool> shutdown_requested_{false};
   std::mutex abort_reason_mutex_;

@@ -26,6 +26,14 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     const bool grouped = entries.size() > 1;
     const uint64_t batch = grouped ? ++batches_ : 0;
     std::unordered_set<std::string_view> new_names;
+    // A refused batch leaves its names' slots as it found them.
+    marked_.clear();
+    struct Unmark {
+      std::vector<FastSlot*>& marked;
+      ~Unmark() {
+        for (FastSlot* slot : marked) slot->ordinary.store(0, std::memory_order_seq_cst);
+      }
+    } unmark{marked_};
     if (found_.size() < entries.size()) {  // grown only: a fill per push would cost a call per submission
       found_.resize(entries.size());
       key_hashes_.resize(entries.size());
@@ -57,7 +65,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
                       "the name '" + entry.request.name + "' has the form the core gives unnamed " +
                           op_name(entry.request.op) + "s; give the collective another name, or none");
       }
-      if ((record && record->in_flight) || repeated) {
+      if ((record && (record->in_flight || slot_in_flight(*record))) || repeated) {
         return Status(
             StatusCode::kInvalidArgument,
             "a collective named '" + entry.request.name + "' is already in flight on this rank" +
@@ -71,6 +79,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     }
     // Only the last few of a batch can be among the recent operations a report shows.
     const size_t first_recent = entries.size() > RecentOps::kKept ? entries.size() - RecentOps::kKept : 0;
+    marked_.clear();  // accepted: the slots stay marked until their entries finish
     for (size_t i = 0; i < entries.size(); ++i) {
       TensorEntry& entry = *entries[i];
       if (entry.request.name.empty()) {
@@ -80,6 +89,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
         entry_key_into(entry.key, entry.request.process_set, entry.request.name);
       } else {
         entry.name_record = mark_in_flight(entry, key_hashes_[i], found_[i]);
+        hold_slot(entry, *entry.name_record);
       }
       if (i >= first_recent) recent_.submitted(entry);
       if (admitted)
@@ -101,6 +111,58 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
   return Status::Ok();
 }
 
+bool TensorQueue::submit_fast(const hvdlite_request& q, int64_t* handle) {
+  if (!slots_.submit(q, handle)) return false;
+  // After the submission is visible (FastSlots::any_submitted): a waiter that set the flag before it looked for
+  // work either saw this one or is woken here.
+  if (wake_on_push_.load(std::memory_order_seq_cst)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      woken_ = true;
+    }
+    ready_.notify_one();
+  }
+  return true;
+}
+
+bool TensorQueue::slot_in_flight(const NameRecord& record) {
+  FastSlot* slot = slots_.find(record.slot);
+  if (!slot) return false;
+  // The mark first, then the state; a submission changes the state first, then reads the mark (FastSlots::submit):
+  // at least one of the two sees the other.
+  slot->ordinary.store(1, std::memory_order_seq_cst);
+  const uint32_t state = slot->state.load(std::memory_order_seq_cst);
+  if (state == FastSlot::kBusy || state == FastSlot::kSubmitted || state == FastSlot::kClaimed) {
+    slot->ordinary.store(0, std::memory_order_seq_cst);
+    return true;
+  }
+  marked_.push_back(slot);
+  return false;
+}
+
+void TensorQueue::hold_slot(const TensorEntry& entry, NameRecord& record) {
+  FastSlot* slot = slots_.find(record.slot);
+  if (slot) slot->ordinary.store(1, std::memory_order_seq_cst);  // a new record's place may have an old slot
+  // Armed only for a caller that keeps its request: it came back with the token its name was given.
+  const Request& q = entry.request;
+  const uint64_t token = token_of(record);
+  if (entry.name_slot != token || q.op != OpType::kAllreduce || q.process_set != 0 || q.on_device || q.unnamed ||
+      !q.cacheable)
+    return;
+  if (slot && slot->token.load(std::memory_order_relaxed) == token) {
+    const Request& armed = slot->entry.request;
+    if (armed.shape == q.shape && armed.dtype == q.dtype && armed.reduce_op == q.reduce_op &&
+        armed.prescale == q.prescale && armed.postscale == q.postscale && armed.layout == q.layout)
+      return;  // armed for this request already
+  }
+  if (!slot) {
+    slot = slots_.make(record.slot);
+    if (!slot) return;
+    slot->ordinary.store(1, std::memory_order_seq_cst);
+  }
+  slots_.arm(*slot, entry, token);
+}
+
 void TensorQueue::skip_unnamed(int32_t process_set, OpType op) {
   std::lock_guard<std::mutex> lock(mutex_);
   number_unnamed(process_set, op);
@@ -116,7 +178,8 @@ void TensorQueue::note_submitted(const hvdlite_request& q) {
 void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_push) {
   std::unique_lock<std::mutex> lock(mutex_);
   wake_on_push_ = wake_on_push;
-  if (queue_.empty() && !woken_) ready_.wait_for(lock, timeout, [this] { return !queue_.empty() || woken_; });
+  auto any = [this] { return !queue_.empty() || woken_ || slots_.any_submitted(); };
+  if (!any()) ready_.wait_for(lock, timeout, any);
   wake_on_push_ = false;
   woken_ = false;
 }
@@ -132,8 +195,17 @@ void TensorQueue::wait_for_wake(std::chrono::microseconds timeout, bool wake_on_
 void TensorQueue::drain(std::vector<TensorEntry*>& out) {
   out.clear();
   std::lock_guard<std::mutex> lock(mutex_);
+  claim_slots();
   out.swap(queue_);
   queued_.store(0, std::memory_order_release);
+}
+
+void TensorQueue::claim_slots() {
+  const size_t claimed = slots_.claim(queue_);
+  // As push records the last few of a batch.
+  for (size_t i = queue_.size() - std::min(claimed, RecentOps::kKept); i < queue_.size(); ++i)
+    recent_.submitted(*queue_[i]);
+  queued_.store(queue_.size(), std::memory_order_release);
 }
 
 NameRecord* TensorQueue::record_by_slot(uint64_t slot, size_t key_hash) {
@@ -170,14 +242,18 @@ NameRecord* TensorQueue::mark_in_flight(TensorEntry& entry, size_t key_hash, Nam
 }
 
 void TensorQueue::clear_in_flight(TensorEntry& entry) {
-  if (entry.name_record) entry.name_record->in_flight = false;
+  if (entry.name_record) {
+    entry.name_record->in_flight = false;
+    if (FastSlot* slot = slots_.find(entry.name_record->slot)) slot->ordinary.store(0, std::memory_order_seq_cst);
+  }
   entry.name_record = nullptr;
 }
 
 void TensorQueue::sweep_names() {
   for (auto it = names_.begin(); it != names_.end();) {
     NameRecord& record = records_[it->second];
-    if (record.in_flight) {
+    FastSlot* fast = slots_.find(record.slot);
+    if (record.in_flight || (fast && !slots_.disarm(*fast))) {  // a slot not idle still has its operation
       ++it;
       continue;
     }
@@ -194,6 +270,7 @@ void TensorQueue::sweep_names() {
 }
 
 void TensorQueue::keep_spare(TensorEntry* entry) {
+  if (entry->fast_slot) return;  // its slot's for good
   // Bounded: a burst of many thousand operations once should not hold their memory for the rest of the job.
   constexpr size_t kMostSpare = 1 << 14;
   if (spare_entries_.size() >= kMostSpare) {
@@ -222,6 +299,14 @@ void TensorQueue::recycle(const std::vector<TensorEntry*>& entries) {
 }
 
 void TensorQueue::finish(TensorEntry* entry, Status status) {
+  if (entry->fast_slot) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      recent_.finished(*entry, status.ok());
+    }
+    FastSlots::complete(*entry->fast_slot, status);
+    return;
+  }
   std::shared_ptr<HandleState> handle = std::move(entry->handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -248,11 +333,15 @@ void TensorQueue::finish_group(const std::vector<TensorEntry*>& entries, const S
     for (TensorEntry* entry : entries) {
       if (!entry) continue;
       recent_.finished(*entry, status.ok());
-      clear_in_flight(*entry);
+      if (!entry->fast_slot) clear_in_flight(*entry);
     }
   }
   for (TensorEntry* entry : entries) {
-    if (entry && entry->handle) entry->handle->finish(status);
+    if (!entry) continue;
+    if (entry->fast_slot)
+      FastSlots::complete(*entry->fast_slot, status);
+    else if (entry->handle)
+      entry->handle->finish(status);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (TensorEntry* entry : entries) {
@@ -262,6 +351,7 @@ void TensorQueue::finish_group(const std::vector<TensorEntry*>& entries, const S
 
 std::string TensorQueue::recent_report(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
+  claim_slots();  // operations submitted through their slots are this rank's latest too
   return recent_.report(rank);
 }
 
@@ -283,6 +373,7 @@ void TensorQueue::close(const Status& status) {
     }
     left.swap(queue_);
     queued_.store(0, std::memory_order_release);
+    slots_.close(left);
   }
   for (TensorEntry* entry : left) finish(entry, closed_status_);
 }

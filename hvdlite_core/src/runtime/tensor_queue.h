@@ -16,6 +16,7 @@
 
 #include "hvdlite.h"
 #include "runtime/entry.h"
+#include "runtime/fast_slots.h"
 #include "runtime/recent_ops.h"
 
 namespace hvdlite {
@@ -24,7 +25,8 @@ namespace hvdlite {
 // is written once and never copied; the queue owns them all, in flight or kept for reuse.
 class TensorQueue {
  public:
-  TensorQueue() = default;
+  // slots: the names' slots (runtime/fast_slots.h), which outlive the queue; by default the queue's own.
+  explicit TensorQueue(FastSlots* slots = nullptr) : slots_(slots ? *slots : own_slots_) {}
   TensorQueue(const TensorQueue&) = delete;
   TensorQueue& operator=(const TensorQueue&) = delete;
   ~TensorQueue();
@@ -36,6 +38,9 @@ class TensorQueue {
   // caller_waits: the calling thread waits for them at once (a synchronous collective), so they wake nobody.
   Status push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted = nullptr,
               bool caller_waits = false);
+  // A submission through its name's slot (FastSlots::submit): true with *handle when taken, false when it must be
+  // pushed. Like push, it wakes the background thread only from a long sleep.
+  bool submit_fast(const hvdlite_request& q, int64_t* handle);
   // An unnamed operation that finished without being queued (the steady lane) still takes its number.
   void skip_unnamed(int32_t process_set, OpType op);
   // Records an operation that never became an entry (the steady lane's, when it fails) among the recent ones, as
@@ -47,8 +52,8 @@ class TensorQueue {
   // Waits until wake() is called or timeout passes, whatever is queued; with wake_on_push, also until new work is
   // pushed that its caller does not wait for.
   void wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push = false);
-  // Moves everything queued into out (emptied first), without waiting. The two vectors trade buffers, so a
-  // steady state allocates neither.
+  // Moves everything queued into out (emptied first), without waiting, and claims the submitted slots' entries. The
+  // two vectors trade buffers, so a steady state allocates neither.
   void drain(std::vector<TensorEntry*>& out);
   // Marks the entry's operation finished: frees its name and wakes its waiters. The entry comes back to the
   // queue for reuse (take_spare).
@@ -65,7 +70,7 @@ class TensorQueue {
   void wake();
   // Without the lock: a caller that finds the queue empty just as work arrives leaves it to the next cycle tick,
   // as it would had the work come a moment later.
-  bool empty() const { return queued_.load(std::memory_order_acquire) == 0; }
+  bool empty() const { return queued_.load(std::memory_order_acquire) == 0 && !slots_.any_submitted(); }
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
   std::string recent_report(int rank);  // RecentOps::report
@@ -78,8 +83,20 @@ class TensorQueue {
   // The record of a key, made if it has none; its name is marked in flight and a new record's token is written
   // where the entry's caller keeps it.
   NameRecord* mark_in_flight(TensorEntry& entry, size_t key_hash, NameRecord* known);
-  static void clear_in_flight(TensorEntry& entry);
+  void clear_in_flight(TensorEntry& entry);
+  // For a named entry found in flight by no record: whether its name's slot has an operation in flight. If not, the
+  // slot takes no submission until the entry finishes (marked_ keeps it, to be unmarked if the push is refused).
+  bool slot_in_flight(const NameRecord& record);
+  // For an entry now in flight under its record: its name's slot takes no submission until it finishes, and for a
+  // caller that keeps its request, the slot is armed for the next submission (runtime/fast_slots.h).
+  void hold_slot(const TensorEntry& entry, NameRecord& record);
+  FastSlots own_slots_;
+  FastSlots& slots_;
+  std::vector<FastSlot*> marked_;       // push's, reused
   void keep_spare(TensorEntry* entry);  // under the lock
+  // Moves the submitted slots' entries into the queue, claimed and recorded among the recent operations (under
+  // the lock): the drain takes them with the rest, and a report of this rank's last collectives names them.
+  void claim_slots();
   // Forgets the records of names not in flight once there are many (unnamed operations get a new name each).
   void sweep_names();
   // Unnamed operations are named "<op>.noname.<n>", counted per (process set, operation) in submission order:
@@ -107,7 +124,8 @@ class TensorQueue {
   bool closed_ = false;
   Status closed_status_;
   bool woken_ = false;
-  bool wake_on_push_ = false;
+  // Atomic for submit_fast, which reads it without the lock; written under it.
+  std::atomic<bool> wake_on_push_{false};
   RecentOps recent_;
 };
 

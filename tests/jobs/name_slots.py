@@ -1,0 +1,145 @@
+# Job script: the names' slots (hvdlite_core/src/runtime/fast_slots.h). From its third call, a named asynchronous
+# allreduce of a kept request goes through its name's slot, whose handles are of their own kind (bit 62). Every
+# way through must give what the ordinary way gives: the results of each operation and dtype with scale factors, a
+# name in flight refused on the rank that repeats it, a mismatch between ranks reported on every rank with the name
+# usable afterwards, a handle polled, and, after shutdown, handles finished before it and one left pending; a
+# second init gives slots again. argv: ROUNDS.
+import sys
+
+import torch
+from hvdjob import check, expect_raises, make
+
+import hvdlite.torch as hvd
+
+SLOT_BIT = 1 << 62
+
+hvd.init()
+n, me = hvd.size(), hvd.rank()
+rounds = int(sys.argv[1])
+count = 0
+# The callers' tensors by name: a kept request is prepared for a tensor's storage, as a training loop's gradients
+# keep theirs.
+tensors = {}
+
+
+def expected(key, shape, dtype, op=hvd.Sum, pre=1.0, post=1.0):
+    total = sum(make(r, key, shape, dtype).double() for r in range(n)) * pre * post
+    return (total / n if op == hvd.Average else total).to(dtype)
+
+
+def steady_steps(tag, steps, cases):
+    """Each step, every case's tensor through allreduce_async_, synchronized afterwards; returns how many of the
+    steps' handles were slots'."""
+    global count
+    for name, (shape, dtype, _, _, _) in cases.items():
+        tensors.setdefault(name, torch.zeros(shape, dtype=dtype))
+    slot_handles = 0
+    for step in range(steps):
+        handles = []
+        for name, (shape, dtype, op, pre, post) in cases.items():
+            tensors[name].copy_(make(me, (tag, name, step), shape, dtype))
+            handle = hvd.allreduce_async_(tensors[name], name=name, op=op, prescale_factor=pre, postscale_factor=post)
+            slot_handles += handle & SLOT_BIT != 0
+            handles.append(handle)
+        for handle in handles:
+            hvd.synchronize(handle)
+        for name, (shape, dtype, op, pre, post) in cases.items():
+            want = expected((tag, name, step), shape, dtype, op, pre, post)
+            check(f"{tag} {name} step {step}", tensors[name], want, exact=not dtype.is_floating_point)
+            count += 1
+    return slot_handles
+
+
+cases = {
+    "slot.sum": ((4,), torch.float32, hvd.Sum, 1.0, 1.0),
+    "slot.average": ((3, 5), torch.float32, hvd.Average, 1.0, 1.0),
+    "slot.scaled": ((300,), torch.float64, hvd.Sum, 2.0, 0.25),
+    "slot.int": ((7,), torch.int32, hvd.Sum, 1.0, 1.0),
+    "slot.kb": ((256,), torch.float32, hvd.Average, 1.0, 1.0),
+    "slot.big": ((70000,), torch.float32, hvd.Sum, 1.0, 1.0),  # beyond the fusion of the others
+}
+# The first two calls of each name go the ordinary way (the second arms the slot); every one after, the slot's.
+taken = steady_steps("steady", rounds, cases)
+if taken != (rounds - 2) * len(cases):
+    raise AssertionError(f"{taken} of the {(rounds - 2) * len(cases)} steady-state handles were slots'")
+count += 1
+
+# A name in flight: the second submission is refused on this rank alone, with the name; the first completes.
+t = tensors["slot.sum"]
+t.copy_(make(me, "dup", (4,), torch.float32))
+handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+assert handle & SLOT_BIT
+expect_raises(
+    "a slot's name in flight",
+    ValueError,
+    hvd.allreduce_async_,
+    t.clone(),
+    name="slot.sum",
+    op=hvd.Sum,
+    match=["slot.sum", "already in flight"],
+)
+assert hvd.poll(handle) in (True, False)
+hvd.synchronize(handle)
+check("the first of the duplicates", t, expected("dup", (4,), torch.float32))
+count += 2
+
+# A mismatch between ranks on a slot's name: the last rank sends another shape (the ordinary way, since its slot
+# no longer describes it), the others through the slot. Every rank gets an error naming the tensor and the shapes;
+# afterwards the name works again, the ordinary way and then through its slot.
+bad_shape = (5,) if me == n - 1 else (4,)
+t = make(me, "mismatch", bad_shape, torch.float32)
+handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+assert bool(handle & SLOT_BIT) == (me != n - 1)
+error = expect_raises(
+    "a shape mismatch on a slot's name", hvd.HorovodInternalError, hvd.synchronize, handle, match=["slot.sum"]
+)
+if "shape" not in str(error).lower():
+    raise AssertionError(f"the mismatch error does not name the shapes: {error}")
+count += 1
+cases_after = {"slot.sum": cases["slot.sum"]}
+taken = steady_steps("after mismatch", 4, cases_after)
+if taken < 1:
+    raise AssertionError("no slot handle after the mismatch")
+count += 1
+
+# A dtype mismatch the same way.
+t = make(me, "dtype", (4,), torch.float64 if me == 0 else torch.float32)
+handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+expect_raises(
+    "a dtype mismatch on a slot's name", hvd.HorovodInternalError, hvd.synchronize, handle, match=["slot.sum"]
+)
+steady_steps("after dtype mismatch", 4, cases_after)
+count += 1
+
+# Shutdown: a slot's operation finished and not yet synchronized still synchronizes; one only rank 0 submitted
+# fails as shut down.
+t = tensors["slot.sum"]
+t.copy_(make(me, "finished before shutdown", (4,), torch.float32))
+finished = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+assert finished & SLOT_BIT
+while not hvd.poll(finished):
+    pass
+pending = None
+if me == 0:
+    pending = hvd.allreduce_async_(tensors["slot.kb"], name="slot.kb", op=hvd.Average)  # the others never submit it
+    assert pending & SLOT_BIT
+hvd.barrier()
+hvd.shutdown()
+hvd.synchronize(finished)
+check("finished before shutdown", t, expected("finished before shutdown", (4,), torch.float32))
+if me == 0:
+    expect_raises(
+        "a slot's operation pending at shutdown", hvd.AbortedError, hvd.synchronize, pending, match=["shut down"]
+    )
+count += 2
+
+# A second runtime: new records, whose tokens the kept requests may already hold (names queued in the same order get
+# the same places); either way the slots are armed again by the third step.
+hvd.init()
+tensors.clear()
+taken = steady_steps("second runtime", 4, cases)
+if taken < 2 * len(cases):
+    raise AssertionError(f"{taken} of the second runtime's {2 * len(cases)} steady-state handles were slots'")
+count += 1
+hvd.shutdown()
+print(f"OK {count}", flush=True)
