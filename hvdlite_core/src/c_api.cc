@@ -67,9 +67,14 @@ int not_initialized() {
   return fail(StatusCode::kPrecondition, "hvdlite has not been initialized; call hvd.init() first");
 }
 
+// A slot's outcome, not owned: the slots live as long as the process.
+std::shared_ptr<HandleState> outcome_of(FastSlot& slot) {
+  return std::shared_ptr<HandleState>(std::shared_ptr<void>(), &slot.outcome);
+}
+
 // A slot's operation while the slot holds it, else the handle table's row (null when neither knows the id).
 std::shared_ptr<HandleState> find_handle(int64_t id) {
-  if (FastSlot* slot = g_slots.owner(id)) return slot->handle;
+  if (FastSlot* slot = g_slots.owner(id)) return outcome_of(*slot);
   return g_handles.get(id);
 }
 
@@ -174,10 +179,15 @@ namespace {
 int64_t submit_one(const hvdlite_request* request, uint64_t* slot_home) {
   int64_t handle = 0;
   const int status = guarded([&] {
+    if (!request) return fail(StatusCode::kInvalidArgument, "null request");
+    {
+      // Under the lock rather than through a copy of the runtime's pointer: the slot's submission is short, and the
+      // copy's two reference-count updates cost as much as the lock again.
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_runtime && g_runtime->submit_fast(*request, &handle)) return static_cast<int>(HVDLITE_OK);
+    }
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
-    if (!request) return fail(StatusCode::kInvalidArgument, "null request");
-    if (rt->submit_fast(*request, &handle)) return static_cast<int>(HVDLITE_OK);
     return report(rt->enqueue(request, 1, &handle, nullptr, slot_home ? &slot_home : nullptr));
   });
   return status == HVDLITE_OK ? handle : -static_cast<int64_t>(status);
@@ -277,11 +287,11 @@ int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
     FastSlot* const slot = g_slots.owner(handle);
     if (slot) {
       // Most of a step's gradients have finished by the time they are synchronized: no lock, no wait.
-      if (release_on_success && slot->handle->finished() && slot->handle->status.ok()) {
+      if (release_on_success && slot->outcome.finished() && slot->outcome.status.ok()) {
         g_slots.release(handle);
         return static_cast<int>(HVDLITE_OK);
       }
-      state = slot->handle;
+      state = outcome_of(*slot);
     } else if (release_on_success) {
       // The same for the table's operations: one lock.
       const HandleTable::Outcome outcome = g_handles.release_if_done(handle, &state);

@@ -90,7 +90,7 @@ void test_fast_slots() {
     CHECK(queue.submit_fast(kept.q, &handle) && FastSlots::names_slot(handle));
     CHECK(!queue.empty());
     FastSlot* slot = slots.owner(handle);
-    CHECK(slot && !slot->handle->finished());
+    CHECK(slot && !slot->outcome.finished());
     // In flight: a second submission is not the slot's, and the ordinary way refuses the name.
     int64_t second = 0;
     CHECK(!queue.submit_fast(kept.q, &second));
@@ -100,7 +100,7 @@ void test_fast_slots() {
     CHECK(claimed[0]->request.name == "grad.0" && claimed[0]->name_record != nullptr);
     CHECK(queue.empty() && drain(queue).empty());
     finish_all(queue, claimed);
-    CHECK(slot->handle->finished() && slot->handle->status.ok());
+    CHECK(slot->outcome.finished() && slot->outcome.status.ok());
     // Finished but not released: the slot waits for its handle's owner; the name is free for the ordinary way.
     CHECK(!queue.submit_fast(kept.q, &second));
     CHECK(push_kept(queue, kept).ok());
@@ -111,7 +111,7 @@ void test_fast_slots() {
     CHECK(queue.submit_fast(kept.q, &second) && second != handle);
     CHECK(!slots.owner(handle) && slots.owner(second) == slot);
     finish_all(queue, drain(queue), Status(StatusCode::kInvalidArgument, "shapes differ"));
-    CHECK(slot->handle->finished() && slot->handle->status.message() == "shapes differ");
+    CHECK(slot->outcome.finished() && slot->outcome.status.message() == "shapes differ");
     CHECK(slot->state.load() == FastSlot::kFailed);
     CHECK(slots.release(second));
     // Released before it finished: the slot is idle again once it does.
@@ -140,7 +140,7 @@ void test_fast_slots() {
     // Closed: the slot's submitted operation fails with the queue's status, and nothing more is taken.
     CHECK(queue.submit_fast(kept.q, &handle));
     queue.close(Status(StatusCode::kAborted, "shut down"));
-    CHECK(slot->handle->finished() && slot->handle->status.code() == StatusCode::kAborted);
+    CHECK(slot->outcome.finished() && slot->outcome.status.code() == StatusCode::kAborted);
     CHECK(!queue.submit_fast(kept.q, &second));
     // Unreleased handles move to the table when the runtime goes; the slots are disarmed for the next one.
     slots.retire(table);

@@ -10,21 +10,30 @@ namespace {
 constexpr int kSequenceShift = 20, kEpochShift = 52;
 constexpr uint64_t kSlotMark = uint64_t{1} << 62, kEpochMask = (uint64_t{1} << 10) - 1;
 static_assert(FastSlots::kMostSlots <= (size_t{1} << kSequenceShift), "slot places outgrow their bits");
-}  // namespace
 
-bool describes(const Request& armed, const hvdlite_request& q) {
-  if (armed.dtype != static_cast<DType>(q.dtype) || armed.reduce_op != static_cast<ReduceOp>(q.reduce_op) ||
-      armed.prescale != q.prescale_factor || armed.postscale != q.postscale_factor || armed.layout != q.layout ||
-      armed.shape.size() != static_cast<size_t>(q.ndim) || std::strcmp(armed.name.c_str(), q.name) != 0)
+// Whether the slot's armed request describes a submission: what check_request would have written, compared. Under
+// busy, by the submitting thread.
+bool describes(FastSlot& slot, const hvdlite_request& q) {
+  if (slot.dtype != q.dtype || slot.reduce_op != q.reduce_op || slot.prescale != q.prescale_factor ||
+      slot.postscale != q.postscale_factor || slot.layout != q.layout || slot.ndim != q.ndim)
     return false;
-  int64_t elements = 1;
-  for (int32_t d = 0; d < q.ndim; ++d) {
-    if (armed.shape[d] != q.shape[d]) return false;
-    elements *= q.shape[d];
+  if (slot.shape_key != kUnknownShapeKey) {
+    if (key_of_shape(q.shape, static_cast<size_t>(q.ndim)) != slot.shape_key) return false;
+  } else if (!std::equal(q.shape, q.shape + q.ndim, slot.entry.request.shape.begin())) {
+    return false;
+  }
+  if (q.name != slot.known_name) {
+    if (std::strcmp(q.name, slot.entry.request.name.c_str()) != 0) return false;
+    slot.known_name = q.name;
   }
   // check_request refuses null buffers of a tensor with elements.
-  return elements == 0 || (q.input && q.output);
+  if (q.input && q.output) return true;
+  int64_t elements = 1;
+  for (int32_t d = 0; d < q.ndim; ++d) elements *= q.shape[d];
+  return elements == 0;
 }
+
+}  // namespace
 
 FastSlots::FastSlots() = default;
 
@@ -64,8 +73,17 @@ FastSlot* FastSlots::make(uint32_t index) {
 bool FastSlots::arm(FastSlot& slot, const TensorEntry& entry, uint64_t token) {
   uint32_t idle = FastSlot::kIdle;
   if (!slot.state.compare_exchange_strong(idle, FastSlot::kBusy, std::memory_order_seq_cst)) return false;
+  const Request& q = entry.request;
+  slot.dtype = static_cast<int8_t>(q.dtype);
+  slot.reduce_op = static_cast<int8_t>(q.reduce_op);
+  slot.ndim = static_cast<uint8_t>(q.shape.size());
+  slot.known_name = nullptr;
+  slot.shape_key = q.shape_key;
+  slot.prescale = q.prescale;
+  slot.postscale = q.postscale;
+  slot.layout = q.layout;
   TensorEntry& armed = slot.entry;
-  armed.request = entry.request;
+  armed.request = q;
   armed.key = entry.key;
   armed.name_record = entry.name_record;
   armed.name_slot = token;
@@ -87,7 +105,7 @@ bool FastSlots::disarm(FastSlot& slot) {
 bool FastSlots::submit(const hvdlite_request& q, int64_t* handle) {
   const uint64_t token = q.name_slot;
   if (token == 0 || q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY ||
-      !q.name || q.ndim < 0 || (q.ndim > 0 && !q.shape))
+      !q.name || q.ndim < 0 || q.ndim > 255 || (q.ndim > 0 && !q.shape))
     return false;
   const uint32_t index = static_cast<uint32_t>((token & 0xffffffffu) - 1);
   FastSlot* slot = find(index);
@@ -97,27 +115,28 @@ bool FastSlots::submit(const hvdlite_request& q, int64_t* handle) {
   // The slot is this thread's now. An ordinary operation of the name that went in flight meanwhile, or a close,
   // is seen here: each side writes its mark before it reads the other's.
   if (closed_.load(std::memory_order_seq_cst) || slot->ordinary.load(std::memory_order_seq_cst) != 0 ||
-      slot->token.load(std::memory_order_relaxed) != token || !describes(slot->entry.request, q)) {
+      slot->token.load(std::memory_order_relaxed) != token || !describes(*slot, q)) {
     slot->state.store(FastSlot::kIdle, std::memory_order_release);
     return false;
   }
-  TensorEntry& entry = slot->entry;
-  entry.input = q.input;
-  entry.output = q.output;
-  HandleState& outcome = *slot->handle;
-  outcome.done.store(0, std::memory_order_relaxed);
-  if (!outcome.status.ok()) outcome.status = Status();
-  slot->orphaned.store(false, std::memory_order_relaxed);
-  const uint32_t sequence = slot->sequence.load(std::memory_order_relaxed) + 1;
-  slot->sequence.store(sequence, std::memory_order_relaxed);
-  slot->state.store(FastSlot::kSubmitted, std::memory_order_release);
-  // The bit, then the flag: a drain clears the flag before it reads the bits, so it either sees this bit or the
-  // flag is set again for the next cycle.
+  // The bit before the slot is filled in: a locked instruction waits for every store before it, and the slot's
+  // lines were last written by the thread that ran its previous operation, so each of those stores would be a
+  // transfer between cores to wait for. A drain that finds the bit while the slot is still busy leaves it for the
+  // next one. Then the flag: a drain clears it before it reads the bits, so it either sees this bit or the flag is
+  // set again for the next cycle.
   chunks_[index / kChunkSlots]
       .load(std::memory_order_relaxed)
       ->submitted[index % kChunkSlots / 64]
       .fetch_or(uint64_t{1} << (index % 64), std::memory_order_seq_cst);
   if (!pending_.load(std::memory_order_seq_cst)) pending_.store(true, std::memory_order_seq_cst);
+  TensorEntry& entry = slot->entry;
+  entry.input = q.input;
+  entry.output = q.output;
+  slot->outcome.done.store(0, std::memory_order_relaxed);  // its status is ok: release() reset a failure's
+  slot->orphaned.store(false, std::memory_order_relaxed);
+  const uint32_t sequence = slot->sequence.load(std::memory_order_relaxed) + 1;
+  slot->sequence.store(sequence, std::memory_order_relaxed);
+  slot->state.store(FastSlot::kSubmitted, std::memory_order_release);
   *handle = handle_of(index, sequence);
   return true;
 }
@@ -136,12 +155,22 @@ size_t FastSlots::take(std::vector<TensorEntry*>& out, bool closing, Clock::time
     }
     for (size_t w = 0; w < chunk->submitted.size(); ++w) {
       if (chunk->submitted[w].load(std::memory_order_relaxed) == 0) continue;
+      uint64_t busy = 0;
       for (uint64_t bits = chunk->submitted[w].exchange(0, std::memory_order_seq_cst); bits; bits &= bits - 1) {
         FastSlot& slot = chunk->slots[w * 64 + static_cast<size_t>(__builtin_ctzll(bits))];
+        // Only its submission moves a slot on from busy, and only a drain from submitted: no exchange needed.
+        if (slot.state.load(std::memory_order_acquire) != FastSlot::kSubmitted) {
+          busy |= bits & -bits;  // still being filled in (submit sets the bit first)
+          continue;
+        }
         slot.state.store(FastSlot::kClaimed, std::memory_order_relaxed);
         slot.entry.enqueued = now;
         out.push_back(&slot.entry);
         ++taken;
+      }
+      if (busy) {
+        chunk->submitted[w].fetch_or(busy, std::memory_order_seq_cst);
+        pending_.store(true, std::memory_order_seq_cst);
       }
     }
   }
@@ -162,12 +191,23 @@ void FastSlots::close(std::vector<TensorEntry*>& out) {
 
 void FastSlots::complete(FastSlot& slot, const Status& status) {
   // The state before the handle's: a waiter that sees the operation finished finds the slot done, to release it.
+  // An operation's status starts ok (release() resets a failure's), so a success writes no status.
+  HandleState& outcome = slot.outcome;
+  if (!status.ok()) outcome.status = status;
   slot.state.store(status.ok() ? FastSlot::kDone : FastSlot::kFailed, std::memory_order_seq_cst);
-  slot.handle->finish(status);
-  if (slot.orphaned.load(std::memory_order_seq_cst)) {
-    uint32_t finished = status.ok() ? FastSlot::kDone : FastSlot::kFailed;
-    slot.state.compare_exchange_strong(finished, FastSlot::kIdle, std::memory_order_seq_cst);
-  }
+  outcome.done.store(1, std::memory_order_release);
+  if (outcome.waiters.load(std::memory_order_relaxed) > 0) futex_wake_all(&outcome.done);
+  if (slot.orphaned.load(std::memory_order_seq_cst)) to_idle(slot, status.ok() ? FastSlot::kDone : FastSlot::kFailed);
+}
+
+bool FastSlots::to_idle(FastSlot& slot, uint32_t finished) {
+  if (finished == FastSlot::kDone)
+    return slot.state.compare_exchange_strong(finished, FastSlot::kIdle, std::memory_order_seq_cst);
+  // Busy while a failure's status is reset, so that no submission finds it (complete() writes only failures).
+  if (!slot.state.compare_exchange_strong(finished, FastSlot::kBusy, std::memory_order_seq_cst)) return false;
+  if (finished == FastSlot::kFailed) slot.outcome.status = Status();
+  slot.state.store(FastSlot::kIdle, std::memory_order_release);
+  return true;
 }
 
 FastSlot* FastSlots::owner(int64_t id) const {
@@ -190,9 +230,8 @@ bool FastSlots::release(int64_t id) {
     slot->orphaned.store(true, std::memory_order_seq_cst);
     state = slot->state.load(std::memory_order_seq_cst);  // it may have finished before it saw the mark
   }
-  while (state == FastSlot::kDone || state == FastSlot::kFailed) {
-    if (slot->state.compare_exchange_weak(state, FastSlot::kIdle, std::memory_order_seq_cst)) break;
-  }
+  // Each finished state is tried once: it changes only to idle (here, or by complete() for an orphaned one).
+  if (state == FastSlot::kDone || state == FastSlot::kFailed) to_idle(*slot, state);
   return true;
 }
 
@@ -206,9 +245,13 @@ void FastSlots::retire(HandleTable& table) {
       if (state >= FastSlot::kSubmitted && !slot.orphaned.load(std::memory_order_seq_cst)) {
         if (state == FastSlot::kSubmitted || state == FastSlot::kClaimed)  // not expected: the runtime failed them
           complete(slot, Status(StatusCode::kAborted, "hvdlite was shut down before this operation completed"));
-        table.adopt(handle_of(slot.index, slot.sequence.load(std::memory_order_relaxed)), slot.handle);
-        slot.handle = std::make_shared<HandleState>();
+        // A copy: the slot's own outcome is the next runtime's.
+        auto moved = std::make_shared<HandleState>();
+        moved->status = slot.outcome.status;
+        moved->done.store(1, std::memory_order_release);
+        table.adopt(handle_of(slot.index, slot.sequence.load(std::memory_order_relaxed)), std::move(moved));
       }
+      slot.outcome.status = Status();
       slot.state.store(FastSlot::kIdle, std::memory_order_relaxed);
       slot.ordinary.store(0, std::memory_order_relaxed);
       slot.token.store(0, std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 #pragma once
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -28,17 +29,33 @@
 
 namespace hvdlite {
 
+// What a submission reads and writes lies in the slot's first line (its state and what the armed request must
+// match) and the outcome's first line; of the entry, only the buffers are written. With thousands of names submitted
+// each step, every other line a submission touched would be a cache miss of its own.
 struct alignas(64) FastSlot {
   enum State : uint32_t { kIdle, kBusy, kSubmitted, kClaimed, kDone, kFailed };
   std::atomic<uint32_t> state{kIdle};
   std::atomic<uint32_t> ordinary{0};  // 1 while an ordinary operation of the name is in flight
   std::atomic<uint32_t> sequence{0};  // the slot's operations so far: a handle names one
   std::atomic<bool> orphaned{false};  // its handle was released before it finished: idle once it does
-  std::atomic<uint64_t> token{0};     // the kept request's token (name_slot) it is armed for; 0: not armed
-  uint32_t index = 0;                 // the name record's place
-  std::shared_ptr<HandleState> handle = std::make_shared<HandleState>();  // the operation's outcome
-  TensorEntry entry;  // the name's request, negotiated and executed as any entry
+  // The armed request as a submission compares it (the rest is the entry's); written under busy, by arm().
+  int8_t dtype = 0;
+  int8_t reduce_op = 0;
+  uint8_t ndim = 0;
+  std::atomic<uint64_t> token{0};  // the kept request's token (name_slot) it is armed for; 0: not armed
+  // The kept request's name, once compared: by the C ABI's contract a request with a token is never renamed, so the
+  // same pointer is the same name.
+  const char* known_name = nullptr;
+  uint64_t shape_key = kUnknownShapeKey;  // key_of_shape; unknown: the entry's shape is compared instead
+  double prescale = 1.0;
+  double postscale = 1.0;
+  uint64_t layout = 0;
+  HandleState outcome;  // what its handle reports
+  uint32_t index = 0;   // the name record's place
+  TensorEntry entry;    // the name's request, negotiated and executed as any entry
 };
+
+static_assert(offsetof(FastSlot, outcome) == 64, "a submission's fields outgrow the slot's first line");
 
 class FastSlots {
  public:
@@ -93,6 +110,8 @@ class FastSlots {
     std::array<std::atomic<uint64_t>, kChunkSlots / 64> submitted{};  // bit: that slot waits for a drain
   };
   int64_t handle_of(uint32_t index, uint32_t sequence) const;
+  // A finished slot (state `finished`) made idle; false if its state was another.
+  static bool to_idle(FastSlot& slot, uint32_t finished);
   // Claims the slots whose bits are set; closing: also waits out submissions still filling a slot in.
   size_t take(std::vector<TensorEntry*>& out, bool closing, Clock::time_point now);
   std::array<std::atomic<Chunk*>, kChunks> chunks_{};
@@ -103,8 +122,5 @@ class FastSlots {
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> epoch_{1};
 };
-
-// Whether an armed request still describes a submission: what check_request would have written, but compared.
-bool describes(const Request& armed, const hvdlite_request& q);
 
 }  // namespace hvdlite
