@@ -184,7 +184,7 @@ int64_t submit_one(const hvdlite_request* request, uint64_t* slot_home) {
       // Under the lock rather than through a copy of the runtime's pointer: the slot's submission is short, and the
       // copy's two reference-count updates cost as much as the lock again.
       std::lock_guard<std::mutex> lock(g_mutex);
-      if (g_runtime && g_runtime->submit_fast(*request, &handle)) return static_cast<int>(HVDLITE_OK);
+      if (g_runtime && g_runtime->submit_fast(request, 1, &handle)) return static_cast<int>(HVDLITE_OK);
     }
     auto rt = runtime_or_null();
     if (!rt) return not_initialized();
@@ -244,6 +244,7 @@ HVDLITE_EXPORT int hvdlite_enqueue_batch(const hvdlite_request* templates, const
       requests.push_back(r);
       slot_homes.push_back(slot_of(templates[indices[i]]));
     }
+    if (rt->submit_fast(requests.data(), count, handles_out)) return static_cast<int>(HVDLITE_OK);
     return report(rt->enqueue(requests.data(), count, handles_out, nullptr, slot_homes.data()));
   });
 }

@@ -76,24 +76,24 @@ void test_fast_slots() {
     int64_t handle = 0;
     // First push: the name gets its record and token; second: the caller brings the token back and the slot is
     // armed; neither is taken by the slot.
-    CHECK(!queue.submit_fast(kept.q, &handle));
+    CHECK(!queue.submit_fast(&kept.q, 1, &handle));
     CHECK(push_kept(queue, kept).ok() && kept.q.name_slot != 0);
     finish_all(queue, drain(queue));
-    CHECK(!queue.submit_fast(kept.q, &handle));
+    CHECK(!queue.submit_fast(&kept.q, 1, &handle));
     CHECK(push_kept(queue, kept).ok());
     // While that ordinary operation is in flight, the slot takes no submission.
-    CHECK(!queue.submit_fast(kept.q, &handle));
+    CHECK(!queue.submit_fast(&kept.q, 1, &handle));
     finish_all(queue, drain(queue));
 
     // Through the slot: a handle of its own kind, nothing queued until the drain claims the slot's entry.
     CHECK(queue.empty());
-    CHECK(queue.submit_fast(kept.q, &handle) && FastSlots::names_slot(handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle) && FastSlots::names_slot(handle));
     CHECK(!queue.empty());
     FastSlot* slot = slots.owner(handle);
     CHECK(slot && !slot->outcome.finished());
     // In flight: a second submission is not the slot's, and the ordinary way refuses the name.
     int64_t second = 0;
-    CHECK(!queue.submit_fast(kept.q, &second));
+    CHECK(!queue.submit_fast(&kept.q, 1, &second));
     CHECK(push_kept(queue, kept).code() == StatusCode::kInvalidArgument);
     std::vector<TensorEntry*> claimed = drain(queue);
     CHECK(claimed.size() == 1 && claimed[0] == &slot->entry && claimed[0]->input == kept.input);
@@ -102,46 +102,62 @@ void test_fast_slots() {
     finish_all(queue, claimed);
     CHECK(slot->outcome.finished() && slot->outcome.status.ok());
     // Finished but not released: the slot waits for its handle's owner; the name is free for the ordinary way.
-    CHECK(!queue.submit_fast(kept.q, &second));
+    CHECK(!queue.submit_fast(&kept.q, 1, &second));
     CHECK(push_kept(queue, kept).ok());
     finish_all(queue, drain(queue));
     CHECK(slots.release(handle) && !slots.owner(handle) && !slots.release(handle));
 
     // A new operation in the slot has a new handle; a failure stays readable until released.
-    CHECK(queue.submit_fast(kept.q, &second) && second != handle);
+    CHECK(queue.submit_fast(&kept.q, 1, &second) && second != handle);
     CHECK(!slots.owner(handle) && slots.owner(second) == slot);
     finish_all(queue, drain(queue), Status(StatusCode::kInvalidArgument, "shapes differ"));
     CHECK(slot->outcome.finished() && slot->outcome.status.message() == "shapes differ");
     CHECK(slot->state.load() == FastSlot::kFailed);
     CHECK(slots.release(second));
     // Released before it finished: the slot is idle again once it does.
-    CHECK(queue.submit_fast(kept.q, &handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle));
     CHECK(slots.release(handle));
-    CHECK(!queue.submit_fast(kept.q, &second));
+    CHECK(!queue.submit_fast(&kept.q, 1, &second));
     finish_all(queue, drain(queue));
     CHECK(slot->state.load() == FastSlot::kIdle && !slots.owner(handle));
 
     // A different request under the name (another shape) goes the ordinary way, and is armed for next time.
-    CHECK(queue.submit_fast(kept.q, &handle) && slots.release(handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle) && slots.release(handle));
     finish_all(queue, drain(queue));
     kept.shape[0] = 2;
-    CHECK(!queue.submit_fast(kept.q, &handle));
+    CHECK(!queue.submit_fast(&kept.q, 1, &handle));
     CHECK(push_kept(queue, kept).ok());
     finish_all(queue, drain(queue));
-    CHECK(queue.submit_fast(kept.q, &handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle));
     CHECK(drain(queue)[0]->request.shape == std::vector<int64_t>{2});
     finish_all(queue, {&slot->entry});
     CHECK(slots.release(handle));
+    // A batch goes through its slots all or none: with a name not armed, or a name twice, none is taken.
+    Kept fresh("grad.fresh");
+    CHECK(push_kept(queue, fresh).ok());
+    finish_all(queue, drain(queue));
+    hvdlite_request batch[2] = {kept.q, fresh.q};
+    int64_t handles[2] = {0, 0};
+    CHECK(!queue.submit_fast(batch, 2, handles) && slot->state.load() == FastSlot::kIdle);
+    CHECK(push_kept(queue, fresh).ok());  // armed now
+    finish_all(queue, drain(queue));
+    batch[1] = kept.q;
+    CHECK(!queue.submit_fast(batch, 2, handles) && slot->state.load() == FastSlot::kIdle);
+    batch[1] = fresh.q;
+    CHECK(queue.submit_fast(batch, 2, handles) && slots.owner(handles[0]) == slot && slots.owner(handles[1]));
+    CHECK(drain(queue).size() == 2);
+    finish_all(queue, {&slot->entry, &slots.owner(handles[1])->entry});
+    CHECK(slots.release(handles[0]) && slots.release(handles[1]));
     // A token of another name (or none) finds no slot.
     Kept other("grad.1");
     other.q.name_slot = kept.q.name_slot;
-    CHECK(!queue.submit_fast(other.q, &handle));
+    CHECK(!queue.submit_fast(&other.q, 1, &handle));
 
     // Closed: the slot's submitted operation fails with the queue's status, and nothing more is taken.
-    CHECK(queue.submit_fast(kept.q, &handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle));
     queue.close(Status(StatusCode::kAborted, "shut down"));
     CHECK(slot->outcome.finished() && slot->outcome.status.code() == StatusCode::kAborted);
-    CHECK(!queue.submit_fast(kept.q, &second));
+    CHECK(!queue.submit_fast(&kept.q, 1, &second));
     // Unreleased handles move to the table when the runtime goes; the slots are disarmed for the next one.
     slots.retire(table);
     CHECK(!slots.owner(handle));
@@ -158,7 +174,7 @@ void test_fast_slots() {
     finish_all(queue, drain(queue));
     CHECK(push_kept(queue, kept).ok());
     finish_all(queue, drain(queue));
-    CHECK(queue.submit_fast(kept.q, &handle));
+    CHECK(queue.submit_fast(&kept.q, 1, &handle));
     CHECK(drain(queue)[0]->request.name == "grad.other");
     CHECK(table.get(handle) == nullptr && slots.owner(handle) != nullptr);
     queue.close(Status(StatusCode::kAborted, "shut down"));
@@ -177,7 +193,7 @@ void test_fast_slots_swept() {
   finish_all(queue, drain(queue));
   const uint64_t token = kept.q.name_slot;
   int64_t handle = 0;
-  CHECK(queue.submit_fast(kept.q, &handle) && slots.release(handle));
+  CHECK(queue.submit_fast(&kept.q, 1, &handle) && slots.release(handle));
   finish_all(queue, drain(queue));
   // Enough other names to sweep the table (names not in flight are forgotten past 16,384).
   for (int i = 0; i < (1 << 14) + 8; ++i) {
@@ -185,7 +201,7 @@ void test_fast_slots_swept() {
     CHECK(push_kept(queue, filler).ok());
     finish_all(queue, drain(queue));
   }
-  CHECK(!queue.submit_fast(kept.q, &handle));
+  CHECK(!queue.submit_fast(&kept.q, 1, &handle));
   CHECK(push_kept(queue, kept).ok() && kept.q.name_slot != token);
   finish_all(queue, drain(queue));
   queue.close(Status(StatusCode::kAborted, "shut down"));

@@ -102,42 +102,67 @@ bool FastSlots::disarm(FastSlot& slot) {
   return true;
 }
 
-bool FastSlots::submit(const hvdlite_request& q, int64_t* handle) {
+FastSlot* FastSlots::reserve(const hvdlite_request& q) {
   const uint64_t token = q.name_slot;
   if (token == 0 || q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY ||
       !q.name || q.ndim < 0 || q.ndim > 255 || (q.ndim > 0 && !q.shape))
-    return false;
-  const uint32_t index = static_cast<uint32_t>((token & 0xffffffffu) - 1);
-  FastSlot* slot = find(index);
-  if (!slot || slot->token.load(std::memory_order_relaxed) != token) return false;
+    return nullptr;
+  FastSlot* slot = find(static_cast<uint32_t>((token & 0xffffffffu) - 1));
+  if (!slot || slot->token.load(std::memory_order_relaxed) != token) return nullptr;
   uint32_t idle = FastSlot::kIdle;
-  if (!slot->state.compare_exchange_strong(idle, FastSlot::kBusy, std::memory_order_seq_cst)) return false;
+  if (!slot->state.compare_exchange_strong(idle, FastSlot::kBusy, std::memory_order_seq_cst)) return nullptr;
   // The slot is this thread's now. An ordinary operation of the name that went in flight meanwhile, or a close,
   // is seen here: each side writes its mark before it reads the other's.
   if (closed_.load(std::memory_order_seq_cst) || slot->ordinary.load(std::memory_order_seq_cst) != 0 ||
       slot->token.load(std::memory_order_relaxed) != token || !describes(*slot, q)) {
     slot->state.store(FastSlot::kIdle, std::memory_order_release);
-    return false;
+    return nullptr;
   }
+  return slot;
+}
+
+int64_t FastSlots::publish(FastSlot& slot, const hvdlite_request& q) {
   // The bit before the slot is filled in: a locked instruction waits for every store before it, and the slot's
   // lines were last written by the thread that ran its previous operation, so each of those stores would be a
   // transfer between cores to wait for. A drain that finds the bit while the slot is still busy leaves it for the
   // next one. Then the flag: a drain clears it before it reads the bits, so it either sees this bit or the flag is
   // set again for the next cycle.
+  const uint32_t index = slot.index;
   chunks_[index / kChunkSlots]
       .load(std::memory_order_relaxed)
       ->submitted[index % kChunkSlots / 64]
       .fetch_or(uint64_t{1} << (index % 64), std::memory_order_seq_cst);
   if (!pending_.load(std::memory_order_seq_cst)) pending_.store(true, std::memory_order_seq_cst);
-  TensorEntry& entry = slot->entry;
+  TensorEntry& entry = slot.entry;
   entry.input = q.input;
   entry.output = q.output;
-  slot->outcome.done.store(0, std::memory_order_relaxed);  // its status is ok: release() reset a failure's
-  slot->orphaned.store(false, std::memory_order_relaxed);
-  const uint32_t sequence = slot->sequence.load(std::memory_order_relaxed) + 1;
-  slot->sequence.store(sequence, std::memory_order_relaxed);
-  slot->state.store(FastSlot::kSubmitted, std::memory_order_release);
-  *handle = handle_of(index, sequence);
+  slot.outcome.done.store(0, std::memory_order_relaxed);  // its status is ok: release() reset a failure's
+  slot.orphaned.store(false, std::memory_order_relaxed);
+  const uint32_t sequence = slot.sequence.load(std::memory_order_relaxed) + 1;
+  slot.sequence.store(sequence, std::memory_order_relaxed);
+  slot.state.store(FastSlot::kSubmitted, std::memory_order_release);
+  return handle_of(index, sequence);
+}
+
+bool FastSlots::submit(const hvdlite_request& q, int64_t* handle) {
+  FastSlot* slot = reserve(q);
+  if (!slot) return false;
+  *handle = publish(*slot, q);
+  return true;
+}
+
+bool FastSlots::submit_many(const hvdlite_request* requests, int count, int64_t* handles,
+                            std::vector<FastSlot*>& reserved) {
+  reserved.clear();
+  for (int i = 0; i < count; ++i) {
+    FastSlot* slot = reserve(requests[i]);
+    if (!slot) {  // none then: the ordinary way takes them all, or refuses them all
+      for (FastSlot* taken : reserved) taken->state.store(FastSlot::kIdle, std::memory_order_release);
+      return false;
+    }
+    reserved.push_back(slot);
+  }
+  for (int i = 0; i < count; ++i) handles[i] = publish(*reserved[i], requests[i]);
   return true;
 }
 

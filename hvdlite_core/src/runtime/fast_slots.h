@@ -72,6 +72,9 @@ class FastSlots {
   // The submission (any thread): true, with *handle, when the slot of the request's token took it; false when it
   // must go the ordinary way.
   bool submit(const hvdlite_request& q, int64_t* handle);
+  // The same for a batch, all or none: true with handles[i] for requests[i] when every one's slot took it (a name
+  // twice in the batch never is). reserved: the caller's scratch, reused.
+  bool submit_many(const hvdlite_request* requests, int count, int64_t* handles, std::vector<FastSlot*>& reserved);
   // Whether submissions wait for a drain (a cheap check for the queue's empty()).
   bool any_submitted() const { return pending_.load(std::memory_order_seq_cst); }
 
@@ -110,6 +113,10 @@ class FastSlots {
     std::array<std::atomic<uint64_t>, kChunkSlots / 64> submitted{};  // bit: that slot waits for a drain
   };
   int64_t handle_of(uint32_t index, uint32_t sequence) const;
+  // The slot of a request's token, made busy by this thread, when it may take the request; else null.
+  FastSlot* reserve(const hvdlite_request& q);
+  // Fills a reserved slot in with the request's buffers and hands it to the next drain; returns its handle.
+  int64_t publish(FastSlot& slot, const hvdlite_request& q);
   // A finished slot (state `finished`) made idle; false if its state was another.
   static bool to_idle(FastSlot& slot, uint32_t finished);
   // Claims the slots whose bits are set; closing: also waits out submissions still filling a slot in.

@@ -51,12 +51,12 @@ class Runtime {
                     Status* failure);
   // Whether a request may take the lane at all: the checks that need no lock. Larger ones than the eager region
   // can hold never pay for trying.
-  // An asynchronous submission through its name's slot (runtime/fast_slots.h): true with *handle when taken; false
-  // when it must be enqueued.
-  bool submit_fast(const hvdlite_request& q, int64_t* handle) {
+  // Asynchronous submissions through their names' slots (runtime/fast_slots.h), all or none: true with handles when
+  // taken; false when they must be enqueued.
+  bool submit_fast(const hvdlite_request* requests, int count, int64_t* handles) {
     // The timeline draws each operation's queued span from a precise reading: those take the queue.
     if (shutdown_requested_.load(std::memory_order_relaxed) || timeline_.enabled()) return false;
-    return queue_.submit_fast(q, handle);
+    return queue_.submit_fast(requests, count, handles);
   }
   bool steady_candidate(const hvdlite_request& q) const {
     // A named one needs its token (the kept request has been queued once); an unnamed one is found by what it

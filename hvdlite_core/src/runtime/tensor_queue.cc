@@ -111,8 +111,10 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
   return Status::Ok();
 }
 
-bool TensorQueue::submit_fast(const hvdlite_request& q, int64_t* handle) {
-  if (!slots_.submit(q, handle)) return false;
+bool TensorQueue::submit_fast(const hvdlite_request* requests, int count, int64_t* handles) {
+  thread_local std::vector<FastSlot*> reserved;  // reused: an optimizer submits a batch every step
+  if (count == 1 ? !slots_.submit(requests[0], handles) : !slots_.submit_many(requests, count, handles, reserved))
+    return false;
   // After the submission is visible (FastSlots::any_submitted): a waiter that set the flag before it looked for
   // work either saw this one or is woken here.
   if (wake_on_push_.load(std::memory_order_seq_cst)) {

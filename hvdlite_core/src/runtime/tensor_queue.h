@@ -38,9 +38,9 @@ class TensorQueue {
   // caller_waits: the calling thread waits for them at once (a synchronous collective), so they wake nobody.
   Status push(std::vector<TensorEntry*>& entries, std::vector<TensorEntry*>* admitted = nullptr,
               bool caller_waits = false);
-  // A submission through its name's slot (FastSlots::submit): true with *handle when taken, false when it must be
-  // pushed. Like push, it wakes the background thread only from a long sleep.
-  bool submit_fast(const hvdlite_request& q, int64_t* handle);
+  // Submissions through their names' slots (FastSlots::submit_many), all or none: true with handles when taken,
+  // false when they must be pushed. Like push, it wakes the background thread only from a long sleep.
+  bool submit_fast(const hvdlite_request* requests, int count, int64_t* handles);
   // An unnamed operation that finished without being queued (the steady lane) still takes its number.
   void skip_unnamed(int32_t process_set, OpType op);
   // Records an operation that never became an entry (the steady lane's, when it fails) among the recent ones, as
