@@ -9,7 +9,9 @@ uint64_t token_of(const NameRecord& record) {
 }  // namespace
 
 TensorQueue::~TensorQueue() {
-  for (TensorEntry* entry : queue_) delete entry;
+  for (TensorEntry* entry : queue_) {
+    if (!entry->fast_slot) delete entry;  // a slot's entry is the slot's
+  }
   for (TensorEntry* entry : spare_entries_) delete entry;
 }
 
