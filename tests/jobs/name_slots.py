@@ -5,6 +5,7 @@
 # usable afterwards, a handle polled, and, after shutdown, handles finished before it and one left pending; a
 # second init gives slots again. argv: ROUNDS.
 import sys
+import time
 
 import torch
 from hvdjob import check, expect_raises, make
@@ -64,23 +65,32 @@ if taken != (rounds - 2) * len(cases):
     raise AssertionError(f"{taken} of the {(rounds - 2) * len(cases)} steady-state handles were slots'")
 count += 1
 
-# A name in flight: the second submission is refused on this rank alone, with the name; the first completes.
+# A name in flight: the second submission is refused on this rank alone, with the name; the first completes. Each
+# rank in turn submits first and repeats the name before the barrier the others wait at, so that its operation
+# cannot have finished in between (it would then be a new one, rightly taken).
 t = tensors["slot.sum"]
-t.copy_(make(me, "dup", (4,), torch.float32))
-handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
-assert handle & SLOT_BIT
-expect_raises(
-    "a slot's name in flight",
-    ValueError,
-    hvd.allreduce_async_,
-    t.clone(),
-    name="slot.sum",
-    op=hvd.Sum,
-    match=["slot.sum", "already in flight"],
-)
-assert hvd.poll(handle) in (True, False)
-hvd.synchronize(handle)
-check("the first of the duplicates", t, expected("dup", (4,), torch.float32))
+for first in range(n):
+    t.copy_(make(me, ("dup", first), (4,), torch.float32))
+    if me == first:
+        handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+        assert handle & SLOT_BIT
+        expect_raises(
+            "a slot's name in flight",
+            ValueError,
+            hvd.allreduce_async_,
+            t.clone(),
+            name="slot.sum",
+            op=hvd.Sum,
+            match=["slot.sum", "already in flight"],
+        )
+        assert not hvd.poll(handle), "finished before every rank submitted it"
+    hvd.barrier()
+    if me != first:
+        handle = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
+    while not hvd.poll(handle):  # a slot's handle polls as any other; the background thread's cycle finishes it
+        time.sleep(0.001)
+    hvd.synchronize(handle)
+    check(f"the first of the duplicates, rank {first} first", t, expected(("dup", first), (4,), torch.float32))
 count += 2
 
 # A mismatch between ranks on a slot's name: the last rank sends another shape (the ordinary way, since its slot
@@ -118,7 +128,7 @@ t.copy_(make(me, "finished before shutdown", (4,), torch.float32))
 finished = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
 assert finished & SLOT_BIT
 while not hvd.poll(finished):
-    pass
+    time.sleep(0.001)
 pending = None
 if me == 0:
     pending = hvd.allreduce_async_(tensors["slot.kb"], name="slot.kb", op=hvd.Average)  # the others never submit it
