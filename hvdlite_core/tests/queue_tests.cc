@@ -101,7 +101,7 @@ void test_name_records() {
 
   // Many more names than the sweep threshold, each used once (as unnamed operations are): the records of
   // finished names are swept, the one still in flight is kept and still refuses a duplicate.
-  for (int i = 0; i < 40000; ++i) run_through(queue, "once." + std::to_string(i));
+  for (size_t i = 0; i < 2 * TensorQueue::kNamesKept + 8; ++i) run_through(queue, "once." + std::to_string(i));
   CHECK(held[0]->name_record->in_flight);
   CHECK(!push_one(queue, "kept").ok());
   run_through(queue, "once.7");  // a swept name is accepted again
@@ -138,7 +138,7 @@ void test_name_slots() {
   CHECK(renamed != first && other != grad);
   // Swept records are reused for new names under a new generation: an old token then finds nothing, and its
   // name gets a record again, with a new token.
-  for (int i = 0; i < 40000; ++i) run_through(queue, "once." + std::to_string(i));
+  for (size_t i = 0; i < 2 * TensorQueue::kNamesKept + 8; ++i) run_through(queue, "once." + std::to_string(i));
   const uint64_t stale = grad;
   const NameRecord* again = run_through(queue, "grad", &grad);
   CHECK(again && grad != stale && grad != 0);

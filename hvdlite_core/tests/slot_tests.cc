@@ -195,8 +195,8 @@ void test_fast_slots_swept() {
   int64_t handle = 0;
   CHECK(queue.submit_fast(&kept.q, 1, &handle) && slots.release(handle));
   finish_all(queue, drain(queue));
-  // Enough other names to sweep the table (names not in flight are forgotten past 16,384).
-  for (int i = 0; i < (1 << 14) + 8; ++i) {
+  // Enough other names to sweep the table (names not in flight are forgotten past TensorQueue::kNamesKept).
+  for (size_t i = 0; i < TensorQueue::kNamesKept + 8; ++i) {
     Kept filler("filler." + std::to_string(i));
     CHECK(push_kept(queue, filler).ok());
     finish_all(queue, drain(queue));

@@ -270,7 +270,7 @@ void TensorQueue::sweep_names() {
     it = names_.erase(it);
   }
   // Twice what is left: names in flight are never swept, so a table mostly in flight is not swept on every push.
-  sweep_at_ = std::max<size_t>(1 << 14, 2 * names_.size());
+  sweep_at_ = std::max(kNamesKept, 2 * names_.size());
 }
 
 void TensorQueue::keep_spare(TensorEntry* entry) {

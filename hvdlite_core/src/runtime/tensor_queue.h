@@ -27,6 +27,10 @@ class TensorQueue {
  public:
   // slots: the names' slots (runtime/fast_slots.h), which outlive the queue; by default the queue's own.
   explicit TensorQueue(FastSlots* slots = nullptr) : slots_(slots ? *slots : own_slots_) {}
+  // Names not in flight are forgotten (their records swept, their slots disarmed) once there are this many: the
+  // response cache's default capacity, since a name's record and slot serve its cached response, and a name forgotten
+  // takes its next two submissions the ordinary way.
+  static constexpr size_t kNamesKept = size_t{1} << 16;
   TensorQueue(const TensorQueue&) = delete;
   TensorQueue& operator=(const TensorQueue&) = delete;
   ~TensorQueue();
@@ -114,7 +118,7 @@ class TensorQueue {
   std::deque<NameRecord> records_;
   std::vector<uint32_t> free_slots_;  // of swept records, reused with their generation advanced
   std::unordered_map<std::string, uint32_t> names_;
-  size_t sweep_at_ = 1 << 14;       // names_.size() at which the next sweep_names runs
+  size_t sweep_at_ = kNamesKept;    // names_.size() at which the next sweep_names runs
   std::vector<NameRecord*> found_;  // push's records of the batch, reused
   std::vector<size_t> key_hashes_;  // and their keys' hashes
   uint64_t batches_ = 0;            // grouped submissions so far (NameRecord::batch)
