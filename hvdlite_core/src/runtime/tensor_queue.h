@@ -88,8 +88,8 @@ class TensorQueue {
   // where the entry's caller keeps it.
   NameRecord* mark_in_flight(TensorEntry& entry, size_t key_hash, NameRecord* known);
   void clear_in_flight(TensorEntry& entry);
-  // For a named entry found in flight by no record: whether its name's slot has an operation in flight. If not, the
-  // slot takes no submission until the entry finishes (marked_ keeps it, to be unmarked if the push is refused).
+  // For a named entry whose record is not in flight: whether its name's slot has an operation in flight. If not,
+  // the slot takes no submission until the entry finishes (marked_ keeps it, to be unmarked if the push is refused).
   bool slot_in_flight(const NameRecord& record);
   // For an entry now in flight under its record: its name's slot takes no submission until it finishes, and for a
   // caller that keeps its request, the slot is armed for the next submission (runtime/fast_slots.h).
