@@ -289,7 +289,7 @@ int wait_for(int64_t handle, double timeout_seconds, bool release_on_success) {
     if (slot) {
       // Most of a step's gradients have finished by the time they are synchronized: no lock, no wait.
       if (release_on_success && slot->outcome.finished() && slot->outcome.status.ok()) {
-        g_slots.release(handle);
+        FastSlots::release(*slot);
         return static_cast<int>(HVDLITE_OK);
       }
       state = outcome_of(*slot);

@@ -250,14 +250,18 @@ FastSlot* FastSlots::owner(int64_t id) const {
 bool FastSlots::release(int64_t id) {
   FastSlot* slot = owner(id);
   if (!slot) return false;
-  uint32_t state = slot->state.load(std::memory_order_seq_cst);
+  release(*slot);
+  return true;
+}
+
+void FastSlots::release(FastSlot& slot) {
+  uint32_t state = slot.state.load(std::memory_order_seq_cst);
   if (state == FastSlot::kSubmitted || state == FastSlot::kClaimed) {
-    slot->orphaned.store(true, std::memory_order_seq_cst);
-    state = slot->state.load(std::memory_order_seq_cst);  // it may have finished before it saw the mark
+    slot.orphaned.store(true, std::memory_order_seq_cst);
+    state = slot.state.load(std::memory_order_seq_cst);  // it may have finished before it saw the mark
   }
   // Each finished state is tried once: it changes only to idle (here, or by complete() for an orphaned one).
-  if (state == FastSlot::kDone || state == FastSlot::kFailed) to_idle(*slot, state);
-  return true;
+  if (state == FastSlot::kDone || state == FastSlot::kFailed) to_idle(slot, state);
 }
 
 void FastSlots::retire(HandleTable& table) {

@@ -101,6 +101,8 @@ class FastSlots {
   // Releases a finished operation's handle (the slot goes idle); an unfinished one is released when it finishes.
   // False when the id names no slot's operation.
   bool release(int64_t id);
+  // The same for the slot owner() found for the handle.
+  static void release(FastSlot& slot);
 
   // The runtime is gone: every unreleased handle moves to the table, slots are disarmed, and the next runtime's
   // handles carry a new epoch. Only with no runtime using the slots.

@@ -153,12 +153,8 @@ void TensorQueue::hold_slot(const TensorEntry& entry, NameRecord& record) {
   if (entry.name_slot != token || q.op != OpType::kAllreduce || q.process_set != 0 || q.on_device || q.unnamed ||
       !q.cacheable)
     return;
-  if (slot && slot->token.load(std::memory_order_relaxed) == token) {
-    const Request& armed = slot->entry.request;
-    if (armed.shape == q.shape && armed.dtype == q.dtype && armed.reduce_op == q.reduce_op &&
-        armed.prescale == q.prescale && armed.postscale == q.postscale && armed.layout == q.layout)
-      return;  // armed for this request already
-  }
+  // Armed again even where it holds this request already: an armed name comes this way only while its slot is not
+  // idle or its request changed, and arming is a copy.
   if (!slot) {
     slot = slots_.make(record.slot);
     if (!slot) return;
