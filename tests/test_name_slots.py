@@ -18,12 +18,14 @@ def test_name_slots_across_processes(case):
     _, np, host_ids = case
     rounds = 6
     result = run_job(job_source("name_slots"), np=np, host_ids=host_ids, args=[str(rounds)], timeout=100)
-    steady, duplicates, mismatch, dtype_mismatch, shutdown, second_runtime = (
+    steady, duplicates, mismatch, dtype_mismatch, sets, shutdown, second_runtime = (
         rounds * 6 + 1,
         2,
         1 + 4 + 1,
         4 + 1,
+        rounds * 6 + 2 + 3 + 1,  # one set's steps at least, both sets counted, the removal and after it
         2,
         4 * 6 + 1,
     )
-    assert_job_ok(result, np, min_count=steady + duplicates + mismatch + dtype_mismatch + shutdown + second_runtime)
+    total = steady + duplicates + mismatch + dtype_mismatch + sets + shutdown + second_runtime
+    assert_job_ok(result, np, min_count=total)

@@ -102,9 +102,8 @@ typedef struct {
   uint64_t name_slot; /* named requests: where the core keeps the name's record. The core writes it (the one field
                          it writes) into the request it is given when it first queues the name, and a kept
                          request handed back finds the record without hashing the name; an asynchronous host
-                         allreduce of the global set handed back again goes through the name's slot, with no
-                         queue entry of its own. 0 in a new request; the caller never writes it, nor renames a
-                         request that has one */
+                         allreduce handed back again goes through the name's slot, with no queue entry of its
+                         own. 0 in a new request; the caller never writes it, nor renames a request that has one */
 } hvdlite_request;
 
 const char* hvdlite_version(void);

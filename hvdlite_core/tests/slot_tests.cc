@@ -2,7 +2,7 @@
 // second ordinary push and submitted through its slot from then on; the slot's operation and an ordinary one of the
 // same name refuse each other while in flight; a handle names one operation, is released once, and survives the
 // runtime in the handle table; a slot's name that changes its request, is swept, or meets a closed queue goes the
-// ordinary way. Run from unit_tests.cc's main.
+// ordinary way; a process set's name has a slot of its own. Run from unit_tests.cc's main.
 #include <string>
 #include <vector>
 
@@ -46,6 +46,7 @@ Status push_kept(TensorQueue& queue, Kept& kept) {
   e.request.shape.assign(kept.shape, kept.shape + 1);
   e.request.shape_key = key_of_shape(e.request.shape);
   e.request.name = kept.name;
+  e.request.process_set = kept.q.process_set_id;
   e.input = kept.input;
   e.output = kept.output;
   e.name_slot_home = &kept.q.name_slot;
@@ -204,5 +205,34 @@ void test_fast_slots_swept() {
   CHECK(!queue.submit_fast(&kept.q, 1, &handle));
   CHECK(push_kept(queue, kept).ok() && kept.q.name_slot != token);
   finish_all(queue, drain(queue));
+  queue.close(Status(StatusCode::kAborted, "shut down"));
+}
+
+void test_fast_slots_process_sets() {
+  // A name in another process set is another record, so another slot; a kept request moved to another set is not
+  // described by its slot; a set id beyond the slot's field is never armed.
+  FastSlots slots;
+  TensorQueue queue(&slots);
+  Kept in_set("grad.0"), in_world("grad.0"), far("grad.far");
+  in_set.q.process_set_id = 3;
+  far.q.process_set_id = 40000;
+  for (Kept* kept : {&in_set, &in_world, &far}) {
+    for (int push = 0; push < 2; ++push) {
+      CHECK(push_kept(queue, *kept).ok());
+      finish_all(queue, drain(queue));
+    }
+  }
+  CHECK(in_set.q.name_slot != in_world.q.name_slot);
+  int64_t handles[2] = {0, 0};
+  CHECK(queue.submit_fast(&in_set.q, 1, &handles[0]) && queue.submit_fast(&in_world.q, 1, &handles[1]));
+  std::vector<TensorEntry*> claimed = drain(queue);
+  CHECK(claimed.size() == 2 && slots.owner(handles[0]) != slots.owner(handles[1]));
+  CHECK(slots.owner(handles[0])->entry.request.process_set == 3);
+  CHECK(slots.owner(handles[1])->entry.request.process_set == 0);
+  finish_all(queue, claimed);
+  CHECK(slots.release(handles[0]) && slots.release(handles[1]));
+  in_set.q.process_set_id = 4;
+  CHECK(!queue.submit_fast(&in_set.q, 1, &handles[0]));
+  CHECK(!queue.submit_fast(&far.q, 1, &handles[0]));
   queue.close(Status(StatusCode::kAborted, "shut down"));
 }

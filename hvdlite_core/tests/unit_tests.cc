@@ -53,6 +53,7 @@ void test_name_slots();
 void test_handle_table();
 void test_fast_slots();
 void test_fast_slots_swept();
+void test_fast_slots_process_sets();
 // In cache_tests.cc.
 void test_cache();
 void test_eager_layout();
@@ -656,6 +657,7 @@ int main() {
   test_handle_table();
   test_fast_slots();
   test_fast_slots_swept();
+  test_fast_slots_process_sets();
   test_cache();
   test_eager_layout();
   test_fusion();

@@ -23,30 +23,35 @@ count = 0
 tensors = {}
 
 
-def expected(key, shape, dtype, op=hvd.Sum, pre=1.0, post=1.0):
-    total = sum(make(r, key, shape, dtype).double() for r in range(n)) * pre * post
-    return (total / n if op == hvd.Average else total).to(dtype)
+def expected(key, shape, dtype, op=hvd.Sum, pre=1.0, post=1.0, members=None):
+    members = range(n) if members is None else members
+    total = sum(make(r, key, shape, dtype).double() for r in members) * pre * post
+    return (total / len(members) if op == hvd.Average else total).to(dtype)
 
 
-def steady_steps(tag, steps, cases):
-    """Each step, every case's tensor through allreduce_async_, synchronized afterwards; returns how many of the
-    steps' handles were slots'."""
+def steady_steps(tag, steps, cases, process_set=hvd.global_process_set, members=None):
+    """Each step, every case's tensor through allreduce_async_ on process_set (whose ranks are members),
+    synchronized afterwards; returns how many of the steps' handles were slots'."""
     global count
     for name, (shape, dtype, _, _, _) in cases.items():
-        tensors.setdefault(name, torch.zeros(shape, dtype=dtype))
+        tensors.setdefault((name, process_set.process_set_id), torch.zeros(shape, dtype=dtype))
     slot_handles = 0
     for step in range(steps):
         handles = []
         for name, (shape, dtype, op, pre, post) in cases.items():
-            tensors[name].copy_(make(me, (tag, name, step), shape, dtype))
-            handle = hvd.allreduce_async_(tensors[name], name=name, op=op, prescale_factor=pre, postscale_factor=post)
+            t = tensors[name, process_set.process_set_id]
+            t.copy_(make(me, (tag, name, step), shape, dtype))
+            handle = hvd.allreduce_async_(
+                t, name=name, op=op, prescale_factor=pre, postscale_factor=post, process_set=process_set
+            )
             slot_handles += handle & SLOT_BIT != 0
             handles.append(handle)
         for handle in handles:
             hvd.synchronize(handle)
         for name, (shape, dtype, op, pre, post) in cases.items():
-            want = expected((tag, name, step), shape, dtype, op, pre, post)
-            check(f"{tag} {name} step {step}", tensors[name], want, exact=not dtype.is_floating_point)
+            want = expected((tag, name, step), shape, dtype, op, pre, post, members)
+            t = tensors[name, process_set.process_set_id]
+            check(f"{tag} {name} step {step}", t, want, exact=not dtype.is_floating_point)
             count += 1
     return slot_handles
 
@@ -68,7 +73,7 @@ count += 1
 # A name in flight: the second submission is refused on this rank alone, with the name; the first completes. Each
 # rank in turn submits first and repeats the name before the barrier the others wait at, so that its operation
 # cannot have finished in between (it would then be a new one, rightly taken).
-t = tensors["slot.sum"]
+t = tensors["slot.sum", 0]
 for first in range(n):
     t.copy_(make(me, ("dup", first), (4,), torch.float32))
     if me == first:
@@ -121,9 +126,44 @@ expect_raises(
 steady_steps("after dtype mismatch", 4, cases_after)
 count += 1
 
+# Process sets take the slots too. A name's record, and so its slot, belongs to the set and the name: one set of
+# names in two sets that share a rank (three ranks) or in each rank's own set (two). (The callers' cache keeps one
+# request a name: a name that moved between sets step by step would be prepared again each time.) A set's members
+# run its steps; a rank in two sets runs the first set's, then the second's.
+groups = [[0, 1], [1, 2]] if n >= 3 else [[r] for r in range(n)]
+sets = [hvd.add_process_set(group) for group in groups]
+set_cases = {f"set.{name}": case for name, case in cases.items()}
+for group, process_set in zip(groups, sets):
+    if me in group:
+        taken = steady_steps(f"set {group}", rounds, set_cases, process_set, group)
+        if taken != (rounds - 2) * len(cases):
+            raise AssertionError(f"set {group}: {taken} of the {(rounds - 2) * len(cases)} handles were slots'")
+    count += 1
+# A set removed while its names' slots are armed: a caller still holding its id (a ProcessSet kept from before)
+# gets an error naming the tensor and the set on every member, and the process goes on.
+removed, removed_id = sets[0], sets[0].process_set_id
+hvd.remove_process_set(removed)
+if me in groups[0]:
+    removed.process_set_id = removed_id
+    t = tensors["set.slot.sum", removed_id]
+
+    def stale_set_allreduce():
+        hvd.synchronize(hvd.allreduce_async_(t, name="set.slot.sum", op=hvd.Sum, process_set=removed))
+
+    expect_raises(
+        "a removed set's armed name",
+        Exception,
+        stale_set_allreduce,
+        match=["set.slot.sum", f"process set {removed_id}"],
+    )
+    removed.process_set_id = None
+hvd.barrier()
+steady_steps("after removal", 3, cases_after)
+count += 1
+
 # Shutdown: a slot's operation finished and not yet synchronized still synchronizes; one only rank 0 submitted
 # fails as shut down.
-t = tensors["slot.sum"]
+t = tensors["slot.sum", 0]
 t.copy_(make(me, "finished before shutdown", (4,), torch.float32))
 finished = hvd.allreduce_async_(t, name="slot.sum", op=hvd.Sum)
 assert finished & SLOT_BIT
@@ -131,7 +171,9 @@ while not hvd.poll(finished):
     time.sleep(0.001)
 pending = None
 if me == 0:
-    pending = hvd.allreduce_async_(tensors["slot.kb"], name="slot.kb", op=hvd.Average)  # the others never submit it
+    pending = hvd.allreduce_async_(
+        tensors["slot.kb", 0], name="slot.kb", op=hvd.Average
+    )  # the others never submit it
     assert pending & SLOT_BIT
 hvd.barrier()
 hvd.shutdown()

@@ -15,7 +15,8 @@ static_assert(FastSlots::kMostSlots <= (size_t{1} << kSequenceShift), "slot plac
 // busy, by the submitting thread.
 bool describes(FastSlot& slot, const hvdlite_request& q) {
   if (slot.dtype != q.dtype || slot.reduce_op != q.reduce_op || slot.prescale != q.prescale_factor ||
-      slot.postscale != q.postscale_factor || slot.layout != q.layout || slot.ndim != q.ndim)
+      slot.postscale != q.postscale_factor || slot.layout != q.layout || slot.ndim != q.ndim ||
+      slot.process_set != q.process_set_id)
     return false;
   if (slot.shape_key != kUnknownShapeKey) {
     if (key_of_shape(q.shape, static_cast<size_t>(q.ndim)) != slot.shape_key) return false;
@@ -77,6 +78,7 @@ bool FastSlots::arm(FastSlot& slot, const TensorEntry& entry, uint64_t token) {
   slot.dtype = static_cast<int8_t>(q.dtype);
   slot.reduce_op = static_cast<int8_t>(q.reduce_op);
   slot.ndim = static_cast<uint8_t>(q.shape.size());
+  slot.process_set = static_cast<int16_t>(q.process_set);
   slot.known_name = nullptr;
   slot.shape_key = q.shape_key;
   slot.prescale = q.prescale;
@@ -104,8 +106,8 @@ bool FastSlots::disarm(FastSlot& slot) {
 
 FastSlot* FastSlots::reserve(const hvdlite_request& q) {
   const uint64_t token = q.name_slot;
-  if (token == 0 || q.op != HVDLITE_OP_ALLREDUCE || q.process_set_id != 0 || q.memory != HVDLITE_HOST_MEMORY ||
-      !q.name || q.ndim < 0 || q.ndim > 255 || (q.ndim > 0 && !q.shape))
+  if (token == 0 || q.op != HVDLITE_OP_ALLREDUCE || q.memory != HVDLITE_HOST_MEMORY || !q.name || q.ndim < 0 ||
+      q.ndim > 255 || (q.ndim > 0 && !q.shape))
     return nullptr;
   FastSlot* slot = find(static_cast<uint32_t>((token & 0xffffffffu) - 1));
   if (!slot || slot->token.load(std::memory_order_relaxed) != token) return nullptr;

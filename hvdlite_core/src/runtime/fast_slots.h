@@ -35,13 +35,14 @@ namespace hvdlite {
 struct alignas(64) FastSlot {
   enum State : uint32_t { kIdle, kBusy, kSubmitted, kClaimed, kDone, kFailed };
   std::atomic<uint32_t> state{kIdle};
-  std::atomic<uint32_t> ordinary{0};  // 1 while an ordinary operation of the name is in flight
   std::atomic<uint32_t> sequence{0};  // the slot's operations so far: a handle names one
+  std::atomic<uint8_t> ordinary{0};   // 1 while an ordinary operation of the name is in flight
   std::atomic<bool> orphaned{false};  // its handle was released before it finished: idle once it does
   // The armed request as a submission compares it (the rest is the entry's); written under busy, by arm().
   int8_t dtype = 0;
   int8_t reduce_op = 0;
   uint8_t ndim = 0;
+  int16_t process_set = 0;         // sets beyond its range are not armed
   std::atomic<uint64_t> token{0};  // the kept request's token (name_slot) it is armed for; 0: not armed
   // The kept request's name, once compared: by the C ABI's contract a request with a token is never renamed, so the
   // same pointer is the same name.
