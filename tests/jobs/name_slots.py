@@ -152,7 +152,7 @@ if me in groups[0]:
 
     expect_raises(
         "a removed set's armed name",
-        Exception,
+        hvd.InvalidArgumentError,
         stale_set_allreduce,
         match=["set.slot.sum", f"process set {removed_id}"],
     )
@@ -171,9 +171,8 @@ while not hvd.poll(finished):
     time.sleep(0.001)
 pending = None
 if me == 0:
-    pending = hvd.allreduce_async_(
-        tensors["slot.kb", 0], name="slot.kb", op=hvd.Average
-    )  # the others never submit it
+    # The others never submit it.
+    pending = hvd.allreduce_async_(tensors["slot.kb", 0], name="slot.kb", op=hvd.Average)
     assert pending & SLOT_BIT
 hvd.barrier()
 hvd.shutdown()
