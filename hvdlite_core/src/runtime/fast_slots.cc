@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace hvdlite {
@@ -72,6 +73,8 @@ FastSlot* FastSlots::make(uint32_t index) {
 }
 
 bool FastSlots::arm(FastSlot& slot, const TensorEntry& entry, uint64_t token) {
+  const int32_t set = entry.request.process_set;
+  if (set < 0 || set > std::numeric_limits<int16_t>::max()) return false;  // beyond the slot's field
   uint32_t idle = FastSlot::kIdle;
   if (!slot.state.compare_exchange_strong(idle, FastSlot::kBusy, std::memory_order_seq_cst)) return false;
   const Request& q = entry.request;

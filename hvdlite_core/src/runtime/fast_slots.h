@@ -42,7 +42,7 @@ struct alignas(64) FastSlot {
   int8_t dtype = 0;
   int8_t reduce_op = 0;
   uint8_t ndim = 0;
-  int16_t process_set = 0;         // sets beyond its range are not armed
+  int16_t process_set = 0;         // sets beyond its range are not armed (arm)
   std::atomic<uint64_t> token{0};  // the kept request's token (name_slot) it is armed for; 0: not armed
   // The kept request's name, once compared: by the C ABI's contract a request with a token is never renamed, so the
   // same pointer is the same name.
@@ -84,7 +84,8 @@ class FastSlots {
   FastSlot* make(uint32_t index);
   FastSlot* find(uint32_t index) const;  // without the lock too; null when none was made
   // Arms the slot for an ordinary entry of a name with a kept request: its entry becomes a copy of this one's
-  // request, for the token. False when the slot is not idle (it keeps what it had).
+  // request, for the token. False when the slot is not idle (it keeps what it had), or when the request's process
+  // set is beyond the slot's field.
   bool arm(FastSlot& slot, const TensorEntry& entry, uint64_t token);
   // Disarms an idle slot (its record is swept); false when the slot is not idle.
   bool disarm(FastSlot& slot);

@@ -1,7 +1,5 @@
 #include "runtime/tensor_queue.h"
 
-#include <limits>
-
 namespace hvdlite {
 
 namespace {
@@ -152,9 +150,7 @@ void TensorQueue::hold_slot(const TensorEntry& entry, NameRecord& record) {
   // Armed only for a caller that keeps its request: it came back with the token its name was given.
   const Request& q = entry.request;
   const uint64_t token = token_of(record);
-  if (entry.name_slot != token || q.op != OpType::kAllreduce || q.process_set < 0 ||
-      q.process_set > std::numeric_limits<int16_t>::max() || q.on_device || q.unnamed || !q.cacheable)
-    return;
+  if (entry.name_slot != token || q.op != OpType::kAllreduce || q.on_device || q.unnamed || !q.cacheable) return;
   // Armed again even where it holds this request already: an armed name comes this way only while its slot is not
   // idle or its request changed, and arming is a copy.
   if (!slot) {
