@@ -2,8 +2,9 @@
 # allreduce of a kept request goes through its name's slot, whose handles are of their own kind (bit 62). Every
 # way through must give what the ordinary way gives: the results of each operation and dtype with scale factors, a
 # name in flight refused on the rank that repeats it, a mismatch between ranks reported on every rank with the name
-# usable afterwards, a handle polled, and, after shutdown, handles finished before it and one left pending; a
-# second init gives slots again. argv: ROUNDS.
+# usable afterwards, a handle polled, process sets' names through slots of their own and a removed set's error on
+# every member, and, after shutdown, handles finished before it and one left pending; a second init gives slots
+# again. argv: ROUNDS.
 import sys
 import time
 
