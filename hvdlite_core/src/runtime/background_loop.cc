@@ -39,7 +39,6 @@ void Runtime::background_loop() {
       auto grace = Clock::now();
       while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
     }
-    if (!mesh_->cpus_to_spare() && active_waiters_.load() == 0) defer_to_submitter(cycle);
     bool recent = Clock::now() - last_cycle_ < cycle;
     // Work that woke us from a long sleep and that a caller now waits on is the caller's to drive: a job whose
     // collectives are all synchronous then never has its steps interrupted by this thread's cycles.
@@ -53,28 +52,6 @@ void Runtime::background_loop() {
     announce_progress();
     if (!running) return;
   }
-}
-
-// Where the job's ranks leave this machine no CPU to spare, a cycle run while this rank's caller is still
-// submitting (a loop of asynchronous collectives, the hooks of a short backward) takes a CPU from that caller or
-// from another rank's, and cuts the caller's run of submissions into many cycles. So a tick that finds new
-// submissions looks for more: a few microseconds' spin sees a caller submitting on another CPU, a short sleep one
-// that this thread's wake-up took the CPU from. While they keep coming, it sleeps a cycle at a time until they
-// stop, a caller starts waiting (it drives from there) or IDLE_CYCLE_TIME has passed, which bounds how late this
-// rank answers its peers' cycles. A submission alone runs after the short sleep.
-void Runtime::defer_to_submitter(std::chrono::microseconds cycle) {
-  if (!queue_.submitted_since_asked()) return;
-  const auto watch = Clock::now();
-  while (!queue_.submitted_lately() && micros_since(watch) < kSubmissionSpinMicroseconds) cpu_relax();
-  if (!queue_.submitted_lately()) {
-    std::this_thread::sleep_for(std::chrono::microseconds(kSubmissionSpinMicroseconds));
-    if (!queue_.submitted_lately()) return;
-  }
-  const auto deadline =
-      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000));
-  while (queue_.submitted_since_asked() && active_waiters_.load() == 0 && !stopped_ && !shutdown_requested_ &&
-         Clock::now() < deadline)
-    std::this_thread::sleep_for(cycle);
 }
 
 // Cycles are collective, so an idle job still wakes every rank's background thread every CYCLE_TIME, preempting

@@ -103,8 +103,6 @@ class Runtime {
   // returns the status they fail with.
   Status stop_for_exception();
   bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
-  void defer_to_submitter(std::chrono::microseconds cycle);  // the tick, while this rank's caller submits
-  static constexpr int64_t kSubmissionSpinMicroseconds = 10;
   static constexpr int kIdleCyclesBeforeLongSleep = 16;
   std::string leaving_note(const std::vector<TensorEntry*>& fresh) const;  // the reason sent with shutdown
   void fail_everything(const Status& status);

@@ -75,14 +75,6 @@ class TensorQueue {
   // Without the lock: a caller that finds the queue empty just as work arrives leaves it to the next cycle tick,
   // as it would had the work come a moment later.
   bool empty() const { return queued_.load(std::memory_order_acquire) == 0 && !slots_.any_submitted(); }
-  // Whether anything was submitted since the last call (the background thread's question: is a caller still
-  // submitting?). A submission that finds the mark set only reads its line.
-  bool submitted_since_asked() {
-    if (!submitted_.load(std::memory_order_relaxed)) return false;
-    submitted_.store(false, std::memory_order_relaxed);
-    return true;
-  }
-  bool submitted_lately() const { return submitted_.load(std::memory_order_relaxed); }  // without asking
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
   std::string recent_report(int rank);  // RecentOps::report
@@ -138,10 +130,6 @@ class TensorQueue {
   bool woken_ = false;
   // Atomic for submit_fast, which reads it without the lock; written under it.
   std::atomic<bool> wake_on_push_{false};
-  std::atomic<bool> submitted_{false};  // submitted_since_asked
-  void mark_submitted() {
-    if (!submitted_.load(std::memory_order_relaxed)) submitted_.store(true, std::memory_order_relaxed);
-  }
   RecentOps recent_;
 };
 
