@@ -66,3 +66,26 @@ def test_synchronous_steps_leave_the_background_thread_asleep():
         # round needs a second cycle, which waits for the cycle tick (a rank's thread woke on its own timer and
         # began a cycle without the work), and the ranks' spinning delays it further, so a quarter may miss.
         assert row["taken_up"] >= row["rounds"] * 3 // 4, rows
+
+
+BURSTS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "submission_bursts.py")
+
+
+@pytest.mark.timeout(150)
+def test_runs_of_submissions_are_left_to_their_caller_for_a_bounded_time():
+    with open(BURSTS_JOB, encoding="utf-8") as f:
+        result = run_job(f.read(), np=2, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and out.count("DONE") == 2, out
+    bursts = [(int(m[0]), int(m[1])) for m in re.findall(r"BURSTS rank=\d+ steps=(\d+) background_cycles=(\d+)", out)]
+    assert len(bursts) == 2, out
+    for steps, cycles in bursts:
+        # A background thread that takes its tick during the submissions runs one or two cycles a step here (each
+        # step submits for a few milliseconds, the tick is 1 ms); leaving them to the callers, it runs a few in all
+        # (a tick whose watch falls while the submitting caller is off its CPU still runs one).
+        assert cycles < steps, bursts
+    answered = re.search(r"ANSWERED rank=0 seconds=([\d.]+) submitted=(\d+)", out)
+    assert answered, out
+    # Rank 1 arrives 50 ms late; a run of submissions puts the background thread's cycle off by IDLE_CYCLE_TIME
+    # (10 ms) at most each time, so rank 0 sees the collective finish soon after. Unbounded, it would never finish.
+    assert float(answered[1]) < 0.5, answered[0]

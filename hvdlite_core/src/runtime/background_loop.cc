@@ -39,6 +39,7 @@ void Runtime::background_loop() {
       auto grace = Clock::now();
       while (active_waiters_.load() == 0 && micros_since(grace) < 10) cpu_relax();
     }
+    if (defer_to_submitter(cycle)) continue;
     bool recent = Clock::now() - last_cycle_ < cycle;
     // Work that woke us from a long sleep and that a caller now waits on is the caller's to drive: a job whose
     // collectives are all synchronous then never has its steps interrupted by this thread's cycles.
@@ -52,6 +53,45 @@ void Runtime::background_loop() {
     announce_progress();
     if (!running) return;
   }
+}
+
+// Where the job's ranks fill this machine's CPUs, a cycle is a meeting of threads that each take a CPU from some
+// rank's caller: this thread's cycle waits for the peers' cycles, and every wake-up on the way preempts a caller.
+// During a caller's run of asynchronous submissions (a loop of allreduce_async_) such a cycle also takes part of
+// the run, which the caller's own wait() would take whole a moment later. So a tick that finds work queued and no
+// caller waiting first watches the submissions for a moment: if they still come, it sleeps another cycle (a
+// caller's hand-back cuts the sleep short) and leaves the work to the caller's wait. Work whose submitter has
+// stopped (it computes before waiting) runs at that tick, as does everything once IDLE_CYCLE_TIME of deferrals has
+// passed, which bounds how late this rank answers its peers during an endless run of submissions. Where CPUs are
+// to spare, the cycle takes nobody's CPU and the tick runs as it comes.
+bool Runtime::defer_to_submitter(std::chrono::microseconds cycle) {
+  if (mesh_->cpus_to_spare() || active_waiters_.load() > 0 || queue_.empty() || shutdown_requested_.load()) {
+    deferring_since_ = Clock::time_point{};
+    return false;
+  }
+  const auto now = Clock::now();
+  const auto bound = std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000));
+  if (deferring_since_ == Clock::time_point{}) deferring_since_ = now;
+  if (now - deferring_since_ >= bound) {
+    deferring_since_ = Clock::time_point{};
+    return false;
+  }
+  // A cycle within the last tick means the ranks' work is moving (mostly by callers' waits, this thread's own
+  // cycles being the ones put off), and the next wait takes this work too. Otherwise the submissions, watched for a
+  // moment, tell whether a caller is still at it.
+  if (now - last_cycle_ >= cycle) {
+    const uint64_t before = queue_.submissions();
+    std::this_thread::sleep_for(std::chrono::microseconds(kSubmissionWatchMicroseconds));
+    if (active_waiters_.load() == 0 && queue_.submissions() == before) {
+      deferring_since_ = Clock::time_point{};
+      return false;
+    }
+  }
+  // Work left to a caller is work all the same: the job is not idle, so no long sleep that its next submission
+  // would have to wake this thread from.
+  idle_cycles_.store(0);
+  if (active_waiters_.load() == 0) queue_.wait_for_wake(cycle, false);  // a caller that waits drives
+  return true;
 }
 
 // Cycles are collective, so an idle job still wakes every rank's background thread every CYCLE_TIME, preempting

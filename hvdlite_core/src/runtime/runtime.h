@@ -103,6 +103,11 @@ class Runtime {
   // returns the status they fail with.
   Status stop_for_exception();
   bool long_idle() const;  // whether the background thread may sleep IDLE_CYCLE_TIME
+  // The background thread's tick, while this rank's caller is still submitting: true when it left the work to the
+  // caller (and slept), false when it should run the cycle.
+  bool defer_to_submitter(std::chrono::microseconds cycle);
+  static constexpr int64_t kSubmissionWatchMicroseconds = 20;
+  Clock::time_point deferring_since_{};  // the first tick of the current run of deferrals; background thread only
   static constexpr int kIdleCyclesBeforeLongSleep = 16;
   std::string leaving_note(const std::vector<TensorEntry*>& fresh) const;  // the reason sent with shutdown
   void fail_everything(const Status& status);

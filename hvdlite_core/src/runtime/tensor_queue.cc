@@ -104,6 +104,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     wake = wake_on_push_ && !caller_waits;
     woken_ = woken_ || wake;
   }
+  if (!caller_waits) count_submission();
   // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once, unless
   // its caller waits for it now and so drives it.
   if (wake) ready_.notify_one();
@@ -117,6 +118,7 @@ bool TensorQueue::submit_fast(const hvdlite_request* requests, int count, int64_
   thread_local std::vector<FastSlot*> reserved;  // reused: an optimizer submits a batch every step
   if (count == 1 ? !slots_.submit(requests[0], handles) : !slots_.submit_many(requests, count, handles, reserved))
     return false;
+  count_submission();
   // After the submission is visible (FastSlots::any_submitted): a waiter that set the flag before it looked for
   // work either saw this one or is woken here.
   if (wake_on_push_.load(std::memory_order_seq_cst)) {

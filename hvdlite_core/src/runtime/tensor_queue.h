@@ -75,6 +75,9 @@ class TensorQueue {
   // Without the lock: a caller that finds the queue empty just as work arrives leaves it to the next cycle tick,
   // as it would had the work come a moment later.
   bool empty() const { return queued_.load(std::memory_order_acquire) == 0 && !slots_.any_submitted(); }
+  // How many submissions that no caller waited on at once have come so far: the background thread reads it twice,
+  // a moment apart, to tell a caller still submitting from one that has stopped.
+  uint64_t submissions() const { return submissions_.load(std::memory_order_relaxed); }
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
   std::string recent_report(int rank);  // RecentOps::report
@@ -130,6 +133,12 @@ class TensorQueue {
   bool woken_ = false;
   // Atomic for submit_fast, which reads it without the lock; written under it.
   std::atomic<bool> wake_on_push_{false};
+  // Its own line: the caller writes it at every submission, the background thread reads it only at a cycle tick. A
+  // count two submitting threads race on may lose one; it still moves, which is all it tells.
+  alignas(64) std::atomic<uint64_t> submissions_{0};
+  void count_submission() {
+    submissions_.store(submissions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   RecentOps recent_;
 };
 

@@ -88,7 +88,9 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
     if (peer.host_id != peers_[rank_].host_id) other_hosts_pids.push_back(peer.pid);
   }
   const int machine_ranks = ranks_on_this_machine(static_cast<int>(local_ranks_.size()), other_hosts_pids);
-  const int64_t spin_us = caller_spin_microseconds(config_, machine_ranks, usable_cpus());
+  const int cpus = usable_cpus();
+  cpus_to_spare_ = machine_ranks < cpus;
+  const int64_t spin_us = caller_spin_microseconds(config_, machine_ranks, cpus);
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
                                  &my_inbox_.header()->alive_ns, spin_us, config_.peer_timeout_seconds));
@@ -284,7 +286,8 @@ std::string Mesh::describe() const {
   }
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
   return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0") +
-         ";caller_spin_us=" + std::to_string(progress_->spin_microseconds());
+         ";caller_spin_us=" + std::to_string(progress_->spin_microseconds()) +
+         ";cpus_to_spare=" + (cpus_to_spare_ ? "1" : "0");
 }
 
 std::string Mesh::lost_peers_report() const {

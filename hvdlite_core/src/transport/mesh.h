@@ -42,6 +42,9 @@ class Mesh {
   // Single-copy reads of a co-located peer's memory (process_vm_readv) work in both directions.
   bool cma_usable(int peer) const { return same_host(peer) && cma_ok_[peer]; }
   Progress& progress() { return *progress_; }
+  // Whether this machine's CPUs outnumber the job's ranks on it: a background thread's cycle then need not take a
+  // CPU from a rank's own thread.
+  bool cpus_to_spare() const { return cpus_to_spare_; }
   std::string describe() const;  // "shm:N tcp:M cma:yes" for build/debug info
   // After a transport failure: the peers that are gone, so an error names every loss and not only the peer an
   // operation happened to wait on: "; connections closed by now: rank 0 (host); not responding for over 1 s:
@@ -68,6 +71,7 @@ class Mesh {
   std::vector<ShmInbox> peer_inboxes_;  // indexed by global rank; empty for remote peers
   std::vector<bool> cma_ok_;
   std::unique_ptr<Progress> progress_;
+  bool cpus_to_spare_ = false;
 };
 
 }  // namespace hvdlite
