@@ -21,9 +21,9 @@ void Runtime::background_loop() {
     const bool sleep_long = long_idle();
     const auto idle = std::chrono::microseconds(static_cast<int64_t>(config_.idle_cycle_time_ms * 1000));
     if (active_waiters_.load() > 0) {
-      queue_.wait_for_wake(sleep_long ? idle : cycle, sleep_long);
+      queue_.wait_for_wake(sleep_long ? idle : cycle, sleep_long, cycle);
     } else if (sleep_long) {
-      queue_.wait_for_work(idle, true);
+      queue_.wait_for_work(idle, true, cycle);
     } else {
       queue_.wait_for_work(cycle);
     }
@@ -137,6 +137,7 @@ bool Runtime::run_cycle(bool background) {
   std::vector<TensorEntry*>& fresh = fresh_;
   queue_.drain(fresh);
   last_cycle_ = Clock::now();
+  queue_.note_cycle(last_cycle_);
   if (timeline_.enabled()) {
     for (const TensorEntry* e : fresh) {
       timeline_.begin(e->request.name, std::string("NEGOTIATE_") + op_name(e->request.op), e->enqueued);

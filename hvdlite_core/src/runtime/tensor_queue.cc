@@ -101,7 +101,7 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
     }
     entries.clear();
     queued_.store(queue_.size(), std::memory_order_release);
-    wake = wake_on_push_ && !caller_waits;
+    wake = wake_on_push_ && !caller_waits && after_pause();
     woken_ = woken_ || wake;
   }
   if (!caller_waits) count_submission();
@@ -121,7 +121,7 @@ bool TensorQueue::submit_fast(const hvdlite_request* requests, int count, int64_
   count_submission();
   // After the submission is visible (FastSlots::any_submitted): a waiter that set the flag before it looked for
   // work either saw this one or is woken here.
-  if (wake_on_push_.load(std::memory_order_seq_cst)) {
+  if (wake_on_push_.load(std::memory_order_seq_cst) && after_pause()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       woken_ = true;
@@ -175,8 +175,19 @@ void TensorQueue::note_submitted(const hvdlite_request& q) {
                     elements * static_cast<int64_t>(dtype_size(static_cast<DType>(q.dtype))));
 }
 
-void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_push) {
+bool TensorQueue::after_pause() {
+  if (callers_drive_.load(std::memory_order_relaxed)) return false;
+  const int64_t now = Clock::now().time_since_epoch().count();
+  if (now - last_cycle_ns_.load(std::memory_order_relaxed) >= quiet_ns_.load(std::memory_order_relaxed)) return true;
+  callers_drive_.store(true, std::memory_order_relaxed);
+  return false;
+}
+
+void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_push,
+                                std::chrono::microseconds quiet) {
   std::unique_lock<std::mutex> lock(mutex_);
+  quiet_ns_.store(std::chrono::duration_cast<Clock::duration>(quiet).count(), std::memory_order_relaxed);
+  callers_drive_.store(false, std::memory_order_relaxed);
   wake_on_push_ = wake_on_push;
   auto any = [this] { return !queue_.empty() || woken_ || slots_.any_submitted(); };
   if (!any()) ready_.wait_for(lock, timeout, any);
@@ -184,8 +195,11 @@ void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool wake_on_
   woken_ = false;
 }
 
-void TensorQueue::wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push) {
+void TensorQueue::wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push,
+                                std::chrono::microseconds quiet) {
   std::unique_lock<std::mutex> lock(mutex_);
+  quiet_ns_.store(std::chrono::duration_cast<Clock::duration>(quiet).count(), std::memory_order_relaxed);
+  callers_drive_.store(false, std::memory_order_relaxed);
   wake_on_push_ = wake_on_push;
   if (!woken_) ready_.wait_for(lock, timeout, [this] { return woken_; });
   wake_on_push_ = false;

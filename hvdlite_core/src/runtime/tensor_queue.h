@@ -51,11 +51,18 @@ class TensorQueue {
   // submitted and pending, for the report of where this rank was.
   void note_submitted(const hvdlite_request& q);
   // Waits until something is queued, wake() is called, or timeout passes. push() wakes the waiter only when
-  // wake_on_push is set (a long idle sleep); otherwise new work waits for the next cycle tick.
-  void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false);
+  // wake_on_push is set (a long idle sleep) and no cycle ran within the last `quiet` (after_pause); otherwise new
+  // work waits for the next cycle tick.
+  void wait_for_work(std::chrono::microseconds timeout, bool wake_on_push = false,
+                     std::chrono::microseconds quiet = std::chrono::microseconds(0));
   // Waits until wake() is called or timeout passes, whatever is queued; with wake_on_push, also until new work is
-  // pushed that its caller does not wait for.
-  void wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push = false);
+  // pushed after a pause that its caller does not wait for.
+  void wait_for_wake(std::chrono::microseconds timeout, bool wake_on_push = false,
+                     std::chrono::microseconds quiet = std::chrono::microseconds(0));
+  // A cycle begins now (whoever runs it): submissions within the sleeper's quiet time after it are no pause.
+  void note_cycle(Clock::time_point now) {
+    last_cycle_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // Moves everything queued into out (emptied first), without waiting, and claims the submitted slots' entries. The
   // two vectors trade buffers, so a steady state allocates neither.
   void drain(std::vector<TensorEntry*>& out);
@@ -133,6 +140,14 @@ class TensorQueue {
   bool woken_ = false;
   // Atomic for submit_fast, which reads it without the lock; written under it.
   std::atomic<bool> wake_on_push_{false};
+  // Whether a submission now comes after a pause, so that waking the long sleeper takes the work up sooner than its
+  // callers would. In a loop of short steps that callers drive, a wake-up per step only preempts a caller; the
+  // first submission that finds a cycle within the quiet time turns the question off until the next sleep (new
+  // work then waits at most the sleep's IDLE_CYCLE_TIME), so the loop reads the clock once a sleep.
+  bool after_pause();
+  std::atomic<int64_t> last_cycle_ns_{0};   // note_cycle
+  std::atomic<int64_t> quiet_ns_{0};        // the sleeper's quiet time
+  std::atomic<bool> callers_drive_{false};  // after_pause found a recent cycle during this sleep
   // Its own line: the caller writes it at every submission, the background thread reads it only at a cycle tick. A
   // count two submitting threads race on may lose one; it still moves, which is all it tells.
   alignas(64) std::atomic<uint64_t> submissions_{0};
