@@ -1,7 +1,8 @@
 # Runs of submissions on a machine whose CPUs the job's ranks fill (the job narrows itself to as many CPUs as it has
 # ranks): the background thread leaves a caller's run of asynchronous submissions alone, so a step of thousands of
-# per-tensor allreduces is not cut into cycles while it is being submitted; and a rank that keeps submitting without
-# ever waiting still answers its peer's collective within a bounded time.
+# per-tensor allreduces is not cut into cycles while it is being submitted; a rank that keeps submitting without
+# ever waiting still answers its peer's collective within a bounded time; and short steps after a pause do not wake
+# the thread each.
 import os
 import re
 import time
@@ -73,5 +74,33 @@ for h in pending:
     assert hvd.synchronize(h)[0].item() == size
 if rank == 0:
     print(f"ANSWERED rank=0 seconds={waited:.4f} submitted={count}", flush=True)
+
+
+# 3. A pause, in which the background thread falls into its long sleep, then a loop of short steps that the callers
+# drive (a grouped allreduce of 16 small tensors): a submission wakes the long sleeper only after a pause, not at
+# every step, where each wake-up would preempt a caller. Counts the sleeps of every thread but the caller's.
+def helper_sleeps():
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        if int(task) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+SHORT_STEPS = 2000
+group = [torch.full((256,), float(rank)) for _ in range(16)]
+for _ in range(3):
+    hvd.grouped_allreduce_(group, name="short", op=hvd.Sum)
+time.sleep(0.2)
+before, started = helper_sleeps(), time.perf_counter()
+for _ in range(SHORT_STEPS):
+    hvd.grouped_allreduce_(group, name="short", op=hvd.Sum)
+seconds = time.perf_counter() - started
+print(f"SHORT rank={rank} steps={SHORT_STEPS} seconds={seconds:.4f} sleeps={helper_sleeps() - before}", flush=True)
 hvd.shutdown()
 print("DONE", flush=True)
