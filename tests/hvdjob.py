@@ -224,6 +224,21 @@ def expected_caller_spin(machine_ranks: int) -> int:
     return 5000 if machine_ranks <= usable_cpus() else 50
 
 
+def voluntary_switches(skip_caller: bool = False) -> int:
+    """This process's voluntary context switches so far (a thread's sleeps), summed over its threads; skip_caller
+    leaves out the main thread's."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        if skip_caller and int(task) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
 def launched_size() -> int:
     """The job size the launcher announced: the built-in starter's HVDLITE_SIZE, or Open MPI's."""
     return int(os.environ.get("HVDLITE_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1")

@@ -3,22 +3,17 @@ across real processes: an idle pause wakes each process far less often than one 
 after the pause, including a process set that leaves a sleeping rank out, completes at once and correctly. A job
 whose collectives are all synchronous keeps the background thread asleep between its steps too."""
 
-import os
 import re
 
 import pytest
-from multiproc import run_job
+from multiproc import job_source, run_job
 
 # Alone (tests/conftest.py): it counts context switches and times the wake-up after a pause.
 pytestmark = pytest.mark.alone
 
-JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "idle_cycles.py")
-SYNCHRONOUS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "synchronous_steps.py")
-
 
 def idle_figures(env, host_ids=None):
-    with open(JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=3, host_ids=host_ids, env=env, timeout=90)
+    result = run_job(job_source("idle_cycles"), np=3, host_ids=host_ids, env=env, timeout=90)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and out.count("DONE") == 3, out
     rows = [
@@ -46,8 +41,7 @@ def test_idle_job_sleeps_and_wakes_at_once(host_ids):
 
 @pytest.mark.timeout(120)
 def test_synchronous_steps_leave_the_background_thread_asleep():
-    with open(SYNCHRONOUS_JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=2, timeout=90)
+    result = run_job(job_source("synchronous_steps"), np=2, timeout=90)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and out.count("DONE") == 2, out
     rows = [
@@ -68,13 +62,9 @@ def test_synchronous_steps_leave_the_background_thread_asleep():
         assert row["taken_up"] >= row["rounds"] * 3 // 4, rows
 
 
-BURSTS_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "submission_bursts.py")
-
-
 @pytest.mark.timeout(150)
 def test_runs_of_submissions_are_left_to_their_caller_for_a_bounded_time():
-    with open(BURSTS_JOB, encoding="utf-8") as f:
-        result = run_job(f.read(), np=2, timeout=120)
+    result = run_job(job_source("submission_bursts"), np=2, timeout=120)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and out.count("DONE") == 2, out
     bursts = [(int(m[0]), int(m[1])) for m in re.findall(r"BURSTS rank=\d+ steps=(\d+) background_cycles=(\d+)", out)]

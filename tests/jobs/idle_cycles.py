@@ -1,10 +1,10 @@
 # An idle pause, then work: counts this process's voluntary context switches (every thread) during a 1 s pause
 # in which no rank submits anything, then checks that work after the pause completes at once: a process set that
 # leaves the last rank out (which may be in its long idle sleep), then every rank.
-import os
 import time
 
 import torch
+from hvdjob import voluntary_switches
 
 import hvdlite.torch as hvd
 
@@ -13,22 +13,11 @@ rank, size = hvd.rank(), hvd.size()
 firsts = hvd.add_process_set(list(range(size - 1)))
 
 
-def switches():
-    total = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/status") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
-        except FileNotFoundError:  # a thread that ended meanwhile
-            pass
-    return total
-
-
 for step in range(3):
     hvd.allreduce_(torch.ones(4), name=f"warm.{step}")
-    before = switches()
+    before = voluntary_switches()
     time.sleep(1.0)
-    idle = switches() - before
+    idle = voluntary_switches() - before
     start = time.perf_counter()
     if rank < size - 1:
         got = hvd.allreduce(torch.full((4,), float(rank)), name=f"firsts.{step}", op=hvd.Sum, process_set=firsts)
