@@ -224,13 +224,10 @@ def expected_caller_spin(machine_ranks: int) -> int:
     return 5000 if machine_ranks <= usable_cpus() else 50
 
 
-def voluntary_switches(skip_caller: bool = False) -> int:
-    """This process's voluntary context switches so far (a thread's sleeps), summed over its threads; skip_caller
-    leaves out the main thread's."""
+def voluntary_switches() -> int:
+    """This process's voluntary context switches so far (a thread's sleeps), summed over its threads."""
     total = 0
     for task in os.listdir("/proc/self/task"):
-        if skip_caller and int(task) == os.getpid():
-            continue
         try:
             with open(f"/proc/self/task/{task}/status") as f:
                 total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))

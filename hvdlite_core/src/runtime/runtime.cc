@@ -401,7 +401,8 @@ std::string Runtime::describe() const {
   return mesh_->describe() + ";" + backend_->describe() + ";" + executor_->tuner().describe() + ";" +
          chooser_.describe() + ";" + huge_pages + "steady_lane_runs=" + std::to_string(steady_runs_.load()) +
          ";steady_lane_adopted=" + std::to_string(steady_adopted_.load()) +
-         ";background_cycles=" + std::to_string(background_cycles_.load()) + ";" + config_.Describe();
+         ";background_cycles=" + std::to_string(background_cycles_.load()) +
+         ";submission_wakes=" + std::to_string(queue_.submission_wakes()) + ";" + config_.Describe();
 }
 
 }  // namespace hvdlite

@@ -107,7 +107,10 @@ Status TensorQueue::push(std::vector<TensorEntry*>& entries, std::vector<TensorE
   if (!caller_waits) count_submission();
   // The background thread is in a long idle sleep (IDLE_CYCLE_TIME): work after a pause is taken up at once, unless
   // its caller waits for it now and so drives it.
-  if (wake) ready_.notify_one();
+  if (wake) {
+    submission_wakes_.fetch_add(1, std::memory_order_relaxed);
+    ready_.notify_one();
+  }
   // Otherwise no wake-up here. A synchronous caller drives its own operation in wait(); asynchronous work is taken up
   // by the background thread at its next cycle tick (CYCLE_TIME), as in Horovod. A wake-up per enqueue would cost a
   // futex wake, a context switch and a thread competing for the caller's core, more than a small allreduce itself.
@@ -126,6 +129,7 @@ bool TensorQueue::submit_fast(const hvdlite_request* requests, int count, int64_
       std::lock_guard<std::mutex> lock(mutex_);
       woken_ = true;
     }
+    submission_wakes_.fetch_add(1, std::memory_order_relaxed);
     ready_.notify_one();
   }
   return true;

@@ -85,6 +85,8 @@ class TensorQueue {
   // How many submissions that no caller waited on at once have come so far: the background thread reads it twice,
   // a moment apart, to tell a caller still submitting from one that has stopped.
   uint64_t submissions() const { return submissions_.load(std::memory_order_relaxed); }
+  // How many times a submission has woken the background thread from its long sleep (build_info's wake-ups).
+  uint64_t submission_wakes() const { return submission_wakes_.load(std::memory_order_relaxed); }
   // Finishes every queued entry with status (shutdown, fatal error) and refuses new ones after that.
   void close(const Status& status);
   std::string recent_report(int rank);  // RecentOps::report
@@ -148,6 +150,7 @@ class TensorQueue {
   std::atomic<int64_t> last_cycle_ns_{0};   // note_cycle
   std::atomic<int64_t> quiet_ns_{0};        // the sleeper's quiet time
   std::atomic<bool> callers_drive_{false};  // after_pause found a recent cycle during this sleep
+  std::atomic<uint64_t> submission_wakes_{0};
   // Its own line: the caller writes it at every submission, the background thread reads it only at a cycle tick. A
   // count two submitting threads race on may lose one; it still moves, which is all it tells.
   alignas(64) std::atomic<uint64_t> submissions_{0};
