@@ -87,11 +87,12 @@ def submission_wakes():
 SHORT_STEPS = 2000
 group = [torch.full((256,), float(rank)) for _ in range(16)]
 for _ in range(3):
-    hvd.grouped_allreduce_(group, name="short", op=hvd.Sum)
+    hvd.grouped_allreduce_(group, name="short")
 time.sleep(0.2)
 before = submission_wakes()
 for _ in range(SHORT_STEPS):
-    hvd.grouped_allreduce_(group, name="short", op=hvd.Sum)
+    hvd.grouped_allreduce_(group, name="short")
+assert all(t[0].item() == (size - 1) / 2 for t in group), group[0][:4]  # averages of averages stay put
 print(f"SHORT rank={rank} steps={SHORT_STEPS} wakes={submission_wakes() - before}", flush=True)
 hvd.shutdown()
 print("DONE", flush=True)

@@ -147,10 +147,10 @@ class TensorQueue {
   // first submission that finds a cycle within the quiet time turns the question off until the next sleep (new
   // work then waits at most the sleep's IDLE_CYCLE_TIME), so the loop reads the clock once a sleep.
   bool after_pause();
-  std::atomic<int64_t> last_cycle_ns_{0};   // note_cycle
-  std::atomic<int64_t> quiet_ns_{0};        // the sleeper's quiet time
-  std::atomic<bool> callers_drive_{false};  // after_pause found a recent cycle during this sleep
-  std::atomic<uint64_t> submission_wakes_{0};
+  std::atomic<int64_t> last_cycle_ns_{0};      // note_cycle
+  std::atomic<int64_t> quiet_ns_{0};           // the sleeper's quiet time
+  std::atomic<bool> callers_drive_{false};     // after_pause found a recent cycle during this sleep
+  std::atomic<uint64_t> submission_wakes_{0};  // submission_wakes()
   // Its own line: the caller writes it at every submission, the background thread reads it only at a cycle tick. A
   // count two submitting threads race on may lose one; it still moves, which is all it tells.
   alignas(64) std::atomic<uint64_t> submissions_{0};
