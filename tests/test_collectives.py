@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hvdjob import assert_job_ok
+from hvdjob import assert_job_ok, usable_cpus
 from multiproc import job_source, run_job
 
 # (id, np, host_ids, env, level). "full": every op x dtype x size; "small": a reduced sweep.
@@ -134,6 +134,19 @@ def test_many_in_flight_fusion_and_cache(case):
     _, np, host_ids, env = case
     result = run_job(job_source("fusion_cache"), np=np, host_ids=host_ids, env=env, args=["6"], timeout=100)
     assert_job_ok(result, np, min_count=6 * 60)
+
+
+# Fused groups run in pieces of whole members where each rank has a CPU of its own, else whole (runtime/fusion.h):
+# the job checks the values and the core's count of pieces against the rule. Eager reduction off and a tensor limit
+# above the largest member, so that every member rides in the group.
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("np", [2, 3])
+def test_fused_groups_run_in_pieces_of_whole_members(np):
+    env = {"HVDLITE_EAGER_ALLREDUCE_BYTES": "0", "HVDLITE_FUSION_TENSOR_LIMIT": str(4 << 20)}
+    result = run_job(job_source("fused_pieces"), np=np, env=env, timeout=100)
+    found = assert_job_ok(result, np, min_count=3 * 3 * 15)
+    pieces = {int(rest.split("pieces=")[1]) for rest in found.values()}
+    assert len(pieces) == 1 and (pieces.pop() > 0) == (np <= usable_cpus()), found
 
 
 # Eager small allreduces (runtime/eager.h): a budget the head alone holds (some small tensors ride along, the rest

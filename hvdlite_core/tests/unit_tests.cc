@@ -246,6 +246,28 @@ static void test_fusion() {
   CHECK(mixed.size() == 2 && mixed[0] == std::vector<size_t>({0, 2}) && mixed[1] == std::vector<size_t>({1, 3}));
 }
 
+// A fused group's pieces as the executor walks them: whole members, each piece starting where the last ended.
+static void test_fusion_pieces() {
+  FusedLayout layout;
+  const std::vector<Response> members = {resp("a", 10), resp("b", 30), resp("c", 60), resp("d", 5), resp("e", 5)};
+  std::vector<const Response*> group;
+  for (const Response& r : members) group.push_back(&r);
+  fused_layout(group, &layout);
+  CHECK(layout.total == 110 && layout.offsets[2] == 40);
+  auto pieces = [&](size_t piece_elements) {
+    std::vector<size_t> ends;
+    for (size_t first = 0; first < group.size(); first = ends.back())
+      ends.push_back(piece_end(layout, first, piece_elements));
+    return ends;
+  };
+  CHECK(pieces(40) == std::vector<size_t>({2, 3, 5}));  // c alone: larger than a piece, it is one of its own
+  CHECK(pieces(39) == std::vector<size_t>({1, 2, 3, 5}));
+  CHECK(pieces(110) == std::vector<size_t>({5}));  // the group whole
+  CHECK(pieces(0) == std::vector<size_t>({1, 2, 3, 4, 5}));
+  CHECK(fusion_piece_bytes(false) == 0);  // meetings that cost a switch or a network: the group runs whole
+  CHECK(fusion_piece_bytes(true) >= 4096);
+}
+
 static void test_dtypes() {
   for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f}) {
     CHECK(half_to_float(float_to_half(v)) == v);
@@ -661,6 +683,7 @@ int main() {
   test_cache();
   test_eager_layout();
   test_fusion();
+  test_fusion_pieces();
   test_dtypes();
   test_reduce_into_scaled();
   test_hmac();

@@ -33,6 +33,8 @@ class Communicator {
   Communicator* local() const { return local_.get(); }
   Communicator* cross() const { return cross_.get(); }
   int host_count() const { return host_count_; }
+  // Every member on this machine, each with a CPU of its own: a meeting of the members is a few stores and loads.
+  bool cheap_meetings() const { return host_count_ == 1 && mesh_->cpu_per_rank(); }
   // With tiers: member indices on each host, hosts in cross() order, each host's members in local() order.
   const std::vector<std::vector<int>>& host_members() const { return host_members_; }
 

@@ -237,20 +237,35 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
   for (size_t i = 0; i < group.size(); ++i) {
     if (entries[i] && timeline_.enabled()) spans.emplace_back(new TimelineSpan(timeline_, entries[i], fused + ")"));
   }
-  char* buffer = fusion_buffer(total * esize);
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (entries[i])
-      copy_scaled(head.dtype, buffer + offsets[i] * esize, entries[i]->input, counts[i], head.prescale);
-    else
-      std::memset(buffer + offsets[i] * esize, 0, counts[i] * esize);
-  }
+  const bool adasum = head.reduce_op == ReduceOp::kAdasum;  // reduces the group as a whole
+  const size_t piece_bytes = adasum ? 0 : fusion_piece_bytes(comm->cheap_meetings());
+  const size_t piece_elements = piece_bytes ? piece_bytes / esize : total;
+  const double post = effective_postscale(head, comm->size());
   try {
     const char* ran = "adasum";
-    if (head.reduce_op == ReduceOp::kAdasum)
-      backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
-    else
-      ran = backend_.allreduce(head.process_set, *comm, buffer, buffer, total, head.dtype,
-                               reduce_kind(head.reduce_op), 1.0);
+    for (size_t first = 0, end; first < group.size(); first = end) {
+      end = piece_end(fused_layout_, first, piece_elements);
+      fused_pieces_.fetch_add(1, std::memory_order_relaxed);
+      const size_t base = offsets[first];
+      const size_t count = offsets[end - 1] + counts[end - 1] - base;
+      char* buffer = fusion_buffer(count * esize);  // the same bytes for every piece: they stay in cache
+      for (size_t i = first; i < end; ++i) {
+        char* place = buffer + (offsets[i] - base) * esize;
+        if (entries[i])
+          copy_scaled(head.dtype, place, entries[i]->input, counts[i], head.prescale);
+        else
+          std::memset(place, 0, counts[i] * esize);
+      }
+      if (adasum)
+        backend_.adasum(head.process_set, *comm, buffer, counts, head.dtype);
+      else
+        ran = backend_.allreduce(head.process_set, *comm, buffer, buffer, count, head.dtype,
+                                 reduce_kind(head.reduce_op), 1.0);
+      for (size_t i = first; i < end; ++i) {
+        if (entries[i])
+          copy_scaled(head.dtype, entries[i]->output, buffer + (offsets[i] - base) * esize, counts[i], post);
+      }
+    }
     if (!spans.empty() && ran && *ran) {
       for (auto& span : spans) span->set_activity(fused + ", " + ran + ")");
     }
@@ -258,10 +273,6 @@ void Executor::run_fused(const std::vector<const Response*>& group) {
     for (TensorEntry* entry : entries)
       if (entry) controller_.return_pending(entry);
     throw;
-  }
-  double post = effective_postscale(head, comm->size());
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (entries[i]) copy_scaled(head.dtype, entries[i]->output, buffer + offsets[i] * esize, counts[i], post);
   }
   queue_.finish_group(entries, Status::Ok());
   entries.clear();

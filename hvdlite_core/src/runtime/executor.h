@@ -2,6 +2,7 @@
 // collective on its own, errors delivered to their handles. Transport failures propagate (they are fatal for
 // the runtime); everything else completes the affected handle and execution goes on.
 #pragma once
+#include <atomic>
 #include <vector>
 
 #include "backends/backend.h"
@@ -30,6 +31,8 @@ class Executor {
   const Autotuner& tuner() const { return tuner_; }
   // An allreduce finished outside execute() (the steady lane), counted where execute() would have counted it.
   void count_allreduced(int64_t bytes);
+  // The pieces fused groups ran in so far (a group run whole is one), for build_info.
+  uint64_t fused_pieces() const { return fused_pieces_.load(std::memory_order_relaxed); }
 
  private:
   // Copies each eager result out (with the postscale) and finishes its entry.
@@ -65,6 +68,7 @@ class Executor {
   std::vector<const Response*> group_;
   std::vector<TensorEntry*> fused_entries_;
   FusedLayout fused_layout_;
+  std::atomic<uint64_t> fused_pieces_{0};
 };
 
 }  // namespace hvdlite

@@ -1,5 +1,7 @@
 #include "runtime/fusion.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace hvdlite {
@@ -73,6 +75,23 @@ void fused_layout(const std::vector<const Response*>& group, FusedLayout* layout
     layout->offsets[i] = layout->total;
     layout->total += layout->counts[i];
   }
+}
+
+size_t fusion_piece_bytes(bool cheap_meetings) {
+  if (!cheap_meetings) return 0;
+  static const size_t piece = [] {
+    const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? static_cast<size_t>(l2) / 4 : size_t{256} << 10;  // unknown: a common L2 of 1 MB
+  }();
+  return piece;
+}
+
+size_t piece_end(const FusedLayout& layout, size_t first, size_t piece_elements) {
+  size_t end = first + 1;
+  while (end < layout.counts.size() &&
+         layout.offsets[end] + layout.counts[end] - layout.offsets[first] <= piece_elements)
+    ++end;
+  return end;
 }
 
 }  // namespace hvdlite

@@ -402,7 +402,9 @@ std::string Runtime::describe() const {
          chooser_.describe() + ";" + huge_pages + "steady_lane_runs=" + std::to_string(steady_runs_.load()) +
          ";steady_lane_adopted=" + std::to_string(steady_adopted_.load()) +
          ";background_cycles=" + std::to_string(background_cycles_.load()) +
-         ";submission_wakes=" + std::to_string(queue_.submission_wakes()) + ";" + config_.Describe();
+         ";submission_wakes=" + std::to_string(queue_.submission_wakes()) +
+         ";fusion_piece_bytes=" + std::to_string(fusion_piece_bytes(sets_->get(0)->cheap_meetings())) +
+         ";fused_pieces=" + std::to_string(executor_->fused_pieces()) + ";" + config_.Describe();
 }
 
 }  // namespace hvdlite

@@ -90,6 +90,7 @@ Mesh::Mesh(const Config& config, int rank, std::vector<PeerInfo> peers, Handshak
   const int machine_ranks = ranks_on_this_machine(static_cast<int>(local_ranks_.size()), other_hosts_pids);
   const int cpus = usable_cpus();
   cpus_to_spare_ = machine_ranks < cpus;
+  cpu_per_rank_ = machine_ranks <= cpus;
   const int64_t spin_us = caller_spin_microseconds(config_, machine_ranks, cpus);
   if (use_shm) {
     progress_.reset(new Progress(&my_inbox_.header()->doorbell, &my_inbox_.header()->sleepers,
@@ -287,7 +288,7 @@ std::string Mesh::describe() const {
   bool cma = std::any_of(cma_ok_.begin(), cma_ok_.end(), [](bool b) { return b; });
   return "shm_peers=" + std::to_string(shm) + ";tcp_peers=" + std::to_string(tcp) + ";cma=" + (cma ? "1" : "0") +
          ";caller_spin_us=" + std::to_string(progress_->spin_microseconds()) +
-         ";cpus_to_spare=" + (cpus_to_spare_ ? "1" : "0");
+         ";cpus_to_spare=" + (cpus_to_spare_ ? "1" : "0") + ";cpu_per_rank=" + (cpu_per_rank_ ? "1" : "0");
 }
 
 std::string Mesh::lost_peers_report() const {

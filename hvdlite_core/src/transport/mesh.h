@@ -45,6 +45,8 @@ class Mesh {
   // Whether this machine's CPUs outnumber the job's ranks on it: a background thread's cycle then need not take a
   // CPU from a rank's own thread.
   bool cpus_to_spare() const { return cpus_to_spare_; }
+  // Whether each of the job's ranks on this machine has a CPU of its own: a meeting of them then costs no switch.
+  bool cpu_per_rank() const { return cpu_per_rank_; }
   std::string describe() const;  // "shm:N tcp:M cma:yes" for build/debug info
   // After a transport failure: the peers that are gone, so an error names every loss and not only the peer an
   // operation happened to wait on: "; connections closed by now: rank 0 (host); not responding for over 1 s:
@@ -72,6 +74,7 @@ class Mesh {
   std::vector<bool> cma_ok_;
   std::unique_ptr<Progress> progress_;
   bool cpus_to_spare_ = false;
+  bool cpu_per_rank_ = false;
 };
 
 }  // namespace hvdlite
