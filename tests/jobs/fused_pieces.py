@@ -1,8 +1,8 @@
 # Job script: fused allreduces run in pieces (runtime/fusion.h). Each case queues its members at once (one core
 # operation each, one fused group), of sizes that fill a piece exactly, cross its end or exceed it, with values
 # distinct by rank, member and element, checked on every rank; the core's count of pieces must be what the
-# executor's rule gives, walked here: whole members up to the piece's bytes, a larger member alone, and one piece
-# per group where the ranks share no CPU-per-rank machine (fusion_piece_bytes=0).
+# executor's rule gives, walked here: whole members up to the piece's bytes, a larger member alone, and the group
+# whole where the job's ranks outnumber the machine's CPUs (fusion_piece_bytes=0).
 # Run with HVDLITE_EAGER_ALLREDUCE_BYTES=0 (small members would be reduced during negotiation, outside the group)
 # and a FUSION_TENSOR_LIMIT above the largest member (else it would run unfused).
 import torch
