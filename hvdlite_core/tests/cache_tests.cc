@@ -82,6 +82,16 @@ void test_cache() {
   CHECK(stamped.put(resp("b", 4), &displaced) == sa && stamped.stamp_at(sa) != first &&
         stamped.stamp_at(sa) != second);
 
+  // A response replaced or erased keeps its address and contents until release_retired(): a cycle runs the
+  // responses it found while its own puts may replace them.
+  const Response* held = &stamped.at(sa);
+  stamped.put(resp("b", 8), &displaced);
+  const Response* replacement = &stamped.at(sa);
+  stamped.erase(sa);
+  CHECK(held != replacement && held->name == "b" && held->shape == std::vector<int64_t>{4} &&
+        replacement->shape == std::vector<int64_t>{8});
+  stamped.release_retired();
+
   // Unnamed operations: cached under what they carry, whatever number the core gave them, apart from users' names.
   ResponseCache unnamed(8);
   Request u1 = req(0, OpType::kAllreduce, DType::kFloat32, {4}, "allreduce.noname.1");

@@ -138,7 +138,9 @@ void Controller::write_tail(char* eager_region, size_t begin_bytes, size_t end_b
 
 void Controller::begin_cycle(Outcome& outcome) {
   outcome.responses.clear();
+  outcome.decided.clear();
   outcome.eager.clear();
+  cache_.release_retired();  // the last cycle's outcome has run
   outcome.shutdown = false;
   outcome.peer_failure.clear();
   outcome.idle = false;
@@ -161,7 +163,7 @@ void Controller::negotiate(std::vector<TensorEntry*>& fresh, bool want_shutdown,
   }
   std::vector<int> conflicts;
   for (TensorEntry* placed : fresh) {
-    const TensorEntry& entry = *placed;
+    TensorEntry& entry = *placed;
     const Request& q = entry.request;
     if (q.op == OpType::kJoin) joined_ = true;
     int position = -1;
@@ -289,15 +291,15 @@ void Controller::read_votes(std::vector<Request>& requests, size_t positions, bo
       if (!cache_.occupied(p)) return;
       const EagerSegment* eager = eager_.find(p);
       if (eager) {
-        outcome.eager.push_back({cache_.shared_at(p), eager_region + eager->offset});
+        outcome.eager.push_back({&cache_.at(p), eager_region + eager->offset});
       } else {
-        outcome.responses.push_back(cache_.shared_at(p));
+        outcome.responses.push_back(&cache_.at(p));
         if (cache_enabled_ && EagerLayout::eligible(cache_.at(p))) eager_.missed(cache_.at(p));
       }
       cache_.touch(p);
       if (TensorEntry* hit = drop_hit(p)) {
         if (position >= ready_.size()) ready_.resize(position + 1);
-        ready_[position] = {cache_.shared_at(p).get(), hit};
+        ready_[position] = {&cache_.at(p), hit};
         ready_positions_.push_back(p);
       }
     });
@@ -312,17 +314,32 @@ void Controller::read_votes(std::vector<Request>& requests, size_t positions, bo
     std::vector<Response> decided = coordinate(requests);
     remember(decided);
     for (Response& r : decided) {
-      if (r.op == OpType::kAbort)
+      if (r.op == OpType::kAbort) {
         outcome.peer_failure = r.error;
-      else
-        outcome.responses.push_back(std::make_shared<const Response>(std::move(r)));
+      } else {
+        outcome.decided.push_back(std::make_unique<const Response>(std::move(r)));
+        outcome.responses.push_back(outcome.decided.back().get());
+      }
     }
   }
   outcome.idle = any == 0 && !any_conflict && outcome.responses.empty() && outcome.eager.empty() &&
                  pending_count_ == 0 && resend_.empty();
 }
 
-ResponseCache::Lookup Controller::look_up(const TensorEntry& entry, int* position) {
+ResponseCache::Lookup Controller::look_up(TensorEntry& entry, int* position) {
+  if (entry.matched_stamp != 0 && cache_.stamp_at(entry.matched_position) == entry.matched_stamp) {
+    *position = entry.matched_position;
+    return ResponseCache::Lookup::kHit;
+  }
+  const ResponseCache::Lookup found = look_up_by_name(entry, position);
+  if (found == ResponseCache::Lookup::kHit) {
+    entry.matched_position = *position;
+    entry.matched_stamp = cache_.stamp_at(*position);
+  }
+  return found;
+}
+
+ResponseCache::Lookup Controller::look_up_by_name(const TensorEntry& entry, int* position) {
   const int member = member_index(entry.request.process_set);
   if (entry.request.unnamed) {  // its name never repeats: found by what it carries
     ResponseCache::key_of_into(unnamed_key_, entry.request);

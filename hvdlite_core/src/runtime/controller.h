@@ -37,8 +37,11 @@ class Controller {
   Controller(const Config& config, int rank, int size, ProcessSetRegistry& sets);
 
   struct Outcome {
-    // Shared with the cache, not copied: a cached tensor's steady state allocates nothing to run it.
-    std::vector<std::shared_ptr<const Response>> responses;
+    // What to run: the cache's responses (kept alive until the next cycle begins, even if this cycle's puts replace
+    // them) and those the coordinator decided this cycle, held in decided. Pointers, not shared: a count per
+    // response per cycle was a locked instruction on a line of its own, thousands of times a step.
+    std::vector<const Response*> responses;
+    std::vector<std::unique_ptr<const Response>> decided;
     std::vector<EagerResult> eager;  // reduced in the exchange: only to be copied out (valid until the next cycle)
     bool shutdown = false;
     std::string peer_failure;  // with shutdown: why the rank(s) that left did so, when they said ("" if not)
@@ -95,9 +98,12 @@ class Controller {
   int lane_position(const hvdlite_request& q);
   // Whether a cached response is a lane request's: what ResponseCache::lookup's match compares for an allreduce.
   static bool lane_matches(const Response& cached, const hvdlite_request& q);
-  // The cache lookup of a fresh entry: through its name's record while the position found last time still holds
-  // the same response, else by key (and the record remembers what was found).
-  ResponseCache::Lookup look_up(const TensorEntry& entry, int* position);
+  // The cache lookup of a fresh entry: a hit where the entry's request matched last (a slot's entry, whose request
+  // stays), while that position still holds the same response; else look_up_by_name.
+  ResponseCache::Lookup look_up(TensorEntry& entry, int* position);
+  // Through the name's record while the position found last time still holds the same response, else by key (and
+  // the record remembers what was found).
+  ResponseCache::Lookup look_up_by_name(const TensorEntry& entry, int* position);
   // The exchange of bits_ (runtime/vote_exchange.h): the flags word, the conflict, ready and (vote_unnamed) unnamed
   // blocks of `words` words each, ANDed over all ranks, then the eager region reduced (its tail as far as every
   // rank sent one).

@@ -50,7 +50,7 @@ struct EagerSegment {
 // An eager allreduce that every rank had submitted: data holds the reduction (before the postscale) until the
 // next negotiation.
 struct EagerResult {
-  std::shared_ptr<const Response> response;  // the cached response (the cycle's puts may replace its slot)
+  const Response* response;  // the cached response (alive until the next cycle: ResponseCache::release_retired)
   const char* data;
 };
 

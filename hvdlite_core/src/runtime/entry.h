@@ -57,10 +57,9 @@ struct NameRecord {
   // kept request carries (hvdlite_request.name_slot), refused once the record is swept and reused.
   uint32_t slot = 0;
   uint32_t generation = 1;
-  size_t key_hash = 0;      // of its key: a token handed back with another name finds no record
-  bool in_flight = false;   // under the queue's lock
-  uint64_t batch = 0;       // the last grouped submission that named it (TensorQueue::push), under the queue's lock
-  uint64_t recent_seq = 0;  // its newest place among the recent operations (RecentOps), under the queue's lock
+  size_t key_hash = 0;     // of its key: a token handed back with another name finds no record
+  bool in_flight = false;  // under the queue's lock
+  uint64_t batch = 0;      // the last grouped submission that named it (TensorQueue::push), under the queue's lock
   // Where the response cache held this name when last looked up, and that slot's stamp then: still valid while
   // the stamps agree (ResponseCache::stamp_at). Read and written only by the negotiating thread.
   int cache_position = -1;
@@ -68,22 +67,34 @@ struct NameRecord {
 };
 
 struct TensorEntry {
-  Request request;
+  // What every step of a cached operation reads or writes comes first, in one line with the start of its request
+  // (the kind and flags a cycle reads): with thousands of operations in flight, each other line a step touched
+  // would be a cache miss of its own. (A slot places its entry on a line of its own: runtime/fast_slots.h.)
   const void* input = nullptr;
   void* output = nullptr;
+  Clock::time_point enqueued;         // set by Runtime::enqueue, for the timeline and the stall checks
+  NameRecord* name_record = nullptr;  // set with key
+  // The slot this entry belongs to, for good (runtime/fast_slots.h): it is never reused for another operation's
+  // request, and its outcome goes to the slot instead of a handle. Null for the queue's own entries.
+  FastSlot* fast_slot = nullptr;
+  // Where the response cache held a response that this request matched, and that position's stamp then: it still
+  // matches while the stamps agree (the request is unchanged: an entry is reset before another operation, a slot's
+  // entry armed again). The negotiating thread's; a slot's entry keeps it from one operation to the next, so that
+  // its steady state reads neither its name's record nor the response to find its hit.
+  uint64_t matched_stamp = 0;
+  int32_t matched_position = -1;
+  // Its place among the recent operations (RecentOps, which keeps its low 32 bits) while it is the newest record of
+  // its name; 0 when not recorded. Under the queue's lock.
+  uint32_t recent_seq = 0;
+  Request request;
   std::vector<int32_t> splits;  // alltoall rows per member
   void* stream = nullptr;       // CUDA memory: the caller's stream (cudaStream_t) that produces the input
   void* ready = nullptr;        // CUDA memory: an event recorded on stream at enqueue; the data plane's stream waits
                                 // on it, then returns it to the pool (gpu/event_pool.h)
   std::shared_ptr<HandleState> handle;
-  Clock::time_point enqueued;          // set by Runtime::enqueue, for the timeline and the stall checks
   std::string key;                     // entry_key(process set, name), set once when queued (TensorQueue::push)
-  NameRecord* name_record = nullptr;   // set with key
   uint64_t name_slot = 0;              // the caller's token for its name's record (hvdlite_request.name_slot)
   uint64_t* name_slot_home = nullptr;  // where the caller keeps it, written when the name gets a new record
-  // The slot this entry belongs to, for good (runtime/fast_slots.h): it is never reused for another operation's
-  // request, and its outcome goes to the slot instead of a handle. Null for the queue's own entries.
-  FastSlot* fast_slot = nullptr;
 
   // Back to a new entry's state, but keeping what its strings and vectors have allocated: the queue reuses the
   // entries of finished operations, so that a steady state of named tensors allocates no name, shape or key.
@@ -92,7 +103,7 @@ struct TensorEntry {
     // added to either struct changes its size and stops the build here (the suite's build: libstdc++ on x86-64)
     // until it is reset below too.
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-    static_assert(sizeof(Request) == 152 && sizeof(TensorEntry) == 296, "reset the new field below");
+    static_assert(sizeof(Request) == 152 && sizeof(TensorEntry) == 312, "reset the new field below");
 #endif
     const Request defaults;
     request.rank = defaults.rank;
@@ -125,6 +136,9 @@ struct TensorEntry {
     name_slot = 0;
     name_slot_home = nullptr;
     fast_slot = nullptr;
+    recent_seq = 0;
+    matched_position = -1;
+    matched_stamp = 0;
   }
 };
 

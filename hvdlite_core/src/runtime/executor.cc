@@ -96,21 +96,18 @@ std::string upper(const char* text) {
 
 char* Executor::fusion_buffer(size_t bytes) { return fusion_.reserve(bytes); }
 
-void Executor::execute(const std::vector<std::shared_ptr<const Response>>& responses,
-                       const std::vector<EagerResult>& eager) {
+void Executor::execute(const std::vector<const Response*>& responses, const std::vector<EagerResult>& eager) {
   finish_eager(eager);
-  responses_.clear();
-  for (const auto& r : responses) responses_.push_back(r.get());
-  plan_fusion(responses_, tuner_.fusion_threshold_bytes(), config_.fusion_tensor_limit_bytes, &plan_);
+  plan_fusion(responses, tuner_.fusion_threshold_bytes(), config_.fusion_tensor_limit_bytes, &plan_);
   for (size_t g = 0; g < plan_.groups(); ++g) {
-    const Response& head = *responses_[plan_.members[plan_.begin(g)]];
+    const Response& head = *responses[plan_.members[plan_.begin(g)]];
     const bool on_device = head.on_device && !head.is_error;
     if (!on_device && plan_.end(g) - plan_.begin(g) == 1) {
       run_single(head);
       continue;
     }
     group_.clear();
-    for (size_t m = plan_.begin(g); m < plan_.end(g); ++m) group_.push_back(responses_[plan_.members[m]]);
+    for (size_t m = plan_.begin(g); m < plan_.end(g); ++m) group_.push_back(responses[plan_.members[m]]);
     if (on_device)
       run_on_device(group_);
     else
@@ -121,7 +118,7 @@ void Executor::execute(const std::vector<std::shared_ptr<const Response>>& respo
   auto bytes_of = [](const Response& r) { return element_count(r) * static_cast<int64_t>(dtype_size(r.dtype)); };
   int64_t allreduced = 0;
   for (const EagerResult& done : eager) allreduced += bytes_of(*done.response);
-  for (const Response* r : responses_) {
+  for (const Response* r : responses) {
     if (!r->is_error && r->op == OpType::kAllreduce) allreduced += bytes_of(*r);
   }
   if (allreduced > 0) count_allreduced(allreduced);

@@ -25,7 +25,7 @@ class Executor {
            Timeline& timeline, Backend& backend, GpuContext& gpu_context);
   ~Executor();
   // eager: allreduces already reduced during negotiation (runtime/eager.h), finished first.
-  void execute(const std::vector<std::shared_ptr<const Response>>& responses, const std::vector<EagerResult>& eager);
+  void execute(const std::vector<const Response*>& responses, const std::vector<EagerResult>& eager);
   // A fatal error: CUDA collectives in flight are aborted and their handles fail with why.
   void abort_device_work(const Status& why);
   const Autotuner& tuner() const { return tuner_; }
@@ -61,9 +61,8 @@ class Executor {
   Autotuner tuner_;                   // HVDLITE_AUTOTUNE: the fusion threshold in use
   HugePageBuffer fusion_;             // on huge pages: a peer's single copy reads it (common/huge_page_buffer.h)
   std::vector<char> zeros_;           // stand-in input of a joined rank
-  // Reused from cycle to cycle, so that running cached tensors allocates nothing: the responses in order, the
-  // fusion plan, a group's responses, and a fused group's entries, which ones this rank has, and their layout.
-  std::vector<const Response*> responses_;
+  // Reused from cycle to cycle, so that running cached tensors allocates nothing: the fusion plan, a group's
+  // responses, and a fused group's entries, which ones this rank has, and their layout.
   FusionPlan plan_;
   std::vector<const Response*> group_;
   std::vector<TensorEntry*> fused_entries_;

@@ -92,6 +92,7 @@ bool FastSlots::arm(FastSlot& slot, const TensorEntry& entry, uint64_t token) {
   armed.key = entry.key;
   armed.name_record = entry.name_record;
   armed.name_slot = token;
+  armed.matched_stamp = 0;  // a new request: it has matched nothing yet
   slot.token.store(token, std::memory_order_relaxed);
   slot.state.store(FastSlot::kIdle, std::memory_order_release);
   return true;
@@ -132,7 +133,8 @@ int64_t FastSlots::publish(FastSlot& slot, const hvdlite_request& q) {
   // transfer between cores to wait for. A drain that finds the bit while the slot is still busy leaves it for the
   // next one. Then the flag: a drain clears it before it reads the bits, so it either sees this bit or the flag is
   // set again for the next cycle.
-  const uint32_t index = slot.index;
+  const uint32_t index =
+      static_cast<uint32_t>((q.name_slot & 0xffffffffu) - 1);  // slot.index (reserve), on a cold line
   chunks_[index / kChunkSlots]
       .load(std::memory_order_relaxed)
       ->submitted[index % kChunkSlots / 64]

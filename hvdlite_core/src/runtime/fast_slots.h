@@ -29,9 +29,9 @@
 
 namespace hvdlite {
 
-// What a submission reads and writes lies in the slot's first line (its state and what the armed request must
-// match) and the outcome's first line; of the entry, only the buffers are written. With thousands of names submitted
-// each step, every other line a submission touched would be a cache miss of its own.
+// An operation's every step touches three lines of its slot: the first (its state and what the armed request must
+// match), the entry's first (its buffers, and what a cycle reads; TensorEntry) and the outcome's first. With
+// thousands of names submitted each step, every other line a step touched would be a cache miss of its own.
 struct alignas(64) FastSlot {
   enum State : uint32_t { kIdle, kBusy, kSubmitted, kClaimed, kDone, kFailed };
   std::atomic<uint32_t> state{kIdle};
@@ -51,12 +51,12 @@ struct alignas(64) FastSlot {
   double prescale = 1.0;
   double postscale = 1.0;
   uint64_t layout = 0;
+  TensorEntry entry;    // the name's request, negotiated and executed as any entry; its hot fields on line 1
   HandleState outcome;  // what its handle reports
   uint32_t index = 0;   // the name record's place
-  TensorEntry entry;    // the name's request, negotiated and executed as any entry
 };
 
-static_assert(offsetof(FastSlot, outcome) == 64, "a submission's fields outgrow the slot's first line");
+static_assert(offsetof(FastSlot, entry) == 64, "a submission's fields outgrow the slot's first line");
 
 class FastSlots {
  public:

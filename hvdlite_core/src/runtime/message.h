@@ -45,24 +45,25 @@ enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kPro
 const char* reduce_op_name(ReduceOp op);
 
 struct Request {
-  int32_t rank = 0;  // global rank of the submitter
+  // What each cycle reads of a cached operation's request comes first: an entry's hot line ends with it.
   OpType op = OpType::kAllreduce;
+  bool cacheable = true;
+  // Named by the core (<op>.noname.<n>, a name that never repeats): cached under what it carries instead
+  // (unnamed_cache_name), since that is what repeats from call to call.
+  bool unnamed = false;
+  bool on_device = false;  // CUDA memory (the NCCL data plane); negotiated, since every member must agree
+  int32_t rank = 0;        // global rank of the submitter
   DType dtype = DType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
   int32_t root_rank = -1;
   int32_t process_set = 0;
+  int32_t device = -1;  // this rank's CUDA device ordinal (local: ranks use different devices)
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> shape;
   uint64_t shape_key = kUnknownShapeKey;  // key_of_shape(shape), set with it where a request is made or read
   std::vector<int32_t> ranks;             // add_process_set: members; remove_process_set: {id}
   std::string name;
-  bool cacheable = true;
-  // Named by the core (<op>.noname.<n>, a name that never repeats): cached under what it carries instead
-  // (unnamed_cache_name), since that is what repeats from call to call.
-  bool unnamed = false;
-  bool on_device = false;     // CUDA memory (the NCCL data plane); negotiated, since every member must agree
-  int32_t device = -1;        // this rank's CUDA device ordinal (local: ranks use different devices)
   double waited_seconds = 0;  // how long the submitter has had it when sent (stall ages count from there)
   uint64_t layout = 0;        // allreduce of packed tensors: how they lie in the buffer (hvdlite_request.layout)
 

@@ -26,24 +26,28 @@ RecentOps::Op& RecentOps::place(OpType kind, int32_t process_set, int64_t bytes,
   return op;
 }
 
-void RecentOps::submitted(const TensorEntry& entry) {
+void RecentOps::submitted(TensorEntry& entry) {
   const Request& q = entry.request;
   Op& op = place(q.op, q.process_set, element_count(q.shape) * static_cast<int64_t>(dtype_size(q.dtype)),
                  entry.name_record);
   op.name = q.name;
-  if (entry.name_record) entry.name_record->recent_seq = submitted_;
+  if (entry.name_record) entry.recent_seq = static_cast<uint32_t>(submitted_);  // 0 once in 2^32: left pending
 }
 
 void RecentOps::submitted(OpType kind, int32_t process_set, const char* name, int64_t bytes) {
   place(kind, process_set, bytes, nullptr).name.assign(name);
 }
 
-void RecentOps::finished(const TensorEntry& entry, bool ok) {
+void RecentOps::finished(TensorEntry& entry, bool ok) {
   const char* state = ok ? "done" : "failed";
   if (const NameRecord* record = entry.name_record) {
-    // Its newest record, while still kept; a record is never swept while its name is in flight.
-    const uint64_t seq = record->recent_seq;
-    if (seq != 0 && submitted_ - seq < count_ && ring_[(seq - 1) % kKept].record == record)
+    // Its record, while still kept. A name is in flight once at a time, so that record is its name's newest; the
+    // record itself is not read (with thousands of names in flight, it would be a cache miss each).
+    // Its low 32 bits, of which the ring's place and the count since are the same: kKept divides 2^32.
+    const uint32_t seq = entry.recent_seq;
+    entry.recent_seq = 0;
+    if (seq != 0 && static_cast<uint32_t>(static_cast<uint32_t>(submitted_) - seq) < count_ &&
+        ring_[(seq - 1) % kKept].record == record)
       ring_[(seq - 1) % kKept].state = state;
     return;
   }

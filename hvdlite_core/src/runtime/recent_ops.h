@@ -13,9 +13,10 @@ namespace hvdlite {
 class RecentOps {
  public:
   static constexpr size_t kKept = 8;
-  void submitted(const TensorEntry& entry);
+  static_assert((uint64_t{1} << 32) % kKept == 0, "an entry keeps its place's low 32 bits (finished)");
+  void submitted(TensorEntry& entry);
   void submitted(OpType op, int32_t process_set, const char* name, int64_t bytes);  // with no entry or record
-  void finished(const TensorEntry& entry, bool ok);
+  void finished(TensorEntry& entry, bool ok);
   // "last 3 collectives on rank 1, oldest first: allreduce 'a' (16 KB, done), ..." ("" when none yet).
   std::string report(int rank) const;
 
@@ -25,7 +26,7 @@ class RecentOps {
     OpType op;
     int32_t process_set;
     std::string name;  // with process_set, the key: names repeat every step, the newest record is the live one
-    // The entry's name record when submitted. A named operation finds its place through the record's recent_seq,
+    // The entry's name record when submitted. A named operation finds its place through its entry's recent_seq,
     // so that the many operations no longer among the kept ones cost one comparison each, not a walk.
     const NameRecord* record;
     int64_t bytes;

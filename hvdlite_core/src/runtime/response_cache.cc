@@ -96,9 +96,10 @@ int ResponseCache::put(const Response& response, int* displaced) {
     recency_.push_front(position);
     recency_pos_[position] = recency_.begin();
   }
-  auto placed = std::make_shared<Response>(response);
+  auto placed = std::make_unique<Response>(response);
   if (response.unnamed) placed->name = unnamed_cache_name(response);
   placed->cache_position = position;
+  if (slots_[position]) retired_.push_back(std::move(slots_[position]));
   slots_[position] = std::move(placed);
   stamps_[position] = next_stamp_++;
   ++generation_;
@@ -111,7 +112,7 @@ void ResponseCache::erase(int position) {
   if (!occupied(position)) return;
   by_key_.erase(key(*slots_[position]));
   recency_.erase(recency_pos_[position]);
-  slots_[position].reset();
+  retired_.push_back(std::move(slots_[position]));
   stamps_[position] = 0;
   free_.insert(position);
   ++generation_;

@@ -55,7 +55,9 @@ class ResponseCache {
   uint64_t stamp_at(int position) const {
     return static_cast<size_t>(position) < stamps_.size() ? stamps_[position] : 0;
   }
-  const std::shared_ptr<const Response>& shared_at(int position) const { return slots_[position]; }
+  // Responses replaced or erased stay alive, at their addresses, until release_retired(): a cycle's outcome points
+  // at the responses it runs while the same cycle's puts may replace them.
+  void release_retired() { retired_.clear(); }
   // Inserts (or replaces the entry of the same key); returns the position. *displaced is the position whose
   // previous entry was evicted to make room or replaced, or -1: ranks holding a hit on it must renegotiate.
   int put(const Response& response, int* displaced);
@@ -67,11 +69,11 @@ class ResponseCache {
   // The lowest free position: below the high-water mark from free_, else the next never-used one, else -1.
   int lowest_free() const;
   size_t capacity_;
-  // Shared: an eager result holds its response through the rest of the cycle, after the cycle's puts may have
-  // replaced the slot. Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
-  std::vector<std::shared_ptr<const Response>> slots_;
-  std::vector<uint64_t> stamps_;      // by position
-  std::vector<uint64_t> touched_at_;  // by position
+  // Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
+  std::vector<std::unique_ptr<const Response>> slots_;
+  std::vector<std::unique_ptr<const Response>> retired_;  // see release_retired()
+  std::vector<uint64_t> stamps_;                          // by position
+  std::vector<uint64_t> touched_at_;                      // by position
   uint64_t touches_ = 0;
   uint64_t next_stamp_ = 1;
   std::set<int> free_;  // empty positions below slots_.size()
