@@ -42,6 +42,15 @@ SOURCES = [
     "common/huge_page_buffer.cc",
     "common/huge_page_promotion.cc",
 ]
+# The unit tests' own files (hvdlite_core/tests); tools/sanitize.sh builds the same lists.
+TEST_SOURCES = [
+    "unit_tests.cc",
+    "algorithm_choice_tests.cc",
+    "transport_tests.cc",
+    "queue_tests.cc",
+    "slot_tests.cc",
+    "cache_tests.cc",
+]
 
 
 def _compile(compiler, source, obj):
@@ -57,17 +66,7 @@ def test_core_unit_tests(tmp_path):
     assert compiler, "a C++ compiler is required to build hvdlite"
     # One object per source, through ccache where setup.py would use it: a rerun on unchanged sources links only.
     launcher = [] if os.environ.get("HVDLITE_NO_CCACHE") == "1" or not shutil.which("ccache") else ["ccache"]
-    sources = [
-        os.path.join(CORE, "tests", f)
-        for f in (
-            "unit_tests.cc",
-            "algorithm_choice_tests.cc",
-            "transport_tests.cc",
-            "queue_tests.cc",
-            "slot_tests.cc",
-            "cache_tests.cc",
-        )
-    ]
+    sources = [os.path.join(CORE, "tests", f) for f in TEST_SOURCES]
     sources += [os.path.join(CORE, "src", s) for s in SOURCES]
     objects = [str(tmp_path / f"{i}.o") for i in range(len(sources))]
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:

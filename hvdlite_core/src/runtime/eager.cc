@@ -18,7 +18,7 @@ ReduceKind reduce_kind(ReduceOp op) {
 }
 
 bool EagerLayout::eligible(const Response& r) {
-  return !r.is_error && r.op == OpType::kAllreduce && r.process_set == 0 && !r.on_device && r.joined.empty() &&
+  return !r.is_error && r.op == OpType::kAllreduce && r.process_set == 0 && !r.on_device && r.none_joined() &&
          r.reduce_op != ReduceOp::kAdasum && element_count(r) > 0;
 }
 

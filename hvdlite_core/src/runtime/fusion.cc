@@ -7,7 +7,7 @@
 namespace hvdlite {
 namespace {
 
-bool fusable(const Response& r) { return !r.is_error && r.op == OpType::kAllreduce && r.joined.empty(); }
+bool fusable(const Response& r) { return !r.is_error && r.op == OpType::kAllreduce && r.none_joined(); }
 
 bool compatible(const Response& a, const Response& b) {
   return a.process_set == b.process_set && a.on_device == b.on_device && a.dtype == b.dtype &&

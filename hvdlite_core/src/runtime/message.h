@@ -2,6 +2,7 @@
 // the coordinator answers (Response: "every member has it: execute", or "they disagree: fail with this
 // message"). Responses are identical on every rank, which is what keeps execution order consistent.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -71,10 +72,10 @@ struct Request {
   static Request Read(WireReader& r);
 };
 
-struct Response {
+struct alignas(64) Response {
   // What a cycle reads of every cached response, pass after pass (the match against a request, the eager check,
-  // fusion planning, execution), comes first and together: a response's other fields lie lines away, and with
-  // thousands in flight each pass would miss on them again.
+  // fusion planning, execution), comes first and fills the first line: a response's other fields lie lines away,
+  // and with thousands in flight each pass would miss on them again.
   bool is_error = false;
   bool cacheable = true;
   bool unnamed = false;    // of unnamed requests: cached by unnamed_cache_name, whatever its name
@@ -109,11 +110,16 @@ struct Response {
   // Whether a request from `rank` matches this (cached) response, i.e. can reuse it. same_name: the caller has
   // already established that the request's name is this response's, and the strings are not compared again.
   bool matches(const Request& request, int member_index, bool same_name = false) const;
+  // No rank has joined. A response with joined ranks is never cacheable (build_response), so a cacheable one's
+  // answer comes from its first line.
+  bool none_joined() const { return cacheable || joined.empty(); }
   bool same_shape(const Request& request) const {
     if (shape_key != kUnknownShapeKey && request.shape_key != kUnknownShapeKey) return shape_key == request.shape_key;
     return request.shape == shape;
   }
 };
+
+static_assert(offsetof(Response, joined) == 64, "what a cycle reads of a response outgrows its first line");
 
 // The name an unnamed operation's response is cached under: its operation and what every member submits alike
 // (allgather and alltoall rows may differ by member and are left out). Readable, as a failure of the cached operation
