@@ -143,6 +143,10 @@ static int equal(PyObject* a, PyObject* b) {
   return PyObject_RichCompareBool(a, b, Py_EQ);
 }
 
+/* The value of an int the core gave (a handle, or minus a status): as PyLong_AsLongLong for every value in its range,
+ * two's complement, without its general conversion, which the handles' high bits send byte by byte. */
+static long long core_value(PyObject* number) { return (long long)PyLong_AsUnsignedLongLongMask(number); }
+
 /* Whether the tensor is contiguous; its data's address in *pointer. */
 static int contiguous_address(PyObject* tensor, void** pointer) {
   if (attribute_true(tensor, kReadIsContiguous) != 1) return 0;
@@ -303,7 +307,7 @@ static PyObject* finish(PyObject* module, PyObject* const* args, Py_ssize_t narg
     return NULL;
   }
   PyObject *handle = args[0], *otherwise = args[1];
-  const int64_t core_handle = PyLong_CheckExact(handle) ? PyLong_AsLongLong(handle) : 0;
+  const int64_t core_handle = PyLong_CheckExact(handle) ? core_value(handle) : 0;
   PyObject* result = core_handle > 0 ? PyDict_GetItemWithError(results, handle) : NULL; /* borrowed */
   if (!result) {
     PyErr_Clear();
@@ -425,7 +429,7 @@ static int after_run(PyObject* live, PyObject* tensor, PyObject* output) {
     Py_DECREF(live);
     return 1;
   }
-  const long long value = interrupted ? 0 : PyLong_AsLongLong(live);
+  const long long value = interrupted ? 0 : core_value(live);
   Py_XDECREF(live);
   if (!interrupted && value == 0) return 0;
   PyObject* kept = output ? PyTuple_Pack(2, tensor, output) : Py_NewRef(tensor);
@@ -520,7 +524,7 @@ static PyObject* allreduce_async_(PyObject* module, PyObject* const* args, Py_ss
   if (allreduce_call(args, nargs, kwnames, call)) {
     PyObject* handle = submit(module, call, 6);
     if (!handle || handle != Py_None) {
-      const long long value = handle ? PyLong_AsLongLong(handle) : 0;
+      const long long value = handle ? core_value(handle) : 0;
       if (value >= 0) return handle;
       Py_DECREF(handle);
       return raise_status(-value);
