@@ -41,9 +41,9 @@ void RecentOps::submitted(OpType kind, int32_t process_set, const char* name, in
 void RecentOps::finished(TensorEntry& entry, bool ok) {
   const char* state = ok ? "done" : "failed";
   if (const NameRecord* record = entry.name_record) {
-    // Its record, while still kept. A name is in flight once at a time, so that record is its name's newest; the
-    // record itself is not read (with thousands of names in flight, it would be a cache miss each).
-    // Its low 32 bits, of which the ring's place and the count since are the same: kKept divides 2^32.
+    // Its record, while still kept, found through the entry: a name is in flight once at a time, so that record is
+    // its name's newest, and the name's own record is not read (with thousands in flight, a cache miss each). The
+    // entry keeps the place's low 32 bits, which give the same ring place and count since: kKept divides 2^32.
     const uint32_t seq = entry.recent_seq;
     entry.recent_seq = 0;
     if (seq != 0 && static_cast<uint32_t>(static_cast<uint32_t>(submitted_) - seq) < count_ &&
