@@ -92,7 +92,8 @@ bool FastSlots::arm(FastSlot& slot, const TensorEntry& entry, uint64_t token) {
   armed.key = entry.key;
   armed.name_record = entry.name_record;
   armed.name_slot = token;
-  armed.matched_stamp = 0;  // a new request: it has matched nothing yet
+  armed.matched_stamp = 0;  // a new request (perhaps in a new runtime): it has matched nothing yet,
+  armed.recent_seq = 0;     // nor been recorded
   slot.token.store(token, std::memory_order_relaxed);
   slot.state.store(FastSlot::kIdle, std::memory_order_release);
   return true;
