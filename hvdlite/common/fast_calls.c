@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hvdlite.h"
 
@@ -157,50 +158,205 @@ static int contiguous_address(PyObject* tensor, void** pointer) {
   return !PyErr_Occurred();
 }
 
-/* Whether the entry was prepared from what the call gives (the tensor read through its attributes, which may run
- * Python code); its data's address in *pointer. 0 when it was not, or a read failed (an exception set). */
-static int matches(PyObject* entry, PyObject* const* args, void** pointer) {
+/* A named entry's steady record: what a call is compared with (the entry's facts) and its request, on two adjacent
+ * cache lines read in place of the name's slot in the dict of every prepared entry, the entry tuple, its shape and
+ * its address's int; and the record of the call that followed it last time. A step submits its names in the order of
+ * the step before, so the next call's record is that one: found without hashing into a table whose misses grew with
+ * every name the job had ever cached. Records are reused, never freed: a call whose reads run Python code that
+ * forgets them (forget()) still reads memory of its own, and compares with its copy. */
+enum { kInlineDims = 5, kSteadyChunk = 256 };
+typedef struct Steady {
+  PyObject* name;  /* NULL: free */
+  PyObject* entry; /* NULL: to be filled from the dict again (its entry was replaced, or a read of it failed) */
+  const hvdlite_request* request;
+  PyObject* dtype; /* these four, set and shape: the entry's */
+  PyObject* op;
+  PyObject* prescale;
+  PyObject* postscale;
+  PyObject* set;
+  struct Steady* next; /* a free record's: the next free one */
+  PyObject* shape;
+  Py_ssize_t ndim; /* -1: more dimensions than kInlineDims, compared with shape */
+  long long dims[kInlineDims];
+} Steady;
+_Static_assert(sizeof(Steady) == 128, "a steady record is two cache lines");
+
+static PyObject* steady_by_name; /* name -> its record's address */
+static Steady* steady_cursor;    /* the record of the last named call */
+static Steady* steady_free;
+static Steady** steady_chunks; /* every chunk of records, for forget(None) */
+static Py_ssize_t steady_chunk_count;
+
+/* A free record (a new chunk of them when none is left), its fields zero; NULL with an exception set. */
+static Steady* steady_new(void) {
+  if (!steady_free) {
+    Steady** chunks = PyMem_Realloc(steady_chunks, (size_t)(steady_chunk_count + 1) * sizeof(Steady*));
+    char* block = chunks ? PyMem_Malloc(kSteadyChunk * sizeof(Steady) + 64) : NULL;
+    if (!block) {
+      if (chunks) steady_chunks = chunks;
+      PyErr_NoMemory();
+      return NULL;
+    }
+    steady_chunks = chunks;
+    /* Aligned to a line, each record on two lines of its own. */
+    Steady* chunk = (Steady*)(((uintptr_t)block + 63) & ~(uintptr_t)63);
+    memset(chunk, 0, kSteadyChunk * sizeof(Steady));
+    for (int i = 0; i + 1 < kSteadyChunk; ++i) chunk[i].next = &chunk[i + 1];
+    steady_chunks[steady_chunk_count++] = chunk;
+    steady_free = chunk;
+  }
+  Steady* record = steady_free;
+  steady_free = record->next;
+  record->next = NULL;
+  return record;
+}
+
+/* The record's facts and request read from its entry (prepared for the host: the caller checked); 0 when a read
+ * failed (an exception set), the record left to be filled again. */
+static int steady_fill(Steady* record, PyObject* entry) {
+  Py_CLEAR(record->entry);
+  PyObject* shape = PyTuple_GetItem(entry, kShape);
+  Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
+  if (ndim > kInlineDims) ndim = -1;
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    record->dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+    if (record->dims[i] == -1 && PyErr_Occurred()) return 0;
+  }
+  record->request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(entry, kAddress));
+  if (!record->request) return 0;
+  record->ndim = ndim;
+  record->shape = shape;
+  record->dtype = PyTuple_GetItem(entry, kDtype);
+  record->op = PyTuple_GetItem(entry, kOp);
+  record->prescale = PyTuple_GetItem(entry, kPrescale);
+  record->postscale = PyTuple_GetItem(entry, kPostscale);
+  record->set = PyTuple_GetItem(entry, kSet);
+  record->entry = Py_NewRef(entry);
+  return 1;
+}
+
+/* The record of the entry prepared for the host under name, filled from it; NULL when there is none (an exception
+ * perhaps set). */
+static Steady* steady_find(PyObject* name) {
+  PyObject* entry = PyDict_GetItemWithError(prepared, name); /* borrowed */
+  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize ||
+      PyTuple_GetItem(entry, kPlacement) != host)
+    return NULL;
+  PyObject* address = PyDict_GetItemWithError(steady_by_name, name); /* borrowed */
+  Steady* record = address ? (Steady*)PyLong_AsVoidPtr(address) : NULL;
+  if (!record) {
+    if (PyErr_Occurred() || !(record = steady_new())) return NULL;
+    PyObject* number = PyLong_FromVoidPtr(record);
+    if (!number || PyDict_SetItem(steady_by_name, name, number) < 0) {
+      Py_XDECREF(number);
+      record->next = steady_free;
+      steady_free = record;
+      return NULL;
+    }
+    Py_DECREF(number);
+    record->name = Py_NewRef(name);
+  }
+  if (record->entry != entry && !steady_fill(record, entry)) return NULL;
+  return record;
+}
+
+/* The record for a named call: the one that followed the last named call's record last time, when it is this name's;
+ * else the one found through the dicts, which becomes that successor. */
+static Steady* steady_record(PyObject* name) {
+  Steady* record = steady_cursor ? steady_cursor->next : NULL;
+  const int predicted = record && record->entry &&
+                        (record->name == name || (PyUnicode_CheckExact(name) && PyUnicode_CheckExact(record->name) &&
+                                                  PyUnicode_Compare(record->name, name) == 0));
+  if (!predicted) {
+    if (!(record = steady_find(name))) return NULL;
+    if (steady_cursor) steady_cursor->next = record;
+  }
+  steady_cursor = record;
+  return record;
+}
+
+/* forget(key): the steady records are read from ops' dict again: key's, whose entry was replaced; every one when key
+ * is None (the dict was cleared), their names and entries released. */
+static PyObject* forget(PyObject* module, PyObject* key) {
+  if (key != Py_None) {
+    PyObject* address = PyDict_GetItemWithError(steady_by_name, key); /* borrowed */
+    Steady* record = address ? (Steady*)PyLong_AsVoidPtr(address) : NULL;
+    if (!record) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_CLEAR(record->entry);
+    Py_RETURN_NONE;
+  }
+  steady_cursor = NULL;
+  steady_free = NULL;
+  for (Py_ssize_t c = 0; c < steady_chunk_count; ++c) {
+    for (int i = 0; i < kSteadyChunk; ++i) {
+      Steady* record = &steady_chunks[c][i];
+      Py_CLEAR(record->entry);
+      Py_CLEAR(record->name);
+      record->next = steady_free;
+      steady_free = record;
+    }
+  }
+  PyDict_Clear(steady_by_name);
+  Py_RETURN_NONE;
+}
+
+/* Whether the shape read from a tensor is the record's. */
+static int steady_shape(const Steady* facts, PyObject* shape) {
+  if (facts->ndim < 0 || !PyTuple_Check(shape)) return equal(facts->shape, shape) == 1;
+  if (PyTuple_Size(shape) != facts->ndim) return 0;
+  for (Py_ssize_t i = 0; i < facts->ndim; ++i) {
+    const long long extent = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+    if (extent != facts->dims[i]) return 0; /* (-1 with an error set: no extent is) */
+  }
+  return 1;
+}
+
+/* Whether a named call gives what the record's entry was prepared from (the tensor read through its attributes,
+ * which may run Python code); its data's address in *pointer. 0 when it does not, or a read failed (an exception
+ * set). */
+static int steady_matches(const Steady* facts, PyObject* const* args, void** pointer) {
   PyObject *tensor = args[1], *op = args[2], *prescale = args[3], *postscale = args[4], *process_set = args[5];
-  if (PyTuple_GetItem(entry, kPlacement) != host) return 0;
   PyObject* dtype = read_attribute(tensor, kReadDtype);
   if (!dtype) return 0;
-  const int same_dtype = dtype == PyTuple_GetItem(entry, kDtype);
+  const int same_dtype = dtype == facts->dtype;
   Py_DECREF(dtype);
   if (!same_dtype) return 0;
   PyObject* shape = read_attribute(tensor, kReadShape);
   if (!shape) return 0;
-  int same = equal(PyTuple_GetItem(entry, kShape), shape);
+  int same = steady_shape(facts, shape);
   Py_DECREF(shape);
-  if (same != 1) return 0;
-  if (equal(PyTuple_GetItem(entry, kOp), op) != 1 || equal(PyTuple_GetItem(entry, kPrescale), prescale) != 1 ||
-      equal(PyTuple_GetItem(entry, kPostscale), postscale) != 1)
+  if (!same) return 0;
+  if (equal(facts->op, op) != 1 || equal(facts->prescale, prescale) != 1 || equal(facts->postscale, postscale) != 1)
     return 0;
   if (process_set == global_set) {
-    same = equal(PyTuple_GetItem(entry, kSet), zero);
+    same = equal(facts->set, zero);
   } else {
     PyObject* id = PyObject_GetAttr(process_set, s_process_set_id);
     if (!id) return 0;
-    same = equal(PyTuple_GetItem(entry, kSet), id);
+    same = equal(facts->set, id);
     Py_DECREF(id);
   }
   return same == 1 && attribute_true(tensor, kReadIsCpu) == 1 && contiguous_address(tensor, pointer);
 }
 
-/* A new reference to the entry prepared under args[0] when the call matches it; else NULL, an exception perhaps
- * set. Held through the call: the reads may run Python code that clears the cache, and its buffers hold the
- * request the core reads. */
-static PyObject* steady_entry(PyObject* const* args, void** pointer) {
-  PyObject* entry = PyDict_GetItemWithError(prepared, args[0]); /* borrowed */
-  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
-  Py_INCREF(entry);
-  if (matches(entry, args, pointer)) return entry;
-  Py_DECREF(entry);
+/* A new reference to the entry prepared under args[0] when the call matches it, its request in *request; else NULL,
+ * an exception perhaps set. The entry is held through the call: its buffers hold the request the core reads. */
+static PyObject* steady_entry(PyObject* const* args, void** pointer, const hvdlite_request** request) {
+  const Steady* record = steady_record(args[0]);
+  if (!record) return NULL;
+  const Steady facts = *record; /* the reads below may run Python code that forgets the record */
+  Py_INCREF(facts.entry);
+  if (steady_matches(&facts, args, pointer)) {
+    *request = facts.request;
+    return facts.entry;
+  }
+  Py_DECREF(facts.entry);
   return NULL;
 }
 
 /* The same for an unnamed tensor (args[0] None), whose entry is prepared under what it carries, as
  * core_ops._prepared_unnamed keys it: (dtype, shape, op, prescale, postscale, process set id, placement). */
-static PyObject* unnamed_entry(PyObject* const* args, void** pointer) {
+static PyObject* unnamed_entry(PyObject* const* args, void** pointer, const hvdlite_request** request) {
   PyObject *tensor = args[1], *process_set = args[5];
   if (attribute_true(tensor, kReadIsCpu) != 1) return NULL; /* before the key: a CUDA tensor's is never there */
   PyObject* set_id = process_set == global_set ? zero : PyObject_GetAttr(process_set, s_process_set_id);
@@ -217,7 +373,9 @@ static PyObject* unnamed_entry(PyObject* const* args, void** pointer) {
   Py_DECREF(key);
   if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize) return NULL;
   Py_INCREF(entry);
-  if (PyTuple_GetItem(entry, kPlacement) == host && contiguous_address(tensor, pointer)) return entry;
+  if (PyTuple_GetItem(entry, kPlacement) == host && contiguous_address(tensor, pointer) &&
+      (*request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(entry, kAddress))))
+    return entry;
   Py_DECREF(entry);
   return NULL;
 }
@@ -239,13 +397,10 @@ typedef struct {
 
 static int take(PyObject* const* args, Py_ssize_t nargs, Taken* call) {
   void* pointer = NULL;
-  call->entry = nargs != 6 ? NULL : args[0] == Py_None ? unnamed_entry(args, &pointer) : steady_entry(args, &pointer);
+  call->entry = nargs != 6           ? NULL
+                : args[0] == Py_None ? unnamed_entry(args, &pointer, &call->request)
+                                     : steady_entry(args, &pointer, &call->request);
   if (!call->entry) return 0;
-  call->request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(call->entry, kAddress));
-  if (!call->request) {
-    Py_CLEAR(call->entry);
-    return 0;
-  }
   /* The struct holds the entry's input and output addresses: read there, not converted from its integers. */
   const int moved = call->request->input != pointer || call->request->output != pointer;
   call->moved_to = moved ? (uintptr_t)pointer : 0;
@@ -788,6 +943,7 @@ static PyMethodDef methods[] = {
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"setup_allreduce", (PyCFunction)(void (*)(void))setup_allreduce, METH_FASTCALL, NULL},
     {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"forget", forget, METH_O, NULL},
     {"taken", taken, METH_NOARGS, NULL},
     {"direct_methods", direct_methods, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -797,6 +953,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NU
 
 PyMODINIT_FUNC PyInit__fast_calls(void) {
   zero = PyLong_FromLong(0);
+  if (!(steady_by_name = PyDict_New())) return NULL;
   s_grad = PyUnicode_InternFromString("grad");
   static const char* const reads[kReads] = {"dtype", "shape", "is_cpu", "is_contiguous", "data_ptr"};
   for (int i = 0; i < kReads; ++i)

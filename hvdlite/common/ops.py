@@ -102,6 +102,8 @@ _prepared: Dict[object, tuple] = {}
 _PREPARED_LIMIT = 1 << 16  # a model of many thousand tensors must fit: clearing it per step rebuilt them all
 cached = _prepared.get  # prepared()'s entry under a key, or None
 fast_calls = binding.fast_calls  # hvdlite._fast_calls, or None (binding.py)
+# What fast_calls keeps of an entry it read (its steady records) is read again once the entry is replaced or cleared.
+_forget = fast_calls.forget if fast_calls is not None else lambda key: None
 
 
 def prepared_entries() -> dict:
@@ -178,14 +180,17 @@ def prepared(request: tuple, key=None, facts: tuple = ()) -> tuple:
         return (struct, _fill(struct, request), request[4], request[5], *facts)
     if key is None:
         key = request[:4] + request[6:]
-    entry = _prepared.get(key)
-    if entry is not None and entry[4:-1] == facts:
-        return entry
+    replaced = _prepared.get(key)
+    if replaced is not None and replaced[4:-1] == facts:
+        return replaced
     struct, block = _new_filled(request)
     # Last, the struct's address: where fast_calls finds the request (a C function cannot read a cffi pointer).
     entry = (struct, block, request[4], request[5], *facts, int(ffi.cast("uintptr_t", struct)))
     if len(_prepared) >= _PREPARED_LIMIT:
         _prepared.clear()
+        _forget(None)
+    elif replaced is not None:
+        _forget(key)
     _prepared[key] = entry
     return entry
 

@@ -131,6 +131,62 @@ if taken["run"] + taken["submit"] < 0.4 * made:
 hvd.barrier()  # the members of the smaller set may still be at work
 
 
+# A named call finds its entry through the record of the call that followed the last one before it (its steady
+# record): the steps below change their names' order, build the names anew (equal, not the same objects), replace an
+# entry under a name and clear the whole cache mid-step. Every call gets its result, and the C path takes every call
+# of a step whose tensors' forms its name's entry holds.
+def steady_step(step, order, shapes, named=lambda i: f"steady.{i}"):
+    tensors = [make(me, ("steady", step, i), shapes[i], torch.float32) for i in order]
+    before = ops.fast_calls.taken()
+    handles = [hvd.allreduce_async_(t, name=named(i), op=hvd.Sum) for t, i in zip(tensors, order)]
+    submitted = ops.fast_calls.taken()[1] - before[1]
+    for t, h, i in zip(tensors, handles, order):
+        want = sum(make(r, ("steady", step, i), shapes[i], torch.float32) for r in range(n))
+        check(f"steady step {step}, name {i}", hvd.synchronize(h), want, exact=True)
+        check(f"steady step {step}, tensor {i}", t, want, exact=True)
+    return submitted
+
+
+first_names = [f"steady.{i}" for i in range(6)]
+shapes = {i: (3,) for i in range(6)}
+for step in range(3):  # the first step prepares the entries; later ones are the C path's
+    taken_now = steady_step(step, range(6), shapes, named=lambda i: first_names[i])
+assert taken_now == 6, taken_now
+assert steady_step(3, [5, 0, 3, 1, 4, 2], shapes) == 6  # another order; names equal, new objects
+assert steady_step(4, range(6), shapes) == 6
+shapes[2] = (2, 2)  # replaced under its name: the Python path prepares it again, then the C path takes it
+assert steady_step(5, range(6), shapes) == 5
+assert steady_step(6, range(6), shapes) == 6
+shapes[2] = (3,)
+assert steady_step(7, range(6), shapes) == 5
+limit = ops._PREPARED_LIMIT
+ops._PREPARED_LIMIT = len(ops.prepared_entries())  # the next new entry clears the cache
+shapes[4] = (5,)
+assert steady_step(8, range(6), shapes) == 4  # name 4 clears the cache: names 5 and 4 are prepared again
+ops._PREPARED_LIMIT = limit
+assert steady_step(9, [3, 4, 5, 0, 1, 2], shapes) == 2  # only 4 and 5 were prepared after the clear
+assert steady_step(10, range(6), shapes) == 6
+
+
+class Forgetful(torch.Tensor):
+    """A tensor whose read, in the middle of a call the C path takes, clears the cache as prepared() does."""
+
+    def is_contiguous(self, *args, **kwargs):
+        ops.prepared_entries().clear()
+        ops.fast_calls.forget(None)
+        return super().is_contiguous(*args, **kwargs)
+
+
+for step in range(4):  # even steps prepare the entry, odd ones are the C path's, and their read clears it
+    key = ("forgetful", step)
+    tensor = make(me, key, (3,), torch.float32).as_subclass(Forgetful)
+    before = ops.fast_calls.taken()[1]
+    result = hvd.synchronize(hvd.allreduce_async_(tensor, name="steady.forgetful", op=hvd.Sum))
+    assert ops.fast_calls.taken()[1] - before == step % 2, (step, ops.fast_calls.taken()[1] - before)
+    check(f"forgetful step {step}", result, sum(make(r, key, (3,), torch.float32) for r in range(n)))
+hvd.barrier()
+
+
 # A call the C path runs keeps the GIL, but gives it up while a late rank keeps it waiting: a Python thread of this
 # process counts meanwhile. The background threads, idle for a while, sleep long (the test's IDLE_CYCLE_TIME), so
 # a synchronous call waits in its exchange until the late rank's own call.
