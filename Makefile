@@ -10,7 +10,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install -c constraints.txt
-CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h' -o -name '*.map') hvdlite/common/fast_calls.c
+FAST_CALLS_SOURCES := hvdlite/common/fast_calls.c hvdlite/common/prepared_entries.c hvdlite/common/prepared_entries.h
+CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h' -o -name '*.map') $(FAST_CALLS_SOURCES)
 INSTALL_INPUTS := setup.py pyproject.toml constraints.txt
 
 .PHONY: setup system-packages build test train bench wheel sanitize format clean
@@ -42,7 +43,7 @@ setup: $(VENV)/.installed-dev
 # Rebuilds the core in place when a source or setup.py (its flags) changed since it was last built. The test is the shell's, not
 # make's: make decided before the set-up ran that the stamp did not exist yet.
 $(VENV)/.core-built: $(CORE_SOURCES) setup.py
-	test -f $@ && test -z "$$(find hvdlite_core hvdlite/common/fast_calls.c setup.py -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
+	test -f $@ && test -z "$$(find hvdlite_core $(FAST_CALLS_SOURCES) setup.py -newer $@ -print -quit)" || $(PY) setup.py -q build_ext --inplace
 	touch $@
 
 # Every rank of every job imports the package afresh: bytecode compiled once here spares each of them compiling

@@ -39,7 +39,8 @@ MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("m
 # declarations), built against CPython's stable ABI of this version and later.
 BINDING_SOURCE = os.path.join("build", "binding", "_hvdlite_binding.c")
 BINDING_LIMITED_API = "0x03090000"
-FAST_CALLS_SOURCE = os.path.join("hvdlite", "common", "fast_calls.c")
+FAST_CALLS_SOURCES = [os.path.join("hvdlite", "common", name) for name in ("fast_calls.c", "prepared_entries.c")]
+FAST_CALLS_HEADER = os.path.join("hvdlite", "common", "prepared_entries.h")
 FAST_CALLS_LIMITED_API = "0x030A0000"  # METH_FASTCALL joined the stable ABI in 3.10
 
 
@@ -247,24 +248,24 @@ core = Extension(
 )
 
 
-def stable_abi_module(name, source, limited_api):
+def stable_abi_module(name, sources, limited_api, depends=()):
     """A CPython extension against the stable ABI, linked to the core by file name and found beside it at run time."""
     return Extension(
         name,
-        sources=[source],
+        sources=sources,
         include_dirs=[os.path.join(CORE, "include")],
         define_macros=[("Py_LIMITED_API", limited_api)],
         py_limited_api=True,
         libraries=[":_hvdlite_core.so"],
         extra_link_args=["-Wl,-rpath,$ORIGIN"],
-        depends=[HEADER],
+        depends=[HEADER, *depends],
     )
 
 
-binding = stable_abi_module("hvdlite._hvdlite_binding", BINDING_SOURCE, BINDING_LIMITED_API)
+binding = stable_abi_module("hvdlite._hvdlite_binding", [BINDING_SOURCE], BINDING_LIMITED_API)
 # The steady state of the per-tensor calls (hvdlite/common/fast_calls.c), in C against the stable ABI of 3.10 on.
 # Used only with the compiled binding, which binds the same core file.
-fast_calls = stable_abi_module("hvdlite._fast_calls", FAST_CALLS_SOURCE, FAST_CALLS_LIMITED_API)
+fast_calls = stable_abi_module("hvdlite._fast_calls", FAST_CALLS_SOURCES, FAST_CALLS_LIMITED_API, [FAST_CALLS_HEADER])
 # The manylinux wheel serves every Python 3 with the core alone, bound through cffi's ABI mode at run time.
 EXTENSIONS = [core] if MANYLINUX_ARCH else [core, binding] + ([fast_calls] if sys.version_info >= (3, 10) else [])
 

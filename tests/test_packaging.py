@@ -134,7 +134,8 @@ def test_wheels_are_manylinux_hold_the_core_and_the_plugin_source_and_serve_ever
     with tarfile.open(sdist) as archive:
         sources = set(archive.getnames())
     # A build from the sdist compiles the per-tensor calls' C too, beside the binding.
-    assert "hvdlite-0.1.0/hvdlite/common/fast_calls.c" in sources, sorted(sources)[:40]
+    for name in ("fast_calls.c", "prepared_entries.c", "prepared_entries.h"):
+        assert f"hvdlite-0.1.0/hvdlite/common/{name}" in sources, sorted(sources)[:40]
 
 
 @pytest.mark.timeout(900)

@@ -15,14 +15,13 @@
  * not take goes to the reference with the same arguments, which raises its own errors. torch.compile cannot trace a
  * C function: it traces a Python stand-in in allreduce_'s place (hvdlite/torch/compiled_ops.py).
  *
- * The prepared entries are ops.prepared()'s tuples: (struct, buffers, input address, output address, dtype, shape,
- * op, prescale, postscale, process set id, placement, struct address). */
+ * The prepared entries' layout, and the records through which a named call finds its entry: prepared_entries.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "hvdlite.h"
+#include "prepared_entries.h"
 
 static PyObject* prepared;   /* ops._prepared: name -> entry */
 static PyObject* results;    /* HandleTable.results: core handle -> what synchronize returns */
@@ -69,21 +68,6 @@ static PyObject* synchronize_parameters[1];
 /* Calls taken here, for the tests: run, submit, finish. */
 static unsigned long long taken_run, taken_submit, taken_finish;
 static PyObject *s_grad, *s_process_set_id, *s_requires_grad;
-
-enum {
-  kStruct = 0,
-  kInput = 2,
-  kOutput = 3,
-  kDtype = 4,
-  kShape,
-  kOp,
-  kPrescale,
-  kPostscale,
-  kSet,
-  kPlacement,
-  kAddress,
-  kEntrySize
-};
 
 /* The tensor attributes read here. A tensor of exactly torch.Tensor is read through that type's own descriptors,
  * which setup() looks up once: finding each by name on every read cost about as much as some of the reads. A tensor
@@ -158,148 +142,6 @@ static int contiguous_address(PyObject* tensor, void** pointer) {
   return !PyErr_Occurred();
 }
 
-/* A named entry's steady record: what a call is compared with (the entry's facts) and its request, on two adjacent
- * cache lines read in place of the name's slot in the dict of every prepared entry, the entry tuple, its shape and
- * its address's int; and the record of the call that followed it last time. A step submits its names in the order of
- * the step before, so the next call's record is that one: found without hashing into a table whose misses grew with
- * every name the job had ever cached. Records are reused, never freed: a call whose reads run Python code that
- * forgets them (forget()) still reads memory of its own, and compares with its copy. */
-enum { kInlineDims = 5, kSteadyChunk = 256 };
-typedef struct Steady {
-  PyObject* name;  /* NULL: free */
-  PyObject* entry; /* NULL: to be filled from the dict again (its entry was replaced, or a read of it failed) */
-  const hvdlite_request* request;
-  PyObject* dtype; /* these four, set and shape: the entry's */
-  PyObject* op;
-  PyObject* prescale;
-  PyObject* postscale;
-  PyObject* set;
-  struct Steady* next; /* a free record's: the next free one */
-  PyObject* shape;
-  Py_ssize_t ndim; /* -1: more dimensions than kInlineDims, compared with shape */
-  long long dims[kInlineDims];
-} Steady;
-_Static_assert(sizeof(Steady) == 128, "a steady record is two cache lines");
-
-static PyObject* steady_by_name; /* name -> its record's address */
-static Steady* steady_cursor;    /* the record of the last named call */
-static Steady* steady_free;
-static Steady** steady_chunks; /* every chunk of records, for forget(None) */
-static Py_ssize_t steady_chunk_count;
-
-/* A free record (a new chunk of them when none is left), its fields zero; NULL with an exception set. */
-static Steady* steady_new(void) {
-  if (!steady_free) {
-    Steady** chunks = PyMem_Realloc(steady_chunks, (size_t)(steady_chunk_count + 1) * sizeof(Steady*));
-    char* block = chunks ? PyMem_Malloc(kSteadyChunk * sizeof(Steady) + 64) : NULL;
-    if (!block) {
-      if (chunks) steady_chunks = chunks;
-      PyErr_NoMemory();
-      return NULL;
-    }
-    steady_chunks = chunks;
-    /* Aligned to a line, each record on two lines of its own. */
-    Steady* chunk = (Steady*)(((uintptr_t)block + 63) & ~(uintptr_t)63);
-    memset(chunk, 0, kSteadyChunk * sizeof(Steady));
-    for (int i = 0; i + 1 < kSteadyChunk; ++i) chunk[i].next = &chunk[i + 1];
-    steady_chunks[steady_chunk_count++] = chunk;
-    steady_free = chunk;
-  }
-  Steady* record = steady_free;
-  steady_free = record->next;
-  record->next = NULL;
-  return record;
-}
-
-/* The record's facts and request read from its entry (prepared for the host: the caller checked); 0 when a read
- * failed (an exception set), the record left to be filled again. */
-static int steady_fill(Steady* record, PyObject* entry) {
-  Py_CLEAR(record->entry);
-  PyObject* shape = PyTuple_GetItem(entry, kShape);
-  Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
-  if (ndim > kInlineDims) ndim = -1;
-  for (Py_ssize_t i = 0; i < ndim; ++i) {
-    record->dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
-    if (record->dims[i] == -1 && PyErr_Occurred()) return 0;
-  }
-  record->request = (const hvdlite_request*)PyLong_AsVoidPtr(PyTuple_GetItem(entry, kAddress));
-  if (!record->request) return 0;
-  record->ndim = ndim;
-  record->shape = shape;
-  record->dtype = PyTuple_GetItem(entry, kDtype);
-  record->op = PyTuple_GetItem(entry, kOp);
-  record->prescale = PyTuple_GetItem(entry, kPrescale);
-  record->postscale = PyTuple_GetItem(entry, kPostscale);
-  record->set = PyTuple_GetItem(entry, kSet);
-  record->entry = Py_NewRef(entry);
-  return 1;
-}
-
-/* The record of the entry prepared for the host under name, filled from it; NULL when there is none (an exception
- * perhaps set). */
-static Steady* steady_find(PyObject* name) {
-  PyObject* entry = PyDict_GetItemWithError(prepared, name); /* borrowed */
-  if (!entry || !PyTuple_Check(entry) || PyTuple_Size(entry) != kEntrySize ||
-      PyTuple_GetItem(entry, kPlacement) != host)
-    return NULL;
-  PyObject* address = PyDict_GetItemWithError(steady_by_name, name); /* borrowed */
-  Steady* record = address ? (Steady*)PyLong_AsVoidPtr(address) : NULL;
-  if (!record) {
-    if (PyErr_Occurred() || !(record = steady_new())) return NULL;
-    PyObject* number = PyLong_FromVoidPtr(record);
-    if (!number || PyDict_SetItem(steady_by_name, name, number) < 0) {
-      Py_XDECREF(number);
-      record->next = steady_free;
-      steady_free = record;
-      return NULL;
-    }
-    Py_DECREF(number);
-    record->name = Py_NewRef(name);
-  }
-  if (record->entry != entry && !steady_fill(record, entry)) return NULL;
-  return record;
-}
-
-/* The record for a named call: the one that followed the last named call's record last time, when it is this name's;
- * else the one found through the dicts, which becomes that successor. */
-static Steady* steady_record(PyObject* name) {
-  Steady* record = steady_cursor ? steady_cursor->next : NULL;
-  const int predicted = record && record->entry &&
-                        (record->name == name || (PyUnicode_CheckExact(name) && PyUnicode_CheckExact(record->name) &&
-                                                  PyUnicode_Compare(record->name, name) == 0));
-  if (!predicted) {
-    if (!(record = steady_find(name))) return NULL;
-    if (steady_cursor) steady_cursor->next = record;
-  }
-  steady_cursor = record;
-  return record;
-}
-
-/* forget(key): the steady records are read from ops' dict again: key's, whose entry was replaced; every one when key
- * is None (the dict was cleared), their names and entries released. */
-static PyObject* forget(PyObject* module, PyObject* key) {
-  if (key != Py_None) {
-    PyObject* address = PyDict_GetItemWithError(steady_by_name, key); /* borrowed */
-    Steady* record = address ? (Steady*)PyLong_AsVoidPtr(address) : NULL;
-    if (!record) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    Py_CLEAR(record->entry);
-    Py_RETURN_NONE;
-  }
-  steady_cursor = NULL;
-  steady_free = NULL;
-  for (Py_ssize_t c = 0; c < steady_chunk_count; ++c) {
-    for (int i = 0; i < kSteadyChunk; ++i) {
-      Steady* record = &steady_chunks[c][i];
-      Py_CLEAR(record->entry);
-      Py_CLEAR(record->name);
-      record->next = steady_free;
-      steady_free = record;
-    }
-  }
-  PyDict_Clear(steady_by_name);
-  Py_RETURN_NONE;
-}
-
 /* Whether the shape read from a tensor is the record's. */
 static int steady_shape(const Steady* facts, PyObject* shape) {
   if (facts->ndim < 0 || !PyTuple_Check(shape)) return equal(facts->shape, shape) == 1;
@@ -342,7 +184,7 @@ static int steady_matches(const Steady* facts, PyObject* const* args, void** poi
 /* A new reference to the entry prepared under args[0] when the call matches it, its request in *request; else NULL,
  * an exception perhaps set. The entry is held through the call: its buffers hold the request the core reads. */
 static PyObject* steady_entry(PyObject* const* args, void** pointer, const hvdlite_request** request) {
-  const Steady* record = steady_record(args[0]);
+  const Steady* record = steady_record(args[0], prepared, host);
   if (!record) return NULL;
   const Steady facts = *record; /* the reads below may run Python code that forgets the record */
   Py_INCREF(facts.entry);
@@ -943,7 +785,7 @@ static PyMethodDef methods[] = {
     {"synchronize", (PyCFunction)(void (*)(void))synchronize, METH_FASTCALL | METH_KEYWORDS, NULL},
     {"setup_allreduce", (PyCFunction)(void (*)(void))setup_allreduce, METH_FASTCALL, NULL},
     {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL | METH_KEYWORDS, NULL},
-    {"forget", forget, METH_O, NULL},
+    {"forget", steady_forget, METH_O, NULL},
     {"taken", taken, METH_NOARGS, NULL},
     {"direct_methods", direct_methods, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -953,7 +795,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NU
 
 PyMODINIT_FUNC PyInit__fast_calls(void) {
   zero = PyLong_FromLong(0);
-  if (!(steady_by_name = PyDict_New())) return NULL;
+  if (steady_setup() < 0) return NULL;
   s_grad = PyUnicode_InternFromString("grad");
   static const char* const reads[kReads] = {"dtype", "shape", "is_cpu", "is_contiguous", "data_ptr"};
   for (int i = 0; i < kReads; ++i)
