@@ -39,8 +39,13 @@ MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("m
 # declarations), built against CPython's stable ABI of this version and later.
 BINDING_SOURCE = os.path.join("build", "binding", "_hvdlite_binding.c")
 BINDING_LIMITED_API = "0x03090000"
-FAST_CALLS_SOURCES = [os.path.join("hvdlite", "common", name) for name in ("fast_calls.c", "prepared_entries.c")]
-FAST_CALLS_HEADER = os.path.join("hvdlite", "common", "prepared_entries.h")
+FAST_CALLS_SOURCES = [
+    os.path.join("hvdlite", "common", name)
+    for name in ("fast_calls.c", "prepared_entries.c", "tensor_reads.c", "gradient_calls.c")
+]
+FAST_CALLS_HEADERS = [
+    os.path.join("hvdlite", "common", name) for name in ("prepared_entries.h", "tensor_reads.h", "gradient_calls.h")
+]
 FAST_CALLS_LIMITED_API = "0x030A0000"  # METH_FASTCALL joined the stable ABI in 3.10
 
 
@@ -265,7 +270,7 @@ def stable_abi_module(name, sources, limited_api, depends=()):
 binding = stable_abi_module("hvdlite._hvdlite_binding", [BINDING_SOURCE], BINDING_LIMITED_API)
 # The steady state of the per-tensor calls (hvdlite/common/fast_calls.c), in C against the stable ABI of 3.10 on.
 # Used only with the compiled binding, which binds the same core file.
-fast_calls = stable_abi_module("hvdlite._fast_calls", FAST_CALLS_SOURCES, FAST_CALLS_LIMITED_API, [FAST_CALLS_HEADER])
+fast_calls = stable_abi_module("hvdlite._fast_calls", FAST_CALLS_SOURCES, FAST_CALLS_LIMITED_API, FAST_CALLS_HEADERS)
 # The manylinux wheel serves every Python 3 with the core alone, bound through cffi's ABI mode at run time.
 EXTENSIONS = [core] if MANYLINUX_ARCH else [core, binding] + ([fast_calls] if sys.version_info >= (3, 10) else [])
 

@@ -15,13 +15,16 @@
  * not take goes to the reference with the same arguments, which raises its own errors. torch.compile cannot trace a
  * C function: it traces a Python stand-in in allreduce_'s place (hvdlite/torch/compiled_ops.py).
  *
- * The prepared entries' layout, and the records through which a named call finds its entry: prepared_entries.h. */
+ * The prepared entries' layout, and the records through which a named call finds its entry: prepared_entries.h. How a
+ * tensor is read: tensor_reads.h. The optimizer's gradient hook and bucket reads: gradient_calls.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
+#include "gradient_calls.h"
 #include "hvdlite.h"
 #include "prepared_entries.h"
+#include "tensor_reads.h"
 
 static PyObject* prepared;   /* ops._prepared: name -> entry */
 static PyObject* results;    /* HandleTable.results: core handle -> what synchronize returns */
@@ -67,80 +70,11 @@ static PyObject* allreduce_new_parameters[kAllreduceNewParameters];
 static PyObject* synchronize_parameters[1];
 /* Calls taken here, for the tests: run, submit, finish. */
 static unsigned long long taken_run, taken_submit, taken_finish;
-static PyObject *s_grad, *s_process_set_id, *s_requires_grad;
-
-/* The tensor attributes read here. A tensor of exactly torch.Tensor is read through that type's own descriptors,
- * which setup() looks up once: finding each by name on every read cost about as much as some of the reads. A tensor
- * of any other type (a Parameter, a subclass that may override them) is read by name, as Python reads it. */
-enum { kReadDtype, kReadShape, kReadIsCpu, kReadIsContiguous, kReadDataPtr, kReads };
-static PyObject* tensor_type;
-static PyObject* read_names[kReads];
-static PyObject* read_descriptors[kReads];
-static descrgetfunc read_getters[kReads]; /* a property's getter; NULL for a method, which is called */
-/* A method's C function, as the type defines it (NULL: called through its descriptor), and its calling convention:
- * called directly, a read skips the descriptor's argument packing and dispatch, which cost as much as some of the
- * methods' own work. */
-static PyCFunction read_functions[kReads];
-static int read_flags[kReads];
-static PyObject* no_arguments; /* the empty tuple, for a method that takes positional arguments */
-typedef PyObject* (*FastWithKeywords)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
-
-/* A method read of a tensor of exactly the type: its C function called as its descriptor would call it. */
-static PyObject* call_method(PyObject* tensor, int which) {
-  const PyCFunction function = read_functions[which];
-  switch (read_flags[which]) {
-    case METH_NOARGS:
-      return function(tensor, NULL);
-    case METH_VARARGS | METH_KEYWORDS:
-      return ((PyCFunctionWithKeywords)(void (*)(void))function)(tensor, no_arguments, NULL);
-    case METH_FASTCALL | METH_KEYWORDS:
-      return ((FastWithKeywords)(void (*)(void))function)(tensor, NULL, 0, NULL);
-    default:
-      return PyObject_CallFunctionObjArgs(read_descriptors[which], tensor, NULL);
-  }
-}
-
-/* A new reference to the tensor's attribute (a method's result); NULL with an exception set. */
-static PyObject* read_attribute(PyObject* tensor, int which) {
-  if ((PyObject*)Py_TYPE(tensor) == tensor_type && read_descriptors[which]) {
-    if (read_getters[which]) return read_getters[which](read_descriptors[which], tensor, tensor_type);
-    if (read_functions[which]) return call_method(tensor, which);
-    return PyObject_CallFunctionObjArgs(read_descriptors[which], tensor, NULL);
-  }
-  return which >= kReadIsContiguous ? PyObject_CallMethodObjArgs(tensor, read_names[which], NULL)
-                                    : PyObject_GetAttr(tensor, read_names[which]);
-}
-
-/* 1 when the attribute is True, 0 when it is anything else, -1 with an exception set. */
-static int attribute_true(PyObject* tensor, int which) {
-  PyObject* value = read_attribute(tensor, which);
-  if (!value) return -1;
-  const int yes = value == Py_True;
-  Py_DECREF(value);
-  return yes;
-}
-
-/* Scale factors are floats, the default a different object from the one an entry was prepared with: compared by
- * value without the rich comparison's dispatch. */
-static int equal(PyObject* a, PyObject* b) {
-  if (a == b) return 1;
-  if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b)) return PyFloat_AsDouble(a) == PyFloat_AsDouble(b);
-  return PyObject_RichCompareBool(a, b, Py_EQ);
-}
+static PyObject *s_process_set_id, *s_requires_grad;
 
 /* The value of an int the core gave (a handle, or minus a status): as PyLong_AsLongLong for every value in its range,
  * two's complement, without its general conversion, which the handles' high bits send byte by byte. */
 static long long core_value(PyObject* number) { return (long long)PyLong_AsUnsignedLongLongMask(number); }
-
-/* Whether the tensor is contiguous; its data's address in *pointer. */
-static int contiguous_address(PyObject* tensor, void** pointer) {
-  if (attribute_true(tensor, kReadIsContiguous) != 1) return 0;
-  PyObject* address = read_attribute(tensor, kReadDataPtr);
-  if (!address) return 0;
-  *pointer = PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  return !PyErr_Occurred();
-}
 
 /* Whether the shape read from a tensor is the record's. */
 static int steady_shape(const Steady* facts, PyObject* shape) {
@@ -220,13 +154,6 @@ static PyObject* unnamed_entry(PyObject* const* args, void** pointer, const hvdl
     return entry;
   Py_DECREF(entry);
   return NULL;
-}
-
-/* What the caller does with a call this module did not take: None, any failed read forgotten (the Python path
- * reads again and raises its own error). */
-static PyObject* not_taken(void) {
-  PyErr_Clear();
-  Py_RETURN_NONE;
 }
 
 /* A call run() or submit() takes: its entry (held until the core is done with the request), the request, and the
@@ -544,143 +471,6 @@ static PyObject* synchronize(PyObject* module, PyObject* const* args, Py_ssize_t
   return call_reference(reference_synchronize, args, nargs, kwnames);
 }
 
-/* bucket_gradients(members, shapes, dtype, addresses): a gradient bucket's step (hvdlite/torch/gradient_buckets.py)
- * in one call: each member's .grad, when every one is a contiguous tensor of its shape (shapes[i]) and of dtype, with
- * their data addresses written at addresses (the integer address of a uintptr_t array of len(members)); else None
- * (a gradient missing, sparse, strided or laid out otherwise), for the Python path to decide. The reads are torch's
- * either way; in Python, the frames and lists around them cost a large part of them again, per parameter. */
-static PyObject* bucket_gradients(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
-      PyList_Size(args[0]) != PyList_Size(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "bucket_gradients(members, shapes, dtype, addresses)");
-    return NULL;
-  }
-  PyObject *members = args[0], *shapes = args[1], *dtype = args[2];
-  uintptr_t* addresses = (uintptr_t*)PyLong_AsVoidPtr(args[3]);
-  if (!addresses) return PyErr_Occurred() ? NULL : not_taken();
-  const Py_ssize_t count = PyList_Size(members);
-  PyObject* grads = PyList_New(count);
-  if (!grads) return NULL;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* grad = PyObject_GetAttr(PyList_GetItem(members, i), s_grad); /* new reference */
-    if (!grad) goto not_taken;
-    PyList_SetItem(grads, i, grad); /* steals it: freed with the list */
-    PyObject* grad_dtype = read_attribute(grad, kReadDtype);
-    if (!grad_dtype) goto not_taken;
-    const int same_dtype = grad_dtype == dtype;
-    Py_DECREF(grad_dtype);
-    if (!same_dtype) goto not_taken;
-    PyObject* shape = read_attribute(grad, kReadShape);
-    if (!shape) goto not_taken;
-    const int same_shape = equal(PyList_GetItem(shapes, i), shape);
-    Py_DECREF(shape);
-    /* (is_contiguous raises for a sparse tensor: not taken either) */
-    if (same_shape != 1 || attribute_true(grad, kReadIsContiguous) != 1) goto not_taken;
-    PyObject* address = read_attribute(grad, kReadDataPtr);
-    if (!address) goto not_taken;
-    addresses[i] = (uintptr_t)PyLong_AsVoidPtr(address);
-    Py_DECREF(address);
-    if (PyErr_Occurred()) goto not_taken;
-  }
-  return grads;
-not_taken:
-  Py_DECREF(grads);
-  return not_taken();
-}
-
-/* A DistributedOptimizer's gradient hook (hvdlite/torch/gradient_hooks.py) for the cases where it does no more than
- * note that a parameter's gradient is final, or count it towards its gradient bucket: autograd calls it once per
- * parameter per backward pass. Its state is the tuple (handles, deferred, batched, route, fallback); route is the
- * list [mode, slots, waiting, on_full] the optimizer sets at each pass's first gradient. Once this pass has noted a
- * gradient, a parameter not yet noted is
- * - mode 1 (every gradient waits for step()): noted as handles[id(p)] = deferred;
- * - mode 2 (reduced during backward through the buckets): if slots[id(p)] names its bucket i, noted as batched and
- *   counted off waiting[i]; the bucket's last one calls on_full(i, p), which packs and queues it.
- * Any other call goes to fallback(p), the Python hook: the pass's first gradient (which starts the pass's
- * bookkeeping there), a parameter noted twice (its error), a parameter outside the buckets, and the other modes. */
-static PyObject* note_gradient(PyObject* state, PyObject* parameter) {
-  PyObject *handles = PyTuple_GetItem(state, 0), *route = PyTuple_GetItem(state, 3);
-  const long mode = PyLong_AsLong(PyList_GetItem(route, 0));
-  if (mode == -1 && PyErr_Occurred()) return NULL;
-  if ((mode == 1 || mode == 2) && PyDict_Size(handles) > 0) {
-    PyObject* key = PyLong_FromVoidPtr(parameter); /* id(parameter) */
-    if (!key) return NULL;
-    int noted = PyDict_Contains(handles, key);
-    PyObject* slot = NULL; /* borrowed */
-    if (noted == 0 && mode == 2) {
-      slot = PyDict_GetItemWithError(PyList_GetItem(route, 1), key);
-      if (!slot && PyErr_Occurred()) noted = -1;
-    }
-    if (noted == 0 && (mode == 1 || slot)) {
-      PyObject* marker = PyTuple_GetItem(state, mode == 1 ? 1 : 2);
-      const int stored = PyDict_SetItem(handles, key, marker);
-      Py_DECREF(key);
-      if (stored < 0) return NULL;
-      if (mode == 1) Py_RETURN_NONE;
-      PyObject* waiting = PyList_GetItem(route, 2);
-      const Py_ssize_t index = PyLong_AsSsize_t(slot);
-      PyObject* count = index < 0 ? NULL : PyList_GetItem(waiting, index);
-      const long left = count ? PyLong_AsLong(count) - 1 : -1;
-      if (PyErr_Occurred()) return NULL;
-      PyObject* left_object = PyLong_FromLong(left);
-      if (!left_object || PyList_SetItem(waiting, index, left_object) < 0) return NULL;
-      if (left > 0) Py_RETURN_NONE;
-      return PyObject_CallFunctionObjArgs(PyList_GetItem(route, 3), slot, parameter, NULL);
-    }
-    Py_DECREF(key);
-    if (noted < 0) return NULL;
-  }
-  return PyObject_CallFunctionObjArgs(PyTuple_GetItem(state, 4), parameter, NULL);
-}
-
-static PyMethodDef note_gradient_def = {"note_gradient", note_gradient, METH_O, NULL};
-
-/* gradient_note(handles, deferred, batched, route, fallback): the hook above, bound to its state. */
-static PyObject* gradient_note(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || !PyDict_Check(args[0]) || !PyList_Check(args[3]) || PyList_Size(args[3]) != 4 ||
-      !PyCallable_Check(args[4])) {
-    PyErr_SetString(PyExc_TypeError, "gradient_note(handles, deferred, batched, route, fallback)");
-    return NULL;
-  }
-  PyObject* state = PyTuple_Pack(5, args[0], args[1], args[2], args[3], args[4]);
-  if (!state) return NULL;
-  PyObject* hook = PyCFunction_New(&note_gradient_def, state);
-  Py_DECREF(state);
-  return hook;
-}
-
-/* The methods' C functions, found by binding each descriptor to an instance of the type (a builtin method knows its
- * function and flags; its descriptor does not say, in the stable ABI). A method of another kind, or a type that
- * cannot be made without arguments, keeps its descriptor's call. -1 with an exception set. */
-static int find_method_functions(void) {
-  for (int i = 0; i < kReads; ++i) read_functions[i] = NULL;
-  if (!no_arguments && !(no_arguments = PyTuple_New(0))) return -1;
-  PyObject* instance = PyObject_CallNoArgs(tensor_type);
-  if (!instance) {
-    PyErr_Clear();
-    return 0;
-  }
-  for (int i = kReadIsContiguous; i < kReads; ++i) {
-    if (!read_descriptors[i]) continue;
-    PyObject* bound = PyObject_GetAttr(instance, read_names[i]);
-    if (!bound) {
-      PyErr_Clear();
-      continue;
-    }
-    if (PyCFunction_Check(bound) && PyCFunction_GetSelf(bound) == instance) {
-      const int flags = PyCFunction_GetFlags(bound) & ~METH_COEXIST;
-      if (flags == METH_NOARGS || flags == (METH_VARARGS | METH_KEYWORDS) ||
-          flags == (METH_FASTCALL | METH_KEYWORDS)) {
-        read_functions[i] = PyCFunction_GetFunction(bound);
-        read_flags[i] = flags;
-      }
-    }
-    Py_DECREF(bound);
-  }
-  Py_DECREF(instance);
-  return 0;
-}
-
 /* setup(prepared, results, inputs, host, global_set, tensor_type): the Python objects the calls above read. */
 static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
@@ -695,28 +485,7 @@ static PyObject* setup(PyObject* module, PyObject* const* args, Py_ssize_t nargs
     *targets[i] = args[i];
     Py_XDECREF(old);
   }
-  /* The type's descriptors: the properties' getters, and the methods. One that is not of its kind (another torch)
-   * stays NULL, and that attribute is read by name. */
-  for (int i = 0; i < kReads; ++i) {
-    Py_CLEAR(read_descriptors[i]);
-    read_getters[i] = NULL;
-    PyObject* descriptor = PyObject_GetAttr(tensor_type, read_names[i]);
-    if (!descriptor) return NULL;
-    PyTypeObject* kind = Py_TYPE(descriptor);
-    if (i < kReadIsContiguous) {
-      read_getters[i] = (descrgetfunc)PyType_GetSlot(kind, Py_tp_descr_get);
-      if (!read_getters[i] || !PyType_GetSlot(kind, Py_tp_descr_set)) {
-        read_getters[i] = NULL;
-        Py_DECREF(descriptor);
-        continue;
-      }
-    } else if (!PyCallable_Check(descriptor) || PyType_GetSlot(kind, Py_tp_descr_set)) {
-      Py_DECREF(descriptor);
-      continue;
-    }
-    read_descriptors[i] = descriptor;
-  }
-  return find_method_functions() < 0 ? NULL : Py_NewRef(Py_None);
+  return tensor_reads_setup() < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* setup_public(allreduce_, allreduce_async_, synchronize, check, run_unfinished, run_interrupted, namespace): the
@@ -767,13 +536,7 @@ static PyObject* taken(PyObject* module, PyObject* unused) {
 }
 
 /* The tensor methods read through their C functions, by name, for the tests. */
-static PyObject* direct_methods(PyObject* module, PyObject* unused) {
-  PyObject* names = PyList_New(0);
-  for (int i = 0; names && i < kReads; ++i) {
-    if (read_functions[i] && PyList_Append(names, read_names[i]) < 0) Py_CLEAR(names);
-  }
-  return names;
-}
+static PyObject* direct_methods(PyObject* module, PyObject* unused) { return tensor_reads_direct(); }
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
@@ -796,13 +559,10 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_fast_calls", NU
 PyMODINIT_FUNC PyInit__fast_calls(void) {
   zero = PyLong_FromLong(0);
   if (steady_setup() < 0) return NULL;
-  s_grad = PyUnicode_InternFromString("grad");
-  static const char* const reads[kReads] = {"dtype", "shape", "is_cpu", "is_contiguous", "data_ptr"};
-  for (int i = 0; i < kReads; ++i)
-    if (!(read_names[i] = PyUnicode_InternFromString(reads[i]))) return NULL;
+  if (tensor_reads_init() < 0 || gradient_calls_init() < 0) return NULL;
   s_process_set_id = PyUnicode_InternFromString("process_set_id");
   s_requires_grad = PyUnicode_InternFromString("requires_grad");
-  if (!zero || !s_grad || !s_process_set_id || !s_requires_grad) return NULL;
+  if (!zero || !s_process_set_id || !s_requires_grad) return NULL;
   one = PyFloat_FromDouble(1.0);
   unfinished = PyObject_CallNoArgs((PyObject*)&PyBaseObject_Type);
   s_cpu_placement = PyUnicode_InternFromString("cpu_placement");

@@ -46,8 +46,10 @@ typedef struct Steady {
 } Steady;
 _Static_assert(sizeof(Steady) == 128, "a steady record is two cache lines");
 
-/* Shared between this module's files only. */
+/* Shared between the module's files only. */
+#ifndef FAST_CALLS_INTERNAL
 #define FAST_CALLS_INTERNAL __attribute__((visibility("hidden")))
+#endif
 
 /* The table of records by name; -1 with an exception set. */
 FAST_CALLS_INTERNAL int steady_setup(void);

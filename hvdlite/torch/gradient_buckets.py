@@ -145,7 +145,7 @@ class GradientBuckets:
             id(p): (i, position) for i, b in enumerate(self.buckets) for position, p in enumerate(b.members)
         }
         # By bucket, its gradients not yet final this step; and id(p) -> p's bucket. Both are read by the
-        # optimizer's hook in C as well (hvdlite/common/fast_calls.c), which counts a gradient off here.
+        # optimizer's hook in C as well (hvdlite/common/gradient_calls.c), which counts a gradient off here.
         self.waiting: List[int] = [len(b.members) for b in self.buckets]
         self.bucket_of: Dict[int, int] = {key: i for key, (i, _) in self._slot.items()}
         self._large_index: Dict[int, int] = {id(p): len(self.buckets) + i for i, p in enumerate(self.large)}

@@ -2,9 +2,9 @@
 parameter, which autograd calls once per parameter per backward pass.
 
 The hook is the optimizer's _hvd_on_grad, reached through a weak reference. Where hvdlite._fast_calls was built, a
-hook in C (fast_calls.c's note_gradient) stands in front of it and takes the common cases itself: noting a gradient
-for step(), or counting it into its gradient bucket and queueing the bucket after its last one. It follows the
-optimizer's route list ([mode, bucket by parameter id, gradients each bucket awaits, on_bucket_full]) and hands
+hook in C (gradient_calls.c's note_gradient) stands in front of it and takes the common cases itself: noting a
+gradient for step(), or counting it into its gradient bucket and queueing the bucket after its last one. It follows
+the optimizer's route list ([mode, bucket by parameter id, gradients each bucket awaits, on_bucket_full]) and hands
 everything else, the first gradient of each pass included, to the Python hook.
 """
 

@@ -90,9 +90,9 @@ for m in (model, reference):
 train(3, 4)
 assert optimizer._hvd_buckets is not buckets and optimizer._hvd_buckets.covers(model.rank0_only)
 
-# The plain case in C (hvdlite/common/fast_calls.c), where it was built: a bucket whose gradients are all there and
-# contiguous is read and packed in one call (the float64 one), any other goes the Python way (the float32 one holds
-# the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's). The hook in C notes each
+# The plain case in C (hvdlite/common/gradient_calls.c), where it was built: a bucket whose gradients are all there
+# and contiguous is read and packed in one call (the float64 one), any other goes the Python way (the float32 one
+# holds the channels_last conv's strided gradient, and on ranks but 0 lacks rank0_only's). The hook in C notes each
 # gradient (for step(), or counted into its bucket during backward), leaving the Python hook a pass's first
 # gradient and those outside the buckets (the large one, the sparse one).
 # ABI mode (HVDLITE_CORE_LIBRARY) leaves the C calls unused, and the whole job to the Python path.
