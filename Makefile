@@ -10,8 +10,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install -c constraints.txt
-FAST_CALLS_SOURCES := $(addprefix hvdlite/common/,fast_calls.c prepared_entries.c prepared_entries.h tensor_reads.c \
-	tensor_reads.h gradient_calls.c gradient_calls.h)
+FAST_CALLS_SOURCES := $(wildcard hvdlite/common/*.c hvdlite/common/*.h)
 CORE_SOURCES := $(shell find hvdlite_core -name '*.cc' -o -name '*.h' -o -name '*.map') $(FAST_CALLS_SOURCES)
 INSTALL_INPUTS := setup.py pyproject.toml constraints.txt
 

@@ -39,13 +39,9 @@ MPI_PLUGIN_SOURCES = [os.path.join(CORE, "plugins", "mpi", name) for name in ("m
 # declarations), built against CPython's stable ABI of this version and later.
 BINDING_SOURCE = os.path.join("build", "binding", "_hvdlite_binding.c")
 BINDING_LIMITED_API = "0x03090000"
-FAST_CALLS_SOURCES = [
-    os.path.join("hvdlite", "common", name)
-    for name in ("fast_calls.c", "prepared_entries.c", "tensor_reads.c", "gradient_calls.c")
-]
-FAST_CALLS_HEADERS = [
-    os.path.join("hvdlite", "common", name) for name in ("prepared_entries.h", "tensor_reads.h", "gradient_calls.h")
-]
+# Every C file of hvdlite/common is part of it: a new file of the module needs no list updated here.
+FAST_CALLS_SOURCES = sorted(glob.glob(os.path.join("hvdlite", "common", "*.c")))
+FAST_CALLS_HEADERS = sorted(glob.glob(os.path.join("hvdlite", "common", "*.h")))
 FAST_CALLS_LIMITED_API = "0x030A0000"  # METH_FASTCALL joined the stable ABI in 3.10
 
 
