@@ -1,6 +1,7 @@
 // Unit tests of the response cache (positions, eviction, stamps, the keys of named and unnamed operations) and
 // of the eager layout planned over it. Run from unit_tests.cc's main (tests/test_core_cpp.py builds the files into
 // one binary).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -128,6 +129,57 @@ void test_cache() {
   unnamed.erase(pg);
   CHECK(unnamed.lookup(g1, 1, &position) == ResponseCache::Lookup::kMiss);
   CHECK(unnamed.lookup(u2, 0, &position) == ResponseCache::Lookup::kHit);
+
+  // Eviction against a model of least-recently-used order (a list of names, most recent first), through many more
+  // touches, puts, replacements and erases than the cache holds, so that the touch log is compacted many times over.
+  for (const size_t capacity : {1, 3, 17}) {
+    ResponseCache lru(capacity);
+    std::vector<std::string> model;  // front: most recent
+    auto to_front = [&](const std::string& name) {
+      model.erase(std::remove(model.begin(), model.end(), name), model.end());
+      model.insert(model.begin(), name);
+    };
+    uint64_t state = 12345 + capacity;
+    auto next = [&](uint64_t bound) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return (state >> 33) % bound;
+    };
+    for (int step = 0; step < 20000; ++step) {
+      const std::string name = "n" + std::to_string(next(2 * capacity + 2));
+      const uint64_t what = next(10);
+      int at = -1;
+      const bool held =
+          lru.lookup(req(0, OpType::kAllreduce, DType::kFloat32, {4}, name), 0, &at) != ResponseCache::Lookup::kMiss;
+      if (what < 5 && held) {
+        lru.touch(at);
+        to_front(name);
+      } else if (what < 6 && held) {
+        lru.erase(at);
+        model.erase(std::remove(model.begin(), model.end(), name), model.end());
+      } else {
+        const std::string expected_out = !held && model.size() == capacity ? model.back() : "";
+        std::string out;
+        if (!expected_out.empty()) {
+          int p = -1;
+          lru.lookup(req(0, OpType::kAllreduce, DType::kFloat32, {4}, expected_out), 0, &p);
+          CHECK(p >= 0);
+        }
+        int evicted = -1;
+        const int put_at = lru.put(resp(name, 4), &evicted);
+        if (!expected_out.empty()) {
+          model.pop_back();
+          int p = -1;
+          CHECK(lru.lookup(req(0, OpType::kAllreduce, DType::kFloat32, {4}, expected_out), 0, &p) ==
+                ResponseCache::Lookup::kMiss);
+          CHECK(evicted == put_at);
+        } else {
+          CHECK(evicted == (held ? put_at : -1));
+        }
+        to_front(name);
+      }
+      CHECK(lru.size() == model.size());
+    }
+  }
 }
 
 void test_eager_layout() {
@@ -193,7 +245,7 @@ void test_eager_layout() {
   int joined_at = -1;
   for (int step = 0; step < 200; ++step) {
     stale.touch(metric);
-    if (!recent.find(metric)) recent.missed(stale.at(metric));
+    if (!recent.find(metric)) recent.missed(stale, metric);
     recent.update(stale, 256);
     if (recent.find(metric) && joined_at < 0) joined_at = step;
     CHECK(recent.segments().size() == 32 && (joined_at < 0 || recent.find(metric)));
@@ -209,7 +261,7 @@ void test_eager_layout() {
   for (int step = 0; step < 5; ++step) {
     for (int p = 0; p < 40; ++p) {
       busy.touch(p);
-      if (!full.find(p)) full.missed(busy.at(p));
+      if (!full.find(p)) full.missed(busy, p);
       full.update(busy, 256);
       CHECK(full.segments().size() == 32 && full.find(0) && full.find(31) && !full.find(32));
     }

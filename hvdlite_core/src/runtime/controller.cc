@@ -294,7 +294,7 @@ void Controller::read_votes(std::vector<Request>& requests, size_t positions, bo
         outcome.eager.push_back({&cache_.at(p), eager_region + eager->offset});
       } else {
         outcome.responses.push_back(&cache_.at(p));
-        if (cache_enabled_ && EagerLayout::eligible(cache_.at(p))) eager_.missed(cache_.at(p));
+        if (cache_enabled_) eager_.missed(cache_, p);
       }
       cache_.touch(p);
       if (TensorEntry* hit = drop_hit(p)) {

@@ -32,7 +32,16 @@ bool EagerLayout::idle(const ResponseCache& cache, int position) {
   return cache.touch_count() - cache.touched_at(position) > cache.size();
 }
 
-void EagerLayout::missed(const Response& r) { missed_bytes_ = std::min(missed_bytes_, padded_bytes(r)); }
+void EagerLayout::missed(const ResponseCache& cache, int position) {
+  size_t bytes;
+  if (cache.generation() == generation_ && static_cast<size_t>(position) < missable_.size()) {
+    bytes = missable_[position];
+  } else {
+    const Response& r = cache.at(position);
+    bytes = eligible(r) ? padded_bytes(r) : 0;
+  }
+  if (bytes > 0) missed_bytes_ = std::min(missed_bytes_, bytes);
+}
 
 void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
   bool rebuild = cache.generation() != generation_ || budget_bytes != budget_;
@@ -51,14 +60,18 @@ void EagerLayout::update(const ResponseCache& cache, int64_t budget_bytes) {
   budget_ = budget_bytes;
   segments_.clear();
   index_of_.assign(cache.occupied_end(), -1);
+  missable_.assign(cache.occupied_end(), 0);
   bytes_ = 0;
   // Those in use first, then the smallest, ties by position: the same choice on every rank.
   std::vector<std::tuple<bool, size_t, int>>& candidates = candidates_;
   candidates.clear();
   for (size_t p = 0; p < cache.occupied_end(); ++p) {
     const int position = static_cast<int>(p);
-    if (cache.occupied(position) && eligible(cache.at(position)))
-      candidates.emplace_back(idle(cache, position), padded_bytes(cache.at(position)), position);
+    if (!cache.occupied(position) || !eligible(cache.at(position))) continue;
+    const size_t padded = padded_bytes(cache.at(position));
+    candidates.emplace_back(idle(cache, position), padded, position);
+    // Past the region's largest budget a size only needs to stay too large.
+    missable_[p] = static_cast<uint32_t>(std::min<size_t>(padded, std::numeric_limits<uint32_t>::max()));
   }
   std::sort(candidates.begin(), candidates.end());
   // index_of_ marks the chosen for the head or the tail; they are laid out below.

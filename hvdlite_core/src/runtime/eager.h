@@ -59,8 +59,10 @@ class EagerLayout {
   // Rebuilds the layout from the cache if the cache has changed since the last call (or budget_bytes has), or if a
   // response that missed the region (missed()) would fit in the space of the idle chosen ones and the free space.
   void update(const ResponseCache& cache, int64_t budget_bytes);
-  // An eligible response was executed outside the region (on every rank alike: executions are agreed).
-  void missed(const Response& r);
+  // The response at a position was executed outside the region (on every rank alike: executions are agreed); it
+  // counts if eligible. Read from the layout's table while the cache is as it was built from: a cycle runs thousands
+  // of responses, and reading each one's fields and shape again would cost a miss or two apiece.
+  void missed(const ResponseCache& cache, int position);
   const std::vector<EagerSegment>& segments() const { return segments_; }
   size_t words() const { return bytes_ / 8; }            // 8-byte words the eager region takes, tail included
   size_t head_words() const { return head_bytes_ / 8; }  // of which the head's
@@ -74,6 +76,7 @@ class EagerLayout {
  private:
   std::vector<EagerSegment> segments_;
   std::vector<int> index_of_;                              // by cache position: index into segments_, or -1
+  std::vector<uint32_t> missable_;                         // by cache position: padded bytes if eligible, else 0
   std::vector<std::tuple<bool, size_t, int>> candidates_;  // update's (idle, padded bytes, position), reused
   size_t bytes_ = 0;
   size_t head_bytes_ = 0;

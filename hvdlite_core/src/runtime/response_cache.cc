@@ -81,7 +81,7 @@ int ResponseCache::put(const Response& response, int* displaced) {
   } else {
     position = lowest_free();  // deterministic on every rank
     if (position < 0) {
-      position = recency_.back();
+      position = least_recent();
       *displaced = position;
       erase(position);
     }
@@ -89,12 +89,9 @@ int ResponseCache::put(const Response& response, int* displaced) {
       slots_.emplace_back();
       stamps_.emplace_back();
       touched_at_.emplace_back();
-      recency_pos_.emplace_back();
     }
     free_.erase(position);
     by_key_[k] = position;
-    recency_.push_front(position);
-    recency_pos_[position] = recency_.begin();
   }
   auto placed = std::make_unique<Response>(response);
   if (response.unnamed) placed->name = unnamed_cache_name(response);
@@ -111,7 +108,6 @@ int ResponseCache::put(const Response& response, int* displaced) {
 void ResponseCache::erase(int position) {
   if (!occupied(position)) return;
   by_key_.erase(key(*slots_[position]));
-  recency_.erase(recency_pos_[position]);
   retired_.push_back(std::move(slots_[position]));
   stamps_[position] = 0;
   free_.insert(position);
@@ -121,8 +117,27 @@ void ResponseCache::erase(int position) {
 
 void ResponseCache::touch(int position) {
   if (!occupied(position)) return;
-  recency_.splice(recency_.begin(), recency_, recency_pos_[position]);
   touched_at_[position] = ++touches_;
+  touch_log_.push_back({position, touches_});
+  if (touch_log_.size() > 2 * by_key_.size() + 64) compact_touches();
+}
+
+int ResponseCache::least_recent() {
+  // Every occupied position has a current entry (put touches it), and the log is in the order of the counts.
+  for (;; ++touches_from_) {
+    const Touch& t = touch_log_[touches_from_];
+    if (occupied(t.position) && touched_at_[t.position] == t.at) return t.position;
+  }
+}
+
+void ResponseCache::compact_touches() {
+  size_t kept = 0;
+  for (size_t i = touches_from_; i < touch_log_.size(); ++i) {
+    const Touch t = touch_log_[i];
+    if (occupied(t.position) && touched_at_[t.position] == t.at) touch_log_[kept++] = t;
+  }
+  touch_log_.resize(kept);
+  touches_from_ = 0;
 }
 
 }  // namespace hvdlite

@@ -5,9 +5,11 @@
 // Invariant: every rank's cache holds the same responses at the same positions. It holds because the cache only
 // changes in response to the coordinator's response list (identical on all ranks) and in a fixed order: erase
 // invalidated positions, then put/touch while executing; eviction is least-recently-used with ties impossible.
+//
+// Recency is a log of touches in order rather than a linked list: a cycle touches every response it runs, and a
+// list's splice writes three nodes scattered over memory where the log appends one entry after the last.
 #pragma once
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <set>
 #include <string>
@@ -68,6 +70,11 @@ class ResponseCache {
   static std::string key(const Response& cached);  // key_of for the requests a cached response matches
   // The lowest free position: below the high-water mark from free_, else the next never-used one, else -1.
   int lowest_free() const;
+  // The occupied position touched least recently (the cache must not be empty).
+  int least_recent();
+  // Drops the entries a later touch or an erase has made stale (and those least_recent() passed), once the log holds
+  // more than twice as many as the cache: each compaction follows at least as many touches as it copies entries.
+  void compact_touches();
   size_t capacity_;
   // Grows with use up to capacity_, so a large capacity costs nothing until it is filled.
   std::vector<std::unique_ptr<const Response>> slots_;
@@ -78,8 +85,14 @@ class ResponseCache {
   uint64_t next_stamp_ = 1;
   std::set<int> free_;  // empty positions below slots_.size()
   std::unordered_map<std::string, int> by_key_;
-  std::list<int> recency_;  // front: most recently used
-  std::vector<std::list<int>::iterator> recency_pos_;
+  // Every touch in order, oldest first from touches_from_: an entry is current while its position is occupied and
+  // was last touched at its count; the others are skipped, and dropped by compact_touches().
+  struct Touch {
+    int position;
+    uint64_t at;
+  };
+  std::vector<Touch> touch_log_;
+  size_t touches_from_ = 0;
   size_t occupied_end_ = 0;
   uint64_t generation_ = 0;
 };
