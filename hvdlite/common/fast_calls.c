@@ -121,6 +121,11 @@ static PyObject* steady_entry(PyObject* const* args, void** pointer, const hvdli
   const Steady* record = steady_record(args[0], prepared, host);
   if (!record) return NULL;
   const Steady facts = *record; /* the reads below may run Python code that forgets the record */
+  /* The core reads the request's lines and its shape (ops puts it right behind) on submission; asked for now, they
+   * arrive while the tensor's reads below wait for torch's objects, instead of after them. */
+  __builtin_prefetch(facts.request);
+  __builtin_prefetch((const char*)facts.request + 64);
+  __builtin_prefetch((const char*)facts.request + 127 + facts.ndim * 8);
   Py_INCREF(facts.entry);
   if (steady_matches(&facts, args, pointer)) {
     *request = facts.request;
