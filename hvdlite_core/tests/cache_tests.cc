@@ -158,7 +158,6 @@ void test_cache() {
         model.erase(std::remove(model.begin(), model.end(), name), model.end());
       } else {
         const std::string expected_out = !held && model.size() == capacity ? model.back() : "";
-        std::string out;
         if (!expected_out.empty()) {
           int p = -1;
           lru.lookup(req(0, OpType::kAllreduce, DType::kFloat32, {4}, expected_out), 0, &p);
